@@ -1,0 +1,312 @@
+"""The ``posdiag`` command line: parses arguments, calls the library, prints reports.
+
+No analysis happens here. Library errors (:class:`PosdiagError`) become one ``Error: ...`` line
+on stderr and their exit code in :class:`_Group`, the only place that does so.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typer.core import TyperGroup
+
+from . import __version__
+from .counts import Counts, corpus_counts, save_counts
+from .diagnostics import DEFAULT_MIN_COUNT, StressReport, corpus_geometry, score_encodings, spectrum
+from .encodings import REGISTRY, parse_encoding
+from .errors import PosdiagError, PosdiagWarning
+from .export import low_rank_encoding, write_encoding
+from .report import encoding_json, print_encoding, print_stress, stress_json
+
+__all__ = ["app", "main"]
+
+
+class _Group(TyperGroup):
+    """Turns every PosdiagError into ``Error: <message>`` and its exit code."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PosdiagWarning)
+                return super().invoke(ctx)
+        except PosdiagError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="Which positional encoding fits the geometry of my corpus? Hellinger geometry, "
+    "classical MDS and stress (arXiv 2604.05217).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+CorpusArg = Annotated[
+    str,
+    typer.Argument(
+        help="Corpus file (.txt one sequence per line, .jsonl, .csv, .tsv; - for stdin) "
+        "or a counts .npz from 'posdiag count'.",
+        show_default=False,
+    ),
+]
+ColumnOpt = Annotated[
+    str | None, typer.Option("--column", help="Text column of .jsonl/.csv/.tsv [default: text].")
+]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer", "-t", help="'whitespace' or a tokenizer.json [default: whitespace]."
+    ),
+]
+ViewOpt = Annotated[
+    str | None, typer.Option("--view", help="text | model | packed [default: text].")
+]
+MaxLenOpt = Annotated[
+    int | None, typer.Option("--max-len", "-n", help="Positions counted, n [default: 512].")
+]
+PadOpt = Annotated[
+    str | None, typer.Option("--pad-token", help="Pad token for --view model, if not found.")
+]
+MinCountOpt = Annotated[
+    int,
+    typer.Option("--min-count", help="Positions with fewer sequences are dropped (and listed)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
+
+
+def _stdout() -> Console:
+    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A rich progress line on a terminal's stderr; nothing when piped or quiet."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("counting"),
+        BarColumn(),
+        TextColumn(
+            "{task.fields[docs]:,} docs  {task.fields[seqs]:,} seqs  {task.completed:,.0f} tokens"
+        ),
+        TextColumn("{task.fields[rate]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("count", total=None, docs=0, seqs=0, rate=0.0)
+
+        def update(docs: int, seqs: int, toks: int) -> None:
+            elapsed = prog.tasks[0].elapsed or 1e-9
+            prog.update(task, completed=toks, docs=docs, seqs=seqs, rate=toks / elapsed)
+
+        yield update
+
+
+def _counts(
+    corpus: str,
+    column: str | None,
+    tokenizer: str | None,
+    view: str | None,
+    max_len: int | None,
+    pad_token: str | None,
+    quiet: bool,
+) -> Counts:
+    with _progress(quiet) as progress:
+        return corpus_counts(
+            corpus,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view,
+            max_len=max_len,
+            pad_token=pad_token,
+            progress=progress,
+        )
+
+
+def _warn(messages: tuple[str, ...]) -> None:
+    for m in messages:
+        typer.echo(f"Warning: {m}", err=True)
+
+
+@app.command()
+def stress(
+    corpus: CorpusArg,
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--encoding",
+            "-e",
+            help="NAME[:key=value,...], repeatable (see 'posdiag encodings'); "
+            "default: a standard set.",
+        ),
+    ] = None,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Stress of every standard encoding against the corpus geometry, best first."""
+    # Parse encodings first: a typo should not cost a pass over the corpus.
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    report = StressReport(
+        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
+    )
+    _warn(report.warnings)
+    if as_json:
+        typer.echo(json.dumps(stress_json(report), indent=2))
+    else:
+        print_stress(report, _stdout())
+
+
+@app.command()
+def count(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Counts file to write (.npz).", show_default=False),
+    ],
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Count tokens per position once; analyse the .npz many times."""
+    from ._io import check_output
+
+    if not str(output).endswith(".npz"):
+        raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
+    check_output(output, force)  # refuse before a long pass, not after
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    save_counts(counts, output, force=force)
+    info = {**dict(counts.meta), "output": str(output), "nnz": int(counts.matrix.nnz)}
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        typer.echo(
+            f"wrote {output}: {info['sequences']:,} sequences, {info['tokens']:,} tokens, "
+            f"{counts.n} x {counts.vocab_size:,} counts ({info['nnz']:,} non-zero)"
+        )
+
+
+@app.command("build-encoding")
+def build_encoding(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Encoding file: .safetensors or .npy (+ .json).",
+            show_default=False,
+        ),
+    ],
+    rank: Annotated[int, typer.Option("--rank", "-r", help="MDS rank r, in [1, n_eff-1].")] = 3,
+    dim: Annotated[int, typer.Option("--dim", "-d", help="Model dimension d (>= rank).")] = 768,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the orthonormal factor B.")] = 0,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
+    from ._io import check_output
+    from .export import FILE_SUFFIXES
+
+    if output.suffix not in FILE_SUFFIXES:
+        raise PosdiagError(
+            f"'output' must end with {' or '.join(FILE_SUFFIXES)}; got {str(output)!r}"
+        )
+    check_output(output, force)
+    if output.suffix == ".npy":
+        check_output(output.with_suffix(".json"), force)
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    _warn(geo.warnings)
+    enc = low_rank_encoding(geo, rank, dim, seed=seed)
+    files = [str(p) for p in write_encoding(enc, output, force=force)]
+    if as_json:
+        typer.echo(json.dumps(encoding_json(enc, files), indent=2))
+    else:
+        print_encoding(enc, files, _stdout())
+
+
+@app.command()
+def encodings(as_json: JsonOpt = False) -> None:
+    """List every encoding with its parameters, defaults and parameter count."""
+    rows: list[dict[str, Any]] = [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "params": {k: v for k, v in s.defaults.items()},
+            "n_params": s.n_params_formula,
+            "summary": s.summary,
+        }
+        for s in REGISTRY.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title="Encodings (use as --encoding NAME[:key=value,...])", title_justify="left")
+    for col in ("name", "kind", "parameters [defaults]", "params", "definition"):
+        t.add_column(col)
+    for r in rows:
+        ps = ", ".join(f"{k}={'(required)' if v is None else v}" for k, v in r["params"].items())
+        t.add_row(r["name"], r["kind"], ps or "-", r["n_params"], r["summary"])
+    _stdout().print(t)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"posdiag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """posdiag: corpus geometry diagnostics for positional encodings."""
+
+
+def main() -> None:
+    app(prog_name="posdiag")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,313 @@
+"""Hellinger geometry of positions, classical MDS and stress measures (GEOMETRY.md sections 2-4).
+
+Everything here works on the ``n_eff`` supported positions; no function densifies the
+``n x V`` count matrix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy import stats
+
+from ._validate import check_float, check_int
+from .errors import PosdiagWarning
+
+__all__ = [
+    "MDS",
+    "StressMeasures",
+    "classical_mds",
+    "compare",
+    "double_center",
+    "effective_rank",
+    "gram_from_distances",
+    "gram_from_vectors",
+    "hellinger_distances",
+    "pairwise_distances",
+    "positional_information",
+    "stress",
+    "stress_by_rank",
+    "supported_prefix",
+]
+
+# Relative size below which a negative eigenvalue is rounding noise (GEOMETRY.md section 3).
+NEGATIVE_EIGENVALUE_TOL = 1e-10
+
+
+def supported_prefix(supports: np.ndarray, min_count: int) -> int:
+    """Length ``n_eff`` of the prefix of positions whose support is at least ``min_count``.
+
+    Parameters
+    ----------
+    supports : ndarray of shape (n_positions,)
+        ``N_i``, the number of sequences that have a token at position ``i``.
+    min_count : int
+        Smallest support a position needs to be analysed.
+    """
+    below = np.flatnonzero(np.asarray(supports) < min_count)
+    return int(below[0]) if below.size else len(supports)
+
+
+def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
+    """Hellinger distances between the rows of a count matrix.
+
+    ``d_H(i, j) = sqrt(1 - BC(i, j))`` with ``BC = S S^T`` and ``S = sqrt(C / N)`` kept sparse.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+        Non-negative counts; every row must have a positive sum.
+
+    Returns
+    -------
+    ndarray of shape (n_positions, n_positions)
+        Symmetric, zero diagonal, values in [0, 1].
+    """
+    c = sp.csr_matrix(counts, dtype=np.float64)
+    supports = np.asarray(c.sum(axis=1)).ravel()
+    if np.any(supports <= 0):
+        raise ValueError("every row of the count matrix needs a positive sum")
+    # Row-normalise, then take square roots of the stored entries only: S stays as sparse as C.
+    s = sp.diags(1.0 / supports) @ c
+    s = sp.csr_matrix(s)
+    s.data = np.sqrt(s.data)
+    bc = np.asarray((s @ s.T).todense())
+    bc = (bc + bc.T) / 2.0
+    d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def double_center(m: np.ndarray) -> np.ndarray:
+    """``J M J`` with ``J = I - 11^T/n``, without forming ``J``."""
+    m = np.asarray(m, dtype=np.float64)
+    return m - m.mean(axis=0, keepdims=True) - m.mean(axis=1, keepdims=True) + m.mean()
+
+
+def gram_from_distances(delta: np.ndarray) -> np.ndarray:
+    """Torgerson Gram matrix ``B = -1/2 J (delta o delta) J``.
+
+    Parameters
+    ----------
+    delta : ndarray of shape (n, n)
+        A symmetric dissimilarity matrix with zero diagonal.
+
+    Returns
+    -------
+    ndarray of shape (n, n)
+    """
+    delta = np.asarray(delta, dtype=np.float64)
+    b = -0.5 * double_center(delta * delta)
+    return (b + b.T) / 2.0
+
+
+def gram_from_vectors(p: np.ndarray) -> np.ndarray:
+    """``B = (JP)(JP)^T`` for position vectors ``P`` of shape (n, d); the Gram of distances."""
+    p = np.asarray(p, dtype=np.float64)
+    jp = p - p.mean(axis=0, keepdims=True)
+    return jp @ jp.T
+
+
+def pairwise_distances(p: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``P`` (n, d), as an (n, n) array."""
+    p = np.asarray(p, dtype=np.float64)
+    sq = np.einsum("ij,ij->i", p, p)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (p @ p.T)
+    d = np.sqrt(np.clip(d2, 0.0, None))
+    np.fill_diagonal(d, 0.0)
+    return (d + d.T) / 2.0
+
+
+@dataclass(frozen=True)
+class MDS:
+    """Classical (Torgerson) MDS of a distance matrix.
+
+    Attributes
+    ----------
+    eigenvalues : ndarray of shape (n,)
+        Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
+    vectors : ndarray of shape (n, n)
+        Matching unit eigenvectors (columns), signs fixed so each column's entry of largest
+        magnitude is positive.
+    gram : ndarray of shape (n, n)
+        ``B`` itself.
+    """
+
+    eigenvalues: np.ndarray
+    vectors: np.ndarray
+    gram: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.eigenvalues.shape[0])
+
+    @property
+    def min_eigenvalue(self) -> float:
+        return float(self.eigenvalues[-1])
+
+    @property
+    def positive_rank(self) -> int:
+        """Number of eigenvalues above the rounding tolerance."""
+        tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
+        return int(np.sum(self.eigenvalues > tol))
+
+    def coordinates(self, rank: int) -> np.ndarray:
+        """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""
+        rank = check_int("rank", rank, 1, self.n - 1, hi_label="n-1")
+        lam = np.clip(self.eigenvalues[:rank], 0.0, None)
+        return self.vectors[:, :rank] * np.sqrt(lam)[None, :]
+
+
+def _fix_signs(u: np.ndarray) -> np.ndarray:
+    idx = np.argmax(np.abs(u), axis=0)
+    signs = np.sign(u[idx, np.arange(u.shape[1])])
+    signs[signs == 0] = 1.0
+    return u * signs[None, :]
+
+
+def classical_mds(distances: np.ndarray) -> MDS:
+    """Classical MDS of a symmetric distance matrix (GEOMETRY.md section 3).
+
+    Parameters
+    ----------
+    distances : ndarray of shape (n, n)
+
+    Returns
+    -------
+    MDS
+        Warns with :class:`PosdiagWarning` when the most negative eigenvalue is below
+        ``-1e-10 * l_1`` (the configuration is then not exactly Euclidean).
+    """
+    b = gram_from_distances(distances)
+    lam, u = np.linalg.eigh(b)
+    order = np.argsort(lam)[::-1]
+    lam, u = lam[order], _fix_signs(u[:, order])
+    top = float(lam[0]) if lam.size else 0.0
+    if lam.size and lam[-1] < -NEGATIVE_EIGENVALUE_TOL * max(top, 0.0):
+        warnings.warn(
+            f"classical MDS: most negative eigenvalue {lam[-1]:.3e} is below "
+            f"-1e-10 * l_1 = {-NEGATIVE_EIGENVALUE_TOL * top:.3e} (l_1 = {top:.3e}); "
+            "the distances are not exactly Euclidean",
+            PosdiagWarning,
+            stacklevel=2,
+        )
+    return MDS(eigenvalues=lam, vectors=u, gram=b)
+
+
+def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
+    """Scale-fitted stress ``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F``, in [0, 1].
+
+    ``B_E = 0`` (no positional signal) gives exactly 1.
+    """
+    nh = float(np.linalg.norm(b_h))
+    ne = float(np.linalg.norm(b_e))
+    if nh == 0.0:
+        raise ValueError("the corpus Gram matrix is zero: all positions are identical")
+    if ne == 0.0:
+        return 1.0
+    cos = max(0.0, float(np.vdot(b_h, b_e))) / (nh * ne)
+    return float(np.sqrt(max(0.0, 1.0 - cos * cos)))
+
+
+def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
+    """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
+
+    ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
+
+    Parameters
+    ----------
+    eigenvalues : ndarray of shape (n,)
+        Descending eigenvalues of ``B_H``.
+
+    Returns
+    -------
+    ndarray of shape (n-1,)
+    """
+    sq = np.asarray(eigenvalues, dtype=np.float64) ** 2
+    total = sq.sum()
+    # tail[r] = sum_{k>=r} sq[k]; reversed cumsum keeps tiny tails accurate.
+    tail = np.cumsum(sq[::-1])[::-1]
+    return np.sqrt(np.clip(tail[1:] / total, 0.0, 1.0))
+
+
+def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
+    """Smallest rank r with ``stress(MDS_r) <= eps``."""
+    eps = check_float("eps", eps, 0.0, 1.0)
+    by_rank = stress_by_rank(eigenvalues)
+    hits = np.flatnonzero(by_rank <= eps)
+    return int(hits[0] + 1) if hits.size else len(by_rank)
+
+
+@dataclass(frozen=True)
+class StressMeasures:
+    """The four measures of GEOMETRY.md section 4 for one encoding.
+
+    ``spearman`` is NaN when either set of distances is constant (e.g. ``nope``).
+    """
+
+    stress: float
+    raw: float
+    kruskal: float
+    spearman: float
+
+
+def compare(
+    d_h: np.ndarray, b_h: np.ndarray, delta_e: np.ndarray, b_e: np.ndarray
+) -> StressMeasures:
+    """All measures of an encoding against the corpus geometry.
+
+    Parameters
+    ----------
+    d_h, b_h : ndarray of shape (n, n)
+        Corpus Hellinger distances and their Gram matrix.
+    delta_e, b_e : ndarray of shape (n, n)
+        The encoding's dissimilarities and their Gram matrix.
+    """
+    nh = float(np.linalg.norm(b_h))
+    raw = float(np.linalg.norm(b_h - b_e)) / nh
+    iu = np.triu_indices(d_h.shape[0], k=1)
+    dh, de = d_h[iu], delta_e[iu]
+    denom = float(de @ de)
+    c = float(dh @ de) / denom if denom > 0 else 0.0
+    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / np.sum(dh * dh)))
+    if np.ptp(dh) == 0 or np.ptp(de) == 0:
+        rho = float("nan")
+    else:
+        rho = float(stats.spearmanr(dh, de).statistic)
+    return StressMeasures(stress=stress(b_h, b_e), raw=raw, kruskal=kruskal, spearman=rho)
+
+
+def positional_information(
+    counts: sp.spmatrix | sp.sparray | np.ndarray,
+) -> tuple[float, np.ndarray]:
+    """Mutual information ``I(position; token)`` in bits (GEOMETRY.md section 8).
+
+    ``I = sum_i (N_i/N) KL(mu_i || mu_bar)`` with ``mu_bar`` the pooled distribution.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+        Rows with zero support are ignored.
+
+    Returns
+    -------
+    (float, ndarray of shape (n_positions,))
+        The total in bits, and each position's ``KL(mu_i || mu_bar)`` in bits (0 where
+        ``N_i = 0``).
+    """
+    c = sp.csr_matrix(counts, dtype=np.float64)
+    supports = np.asarray(c.sum(axis=1)).ravel()
+    total = supports.sum()
+    if total <= 0:
+        raise ValueError("the count matrix is empty")
+    pooled = np.asarray(c.sum(axis=0)).ravel() / total
+    coo = c.tocoo()
+    mu = coo.data / supports[coo.row]
+    # Every stored entry has count > 0, so mu > 0 and pooled > 0 there: no 0 log 0 cases.
+    terms = mu * np.log2(mu / pooled[coo.col])
+    kl = np.bincount(coo.row, weights=terms, minlength=c.shape[0])
+    kl = np.clip(kl, 0.0, None)
+    return float(np.sum(supports / total * kl)), kl

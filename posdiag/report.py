@@ -1,0 +1,148 @@
+"""Human tables (rich) and JSON documents for every report."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .diagnostics import CorpusSummary, StressReport
+from .export import LowRankEncoding
+
+__all__ = ["stress_json", "print_stress", "encoding_json", "print_encoding", "jsonable"]
+
+# Ranks shown in the human spectrum table; JSON carries all of them.
+SHOWN_RANKS = 10
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON values: NaN/inf become null, tuples lists, mapping keys strings."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    return x
+
+
+def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
+    return asdict(c)
+
+
+def stress_json(report: StressReport) -> dict[str, Any]:
+    """The ``--json`` document of ``posdiag stress``."""
+    sp = report.spectrum
+    return jsonable(
+        {
+            "corpus": _corpus_json(report.corpus),
+            "spectrum": {
+                "eigenvalues": sp.eigenvalues,
+                "stress_by_rank": sp.stress_by_rank,
+                "effective_rank": sp.effective_rank,
+                "min_eigenvalue": sp.min_eigenvalue,
+            },
+            "encodings": [asdict(e) for e in report.encodings],
+            "warnings": report.warnings,
+        }
+    )
+
+
+def _params(p: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+
+
+def _fmt(x: float, digits: int = 4) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _span(positions: tuple[int, ...]) -> str:
+    if not positions:
+        return "none"
+    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
+
+
+def print_summary(c: CorpusSummary, console: Console) -> None:
+    t = Table(title="Corpus", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    sup = c.supports
+    rows = [
+        ("source", c.source),
+        ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
+        ("documents / sequences", f"{c.documents:,} / {c.sequences:,}"),
+        ("tokens", f"{c.tokens:,}"),
+        ("vocabulary seen / size", f"{c.vocab_seen:,} / {c.vocab_size:,}"),
+        ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
+        ("min_count", str(c.min_count)),
+        ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
+        ("dropped positions", _span(c.dropped)),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+
+
+def print_stress(report: StressReport, console: Console) -> None:
+    """Corpus summary, stress table (best first) and MDS spectrum."""
+    print_summary(report.corpus, console)
+    t = Table(
+        title="Stress (0 = corpus geometry reproduced, 1 = no positional information)",
+        title_justify="left",
+    )
+    for col in ("encoding", "parameters"):
+        t.add_column(col)
+    for col in ("stress", "raw", "kruskal", "spearman", "params"):
+        t.add_column(col, justify="right")
+    for e in report.encodings:
+        t.add_row(
+            e.name,
+            _params(e.params),
+            _fmt(e.stress),
+            _fmt(e.raw, 3),
+            _fmt(e.kruskal),
+            _fmt(e.spearman, 3),
+            f"{e.n_params:,}",
+        )
+    console.print(t)
+    sp = report.spectrum
+    t = Table(title="MDS spectrum", title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("eigenvalue", justify="right")
+    t.add_column("stress of mds-r", justify="right")
+    for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
+        t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", _fmt(sp.stress_by_rank[r - 1]))
+    console.print(t)
+    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
+    console.print(f"effective rank: {eff}; most negative eigenvalue {sp.min_eigenvalue:.3g}")
+
+
+def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
+    """The ``--json`` document of ``posdiag build-encoding``."""
+    return jsonable(
+        {
+            "files": files,
+            "n": enc.n,
+            "rank": enc.rank,
+            "dim": enc.dim,
+            "stress": enc.stress,
+            "n_params": enc.n_params,
+            "dense_params": enc.dense_params,
+            "saving": 1.0 - enc.n_params / enc.dense_params,
+            "meta": dict(enc.meta),
+        }
+    )
+
+
+def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> None:
+    saving = 1.0 - enc.n_params / enc.dense_params
+    console.print(
+        f"wrote {', '.join(files)}: rank {enc.rank} MDS encoding of {enc.n} positions, "
+        f"d={enc.dim}, "
+        f"stress {enc.stress:.4f}; parameters r(n+d) = {enc.n_params:,} vs n*d = "
+        f"{enc.dense_params:,} ({saving:.1%} fewer)"
+    )

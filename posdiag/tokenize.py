@@ -1,0 +1,226 @@
+"""Tokenizers and views: turn texts into the id sequences a model sees (GEOMETRY.md section 6).
+
+Views
+-----
+``text``
+    the tokenizer's tokens only, no special tokens, cut at ``max_len``.
+``model``
+    the tokenizer's post-processor adds its special tokens (e.g. ``[CLS] ... [SEP]``); sequences
+    are truncated to ``max_len`` and padded to ``max_len`` with the pad token, which is counted.
+``packed``
+    documents joined with the end-of-text token, each followed by it, cut into consecutive windows
+    of ``max_len`` tokens; the last window may be shorter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers.pre_tokenizers import Whitespace
+
+from ._validate import check_choice, check_int
+from .errors import PosdiagError
+
+__all__ = ["VIEWS", "Tokenizer", "WhitespaceTokenizer", "FileTokenizer", "load_tokenizer", "view"]
+
+VIEWS = ("text", "model", "packed")
+BUILTIN = ("whitespace",)
+PAD_CANDIDATES = ("[PAD]", "<pad>", "<|pad|>", "<|padding|>", "<PAD>")
+EOT_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]", "<|eot_id|>")
+
+
+class Tokenizer:
+    """What posdiag needs of a tokenizer: batch encoding with and without special tokens."""
+
+    name: str
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text without special tokens."""
+        raise NotImplementedError
+
+    def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        """Ids as the model sees them: special tokens, truncated and padded to ``max_len``."""
+        raise NotImplementedError
+
+    def eot_id(self) -> int:
+        """Id of the token that separates documents in the packed view."""
+        raise NotImplementedError
+
+
+class WhitespaceTokenizer(Tokenizer):
+    """Built-in offline word-level tokenizer.
+
+    Words come from the ``tokenizers`` ``Whitespace`` pre-tokenizer (``\\w+|[^\\w\\s]+``); ids
+    are assigned in order of first appearance, after three reserved specials: ``[PAD]`` = 0,
+    ``[CLS]`` = 1, ``[SEP]`` = 2. The model view is BERT's ``[CLS] text [SEP]`` padded with
+    ``[PAD]``; the packed view separates documents with ``[SEP]``.
+    """
+
+    SPECIALS = ("[PAD]", "[CLS]", "[SEP]")
+
+    def __init__(self) -> None:
+        self.name = "whitespace"
+        self._pre = Whitespace()
+        self._vocab: dict[str, int] = {tok: i for i, tok in enumerate(self.SPECIALS)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def _ids(self, text: str) -> list[int]:
+        vocab = self._vocab
+        out = []
+        for word, _ in self._pre.pre_tokenize_str(text):
+            idx = vocab.get(word)
+            if idx is None:
+                idx = vocab[word] = len(vocab)
+            out.append(idx)
+        return out
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self._ids(t) for t in texts]
+
+    def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        pad = [0] * max_len
+        out = []
+        for t in texts:
+            ids = [1, *self._ids(t)[: max(max_len - 2, 0)], 2][:max_len]
+            out.append(ids + pad[: max_len - len(ids)])
+        return out
+
+    def eot_id(self) -> int:
+        return 2
+
+
+class FileTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizer.json`` loaded with the ``tokenizers`` library (any model type)."""
+
+    def __init__(self, path: str, pad_token: str | None = None) -> None:
+        p = Path(path)
+        if not p.is_file():
+            raise PosdiagError(
+                f"tokenizer {path!r}: no such file (built-in tokenizers: {', '.join(BUILTIN)})"
+            )
+        try:
+            self._tok = HFTokenizer.from_file(str(p))
+        except Exception as exc:  # tokenizers raises bare Exception subclasses
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+        self.name = path
+        self._pad_token = pad_token
+        self._tok.no_truncation()
+        self._tok.no_padding()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def _find(self, candidates: Sequence[str]) -> tuple[str, int] | None:
+        for tok in candidates:
+            idx = self._tok.token_to_id(tok)
+            if idx is not None:
+                return tok, idx
+        return None
+
+    def _pad(self) -> tuple[str, int]:
+        if self._pad_token is not None:
+            idx = self._tok.token_to_id(self._pad_token)
+            if idx is None:
+                raise PosdiagError(
+                    f"tokenizer {self.name}: pad token {self._pad_token!r} is not in its vocabulary"
+                )
+            return self._pad_token, idx
+        found = self._find(PAD_CANDIDATES)
+        if found is None:
+            raise PosdiagError(
+                f"tokenizer {self.name}: has no pad token "
+                f"(looked for {', '.join(PAD_CANDIDATES)}); the model view pads to max_len: "
+                "name one with --pad-token"
+            )
+        return found
+
+    def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        pad_token, pad_id = self._pad()
+        self._tok.enable_truncation(max_length=max_len)
+        self._tok.enable_padding(length=max_len, pad_id=pad_id, pad_token=pad_token)
+        try:
+            return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
+        finally:
+            self._tok.no_truncation()
+            self._tok.no_padding()
+
+    def eot_id(self) -> int:
+        found = self._find(EOT_CANDIDATES)
+        if found is None:
+            raise PosdiagError(
+                f"tokenizer {self.name}: has no end-of-text token "
+                f"(looked for {', '.join(EOT_CANDIDATES)}); the packed view joins documents with it"
+            )
+        return found[1]
+
+
+def load_tokenizer(spec: str = "whitespace", *, pad_token: str | None = None) -> Tokenizer:
+    """A built-in tokenizer by name (``whitespace``) or a ``tokenizer.json`` file by path."""
+    if spec == "whitespace":
+        return WhitespaceTokenizer()
+    return FileTokenizer(spec, pad_token=pad_token)
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for t in texts:
+        batch.append(t)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def view(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    view: str = "text",
+    max_len: int = 512,
+    *,
+    batch_size: int = 1024,
+) -> Iterator[tuple[list[list[int]], int]]:
+    """Encode ``texts`` in batches and apply a view.
+
+    Yields
+    ------
+    (sequences, documents)
+        ``sequences`` is a list of id lists, each of length at most ``max_len``; ``documents`` is
+        how many input texts this batch consumed (in the packed view not one per sequence).
+    """
+    check_choice("view", view, VIEWS)
+    max_len = check_int("max_len", max_len, 1)
+    batch_size = check_int("batch_size", batch_size, 1)
+    if view == "text":
+        for batch in _batches(texts, batch_size):
+            yield [ids[:max_len] for ids in tokenizer.encode_batch(batch)], len(batch)
+    elif view == "model":
+        for batch in _batches(texts, batch_size):
+            yield tokenizer.encode_batch_model(batch, max_len), len(batch)
+    else:
+        eot = tokenizer.eot_id()
+        carry: list[int] = []
+        for batch in _batches(texts, batch_size):
+            for ids in tokenizer.encode_batch(batch):
+                carry.extend(ids)
+                carry.append(eot)
+            whole = len(carry) // max_len * max_len
+            windows = [carry[i : i + max_len] for i in range(0, whole, max_len)]
+            carry = carry[whole:]
+            yield windows, len(batch)
+        if carry:
+            yield [carry], 0

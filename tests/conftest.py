@@ -1,0 +1,30 @@
+"""Shared fixtures: small corpora the tests write themselves (no network, no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from posdiag.synthetic import drift_distributions, sample_texts
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "fixtures" / "corpus_en.txt"
+
+
+@pytest.fixture
+def synth_corpus(tmp_path: Path) -> Path:
+    """600 sequences of 12 tokens whose positional distributions drift smoothly (rank 2)."""
+    mu = drift_distributions(12, 30, rank=2, seed=1)
+    path = tmp_path / "synth.txt"
+    path.write_text("\n".join(sample_texts(mu, 600, seed=2)) + "\n")
+    return path
+
+
+@pytest.fixture
+def small_corpus(tmp_path: Path) -> Path:
+    """The first 400 sentences of the bundled corpus."""
+    lines = BUNDLED.read_text(encoding="utf-8").splitlines()[:400]
+    path = tmp_path / "small.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
