@@ -1,0 +1,292 @@
+"""CLI: every core command, every bad input of issue 2 (exact text, exit code 2), --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from safetensors.numpy import load_file, save_file
+from typer.testing import CliRunner
+
+from posdiag.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str, input: str | None = None):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args), input=input)
+
+
+def fails(args: list[str], message: str) -> None:
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr == f"Error: {message}\n"
+    assert r.stdout == ""
+
+
+def test_stress_json_on_synthetic_corpus(synth_corpus: Path) -> None:
+    r = run("stress", str(synth_corpus), "--min-count", "50", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    c = doc["corpus"]
+    assert (c["sequences"], c["tokens"], c["n_eff"], c["view"]) == (600, 7200, 12, "text")
+    assert c["tokenizer"] == "whitespace" and c["min_count"] == 50 and c["dropped"] == []
+    names = [e["name"] for e in doc["encodings"]]
+    assert set(names) == {
+        "nope",
+        "sinusoidal",
+        "learned-random",
+        "rope",
+        "alibi",
+        "alibi-kernel",
+        "t5",
+        "mds-1",
+        "mds-2",
+        "mds-3",
+    }
+    stresses = [e["stress"] for e in doc["encodings"]]
+    assert stresses == sorted(stresses)
+    row = {e["name"]: e for e in doc["encodings"]}
+    assert row["nope"]["stress"] == 1.0 and row["nope"]["spearman"] is None
+    by_rank = doc["spectrum"]["stress_by_rank"]
+    assert row["mds-2"]["stress"] == pytest.approx(by_rank[1], abs=1e-9)
+    assert len(doc["spectrum"]["eigenvalues"]) == 12 and len(by_rank) == 11
+    assert set(doc["spectrum"]["effective_rank"]) == {"0.1", "0.05"}
+
+
+def test_stress_table_and_selected_encodings(synth_corpus: Path) -> None:
+    r = run(
+        "stress", str(synth_corpus), "--min-count", "50", "-e", "rope:head_dim=8", "-e", "mds-2"
+    )
+    assert r.exit_code == 0, r.output
+    assert "rope" in r.stdout and "head_dim=8, base=10000" in r.stdout and "mds-2" in r.stdout
+    assert "sinusoidal" not in r.stdout
+    assert "effective rank:" in r.stdout
+
+
+def test_stdin_and_counts_file_give_same_report(synth_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.npz"
+    r = run("count", str(synth_corpus), "-o", str(out), "--max-len", "12")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"wrote {out}: 600 sequences, 7,200 tokens, 12 x ")
+    assert sp.load_npz(out).shape[0] == 12
+    a = json.loads(run("stress", str(out), "--min-count", "50", "--json").stdout)
+    b = json.loads(
+        run(
+            "stress",
+            "-",
+            "--max-len",
+            "12",
+            "--min-count",
+            "50",
+            "--json",
+            input=synth_corpus.read_text(),
+        ).stdout
+    )
+    assert [e["stress"] for e in a["encodings"]] == [e["stress"] for e in b["encodings"]]
+    fails(
+        ["stress", str(out), "--view", "model"],
+        f"{out}: was counted with view='text', not 'model'; count the corpus again to change it",
+    )
+    fails(
+        ["count", str(synth_corpus), "-o", str(out)],
+        f"{out}: already exists; pass --force to overwrite",
+    )
+    assert run("count", str(synth_corpus), "-o", str(out), "--force").exit_code == 0
+
+
+def test_build_encoding_safetensors_and_npy(synth_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "enc.safetensors"
+    r = run(
+        "build-encoding",
+        str(synth_corpus),
+        "--rank",
+        "3",
+        "--dim",
+        "64",
+        "--min-count",
+        "50",
+        "-o",
+        str(out),
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["rank"], doc["dim"], doc["n"], doc["n_params"], doc["dense_params"]) == (
+        3,
+        64,
+        12,
+        228,
+        768,
+    )
+    assert doc["saving"] == pytest.approx(1 - 228 / 768)
+    assert load_file(str(out))["encoding"].shape == (12, 64)
+    npy = tmp_path / "enc.npy"
+    r = run(
+        "build-encoding",
+        str(synth_corpus),
+        "-r",
+        "2",
+        "-d",
+        "8",
+        "--min-count",
+        "50",
+        "-o",
+        str(npy),
+    )
+    assert r.exit_code == 0 and "parameters r(n+d) = 40 vs n*d = 96 (58.3% fewer)" in r.stdout
+    assert np.load(npy).shape == (12, 8) and (tmp_path / "enc.json").exists()
+
+
+def test_encodings_lists_registry() -> None:
+    r = run("encodings", "--json")
+    names = [e["name"] for e in json.loads(r.stdout)]
+    assert {"nope", "sinusoidal", "rope", "alibi", "t5", "mds", "learned"} <= set(names)
+    assert run("--version").stdout.startswith("posdiag ")
+
+
+def test_bad_corpus_inputs(tmp_path: Path, synth_corpus: Path) -> None:
+    fails(["stress", "missing.txt"], "missing.txt: no such file")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    fails(["stress", str(empty)], f"{empty}: the corpus is empty (no tokens after tokenization)")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok line\nalso ok\n\xc3\x28 broken\n")
+    fails(["stress", str(bad)], f"{bad}: line 3 is not valid UTF-8 (byte 0xc3 at column 1)")
+    short = tmp_path / "short.txt"
+    short.write_text("one two\n" * 150 + "three\n")
+    fails(
+        ["stress", str(short), "--min-count", "151"],
+        f"{short}: fewer than 2 positions have support >= min_count=151 "
+        "(n_eff=1; supports of positions 0..4: 151, 150, 0, 0, 0); lower --min-count or add data",
+    )
+    j = tmp_path / "c.jsonl"
+    j.write_text('{"sentence": "a b"}\n')
+    fails(["stress", str(j)], f"{j}: line 1 has no column 'text'; columns: sentence")
+    fails(
+        ["stress", str(j), "--column", "label"],
+        f"{j}: line 1 has no column 'label'; columns: sentence",
+    )
+    fails(
+        ["stress", str(synth_corpus), "--view", "chars"],
+        "'view' must be one of text, model, packed; got 'chars'",
+    )
+    fails(
+        ["stress", str(synth_corpus), "--max-len", "0"],
+        "'max_len' must be an int in [1, inf]; got 0",
+    )
+    fails(
+        ["stress", str(synth_corpus), "--min-count", "0"],
+        "'min_count' must be an int in [1, inf]; got 0",
+    )
+
+
+def test_bad_tokenizer(tmp_path: Path, synth_corpus: Path) -> None:
+    bad = tmp_path / "tok.json"
+    bad.write_text('{"version": "1.0"}')
+    r = run("stress", str(synth_corpus), "--tokenizer", str(bad))
+    assert r.exit_code == 2 and r.stderr.startswith(f"Error: {bad}: not a valid tokenizer.json (")
+    assert r.stderr.count("\n") == 1
+    fails(
+        ["stress", str(synth_corpus), "-t", "gpt9"],
+        "tokenizer 'gpt9': no such file (built-in tokenizers: whitespace)",
+    )
+
+
+def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
+    c = str(synth_corpus)
+    base = ["stress", c, "--min-count", "50", "-e"]
+    fails(
+        [*base, "sinusoid"],
+        "unknown encoding 'sinusoid'; encodings: nope, sinusoidal, learned-random, "
+        "learned, rope, alibi, alibi-kernel, t5, mds",
+    )
+    fails(
+        [*base, "rope:theta=3"],
+        "encoding 'rope': unknown parameter 'theta'; parameters: head_dim, base",
+    )
+    fails([*base, "mds-12"], "'rank' must be an int in [1, n_eff-1=11]; got 12")
+    fails([*base, "learned"], "encoding 'learned': parameter 'path' is required")
+    fails([*base, "learned:path=nothere.npy"], "learned: path 'nothere.npy': no such file")
+    three = tmp_path / "t3.npy"
+    np.save(three, np.zeros((12, 2, 2)))
+    fails(
+        [*base, f"learned:path={three}"],
+        f"learned: {three}: table must be 2-D (positions x d); got shape (12, 2, 2)",
+    )
+    short = tmp_path / "short.npy"
+    np.save(short, np.zeros((5, 4)))
+    fails(
+        [*base, f"learned:path={short}"],
+        f"learned: {short}: table has 5 rows; the corpus needs n_eff=12",
+    )
+    nan = tmp_path / "nan.npy"
+    table = np.zeros((20, 4))
+    table[3, 1] = np.nan
+    np.save(nan, table)
+    fails(
+        [*base, f"learned:path={nan}"],
+        f"learned: {nan}: table must be finite; got nan at row 3, column 1 (1 non-finite values)",
+    )
+    st = tmp_path / "model.safetensors"
+    save_file(
+        {"wte.weight": np.zeros((9, 4), np.float32), "h.0.w": np.zeros((4, 4), np.float32)}, str(st)
+    )
+    fails(
+        [*base, f"learned:path={st},tensor=wpe"],
+        f"learned: {st}: no tensor 'wpe'; tensors: h.0.w, wte.weight",
+    )
+    fails(
+        [*base, f"learned:path={st}"],
+        f"learned: {st}: no position-embedding tensor under a known name; "
+        "pass tensor=NAME; tensors: h.0.w, wte.weight",
+    )
+
+
+def test_learned_from_safetensors_checkpoint(tmp_path: Path, synth_corpus: Path) -> None:
+    st = tmp_path / "model.safetensors"
+    rng = np.random.default_rng(0)
+    save_file({"transformer.wpe.weight": rng.normal(size=(64, 8)).astype(np.float32)}, str(st))
+    r = run("stress", str(synth_corpus), "--min-count", "50", "-e", f"learned:path={st}", "--json")
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)["encodings"]
+    assert row["name"] == "learned" and row["n_params"] == 12 * 8 and 0 < row["stress"] < 1
+
+
+def test_build_encoding_bad_inputs(tmp_path: Path, synth_corpus: Path) -> None:
+    c = str(synth_corpus)
+    out = tmp_path / "e.safetensors"
+    fails(
+        ["build-encoding", c, "--min-count", "50", "-r", "0", "-o", str(out)],
+        "'rank' must be an int in [1, n_eff-1=11]; got 0",
+    )
+    fails(
+        ["build-encoding", c, "--min-count", "50", "-r", "12", "-o", str(out)],
+        "'rank' must be an int in [1, n_eff-1=11]; got 12",
+    )
+    fails(
+        ["build-encoding", c, "--min-count", "50", "-r", "4", "-d", "3", "-o", str(out)],
+        "'dim' must be an int in [rank=4, inf]; got 3",
+    )
+    fails(
+        ["build-encoding", c, "-o", str(tmp_path / "e.pt")],
+        f"'output' must end with .safetensors or .npy; got '{tmp_path / 'e.pt'}'",
+    )
+    fails(
+        ["build-encoding", c, "-o", str(tmp_path / "no" / "e.npy")],
+        f"{tmp_path / 'no' / 'e.npy'}: folder '{tmp_path / 'no'}' does not exist",
+    )
+    out.write_bytes(b"precious")
+    fails(
+        ["build-encoding", c, "--min-count", "50", "-o", str(out)],
+        f"{out}: already exists; pass --force to overwrite",
+    )
+    assert out.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.safetensors", "synth.txt"]
+    fails(
+        ["count", c, "-o", str(tmp_path / "c.txt")],
+        f"'output' must end with .npz; got '{tmp_path / 'c.txt'}'",
+    )
