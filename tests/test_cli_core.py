@@ -290,3 +290,22 @@ def test_build_encoding_bad_inputs(tmp_path: Path, synth_corpus: Path) -> None:
         ["count", c, "-o", str(tmp_path / "c.txt")],
         f"'output' must end with .npz; got '{tmp_path / 'c.txt'}'",
     )
+
+
+def test_piped_run_prints_no_progress_and_quiet_is_accepted(synth_corpus: Path) -> None:
+    r = run("stress", str(synth_corpus), "--min-count", "50", "--json", "--quiet")
+    assert r.exit_code == 0 and r.stderr == ""
+    r = run("stress", str(synth_corpus), "--min-count", "50", "-e", "nope")
+    assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_interrupted_count_leaves_no_file(
+    synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupt(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez_compressed", interrupt)
+    r = run("count", str(synth_corpus), "-o", str(tmp_path / "c.npz"))
+    assert r.exit_code != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["synth.txt"]
