@@ -456,3 +456,12 @@ def test_bad_parameters_name_the_rule_and_value(text: str, message: str) -> None
     with pytest.raises(PosdiagError) as exc:
         make_encoding(name, N, params)
     assert str(exc.value) == message
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=st.floats(0.01, 100.0), p=st.floats(0.05, 2.0), n=st.integers(2, 60))
+def test_kerple_readings_are_euclidean(a: float, p: float, n: int) -> None:
+    # Schoenberg: -b conditionally negative definite <=> B_E positive semidefinite.
+    for name in ("kerple-log", "kerple-power"):
+        g = make_encoding(name, n, {"a": a, "p": p}).gram()
+        assert np.linalg.eigvalsh(g).min() >= -1e-8 * max(1.0, np.abs(g).max())

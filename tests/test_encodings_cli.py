@@ -95,3 +95,18 @@ def test_every_encoding_and_preset_is_documented() -> None:
         assert f"`{name}`" in docs and f"`{name}`" in readme, name
     for name in MODEL_PRESETS:
         assert f"`{name}`" in docs, name
+
+
+def test_rope_and_sinusoidal_score_alike_on_a_real_corpus(small_corpus: Path) -> None:
+    res = runner.invoke(
+        app,
+        ["stress", str(small_corpus), "--min-count", "20", "--json", "-e", "rope:head_dim=96",
+         "-e", "sinusoidal:d=96", "-e", "rope-dynamic:head_dim=96,seq_len=100000"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = {r["name"]: r for r in json.loads(res.stdout)["encodings"]}
+    assert rows["rope"]["stress"] == pytest.approx(rows["sinusoidal"]["stress"], abs=1e-9)
+    assert rows["rope"]["kruskal"] == pytest.approx(rows["sinusoidal"]["kruskal"], abs=1e-9)
+    # Running at 100k tokens, dynamic NTK has rescaled its base: a different geometry.
+    assert rows["rope-dynamic"]["params"]["scaled_base"] > 1e4
+    assert rows["rope-dynamic"]["stress"] != pytest.approx(rows["rope"]["stress"], abs=1e-6)
