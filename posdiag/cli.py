@@ -162,7 +162,7 @@ def stress(
         typer.Option(
             "--model-preset",
             help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
-            "repeatable; see 'posdiag encodings'.",
+            "repeatable; see 'posdiag encodings --presets'.",
         ),
     ] = None,
     column: ColumnOpt = None,
