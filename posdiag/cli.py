@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from . import __version__
 from .counts import Counts, corpus_counts, save_counts
 from .diagnostics import DEFAULT_MIN_COUNT, StressReport, corpus_geometry, score_encodings, spectrum
-from .encodings import REGISTRY, parse_encoding
+from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
 from .report import encoding_json, print_encoding, print_stress, stress_json
@@ -157,6 +157,14 @@ def stress(
             "default: a standard set.",
         ),
     ] = None,
+    model_preset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-preset",
+            help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
+            "repeatable; see 'posdiag encodings --presets'.",
+        ),
+    ] = None,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
     view: ViewOpt = None,
@@ -168,7 +176,10 @@ def stress(
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
-    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    chosen = [parse_encoding(e) for e in encoding or ()]
+    for preset in model_preset or ():
+        chosen += expand_preset(preset)
+    specs = chosen or None
     counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
     geo = corpus_geometry(counts, min_count)
     report = StressReport(
@@ -263,30 +274,74 @@ def build_encoding(
 
 
 @app.command()
-def encodings(as_json: JsonOpt = False) -> None:
-    """List every encoding with its parameters, defaults and parameter count."""
-    rows: list[dict[str, Any]] = [
-        {
-            "name": s.name,
-            "kind": s.kind,
-            "params": {k: v for k, v in s.defaults.items()},
-            "n_params": s.n_params_formula,
-            "summary": s.summary,
-        }
-        for s in REGISTRY.values()
-    ]
+def encodings(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Show one encoding's parameters in detail.", show_default=False),
+    ] = None,
+    presets: Annotated[
+        bool, typer.Option("--presets", help="List the model presets (for --model-preset).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List every encoding with its parameters, defaults and parameter count, and the presets."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    def shown(v: Any) -> str:
+        return "(required)" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    out = _stdout()
+    if presets:
+        preset_rows: list[dict[str, Any]] = [
+            {
+                "name": p.name,
+                "description": p.description,
+                "encodings": [{"name": e, "params": dict(ps)} for e, ps in p.encodings],
+            }
+            for p in MODEL_PRESETS.values()
+        ]
+        if as_json:
+            typer.echo(json.dumps(preset_rows, indent=2))
+            return
+        t = Table(title="Model presets (use as --model-preset NAME)", title_justify="left")
+        t.add_column("preset")
+        t.add_column("encodings", overflow="fold")
+        t.add_column("model")
+        for r in preset_rows:
+            encs = "; ".join(
+                e["name"] + ":" + ",".join(f"{k}={shown(v)}" for k, v in e["params"].items())
+                for e in r["encodings"]
+            )
+            t.add_row(r["name"], encs, r["description"])
+        out.print(t)
+        return
+    rows = describe(name)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from rich.table import Table
-
+    if name is not None:
+        r = rows[0]
+        out.print(f"[bold]{r['name']}[/bold] ({r['kind']}): {escape(r['summary'])}")
+        out.print(f"trainable parameters: {r['n_params']}")
+        t = Table(title_justify="left")
+        for col in ("parameter", "type", "default", "meaning"):
+            t.add_column(col)
+        for k, v in r["params"].items():
+            t.add_row(k, r["types"][k], shown(v), escape(r["docs"][k]))
+        out.print(t)
+        return
     t = Table(title="Encodings (use as --encoding NAME[:key=value,...])", title_justify="left")
-    for col in ("name", "kind", "parameters [defaults]", "params", "definition"):
+    for col in ("name", "kind", escape("parameters [defaults]"), "params", "definition"):
         t.add_column(col)
     for r in rows:
-        ps = ", ".join(f"{k}={'(required)' if v is None else v}" for k, v in r["params"].items())
-        t.add_row(r["name"], r["kind"], ps or "-", r["n_params"], r["summary"])
-    _stdout().print(t)
+        ps = ", ".join(f"{k}={shown(v)}" for k, v in r["params"].items())
+        t.add_row(r["name"], r["kind"], ps or "-", r["n_params"], escape(r["summary"]))
+    out.print(t)
+    out.print(
+        "One encoding's parameters: posdiag encodings NAME; "
+        f"model presets ({', '.join(MODEL_PRESETS)}): posdiag encodings --presets"
+    )
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,282 @@
+"""The encoding registry: specs, factories, parsing of ``NAME[:key=value,...]`` (GEOMETRY.md 5).
+
+Each factory turns ``n`` positions and keyword parameters into an :class:`Encoding` holding the
+dissimilarity ``delta_E`` the encoding induces between positions. The family modules
+(``absolute``, ``rope``, ``bias``) register their factories here on import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.spatial.distance import pdist, squareform
+
+from .._validate import check_float, check_int
+from ..errors import PosdiagError
+from ..geometry import MDS, gram_from_distances
+
+__all__ = [
+    "Context",
+    "DEFAULT_SET",
+    "Encoding",
+    "EncodingSpec",
+    "REGISTRY",
+    "describe",
+    "make_encoding",
+    "parse_encoding",
+    "register",
+]
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One encoding evaluated on ``n`` positions.
+
+    Attributes
+    ----------
+    name : str
+        Display name (``mds-3`` for ``mds`` at rank 3).
+    params : mapping
+        Every parameter with its value, defaults included.
+    n_params : int
+        Trainable parameters the encoding costs at this ``n``.
+    delta : ndarray of shape (n, n)
+        Induced dissimilarity between positions; symmetric, zero diagonal.
+    vectors : ndarray of shape (n, d) or None
+        Position vectors for additive encodings.
+    """
+
+    name: str
+    params: Mapping[str, Any]
+    n_params: int
+    delta: np.ndarray
+    vectors: np.ndarray | None = None
+
+    def gram(self) -> np.ndarray:
+        """``B_E = -1/2 J (delta o delta) J``, of shape (n, n)."""
+        return gram_from_distances(self.delta)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Corpus facts some encodings need (``mds`` needs the corpus MDS)."""
+
+    mds: MDS | None = None
+
+
+Factory = Callable[..., Encoding]
+
+
+@dataclass(frozen=True)
+class EncodingSpec:
+    """A registered encoding: its parameters with defaults (``None`` = required) and its maker.
+
+    ``docs`` maps a parameter to one line saying what it is (shown by ``posdiag encodings``).
+    """
+
+    name: str
+    factory: Factory
+    defaults: Mapping[str, Any]
+    types: Mapping[str, type]
+    summary: str
+    n_params_formula: str
+    kind: str = "absolute"
+    docs: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+REGISTRY: dict[str, EncodingSpec] = {}
+
+DEFAULT_SET: tuple[str, ...] = (
+    "nope",
+    "sinusoidal",
+    "learned-random",
+    "rope",
+    "alibi",
+    "alibi-kernel",
+    "t5",
+    "mds-1",
+    "mds-2",
+    "mds-3",
+)
+
+
+def register(
+    name: str,
+    *,
+    params: Mapping[str, tuple[Any, ...]],
+    summary: str,
+    n_params: str,
+    kind: str = "absolute",
+) -> Callable[[Factory], Factory]:
+    """Register ``fn`` under ``name``; ``params`` maps a name to ``(type, default[, doc])``."""
+
+    def deco(fn: Factory) -> Factory:
+        REGISTRY[name] = EncodingSpec(
+            name=name,
+            factory=fn,
+            defaults={k: v[1] for k, v in params.items()},
+            types={k: v[0] for k, v in params.items()},
+            summary=summary,
+            n_params_formula=n_params,
+            kind=kind,
+            docs={k: v[2] for k, v in params.items() if len(v) > 2},
+        )
+        return fn
+
+    return deco
+
+
+# --- helpers shared by the family modules -------------------------------------------------------
+
+
+def toeplitz(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
+    """Symmetric matrix ``M[i, j] = f(|i - j|)``, of shape (n, n)."""
+    lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+    return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)[lag]
+
+
+def distances(p: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``p`` (n, d), of shape (n, n)."""
+    if p.shape[0] < 2:
+        return np.zeros((p.shape[0], p.shape[0]))
+    return squareform(pdist(np.asarray(p, dtype=np.float64)))
+
+
+def cosine_sum_distance(freqs: np.ndarray, c: float) -> Callable[[np.ndarray], np.ndarray]:
+    """``delta(D) = sqrt(c * sum_k (1 - cos(D w_k)))``, via ``1 - cos x = 2 sin^2(x/2)``.
+
+    The half-angle form keeps small lags accurate (``1 - cos`` cancels catastrophically).
+    """
+
+    def f(lag: np.ndarray) -> np.ndarray:
+        s = np.sin(np.outer(lag, freqs) / 2.0)
+        return np.sqrt(2.0 * c * np.sum(s * s, axis=1))
+
+    return f
+
+
+def even(name: str, value: Any) -> int:
+    v = check_int(name, value, 2)
+    if v % 2:
+        raise PosdiagError(f"'{name}' must be an even int >= 2; got {v}")
+    return v
+
+
+def positive(name: str, value: Any) -> float:
+    return check_float(name, value, 0.0, lo_open=True)
+
+
+# --- parsing and construction -------------------------------------------------------------------
+
+_MDS_ALIAS = re.compile(r"^mds-(\d+)$")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
+    try:
+        if kind is bool:
+            low = raw.lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise PosdiagError(
+            f"encoding {enc!r}: parameter {key!r} must be a {kind.__name__}; got {raw!r}"
+        ) from None
+
+
+def _unknown(name: str) -> PosdiagError:
+    return PosdiagError(f"unknown encoding {name!r}; encodings: {', '.join(REGISTRY)}")
+
+
+def parse_encoding(text: str) -> tuple[str, dict[str, Any]]:
+    """Parse ``NAME[:key=value,...]`` (``mds-R`` is ``mds:rank=R``) into a name and typed params."""
+    name, _, rest = text.strip().partition(":")
+    params: dict[str, Any] = {}
+    alias = _MDS_ALIAS.match(name)
+    if alias:
+        name, params["rank"] = "mds", int(alias.group(1))
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise _unknown(name)
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise PosdiagError(f"encoding {name!r}: parameter {item!r} must look like key=value")
+        if key not in spec.defaults:
+            known = ", ".join(spec.defaults) or "(none)"
+            raise PosdiagError(f"encoding {name!r}: unknown parameter {key!r}; parameters: {known}")
+        params[key] = _coerce(name, key, spec.types[key], raw.strip())
+    return name, params
+
+
+def make_encoding(
+    name: str, n: int, params: Mapping[str, Any] | None = None, *, mds: MDS | None = None
+) -> Encoding:
+    """Build a registered encoding on ``n`` positions.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`REGISTRY`.
+    n : int
+        Number of positions (``n_eff``).
+    params : mapping, optional
+        Overrides of the encoding's defaults.
+    mds : MDS, optional
+        The corpus MDS, needed by ``mds``.
+    """
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise _unknown(name)
+    given = dict(params or {})
+    unknown = sorted(set(given) - set(spec.defaults))
+    if unknown:
+        known = ", ".join(spec.defaults) or "(none)"
+        raise PosdiagError(
+            f"encoding {name!r}: unknown parameter {unknown[0]!r}; parameters: {known}"
+        )
+    full = {**spec.defaults, **given}
+    missing = [k for k, v in full.items() if v is None]
+    if missing:
+        raise PosdiagError(f"encoding {name!r}: parameter {missing[0]!r} is required")
+    check_int("n", n, 1)
+    return spec.factory(n, Context(mds=mds), **full)
+
+
+def describe(name: str | None = None) -> list[dict[str, Any]]:
+    """The registry as plain data (what ``posdiag encodings`` prints), one dict per encoding.
+
+    Keys: ``name``, ``kind``, ``summary``, ``n_params`` (formula), ``params`` (parameter ->
+    default, ``None`` = required), ``types`` (parameter -> type name), ``docs`` (parameter -> one
+    line).
+    """
+    if name is not None and name not in REGISTRY:
+        raise _unknown(name)
+    specs = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
+    return [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "summary": s.summary,
+            "n_params": s.n_params_formula,
+            "params": dict(s.defaults),
+            "types": {k: t.__name__ for k, t in s.types.items()},
+            "docs": {k: s.docs.get(k, "") for k in s.defaults},
+        }
+        for s in specs
+    ]

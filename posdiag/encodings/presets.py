@@ -1,0 +1,147 @@
+"""Real models' positional encodings with their published parameters (``--model-preset``).
+
+Each preset expands to registered encodings with the values from the model's Hugging Face
+``config.json`` (head_dim = hidden_size / num_attention_heads). Models with learned tables score
+their initialisation: pass the real weights with ``learned:path=model.safetensors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PosdiagError
+
+__all__ = ["MODEL_PRESETS", "ModelPreset", "expand_preset"]
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A model and the encodings (name, params) it uses."""
+
+    name: str
+    description: str
+    encodings: tuple[tuple[str, Mapping[str, Any]], ...]
+
+
+def _p(name: str, description: str, *encodings: tuple[str, Mapping[str, Any]]) -> ModelPreset:
+    return ModelPreset(name, description, tuple(encodings))
+
+
+_LEARNED_768 = ("learned-random", {"d": 768, "std": 0.02, "seed": 0})
+_LLAMA31 = {
+    "head_dim": 128,
+    "base": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+MODEL_PRESETS: dict[str, ModelPreset] = {
+    p.name: p
+    for p in (
+        _p(
+            "llama3-8b",
+            "Llama-3.1-8B: RoPE head_dim 128, rope_theta 500000, llama3 scaling (factor 8, L 8192)",
+            ("rope-llama3", _LLAMA31),
+        ),
+        _p(
+            "llama3-8b-noscale",
+            "Llama-3-8B (3.0): RoPE head_dim 128, rope_theta 500000, no rope_scaling",
+            ("rope", {"head_dim": 128, "base": 500000.0}),
+        ),
+        _p(
+            "llama2-7b",
+            "Llama-2-7B: RoPE head_dim 128, rope_theta 10000",
+            ("rope", {"head_dim": 128, "base": 10000.0}),
+        ),
+        _p(
+            "yarn-llama2-7b-64k",
+            "Yarn-Llama-2-7b-64k: YaRN factor 16 over L 4096, head_dim 128",
+            (
+                "rope-yarn",
+                {
+                    "head_dim": 128,
+                    "base": 10000.0,
+                    "factor": 16.0,
+                    "original_max_position_embeddings": 4096,
+                },
+            ),
+        ),
+        _p(
+            "mistral-7b",
+            "Mistral-7B-v0.1: RoPE head_dim 128, rope_theta 10000",
+            ("rope", {"head_dim": 128, "base": 10000.0}),
+        ),
+        _p(
+            "mistral-7b-v0.3",
+            "Mistral-7B-v0.3: RoPE head_dim 128, rope_theta 1000000",
+            ("rope", {"head_dim": 128, "base": 1000000.0}),
+        ),
+        _p(
+            "qwen2-7b",
+            "Qwen2-7B: RoPE head_dim 128, rope_theta 1000000",
+            ("rope", {"head_dim": 128, "base": 1000000.0}),
+        ),
+        _p(
+            "gpt-neox-20b",
+            "GPT-NeoX-20B: RoPE head_dim 96, rotary_pct 0.25 (24 rotated dims), base 10000",
+            ("rope", {"head_dim": 96, "base": 10000.0, "partial_rotary_factor": 0.25}),
+        ),
+        _p(
+            "phi-2",
+            "Phi-2: RoPE head_dim 80, partial_rotary_factor 0.4 (32 rotated dims), base 10000",
+            ("rope", {"head_dim": 80, "base": 10000.0, "partial_rotary_factor": 0.4}),
+        ),
+        _p(
+            "bert-base",
+            "BERT-base: learned 512 x 768 table (initialisation N(0, 0.02^2))",
+            _LEARNED_768,
+        ),
+        _p("roberta-base", "RoBERTa-base: learned 514 x 768 table, offset 2 (init)", _LEARNED_768),
+        _p(
+            "gpt2",
+            "GPT-2 (124M): learned 1024 x 768 table wpe (initialisation N(0, 0.02^2))",
+            _LEARNED_768,
+        ),
+        _p("opt-125m", "OPT-125m: learned 2050 x 768 table, offset 2 (init)", _LEARNED_768),
+        _p(
+            "t5-base",
+            "T5-base encoder: 32 bidirectional buckets, max_distance 128, 12 heads",
+            ("t5", {"buckets": 32, "max_distance": 128, "bidirectional": True, "heads": 12}),
+        ),
+        _p(
+            "t5-small",
+            "T5-small encoder: 32 bidirectional buckets, max_distance 128, 8 heads",
+            ("t5", {"buckets": 32, "max_distance": 128, "bidirectional": True, "heads": 8}),
+        ),
+        _p(
+            "bloom",
+            "BLOOM (176B): ALiBi with 112 heads, both readings",
+            ("alibi", {"heads": 112}),
+            ("alibi-kernel", {"heads": 112}),
+        ),
+        _p(
+            "bloom-560m",
+            "BLOOM-560m: ALiBi with 16 heads, both readings",
+            ("alibi", {"heads": 16}),
+            ("alibi-kernel", {"heads": 16}),
+        ),
+        _p(
+            "mpt-7b",
+            "MPT-7B: ALiBi with 32 heads, both readings",
+            ("alibi", {"heads": 32}),
+            ("alibi-kernel", {"heads": 32}),
+        ),
+    )
+}
+
+
+def expand_preset(name: str) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(encoding, params)`` pairs of the model preset ``name``."""
+    preset = MODEL_PRESETS.get(name)
+    if preset is None:
+        raise PosdiagError(f"unknown model preset {name!r}; presets: {', '.join(MODEL_PRESETS)}")
+    return [(enc, dict(params)) for enc, params in preset.encodings]

@@ -1,0 +1,534 @@
+"""Rotary encodings (RoPE) and their context-extension variants, and xPos (ENCODINGS.md 2).
+
+RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{j-i} k``. The
+position geometry scored is that of the rotation operators:
+``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))``, with the variant's
+frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin). Unrotated
+dimensions (``partial_rotary_factor < 1``) are the identity in every ``R_i`` and add nothing.
+Parameter names follow Hugging Face ``rope_scaling`` (``base`` is HF ``rope_theta``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validate import check_float, check_int
+from ..errors import PosdiagError
+from ._core import (
+    Context,
+    Encoding,
+    cosine_sum_distance,
+    distances,
+    even,
+    positive,
+    register,
+    toeplitz,
+)
+
+__all__ = [
+    "RopeFrequencies",
+    "dynamic_ntk_base",
+    "llama3_frequencies",
+    "longrope_factors",
+    "rope_frequencies",
+    "rotated_dim",
+    "yarn_correction_range",
+    "yarn_frequencies",
+    "yarn_mscale",
+    "xpos_decay",
+]
+
+
+@dataclass(frozen=True)
+class RopeFrequencies:
+    """The frequencies a RoPE variant rotates with.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (rotated_dim/2,)
+        Angle per position of each rotated pair.
+    attention_factor : float
+        ``m``, multiplying cos and sin (geometry scales by ``m^2``).
+    rotated_dim : int
+        ``head_dim * partial_rotary_factor``.
+    """
+
+    theta: np.ndarray
+    attention_factor: float
+    rotated_dim: int
+
+
+def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
+    """``int(head_dim * partial_rotary_factor)`` (HF), which must be even and >= 2."""
+    head_dim = even("head_dim", head_dim)
+    prf = check_float("partial_rotary_factor", partial_rotary_factor, 0.0, 1.0, lo_open=True)
+    d = int(head_dim * prf)
+    if d < 2 or d % 2:
+        raise PosdiagError(
+            f"'partial_rotary_factor' must leave an even rotated dimension >= 2; "
+            f"got head_dim={head_dim} * {prf:g} = {d}"
+        )
+    return d
+
+
+def rope_frequencies(d: int, base: float) -> np.ndarray:
+    """``theta_k = base^(-2k/d)``, k = 0..d/2-1, of shape (d/2,)."""
+    return np.asarray(base ** (-2.0 * np.arange(d // 2) / d), dtype=np.float64)
+
+
+def dynamic_ntk_base(base: float, d: int, factor: float, max_positions: int, seq_len: int) -> float:
+    """Dynamic NTK base ``b * (s l / L - (s - 1))^(d/(d-2))``, ``l = max(seq_len, L)``.
+
+    For ``seq_len <= L`` it is ``b``: the model rotates as plain RoPE until it runs longer.
+    """
+    length = max(seq_len, max_positions)
+    return float(base * (factor * length / max_positions - (factor - 1.0)) ** (d / (d - 2)))
+
+
+def yarn_correction_range(
+    d: int,
+    base: float,
+    max_positions: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> tuple[float, float]:
+    """YaRN's ramp ends ``(k_lo, k_hi)``, clamped to ``[0, d-1]``.
+
+    ``k(rho) = d ln(L / (2 pi rho)) / (2 ln b)`` is the pair index whose wavelength fits ``rho``
+    times in ``L``; ``k_lo = floor(k(beta_fast))``, ``k_hi = ceil(k(beta_slow))`` when
+    ``truncate``.
+    """
+
+    def k(rho: float) -> float:
+        return d * math.log(max_positions / (2.0 * math.pi * rho)) / (2.0 * math.log(base))
+
+    lo, hi = k(beta_fast), k(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    return float(max(lo, 0)), float(min(hi, d - 1))
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN attention factor ``0.1 mscale ln s + 1`` (1 for ``s <= 1``)."""
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_frequencies(
+    d: int,
+    base: float,
+    factor: float,
+    max_positions: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> np.ndarray:
+    """``theta'_k = (1 - r_k) theta_k + r_k theta_k / s``, ``r_k`` the clamped linear ramp."""
+    lo, hi = yarn_correction_range(d, base, max_positions, beta_fast, beta_slow, truncate)
+    if hi == lo:
+        hi += 0.001  # HF's guard against a zero-width ramp
+    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0.0, 1.0)
+    theta = rope_frequencies(d, base)
+    return np.asarray((1.0 - ramp) * theta + ramp * theta / factor, dtype=np.float64)
+
+
+def llama3_frequencies(
+    d: int,
+    base: float,
+    factor: float = 8.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    max_positions: int = 8192,
+) -> np.ndarray:
+    """Llama-3.1 frequencies by wavelength ``lam_k = 2 pi / theta_k``.
+
+    ``lam < L/hf`` kept; ``lam > L/lf`` divided by ``s``; between, ``(1-g) theta/s + g theta`` with
+    ``g = (L/lam - lf) / (hf - lf)``.
+    """
+    theta = rope_frequencies(d, base)
+    lam = 2.0 * math.pi / theta
+    g = (max_positions / lam - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smooth = (1.0 - g) * theta / factor + g * theta
+    out = np.where(lam > max_positions / low_freq_factor, theta / factor, theta)
+    medium = (lam >= max_positions / high_freq_factor) & (lam <= max_positions / low_freq_factor)
+    return np.asarray(np.where(medium, smooth, out), dtype=np.float64)
+
+
+def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``short_factor`` and ``long_factor`` (each of shape (pairs,)) from a JSON file.
+
+    The keys may be at the top level or under ``rope_scaling`` (a Hugging Face ``config.json``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PosdiagError(f"rope-longrope: factors {path!r}: no such file")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PosdiagError(f"rope-longrope: factors {path}: not a JSON file ({exc})") from None
+    if isinstance(doc, Mapping) and isinstance(doc.get("rope_scaling"), Mapping):
+        doc = doc["rope_scaling"]
+    out = []
+    for key in ("short_factor", "long_factor"):
+        vals = doc.get(key) if isinstance(doc, Mapping) else None
+        if not isinstance(vals, list):
+            raise PosdiagError(f"rope-longrope: factors {path}: needs a list {key!r}")
+        try:
+            arr = np.asarray(vals, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise PosdiagError(f"rope-longrope: factors {path}: {key} must be numbers") from None
+        if arr.shape != (pairs,):
+            raise PosdiagError(
+                f"rope-longrope: factors {path}: {key} must have rotated_dim/2={pairs} entries; "
+                f"got {arr.size}"
+            )
+        if not (np.isfinite(arr).all() and (arr > 0).all()):
+            raise PosdiagError(f"rope-longrope: factors {path}: {key} must be finite and > 0")
+        out.append(arr)
+    return out[0], out[1]
+
+
+def _rope_encoding(name: str, n: int, f: RopeFrequencies, params: dict[str, Any]) -> Encoding:
+    delta = f.attention_factor * toeplitz(cosine_sum_distance(f.theta, 4.0), n)
+    return Encoding(name, params, 0, delta)
+
+
+_HEAD = (int, 64, "head dimension (even)")
+_BASE = (float, 10000.0, "rotary base b (HF rope_theta): theta_k = b^(-2k/d)")
+_PRF = (float, 1.0, "fraction of head_dim rotated (HF partial_rotary_factor)")
+_FACTOR = (float, 4.0, "context-extension factor s (HF factor; HF has no default, 4 is ours)")
+_ORIG = (int, 4096, "original context length L (HF original_max_position_embeddings)")
+_SEQ = (int, 0, "current sequence length l; 0 = n, the positions scored")
+_SUMMARY_ROPE = "delta^2 = ||mR_i - mR_j||_F^2 = 4m^2 sum_k (1 - cos((i-j) theta'_k))"
+
+
+def _common(head_dim: int, base: float, prf: float) -> tuple[int, float]:
+    d = rotated_dim(head_dim, prf)
+    return d, check_float("base", base, 1.0, lo_open=True)
+
+
+def _factor(factor: float) -> float:
+    return check_float("factor", factor, 1.0)
+
+
+def _base_rescaled(d: int, partial_rotary_factor: float) -> None:
+    # b' = b * (...)^(d/(d-2)) needs at least two rotated pairs.
+    if d < 4:
+        raise PosdiagError(
+            f"base rescaling needs a rotated dimension >= 4; got {d} "
+            f"(head_dim * partial_rotary_factor={partial_rotary_factor:g})"
+        )
+
+
+@register(
+    "rope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
+    },
+    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
+    n_params="0",
+    kind="relative",
+)
+def _rope(
+    n: int,
+    ctx: Context,
+    *,
+    head_dim: int,
+    base: float,
+    partial_rotary_factor: float,
+    attention_factor: float,
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    m = positive("attention_factor", attention_factor)
+    params = {"head_dim": head_dim, "base": base}
+    if partial_rotary_factor != 1.0:
+        params["partial_rotary_factor"] = partial_rotary_factor
+    if m != 1.0:
+        params["attention_factor"] = m
+    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m, d), params)
+
+
+@register(
+    "rope-linear",
+    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
+    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
+    n_params="0",
+    kind="relative",
+)
+def _rope_linear(
+    n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    s = _factor(factor)
+    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0, d)
+    return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
+
+
+@register(
+    "rope-ntk",
+    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
+    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
+    n_params="0",
+    kind="relative",
+)
+def _rope_ntk(
+    n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    _base_rescaled(d, partial_rotary_factor)
+    s = _factor(factor)
+    new_base = base * s ** (d / (d - 2))
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    params = {"head_dim": head_dim, "base": base, "factor": s, "scaled_base": new_base}
+    return _rope_encoding("rope-ntk", n, f, params)
+
+
+@register(
+    "rope-dynamic",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "factor": _FACTOR,
+        "max_position_embeddings": (
+            int,
+            4096,
+            "L, the trained length (HF max_position_embeddings)",
+        ),
+        "seq_len": _SEQ,
+    },
+    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
+    n_params="0",
+    kind="relative",
+)
+def _rope_dynamic(
+    n: int,
+    ctx: Context,
+    *,
+    head_dim: int,
+    base: float,
+    partial_rotary_factor: float,
+    factor: float,
+    max_position_embeddings: int,
+    seq_len: int,
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    _base_rescaled(d, partial_rotary_factor)
+    s = _factor(factor)
+    big_l = check_int("max_position_embeddings", max_position_embeddings, 1)
+    seq = check_int("seq_len", seq_len, 0) or n
+    new_base = dynamic_ntk_base(base, d, s, big_l, seq)
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    params = {
+        "head_dim": head_dim,
+        "base": base,
+        "factor": s,
+        "max_position_embeddings": big_l,
+        "seq_len": seq,
+        "scaled_base": new_base,
+    }
+    return _rope_encoding("rope-dynamic", n, f, params)
+
+
+@register(
+    "rope-yarn",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "factor": _FACTOR,
+        "original_max_position_embeddings": _ORIG,
+        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
+        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
+        "attention_factor": (float, 0.0, "m; 0 = 0.1 mscale ln s + 1"),
+        "mscale": (float, 1.0, "multiplier of ln s in the default attention factor"),
+        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
+    },
+    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo, k_hi; m",
+    n_params="0",
+    kind="relative",
+)
+def _rope_yarn(
+    n: int,
+    ctx: Context,
+    *,
+    head_dim: int,
+    base: float,
+    partial_rotary_factor: float,
+    factor: float,
+    original_max_position_embeddings: int,
+    beta_fast: float,
+    beta_slow: float,
+    attention_factor: float,
+    mscale: float,
+    truncate: bool,
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    s = _factor(factor)
+    big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
+    fast = positive("beta_fast", beta_fast)
+    slow = check_float("beta_slow", beta_slow, 0.0, fast, lo_open=True)
+    m = check_float("attention_factor", attention_factor, 0.0) or yarn_mscale(
+        s, positive("mscale", mscale)
+    )
+    theta = yarn_frequencies(d, base, s, big_l, fast, slow, truncate)
+    params = {
+        "head_dim": head_dim,
+        "base": base,
+        "factor": s,
+        "original_max_position_embeddings": big_l,
+        "beta_fast": fast,
+        "beta_slow": slow,
+        "attention_factor": m,
+    }
+    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m, d), params)
+
+
+@register(
+    "rope-llama3",
+    params={
+        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
+        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
+        "partial_rotary_factor": _PRF,
+        "factor": (float, 8.0, "s, the divisor of low frequencies"),
+        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
+        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
+        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
+    },
+    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
+    n_params="0",
+    kind="relative",
+)
+def _rope_llama3(
+    n: int,
+    ctx: Context,
+    *,
+    head_dim: int,
+    base: float,
+    partial_rotary_factor: float,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_position_embeddings: int,
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    s = _factor(factor)
+    lf = positive("low_freq_factor", low_freq_factor)
+    hf = check_float("high_freq_factor", high_freq_factor, lf, lo_open=True)
+    big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
+    theta = llama3_frequencies(d, base, s, lf, hf, big_l)
+    params = {
+        "head_dim": head_dim,
+        "base": base,
+        "factor": s,
+        "low_freq_factor": lf,
+        "high_freq_factor": hf,
+        "original_max_position_embeddings": big_l,
+    }
+    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0, d), params)
+
+
+@register(
+    "rope-longrope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "factors": (str, "", "JSON with short_factor/long_factor lists (d/2 each); empty = 1s"),
+        "factor": (float, 1.0, "s = max_position_embeddings / original (sets the default m)"),
+        "original_max_position_embeddings": _ORIG,
+        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
+        "seq_len": _SEQ,
+    },
+    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    n_params="0",
+    kind="relative",
+)
+def _rope_longrope(
+    n: int,
+    ctx: Context,
+    *,
+    head_dim: int,
+    base: float,
+    partial_rotary_factor: float,
+    factors: str,
+    factor: float,
+    original_max_position_embeddings: int,
+    attention_factor: float,
+    seq_len: int,
+) -> Encoding:
+    d, base = _common(head_dim, base, partial_rotary_factor)
+    s = _factor(factor)
+    big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 2)
+    seq = check_int("seq_len", seq_len, 0) or n
+    if factors:
+        short, long = longrope_factors(factors, d // 2)
+    else:
+        short = long = np.ones(d // 2)
+    use_long = seq > big_l
+    lam = long if use_long else short
+    m = check_float("attention_factor", attention_factor, 0.0) or (
+        1.0 if s <= 1.0 else math.sqrt(1.0 + math.log(s) / math.log(big_l))
+    )
+    theta = rope_frequencies(d, base) / lam
+    params: dict[str, Any] = {"head_dim": head_dim, "base": base}
+    if factors:
+        params["factors"] = factors
+    params.update(
+        factor=s,
+        original_max_position_embeddings=big_l,
+        attention_factor=m,
+        seq_len=seq,
+        lists="long" if use_long else "short",
+    )
+    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m, d), params)
+
+
+def xpos_decay(d: int) -> np.ndarray:
+    """xPos per-pair decay ``z_k = (2k + 0.4 d) / (1.4 d)``, of shape (d/2,)."""
+    return np.asarray((2.0 * np.arange(d // 2) + 0.4 * d) / (1.4 * d), dtype=np.float64)
+
+
+@register(
+    "xpos",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "scale_base": (
+            int,
+            512,
+            "B: pair k of q_i is scaled by z_k^((i-c)/B), of k_j by the inverse",
+        ),
+    },
+    summary="Sun et al. 2023: RoPE with per-pair decay z_k^(+-(i-c)/B), c = n//2; not Toeplitz",
+    n_params="0",
+    kind="relative",
+)
+def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) -> Encoding:
+    d, base = _common(head_dim, base, 1.0)
+    big_b = check_int("scale_base", scale_base, 1)
+    theta, z = rope_frequencies(d, base), xpos_decay(d)
+    c = n // 2
+    pos = np.arange(n, dtype=np.float64)
+    ang = np.outer(pos, theta)
+    expo = np.outer((pos - c) / big_b, np.ones(d // 2))
+    # Position i acts on queries by Q_i = Z^((i-c)/B) R_i and on keys by K_i = Z^(-(i-c)/B) R_i.
+    # A 2x2 block a R(alpha) has Frobenius coordinates sqrt(2) a (cos alpha, sin alpha), so these
+    # vectors reproduce ||Q_i - Q_j||_F^2 + ||K_i - K_j||_F^2 exactly.
+    parts = []
+    for sign in (1.0, -1.0):
+        a = np.sqrt(2.0) * z[None, :] ** (sign * expo)
+        parts += [a * np.cos(ang), a * np.sin(ang)]
+    p = np.concatenate(parts, axis=1)
+    params = {"head_dim": head_dim, "base": base, "scale_base": big_b, "center": c}
+    return Encoding("xpos", params, 0, distances(p), p)

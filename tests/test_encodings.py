@@ -1,0 +1,467 @@
+"""Every encoding's induced distances against a brute-force construction from its definition.
+
+RoPE variants: explicit rotation matrices (Hugging Face ``rotate_half`` layout, pair k with
+k + d/2) and frequencies recomputed pair by pair from ENCODINGS.md. Bias methods: explicit bias
+matrices, read as Schoenberg distances where -b is conditionally negative definite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import pdist, squareform
+
+from posdiag.encodings import REGISTRY, alibi_slopes, make_encoding, parse_encoding, t5_bucket
+from posdiag.encodings.rope import (
+    llama3_frequencies,
+    rope_frequencies,
+    yarn_correction_range,
+    yarn_mscale,
+)
+from posdiag.errors import PosdiagError
+from posdiag.geometry import gram_from_distances, stress
+
+N = 40
+
+
+def frob_distances(ops: list[np.ndarray]) -> np.ndarray:
+    """Frobenius distances between operators (each (d, d)), brute force over all pairs."""
+    n = len(ops)
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            out[i, j] = np.linalg.norm(ops[i] - ops[j])
+    return out
+
+
+def rotation(angles: np.ndarray, head_dim: int, m: float = 1.0) -> np.ndarray:
+    """HF layout: pair k is (k, k + d/2) of the rotated dims; the rest is the identity."""
+    r = np.eye(head_dim)
+    half = len(angles)
+    for k, a in enumerate(angles):
+        c, s = m * math.cos(a), m * math.sin(a)
+        r[k, k], r[k, k + half] = c, -s
+        r[k + half, k], r[k + half, k + half] = s, c
+    return r
+
+
+def rope_delta_brute(theta: list[float], head_dim: int, n: int, m: float = 1.0) -> np.ndarray:
+    return frob_distances([rotation(i * np.asarray(theta), head_dim, m) for i in range(n)])
+
+
+def base_theta(d: int, base: float) -> list[float]:
+    return [base ** (-2.0 * k / d) for k in range(d // 2)]
+
+
+# --- absolute -----------------------------------------------------------------------------------
+
+
+def test_sinusoidal_is_the_distance_of_its_interleaved_vectors() -> None:
+    d = 16
+    p = np.zeros((N, d))
+    for i in range(N):
+        for k in range(d // 2):
+            w = 10000.0 ** (-2 * k / d)
+            p[i, 2 * k], p[i, 2 * k + 1] = math.sin(i * w), math.cos(i * w)
+    e = make_encoding("sinusoidal", N, {"d": d})
+    np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-10)
+    np.testing.assert_allclose(e.vectors, p, atol=1e-12)
+
+
+def test_scaled_sinusoidal_is_the_concatenated_layout_times_its_scale() -> None:
+    d = 12
+    ang = np.array([[i * 10000.0 ** (-k / (d / 2)) for k in range(d // 2)] for i in range(N)])
+    p = d**-0.5 * np.hstack([np.sin(ang), np.cos(ang)])
+    e = make_encoding("scaled-sinusoidal", N, {"d": d})
+    np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-10)
+    assert e.params["scale"] == pytest.approx(d**-0.5) and e.n_params == 1
+    e2 = make_encoding("scaled-sinusoidal", N, {"d": d, "scale": 3.0})
+    np.testing.assert_allclose(e2.delta, 3.0 * squareform(pdist(p / d**-0.5)), atol=1e-10)
+
+
+def test_learned_random_is_the_distance_of_its_seeded_table() -> None:
+    e = make_encoding("learned-random", N, {"d": 8, "std": 0.5, "seed": 3})
+    p = np.random.default_rng(3).normal(0, 0.5, size=(N, 8))
+    np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-12)
+    assert e.n_params == N * 8
+
+
+# --- RoPE family --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_dim,base", [(8, 10000.0), (16, 500000.0)])
+def test_rope_is_the_frobenius_distance_of_its_rotations(head_dim: int, base: float) -> None:
+    e = make_encoding("rope", N, {"head_dim": head_dim, "base": base})
+    np.testing.assert_allclose(
+        e.delta, rope_delta_brute(base_theta(head_dim, base), head_dim, N), atol=1e-9
+    )
+
+
+def test_partial_rotary_rotates_only_part_of_the_head() -> None:
+    # head_dim 16 with factor 0.5: 8 rotated dims with theta_k = b^(-2k/8), 8 identity dims.
+    e = make_encoding("rope", N, {"head_dim": 16, "partial_rotary_factor": 0.5})
+    ops = [rotation(i * np.asarray(base_theta(8, 1e4)), 16) for i in range(N)]
+    np.testing.assert_allclose(e.delta, frob_distances(ops), atol=1e-9)
+
+
+def test_attention_factor_scales_cos_and_sin() -> None:
+    e = make_encoding("rope", N, {"head_dim": 8, "attention_factor": 1.5})
+    np.testing.assert_allclose(
+        e.delta, rope_delta_brute(base_theta(8, 1e4), 8, N, m=1.5), atol=1e-9
+    )
+
+
+@pytest.mark.parametrize("s", [2.0, 4.0, 8.0])
+def test_rope_linear_at_i_is_rope_at_i_over_s(s: float) -> None:
+    theta = np.asarray(base_theta(8, 1e4))
+    ops = [rotation((i / s) * theta, 8) for i in range(N)]
+    e = make_encoding("rope-linear", N, {"head_dim": 8, "factor": s})
+    np.testing.assert_allclose(e.delta, frob_distances(ops), atol=1e-9)
+
+
+def test_rope_ntk_rescales_the_base() -> None:
+    d, s = 8, 4.0
+    e = make_encoding("rope-ntk", N, {"head_dim": d, "factor": s})
+    new_base = 1e4 * s ** (d / (d - 2))
+    np.testing.assert_allclose(e.delta, rope_delta_brute(base_theta(d, new_base), d, N), atol=1e-9)
+
+
+def test_rope_dynamic_is_rope_until_the_sequence_outgrows_L() -> None:
+    short = make_encoding("rope-dynamic", N, {"head_dim": 8, "max_position_embeddings": 64})
+    np.testing.assert_allclose(short.delta, make_encoding("rope", N, {"head_dim": 8}).delta)
+    assert short.params["seq_len"] == N  # n is the length the model is scoring
+    d, s, big_l, seq = 8, 2.0, 16, 40
+    e = make_encoding(
+        "rope-dynamic", N, {"head_dim": d, "factor": s, "max_position_embeddings": big_l}
+    )
+    new_base = 1e4 * (s * seq / big_l - (s - 1)) ** (d / (d - 2))
+    np.testing.assert_allclose(e.delta, rope_delta_brute(base_theta(d, new_base), d, N), atol=1e-9)
+    e2 = make_encoding("rope-dynamic", N, {"head_dim": d, "seq_len": 10000, "factor": s})
+    b2 = 1e4 * (s * 10000 / 4096 - (s - 1)) ** (d / (d - 2))
+    np.testing.assert_allclose(e2.delta, rope_delta_brute(base_theta(d, b2), d, N), atol=1e-9)
+
+
+def yarn_theta_brute(d: int, b: float, s: float, big_l: int, fast: float, slow: float) -> list:
+    def kk(rho: float) -> float:
+        return d * math.log(big_l / (2 * math.pi * rho)) / (2 * math.log(b))
+
+    lo, hi = max(math.floor(kk(fast)), 0), min(math.ceil(kk(slow)), d - 1)
+    out = []
+    for k in range(d // 2):
+        r = min(max((k - lo) / (hi - lo), 0.0), 1.0)
+        t = b ** (-2 * k / d)
+        out.append((1 - r) * t + r * t / s)
+    return out
+
+
+def test_yarn_worked_numbers() -> None:
+    # ENCODINGS.md: d=128, b=1e4, L=4096, s=4 gives k_lo=20, k_hi=46, m=1.139.
+    assert yarn_correction_range(128, 1e4, 4096, 32, 1) == (20.0, 46.0)
+    assert round(yarn_mscale(4.0), 3) == 1.139
+    e = make_encoding("rope-yarn", 3, {"head_dim": 128})
+    assert e.params["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
+
+
+def test_yarn_is_the_rotation_distance_with_ramped_frequencies() -> None:
+    d, s, big_l = 32, 4.0, 256
+    theta = yarn_theta_brute(d, 1e4, s, big_l, 32.0, 1.0)
+    # The ramp really mixes here: some pairs kept, some divided, some in between.
+    ratio = np.asarray(base_theta(d, 1e4)) / np.asarray(theta)
+    assert ratio[0] == 1.0 and ratio[-1] == pytest.approx(s) and ((ratio > 1) & (ratio < s)).any()
+    m = 0.1 * math.log(s) + 1
+    e = make_encoding(
+        "rope-yarn", N, {"head_dim": d, "factor": s, "original_max_position_embeddings": big_l}
+    )
+    np.testing.assert_allclose(e.delta, rope_delta_brute(theta, d, N, m=m), atol=1e-9)
+
+
+def llama3_theta_brute(d: int, b: float, s: float, lf: float, hf: float, big_l: int) -> list:
+    out = []
+    for k in range(d // 2):
+        t = b ** (-2 * k / d)
+        lam = 2 * math.pi / t
+        if lam < big_l / hf:
+            out.append(t)
+        elif lam > big_l / lf:
+            out.append(t / s)
+        else:
+            g = (big_l / lam - lf) / (hf - lf)
+            out.append((1 - g) * t / s + g * t)
+    return out
+
+
+def test_llama3_worked_numbers() -> None:
+    # Llama-3.1 (d=128, b=5e5): pairs <= 28 unchanged, 29..34 smoothed, >= 35 divided by 8.
+    theta = rope_frequencies(128, 5e5)
+    new = llama3_frequencies(128, 5e5, 8.0, 1.0, 4.0, 8192)
+    ratio = theta / new
+    np.testing.assert_array_equal(ratio[:29], 1.0)
+    assert ((ratio[29:35] > 1.0) & (ratio[29:35] < 8.0)).all()
+    np.testing.assert_allclose(ratio[35:], 8.0, rtol=1e-12)
+    np.testing.assert_allclose(new, llama3_theta_brute(128, 5e5, 8, 1, 4, 8192), rtol=1e-12)
+
+
+def test_llama3_is_the_rotation_distance_with_its_frequencies() -> None:
+    e = make_encoding("rope-llama3", N, {"head_dim": 32, "original_max_position_embeddings": 512})
+    theta = llama3_theta_brute(32, 5e5, 8, 1, 4, 512)
+    np.testing.assert_allclose(e.delta, rope_delta_brute(theta, 32, N), atol=1e-9)
+
+
+def test_longrope_divides_by_the_short_or_long_list(tmp_path: Path) -> None:
+    d = 8
+    short, long = [1.0, 1.5, 2.0, 3.0], [1.0, 2.0, 4.0, 8.0]
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"rope_scaling": {"short_factor": short, "long_factor": long}}))
+    theta = np.asarray(base_theta(d, 1e4))
+    common = {
+        "head_dim": d,
+        "factors": str(f),
+        "factor": 16.0,
+        "original_max_position_embeddings": 32,
+    }
+    m = math.sqrt(1 + math.log(16) / math.log(32))
+    e_short = make_encoding("rope-longrope", N, {**common, "seq_len": 32})
+    np.testing.assert_allclose(
+        e_short.delta, rope_delta_brute(list(theta / short), d, N, m=m), atol=1e-9
+    )
+    e_long = make_encoding("rope-longrope", N, common)  # seq_len = n = 40 > L = 32
+    assert e_long.params["lists"] == "long"
+    np.testing.assert_allclose(
+        e_long.delta, rope_delta_brute(list(theta / long), d, N, m=m), atol=1e-9
+    )
+
+
+def test_longrope_factor_list_of_the_wrong_length_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "f.json"
+    f.write_text(json.dumps({"short_factor": [1, 2], "long_factor": [1, 2, 3, 4]}))
+    with pytest.raises(PosdiagError) as exc:
+        make_encoding("rope-longrope", N, {"head_dim": 8, "factors": str(f)})
+    assert str(exc.value) == (
+        f"rope-longrope: factors {f}: short_factor must have rotated_dim/2=4 entries; got 2"
+    )
+
+
+def test_xpos_is_the_distance_of_its_scaled_rotation_operators() -> None:
+    d, big_b, n = 8, 16, 21
+    c = n // 2
+    theta = np.asarray(base_theta(d, 1e4))
+    z = np.array([(2 * k + 0.4 * d) / (1.4 * d) for k in range(d // 2)])
+
+    def op(i: int, sign: float) -> np.ndarray:
+        scale = np.concatenate([z, z]) ** (sign * (i - c) / big_b)
+        return np.diag(scale) @ rotation(i * theta, d)
+
+    q = frob_distances([op(i, 1.0) for i in range(n)])
+    k = frob_distances([op(i, -1.0) for i in range(n)])
+    e = make_encoding("xpos", n, {"head_dim": d, "scale_base": big_b})
+    np.testing.assert_allclose(e.delta, np.sqrt(q**2 + k**2), atol=1e-9)
+    # Not Toeplitz: the same lag gives different distances at the ends and in the centre
+    # (the query and key halves together make it symmetric under reflection about c).
+    assert abs(e.delta[0, 1] - e.delta[c, c + 1]) > 1e-3
+    assert e.delta[0, 1] == pytest.approx(e.delta[n - 2, n - 1], abs=1e-12)
+
+
+def test_rope_equals_sinusoidal_of_the_same_dimension_exactly_up_to_scale() -> None:
+    for d in (8, 64):
+        r = make_encoding("rope", N, {"head_dim": d}).delta
+        s = make_encoding("sinusoidal", N, {"d": d}).delta
+        np.testing.assert_allclose(r**2, 2 * s**2, atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    half=st.integers(1, 16),
+    seed=st.integers(0, 2**31 - 1),
+    rank=st.integers(1, 5),
+    log_base=st.floats(1.0, 7.0),
+)
+def test_rope_and_sinusoidal_have_equal_fitted_stress(
+    half: int, seed: int, rank: int, log_base: float
+) -> None:
+    d, n = 2 * half, 24
+    x = np.random.default_rng(seed).normal(size=(n, rank))
+    b_h = gram_from_distances(squareform(pdist(x)))
+    base = 10.0**log_base
+    r = make_encoding("rope", n, {"head_dim": d, "base": base})
+    s = make_encoding("sinusoidal", n, {"d": d, "base": base})
+    assert stress(b_h, r.gram()) == pytest.approx(stress(b_h, s.gram()), abs=1e-9)
+
+
+# --- bias family --------------------------------------------------------------------------------
+
+
+def test_alibi_slopes_for_8_and_12_heads() -> None:
+    np.testing.assert_allclose(alibi_slopes(8), [2.0**-t for t in range(1, 9)])
+    expected_12 = [2.0**-t for t in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    np.testing.assert_allclose(alibi_slopes(12), expected_12)
+
+
+@given(st.integers(1, 300))
+def test_alibi_slopes_are_distinct_and_in_0_1(h: int) -> None:
+    s = alibi_slopes(h)
+    assert s.shape == (h,) and len(set(s.tolist())) == h and ((s > 0) & (s < 1)).all()
+
+
+def bias_delta(biases: list[np.ndarray]) -> np.ndarray:
+    """Schoenberg reading of CND biases: delta^2 = sum_h -b_h."""
+    return np.sqrt(-np.sum(biases, axis=0))
+
+
+def explicit(fn, n: int = N) -> np.ndarray:  # type: ignore[no-untyped-def]
+    return np.array([[fn(i, j) for j in range(n)] for i in range(n)], dtype=np.float64)
+
+
+@pytest.mark.parametrize("heads", [8, 12])
+def test_alibi_readings_from_explicit_bias_matrices(heads: int) -> None:
+    biases = [explicit(lambda i, j, m=m: -m * abs(i - j)) for m in alibi_slopes(heads)]
+    kernel = make_encoding("alibi-kernel", N, {"heads": heads})
+    # Each head's Schoenberg distance is the same shape, sqrt(m_h)*kernel.delta; so is the sum.
+    for h, m in enumerate(alibi_slopes(heads)):
+        np.testing.assert_allclose(np.sqrt(m) * kernel.delta, bias_delta([biases[h]]), atol=1e-12)
+    total = alibi_slopes(heads).sum()
+    np.testing.assert_allclose(np.sqrt(total) * kernel.delta, bias_delta(biases), atol=1e-12)
+    # Line reading: every head is a multiple of the first, which is -m_1 |i-j|.
+    line = make_encoding("alibi", N, {"heads": heads})
+    np.testing.assert_allclose(line.delta, -biases[0] / alibi_slopes(heads)[0], atol=1e-12)
+    # Schoenberg: -b CND makes the kernel reading Euclidean (PSD Gram), the line is rank 1.
+    assert np.linalg.eigvalsh(kernel.gram()).min() > -1e-9
+    lam = np.linalg.eigvalsh(line.gram())
+    assert (np.abs(lam[:-1]) < 1e-8 * lam[-1]).all()
+
+
+@pytest.mark.parametrize("a,p", [(1.0, 1.0), (0.3, 2.0), (5.0, 0.5)])
+def test_kerple_from_explicit_bias_matrices(a: float, p: float) -> None:
+    log_b = explicit(lambda i, j: -p * math.log(1 + a * abs(i - j)))
+    e = make_encoding("kerple-log", N, {"a": a, "p": p})
+    np.testing.assert_allclose(e.delta, bias_delta([log_b]), atol=1e-12)
+    assert np.linalg.eigvalsh(e.gram()).min() > -1e-9
+    if p <= 2:
+        pow_b = explicit(lambda i, j: -a * abs(i - j) ** p)
+        e = make_encoding("kerple-power", N, {"a": a, "p": p})
+        np.testing.assert_allclose(e.delta, bias_delta([pow_b]), atol=1e-12)
+        assert np.linalg.eigvalsh(e.gram()).min() > -1e-9 * np.abs(e.gram()).max()
+
+
+def test_kerple_power_at_p1_is_alibi_kernel_shape() -> None:
+    a = make_encoding("kerple-power", N).gram()
+    b = make_encoding("alibi-kernel", N).gram()
+    x = np.random.default_rng(0).normal(size=(N, 3))
+    b_h = gram_from_distances(squareform(pdist(x)))
+    assert stress(b_h, a) == pytest.approx(stress(b_h, b), abs=1e-12)
+
+
+def t5_bucket_brute(r: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """HF `_relative_position_bucket`, one scalar at a time."""
+    ret = 0
+    nb = buckets
+    if bidirectional:
+        nb //= 2
+        ret += nb if r > 0 else 0
+        r = abs(r)
+    else:
+        r = max(-r, 0)
+    max_exact = nb // 2
+    if r < max_exact:
+        return ret + r
+    big = max_exact + int(
+        math.log(r / max_exact) / math.log(max_distance / max_exact) * (nb - max_exact)
+    )
+    return ret + min(big, nb - 1)
+
+
+# ENCODINGS.md tables: bucket -> [first, last] distance (last None = unbounded).
+T5_BIDIRECTIONAL = {
+    **{b: (b, b) for b in range(8)},
+    8: (8, 11), 9: (12, 15), 10: (16, 22), 11: (23, 31),
+    12: (32, 45), 13: (46, 63), 14: (64, 90), 15: (91, None),
+}  # fmt: skip
+T5_CAUSAL = {
+    **{b: (b, b) for b in range(16)},
+    16: (16, 18), 17: (19, 20), 18: (21, 23), 19: (24, 26), 20: (27, 30), 21: (31, 34),
+    22: (35, 39), 23: (40, 45), 24: (46, 51), 25: (52, 58), 26: (59, 66), 27: (67, 76),
+    28: (77, 86), 29: (87, 98), 30: (99, 112), 31: (113, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bidirectional,table", [(True, T5_BIDIRECTIONAL), (False, T5_CAUSAL)])
+def test_t5_bucket_boundaries(bidirectional: bool, table: dict) -> None:  # type: ignore[type-arg]
+    dist = np.arange(0, 2000)
+    got = t5_bucket(-dist, 32, 128, bidirectional)
+    for b, (lo, hi) in table.items():
+        members = dist[got == b]
+        assert members.min() == lo
+        assert members.max() == (dist[-1] if hi is None else hi)
+    if bidirectional:  # looking ahead uses the upper half of the buckets
+        np.testing.assert_array_equal(t5_bucket(dist[1:], 32, 128, True), got[1:] + 16)
+
+
+@pytest.mark.parametrize(
+    "buckets,max_distance,bidi", [(32, 128, True), (32, 128, False), (16, 20, True)]
+)
+def test_t5_encoding_from_explicit_bucket_matrix(
+    buckets: int, max_distance: int, bidi: bool
+) -> None:
+    n = 150
+    brute = explicit(lambda i, j: t5_bucket_brute(-abs(j - i), buckets, max_distance, bidi), n)
+    e = make_encoding(
+        "t5", n, {"buckets": buckets, "max_distance": max_distance, "bidirectional": bidi}
+    )
+    np.testing.assert_array_equal(e.delta, brute)
+    assert e.n_params == buckets * 8
+
+
+def test_shaw_from_explicit_clipped_relative_positions() -> None:
+    k = 5
+    clipped = explicit(lambda i, j: max(-k, min(k, j - i)))
+    e = make_encoding("shaw", N, {"k": k, "d_head": 4})
+    np.testing.assert_array_equal(e.delta, np.abs(clipped))
+    assert e.n_params == (2 * k + 1) * 4
+
+
+# --- registry contract --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [k for k in REGISTRY if k not in ("learned", "mds")])
+def test_every_encoding_at_its_defaults_is_a_dissimilarity(name: str) -> None:
+    e = make_encoding(name, 30)
+    assert e.delta.shape == (30, 30)
+    np.testing.assert_allclose(e.delta, e.delta.T, atol=1e-12)
+    assert (np.diag(e.delta) == 0).all() and (e.delta >= 0).all() and np.isfinite(e.delta).all()
+    assert REGISTRY[name].docs.keys() == REGISTRY[name].defaults.keys()  # every parameter doc'd
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("rope:head_dim=64,partial_rotary_factor=0.3", "'partial_rotary_factor' must leave an even "
+         "rotated dimension >= 2; got head_dim=64 * 0.3 = 19"),
+        ("rope-ntk:head_dim=2", "base rescaling needs a rotated dimension >= 4; got 2 "
+         "(head_dim * partial_rotary_factor=1)"),
+        ("rope-yarn:factor=0.5", "'factor' must be a float in [1, inf]; got 0.5"),
+        ("rope-llama3:low_freq_factor=4,high_freq_factor=2",
+         "'high_freq_factor' must be a float in (4, inf]; got 2.0"),
+        ("kerple-power:p=2.5", "'p' must be a float in (0, 2]; got 2.5"),
+        ("shaw:k=0", "'k' must be an int in [1, inf]; got 0"),
+        ("xpos:scale_base=0", "'scale_base' must be an int in [1, inf]; got 0"),
+    ],
+)  # fmt: skip
+def test_bad_parameters_name_the_rule_and_value(text: str, message: str) -> None:
+    name, params = parse_encoding(text)
+    with pytest.raises(PosdiagError) as exc:
+        make_encoding(name, N, params)
+    assert str(exc.value) == message
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=st.floats(0.01, 100.0), p=st.floats(0.05, 2.0), n=st.integers(2, 60))
+def test_kerple_readings_are_euclidean(a: float, p: float, n: int) -> None:
+    # Schoenberg: -b conditionally negative definite <=> B_E positive semidefinite.
+    for name in ("kerple-log", "kerple-power"):
+        g = make_encoding(name, n, {"a": a, "p": p}).gram()
+        assert np.linalg.eigvalsh(g).min() >= -1e-8 * max(1.0, np.abs(g).max())
