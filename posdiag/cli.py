@@ -60,19 +60,19 @@ CorpusArg = Annotated[
     ),
 ]
 ColumnOpt = Annotated[
-    str | None, typer.Option("--column", help="Text column of .jsonl/.csv/.tsv [default: text].")
+    str | None, typer.Option("--column", help="Text column of .jsonl/.csv/.tsv (default: text).")
 ]
 TokenizerOpt = Annotated[
     str | None,
     typer.Option(
-        "--tokenizer", "-t", help="'whitespace' or a tokenizer.json [default: whitespace]."
+        "--tokenizer", "-t", help="'whitespace' or a tokenizer.json (default: whitespace)."
     ),
 ]
 ViewOpt = Annotated[
-    str | None, typer.Option("--view", help="text | model | packed [default: text].")
+    str | None, typer.Option("--view", help="text | model | packed (default: text).")
 ]
 MaxLenOpt = Annotated[
-    int | None, typer.Option("--max-len", "-n", help="Positions counted, n [default: 512].")
+    int | None, typer.Option("--max-len", "-n", help="Positions counted, n (default: 512).")
 ]
 PadOpt = Annotated[
     str | None, typer.Option("--pad-token", help="Pad token for --view model, if not found.")

@@ -201,12 +201,15 @@ def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
     base = ["stress", c, "--min-count", "50", "-e"]
     fails(
         [*base, "sinusoid"],
-        "unknown encoding 'sinusoid'; encodings: nope, sinusoidal, learned-random, "
-        "learned, rope, alibi, alibi-kernel, t5, mds",
+        "unknown encoding 'sinusoid'; encodings: nope, sinusoidal, scaled-sinusoidal, "
+        "learned-random, learned, rope, rope-linear, rope-ntk, rope-dynamic, rope-yarn, "
+        "rope-llama3, rope-longrope, xpos, alibi, alibi-kernel, t5, kerple-log, kerple-power, "
+        "shaw, mds",
     )
     fails(
         [*base, "rope:theta=3"],
-        "encoding 'rope': unknown parameter 'theta'; parameters: head_dim, base",
+        "encoding 'rope': unknown parameter 'theta'; "
+        "parameters: head_dim, base, partial_rotary_factor, attention_factor",
     )
     fails([*base, "mds-12"], "'rank' must be an int in [1, n_eff-1=11]; got 12")
     fails([*base, "learned"], "encoding 'learned': parameter 'path' is required")
