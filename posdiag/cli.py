@@ -289,6 +289,149 @@ def encodings(as_json: JsonOpt = False) -> None:
     _stdout().print(t)
 
 
+# ---- issue 6: CI gate, drift, plots, HTML report ---------------------------------------------
+
+
+@app.command()
+def check(
+    corpus: CorpusArg,
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--encoding",
+            "-e",
+            help="Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
+            "order with --max-stress.",
+        ),
+    ] = None,
+    max_stress: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--max-stress",
+            help="Largest acceptable stress of the matching --encoding (one value: all).",
+        ),
+    ] = None,
+    max_rank_for_stress: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max-rank-for-stress",
+            help="EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
+        ),
+    ] = None,
+    min_positional_info: Annotated[
+        float | None,
+        typer.Option("--min-positional-info", help="Smallest I(position; token), in bits."),
+    ] = None,
+    min_support: Annotated[
+        int | None,
+        typer.Option(
+            "--min-support", help="Smallest support N_i over the counted positions 0..n-1."
+        ),
+    ] = None,
+    strict: Annotated[
+        bool | None,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Judge max-stress by the upper confidence bound where one exists.",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Rules file: a pyproject.toml ([tool.posdiag]) or posdiag.toml "
+            "[default: ./posdiag.toml, else ./pyproject.toml with [tool.posdiag]].",
+            show_default=False,
+        ),
+    ] = None,
+    no_config: Annotated[
+        bool, typer.Option("--no-config", help="Ignore config files; rules from options only.")
+    ] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text | github (workflow annotations).")
+    ] = "text",
+    junit: Annotated[
+        Path | None,
+        typer.Option("--junit", help="Also write a JUnit XML report here.", show_default=False),
+    ] = None,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: Annotated[
+        int | None,
+        typer.Option(
+            "--min-count",
+            help=f"Positions with fewer sequences are dropped [default: {DEFAULT_MIN_COUNT}].",
+        ),
+    ] = None,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
+    from ._io import check_output
+    from .gate import (
+        build_config,
+        check_format,
+        find_config,
+        gate_json,
+        github_annotations,
+        run_gate,
+        text_lines,
+        write_junit,
+    )
+
+    check_format(fmt)
+    if config is not None and no_config:
+        raise PosdiagError("'--config' and '--no-config' exclude each other")
+    file = None if no_config else (config if config is not None else find_config("."))
+    cfg = build_config(
+        file=file,
+        encodings=encoding or (),
+        max_stress=max_stress or (),
+        max_rank_for_stress=max_rank_for_stress or (),
+        min_positional_info=min_positional_info,
+        min_support=min_support,
+        strict=strict,
+        reading={
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view,
+            "max_len": max_len,
+            "min_count": min_count,
+            "pad_token": pad_token,
+        },
+    )
+    if junit is not None:
+        check_output(junit, force)  # refuse before a pass over the corpus
+    r = cfg.reading
+    counts = _counts(
+        corpus,
+        r.get("column"),
+        r.get("tokenizer"),
+        r.get("view"),
+        r.get("max_len"),
+        r.get("pad_token"),
+        quiet,
+    )
+    report = run_gate(counts, cfg)
+    if junit is not None:
+        write_junit(report, junit, force=force)
+    if as_json:
+        typer.echo(json.dumps(gate_json(report), indent=2))
+    elif fmt == "github":
+        for line in github_annotations(report):
+            typer.echo(line)
+    else:
+        for line in text_lines(report):
+            typer.echo(line)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"posdiag {__version__}")
