@@ -165,10 +165,21 @@ def stress(
     pad_token: PadOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
     specs = [parse_encoding(e) for e in encoding] if encoding else None
+    if plot is not None:
+        from .plots import CORPUS_PLOTS, check_plot_dir
+
+        check_plot_dir(plot, force, CORPUS_PLOTS)
     counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
     geo = corpus_geometry(counts, min_count)
     report = StressReport(
@@ -179,6 +190,11 @@ def stress(
         typer.echo(json.dumps(stress_json(report), indent=2))
     else:
         print_stress(report, _stdout())
+    if plot is not None:
+        from .plots import write_plots
+
+        written = write_plots(plot, geometry=geo, report=report, force=force)
+        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
 @app.command()
@@ -430,6 +446,167 @@ def check(
             typer.echo(line)
     if not report.passed:
         raise typer.Exit(1)
+
+
+@app.command()
+def diff(
+    corpus_a: Annotated[str, typer.Argument(help="Corpus A (file or counts .npz).")],
+    corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--encoding", "-e", help="Encodings to rank, repeatable; default: a standard set."
+        ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option(
+            "--rank",
+            "-r",
+            help="Rank of the MDS encodings crossed [default: each corpus's effective rank at "
+            "--tolerance].",
+            show_default=False,
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
+    ] = 0.1,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
+    from .drift import corpus_drift, count_pair, drift_json, print_drift
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    if plot is not None:
+        from .plots import DRIFT_PLOTS, check_plot_dir
+
+        check_plot_dir(plot, force, DRIFT_PLOTS)
+    with _progress(quiet) as progress:
+        a, b = count_pair(
+            corpus_a,
+            corpus_b,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view,
+            max_len=max_len,
+            pad_token=pad_token,
+            progress=progress,
+        )
+    drift = corpus_drift(a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs)
+    _warn(drift.warnings)
+    if as_json:
+        typer.echo(json.dumps(drift_json(drift), indent=2))
+    else:
+        print_drift(drift, _stdout())
+    if plot is not None:
+        from .plots import write_plots
+
+        written = write_plots(plot, drift=drift, force=force)
+        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+
+
+@app.command("plot")
+def plot_cmd(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Folder for the PNGs (created if missing).", show_default=False
+        ),
+    ],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option("--encoding", "-e", help="Encodings of the stress chart, repeatable."),
+    ] = None,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
+    from .plots import CORPUS_PLOTS, check_plot_dir, write_plots
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_plot_dir(output, force, CORPUS_PLOTS)
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    _warn(geo.warnings)
+    report = StressReport(
+        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
+    )
+    written = write_plots(output, geometry=geo, report=report, force=force)
+    if as_json:
+        info = {"directory": written.directory, "files": written.files, "pixels": written.pixels}
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        w, h = written.pixels
+        typer.echo(f"wrote {len(written.files)} plots ({w} x {h} px):")
+        for f in written.files:
+            typer.echo(f"  {f}")
+
+
+@app.command("report")
+def report_cmd(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="HTML file to write.", show_default=False),
+    ],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option("--encoding", "-e", help="Encodings of the stress table, repeatable."),
+    ] = None,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="Leave the plots out.")] = False,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """One self-contained HTML page (inline plots, no network) to attach to a PR."""
+    from ._io import check_output
+    from .html import build_report, write_html
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_output(output, force)
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    _warn(geo.warnings)
+    page = build_report(counts, specs, min_count=min_count, plots=not no_plots, geometry=geo)
+    write_html(page, output, force=force)
+    if as_json:
+        info = {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted}
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
+        typer.echo(
+            f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}"
+        )
 
 
 def _version(value: bool) -> None:

@@ -359,3 +359,20 @@ def test_github_escapes_and_junit_of_report(synth_corpus: Path) -> None:
     assert ann.startswith("::error title=posdiag max-stress[rope%3Abase=500.0]::FAIL")
     root = ET.fromstring(junit_xml(report))
     assert [c.get("name") for c in root.iter("testcase")] == ["max-stress[rope:base=500.0]"]
+
+
+def test_readme_config_example_is_valid(tmp_path: Path) -> None:
+    from .conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Use in CI", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    cfg = build_config(file=_write(tmp_path / "pyproject.toml", block))
+    assert dict(cfg.max_stress) == {"rope": 0.85, "sinusoidal:d=768": 0.85}
+    assert dict(cfg.max_rank_for_stress) == {0.1: 70}
+    assert cfg.min_positional_info == 0.5 and cfg.min_support == 100 and not cfg.strict
+    assert dict(cfg.reading) == {
+        "tokenizer": "whitespace",
+        "view": "text",
+        "max_len": 64,
+        "min_count": 100,
+    }
