@@ -273,7 +273,16 @@ def build_config(
         if not isinstance(strict_v, bool):
             raise PosdiagError(f"{where}: 'strict' must be true or false; got {strict_v!r}")
 
-    read: dict[str, Any] = {k.replace("-", "_"): raw[k] for k in _READ_KEYS if k in raw}
+    read: dict[str, Any] = {}
+    for k in _READ_KEYS:
+        if k not in raw:
+            continue
+        v = raw[k]
+        if k in ("max-len", "min-count"):
+            v = check_int(k, v, 1)
+        elif not isinstance(v, str):
+            raise PosdiagError(f"{where}: {k!r} must be a string; got {v!r}")
+        read[k.replace("-", "_")] = v
     for k, v in (reading or {}).items():
         if v is not None:
             read[k] = v

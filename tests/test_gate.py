@@ -212,6 +212,8 @@ def test_config_rank_rules_table_or_list_and_cli_override(tmp_path: Path) -> Non
         ("max-stress = 0.5\n", "'max-stress' must be a table of encoding = threshold"),
         ("max-stress = { rope = 2 }\n", "'max-stress rope' must be a float in [0, 1]; got 2"),
         ("strict = 1\n", "'strict' must be true or false; got 1"),
+        ("min-support = 1\ntokenizer = 5\n", "'tokenizer' must be a string; got 5"),
+        ("min-support = 1\nmax-len = 0\n", "'max-len' must be an int in [1, inf]; got 0"),
         ("min-support = [\n", "not valid TOML"),
     ],
 )
