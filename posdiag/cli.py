@@ -356,8 +356,8 @@ def check(
         Path | None,
         typer.Option(
             "--config",
-            help="Rules file: a pyproject.toml ([tool.posdiag]) or posdiag.toml "
-            "[default: ./posdiag.toml, else ./pyproject.toml with [tool.posdiag]].",
+            help="Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
+            "\\[default: ./posdiag.toml, else ./pyproject.toml with \\[tool.posdiag]].",
             show_default=False,
         ),
     ] = None,
@@ -379,7 +379,7 @@ def check(
         int | None,
         typer.Option(
             "--min-count",
-            help=f"Positions with fewer sequences are dropped [default: {DEFAULT_MIN_COUNT}].",
+            help=f"Positions with fewer sequences are dropped \\[default: {DEFAULT_MIN_COUNT}].",
         ),
     ] = None,
     pad_token: PadOpt = None,
@@ -463,8 +463,8 @@ def diff(
         typer.Option(
             "--rank",
             "-r",
-            help="Rank of the MDS encodings crossed [default: each corpus's effective rank at "
-            "--tolerance].",
+            help="Rank of the MDS encodings crossed \\[default: each corpus's effective rank "
+            "at --tolerance].",
             show_default=False,
         ),
     ] = None,

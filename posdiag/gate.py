@@ -147,10 +147,12 @@ def find_config(directory: str | Path = ".") -> Path | None:
     return None
 
 
-def _parse_rank_rule(where: str, text: str) -> tuple[float, int]:
+def _parse_rank_rule(text: str) -> tuple[float, int]:
     eps_s, colon, rank_s = str(text).partition(":")
     if not colon:
-        raise PosdiagError(f"{where}: must look like EPS:RANK (e.g. 0.1:8); got {text!r}")
+        raise PosdiagError(
+            f"'max-rank-for-stress' must look like EPS:RANK (e.g. 0.1:8); got {text!r}"
+        )
     try:
         eps_v: Any = float(eps_s)
     except ValueError:
@@ -159,8 +161,8 @@ def _parse_rank_rule(where: str, text: str) -> tuple[float, int]:
         rank_v: Any = int(rank_s)
     except ValueError:
         rank_v = rank_s
-    eps = check_float(f"{where} stress", eps_v, 0.0, 1.0)
-    rank = check_int(f"{where} rank", rank_v, 1)
+    eps = check_float("max-rank-for-stress stress", eps_v, 0.0, 1.0)
+    rank = check_int("max-rank-for-stress rank", rank_v, 1)
     return eps, rank
 
 
@@ -191,6 +193,56 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return dict(data)
 
 
+def _file_rules(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated values of a config table, keyed like :func:`build_config`'s arguments."""
+    table = raw.get("max-stress", {})
+    if not isinstance(table, dict):
+        raise PosdiagError(
+            "'max-stress' must be a table of encoding = threshold "
+            f"(e.g. max-stress = {{ rope = 0.5 }}); got {table!r}"
+        )
+    stress_rules = {
+        _encoding_key(spec): check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+        for spec, thr in table.items()
+    }
+    ranks = raw.get("max-rank-for-stress", {})
+    if isinstance(ranks, dict):
+        items = [f"{eps}:{rank}" for eps, rank in ranks.items()]
+    elif isinstance(ranks, list):
+        items = [str(x) for x in ranks]
+    else:
+        raise PosdiagError(
+            "'max-rank-for-stress' must be a table (e.g. { \"0.1\" = 8 }) or a list of "
+            f'"EPS:RANK" strings; got {ranks!r}'
+        )
+    out: dict[str, Any] = {
+        "max_stress": stress_rules,
+        "max_rank_for_stress": dict(_parse_rank_rule(x) for x in items),
+    }
+    if "min-positional-info" in raw:
+        out["min_positional_info"] = check_float(
+            "min-positional-info", raw["min-positional-info"], 0.0
+        )
+    if "min-support" in raw:
+        out["min_support"] = check_int("min-support", raw["min-support"], 1)
+    if "strict" in raw:
+        if not isinstance(raw["strict"], bool):
+            raise PosdiagError(f"'strict' must be true or false; got {raw['strict']!r}")
+        out["strict"] = raw["strict"]
+    read: dict[str, Any] = {}
+    for k in _READ_KEYS:
+        if k not in raw:
+            continue
+        v = raw[k]
+        if k in ("max-len", "min-count"):
+            v = check_int(k, v, 1)
+        elif not isinstance(v, str):
+            raise PosdiagError(f"{k!r} must be a string; got {v!r}")
+        read[k.replace("-", "_")] = v
+    out["reading"] = read
+    return out
+
+
 def build_config(
     *,
     file: str | Path | None = None,
@@ -208,19 +260,15 @@ def build_config(
     ``max_stress`` applies to every encoding. A max-stress option overrides the file's threshold
     for the same encoding and keeps the file's other encodings; likewise per tolerance for
     max-rank-for-stress. ``reading`` holds options given explicitly (None values are ignored).
+    Errors in the file name the file.
     """
-    raw = load_config(file) if file is not None else {}
-    where = str(file) if file is not None else "config"
-
-    stress_rules: dict[str, float] = {}
-    table = raw.get("max-stress", {})
-    if not isinstance(table, dict):
-        raise PosdiagError(
-            f"{where}: 'max-stress' must be a table of encoding = threshold "
-            f"(e.g. max-stress = {{ rope = 0.5 }}); got {table!r}"
-        )
-    for spec, thr in table.items():
-        stress_rules[_encoding_key(spec)] = check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+    base: dict[str, Any] = {}
+    if file is not None:
+        raw = load_config(file)
+        try:
+            base = _file_rules(raw)
+        except PosdiagError as exc:
+            raise PosdiagError(f"{file}: {exc}") from None
 
     if max_stress and not encodings:
         raise PosdiagError("'--max-stress' needs the encoding it applies to: add --encoding NAME")
@@ -228,6 +276,7 @@ def build_config(
         raise PosdiagError(
             f"'--encoding {encodings[0]}' needs a threshold: add --max-stress (one per --encoding)"
         )
+    stress_rules: dict[str, float] = dict(base.get("max_stress", {}))
     if encodings:
         if len(max_stress) not in (1, len(encodings)):
             raise PosdiagError(
@@ -238,54 +287,22 @@ def build_config(
         for spec, thr in zip(encodings, thresholds, strict=True):
             stress_rules[_encoding_key(spec)] = check_float(f"max-stress {spec}", thr, 0.0, 1.0)
 
-    rank_rules: dict[float, int] = {}
-    ranks = raw.get("max-rank-for-stress", {})
-    if isinstance(ranks, dict):
-        for eps_s, rank in ranks.items():
-            eps, r = _parse_rank_rule(f"{where}: max-rank-for-stress", f"{eps_s}:{rank}")
-            rank_rules[eps] = r
-    elif isinstance(ranks, list):
-        for item in ranks:
-            eps, r = _parse_rank_rule(f"{where}: max-rank-for-stress", item)
-            rank_rules[eps] = r
-    else:
-        raise PosdiagError(
-            f"{where}: 'max-rank-for-stress' must be a table (e.g. {{ \"0.1\" = 8 }}) or a "
-            f'list of "EPS:RANK" strings; got {ranks!r}'
-        )
-    for item in max_rank_for_stress:
-        eps, r = _parse_rank_rule("'--max-rank-for-stress'", item)
-        rank_rules[eps] = r
+    rank_rules: dict[float, int] = dict(base.get("max_rank_for_stress", {}))
+    rank_rules.update(_parse_rank_rule(item) for item in max_rank_for_stress)
 
     info = min_positional_info
-    if info is None and "min-positional-info" in raw:
-        info = raw["min-positional-info"]
     if info is not None:
         info = check_float("min-positional-info", info, 0.0)
+    else:
+        info = base.get("min_positional_info")
     support = min_support
-    if support is None and "min-support" in raw:
-        support = raw["min-support"]
     if support is not None:
         support = check_int("min-support", support, 1)
-    strict_v = strict
-    if strict_v is None:
-        strict_v = raw.get("strict", False)
-        if not isinstance(strict_v, bool):
-            raise PosdiagError(f"{where}: 'strict' must be true or false; got {strict_v!r}")
-
-    read: dict[str, Any] = {}
-    for k in _READ_KEYS:
-        if k not in raw:
-            continue
-        v = raw[k]
-        if k in ("max-len", "min-count"):
-            v = check_int(k, v, 1)
-        elif not isinstance(v, str):
-            raise PosdiagError(f"{where}: {k!r} must be a string; got {v!r}")
-        read[k.replace("-", "_")] = v
-    for k, v in (reading or {}).items():
-        if v is not None:
-            read[k] = v
+    else:
+        support = base.get("min_support")
+    strict_v = strict if strict is not None else base.get("strict", False)
+    read = dict(base.get("reading", {}))
+    read.update({k: v for k, v in (reading or {}).items() if v is not None})
 
     cfg = GateConfig(
         max_stress=stress_rules,

@@ -83,8 +83,18 @@ def test_exit_1_when_a_rule_fails(synth_corpus: Path, rope_stress: float) -> Non
         ),
         (("-e", "rope", "--max-stress", "1.5"), "'max-stress rope' must be a float in [0, 1]"),
         (("-e", "ropy", "--max-stress", "0.5"), "Error: unknown encoding 'ropy'"),
-        (("--max-rank-for-stress", "0.1"), "must look like EPS:RANK (e.g. 0.1:8); got '0.1'"),
-        (("--max-rank-for-stress", "0.1:0"), "rank' must be an int in [1, inf]; got 0"),
+        (
+            ("--max-rank-for-stress", "0.1"),
+            "Error: 'max-rank-for-stress' must look like EPS:RANK (e.g. 0.1:8); got '0.1'",
+        ),
+        (
+            ("--max-rank-for-stress", "0.1:0"),
+            "Error: 'max-rank-for-stress rank' must be an int in [1, inf]; got 0",
+        ),
+        (
+            ("--max-rank-for-stress", "2:3"),
+            "Error: 'max-rank-for-stress stress' must be a float in [0, 1]; got 2.0",
+        ),
         (("--min-support", "0"), "Error: 'min-support' must be an int in [1, inf]; got 0"),
         (("--min-positional-info", "-1"), "'min-positional-info' must be a float in [0, inf]"),
         (("--min-support", "5", "--format", "gitlab"), "'format' must be one of text, github"),
@@ -215,6 +225,7 @@ def test_config_rank_rules_table_or_list_and_cli_override(tmp_path: Path) -> Non
         ("min-support = 1\ntokenizer = 5\n", "'tokenizer' must be a string; got 5"),
         ("min-support = 1\nmax-len = 0\n", "'max-len' must be an int in [1, inf]; got 0"),
         ("min-support = [\n", "not valid TOML"),
+        ('max-rank-for-stress = ["0.1"]\n', "must look like EPS:RANK (e.g. 0.1:8); got '0.1'"),
     ],
 )
 def test_bad_config_files_exit_2(
@@ -223,7 +234,7 @@ def test_bad_config_files_exit_2(
     cfg = _write(tmp_path / "posdiag.toml", text)
     code, _, err = _run(str(synth_corpus), "--config", str(cfg))
     assert code == 2
-    assert err.startswith("Error: ") and message in err
+    assert err.startswith(f"Error: {cfg}: ") and message in err
 
 
 def test_pyproject_without_posdiag_table(tmp_path: Path) -> None:
