@@ -471,6 +471,9 @@ def diff(
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
     ] = 0.1,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the no-drift reference's random re-splits.")
+    ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
     view: ViewOpt = None,
@@ -506,7 +509,9 @@ def diff(
             pad_token=pad_token,
             progress=progress,
         )
-    drift = corpus_drift(a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs)
+    drift = corpus_drift(
+        a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
+    )
     _warn(drift.warnings)
     if as_json:
         typer.echo(json.dumps(drift_json(drift), indent=2))

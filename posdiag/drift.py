@@ -46,11 +46,13 @@ __all__ = [
     "count_pair",
     "drift_json",
     "fitted_stress",
+    "no_drift_reference",
     "print_drift",
     "position_hellinger",
 ]
 
 DEFAULT_TOLERANCE = 0.1
+DEFAULT_DRAWS = 5
 _SHARED = ("tokenizer", "view", "max_len")
 
 
@@ -162,6 +164,43 @@ def position_hellinger(a: Counts, b: Counts, n: int) -> np.ndarray:
     return np.sqrt(np.clip(sq, 0.0, 1.0))
 
 
+def no_drift_reference(
+    a: Counts, b: Counts, n: int, *, draws: int = DEFAULT_DRAWS, seed: int = 0
+) -> np.ndarray:
+    """Per-position Hellinger distance expected when A and B do NOT differ (permutation null).
+
+    At each position the two corpora's sequences are pooled and re-split at random into groups
+    of A's and B's sizes (a multivariate hypergeometric draw from the pooled counts); the
+    Hellinger distance between the two groups, averaged over ``draws`` seeded draws, is what
+    finite samples alone produce. A drift at or below it is not distinguishable from noise.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    draws = check_int("draws", draws, 1)
+    v = max(a.vocab_size, b.vocab_size)
+    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
+    mb = sp.csr_matrix(_widen(b, v).matrix[:n])
+    pooled = sp.csr_matrix(ma + mb)
+    rng = np.random.default_rng(seed)
+    out = np.zeros(n)
+    for i in range(n):
+        row = pooled.getrow(i)
+        colors = row.data.astype(np.int64)  # only tokens seen at i: O(nnz), not O(V)
+        na, total = int(ma.getrow(i).sum()), int(colors.sum())
+        if na == 0 or na == total:
+            raise PosdiagError("every compared position needs a positive support in both corpora")
+        acc = 0.0
+        for _ in range(draws):
+            xa = rng.multivariate_hypergeometric(colors, na, method="marginals")
+            xb = colors - xa
+            diff = np.sqrt(xa / na) - np.sqrt(xb / (total - na))
+            acc += float(np.sqrt(min(1.0, float(diff @ diff) / 2.0)))
+        out[i] = acc / draws
+    return out
+
+
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
 
@@ -228,6 +267,8 @@ class Drift:
         ``stress(B_H(B), B_H(A))``, symmetric in A and B.
     position_hellinger : tuple of float, length n
         Hellinger distance between A's and B's distributions at each position.
+    position_reference : tuple of float, length n
+        The same distance expected without any drift (:func:`no_drift_reference`, seeded).
     rankings : tuple of RankChange
         In A's order, best first.
     """
@@ -245,7 +286,20 @@ class Drift:
     geometry_stress: float
     position_hellinger: tuple[float, ...]
     rankings: tuple[RankChange, ...]
+    position_reference: tuple[float, ...] = ()
+    seed: int = 0
     warnings: tuple[str, ...] = ()
+
+    @property
+    def above_reference(self) -> tuple[int, ...]:
+        """Positions whose drift exceeds the no-drift reference."""
+        return tuple(
+            i
+            for i, (d, r) in enumerate(
+                zip(self.position_hellinger, self.position_reference, strict=True)
+            )
+            if d > r
+        )
 
     @property
     def changed(self) -> tuple[RankChange, ...]:
@@ -264,6 +318,8 @@ def corpus_drift(
     rank: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
 
@@ -276,6 +332,8 @@ def corpus_drift(
         at ``tolerance`` on the common positions.
     encodings : sequence, optional
         Encodings to rank (default set when None).
+    draws, seed : int
+        Random re-splits behind the no-drift reference, and their seed.
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
@@ -310,6 +368,10 @@ def corpus_drift(
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=tuple(rows),
+        position_reference=tuple(
+            float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
+        ),
+        seed=seed,
         warnings=tuple(dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings))),
     )
 
@@ -337,6 +399,10 @@ def drift_json(drift: Drift) -> dict[str, Any]:
             "position_hellinger": drift.position_hellinger,
             "position_hellinger_mean": float(d.mean()),
             "position_hellinger_max": float(d.max()),
+            "position_reference": drift.position_reference,
+            "position_reference_mean": float(np.mean(drift.position_reference)),
+            "above_reference": drift.above_reference,
+            "seed": drift.seed,
             "rankings": [{**asdict(r), "changed": r.changed} for r in drift.rankings],
             "changed": [r.name for r in drift.changed],
             "warnings": drift.warnings,
@@ -388,9 +454,12 @@ def print_drift(drift: Drift, console: Any) -> None:
         f"geometry stress (B_H of A vs B_H of B, symmetric): {drift.geometry_stress:.4f}; "
         f"ranks chosen at stress <= {drift.tolerance:g} unless --rank"
     )
+    ref = np.asarray(drift.position_reference)
     console.print(
         f"per-position Hellinger distance A vs B: mean {d.mean():.4f}, max {d[worst]:.4f} at "
-        f"position {worst} (finite samples alone give values > 0; compare with the noise floor)"
+        f"position {worst}; without any drift (random re-splits of A+B, seed {drift.seed}) "
+        f"expect mean {ref.mean():.4f}: {len(drift.above_reference)} of {drift.n} positions "
+        "above that reference"
     )
     t = Table(title="Stress per encoding on the common positions", title_justify="left")
     for col in ("encoding", "stress A", "stress B", "rank A", "rank B", ""):

@@ -262,7 +262,17 @@ def plot_drift_positions(drift: Drift) -> Figure:
     d = np.asarray(drift.position_hellinger)
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(np.arange(len(d)), d, marker="o", markersize=3, color=OKABE_ITO[0])
+    pos = np.arange(len(d))
+    ax.plot(pos, d, marker="o", markersize=3, color=OKABE_ITO[0], label="A vs B")
+    if len(drift.position_reference) == len(d):
+        ax.plot(
+            pos,
+            drift.position_reference,
+            linestyle="--",
+            color=OKABE_ITO[1],
+            label="expected without drift (random re-splits of A+B)",
+        )
+    ax.legend(fontsize=8)
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("position i")
     ax.set_ylabel("Hellinger distance between A and B at position i")

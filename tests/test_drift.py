@@ -64,6 +64,7 @@ def test_diff_a_a_reports_zero_drift(synth_corpus: Path) -> None:
     assert doc["a_on_b"] == pytest.approx(doc["b_optimum"], abs=1e-12)
     assert doc["b_on_a"] == pytest.approx(doc["a_optimum"], abs=1e-12)
     assert doc["changed"] == []
+    assert min(doc["position_reference"]) > 0.0 and doc["above_reference"] == []
     assert [r["stress_a"] for r in doc["rankings"]] == [r["stress_b"] for r in doc["rankings"]]
 
 
@@ -178,3 +179,24 @@ def test_mismatched_view_or_max_len_is_a_clear_error(synth_corpus: Path, tmp_pat
         f"Error: {pa}: was counted with view='text', not 'model'; count the corpus again to "
         "change it"
     )
+
+
+def test_no_drift_reference_separates_noise_from_drift(tmp_path: Path) -> None:
+    same = _corpus(tmp_path / "same.txt", 12, seed=1, sequences=1200)
+    lines = same.read_text().splitlines()
+    half_a, half_b = tmp_path / "ha.txt", tmp_path / "hb.txt"
+    half_a.write_text("\n".join(lines[:600]) + "\n")
+    half_b.write_text("\n".join(lines[600:]) + "\n")
+    other = _corpus(tmp_path / "other.txt", 12, seed=7, sequences=600)
+    a, b = count_pair(str(half_a), str(half_b))
+    same_drift = corpus_drift(a, b)
+    # Two samples of one distribution: the distance is what the re-splits predict.
+    ratio = np.mean(same_drift.position_hellinger) / np.mean(same_drift.position_reference)
+    assert 0.85 < ratio < 1.15
+    a, c = count_pair(str(half_a), str(other))
+    real = corpus_drift(a, c)
+    assert real.above_reference == tuple(range(real.n))
+    assert np.mean(real.position_hellinger) > 1.5 * np.mean(real.position_reference)
+    # Seeded: the same seed gives the same reference, another seed another one.
+    assert corpus_drift(a, c).position_reference == real.position_reference
+    assert corpus_drift(a, c, seed=1).position_reference != real.position_reference
