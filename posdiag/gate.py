@@ -343,19 +343,31 @@ class GateFacts:
     positional_info: float
 
 
-def measure(counts: Counts, config: GateConfig, *, min_count: int | None = None) -> GateFacts:
+def measure(
+    counts: Counts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
     ``min_count`` defaults to the config file's ``min-count``, else
-    :data:`~posdiag.diagnostics.DEFAULT_MIN_COUNT`.
+    :data:`~posdiag.diagnostics.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
+    :class:`~posdiag.diagnostics.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here.
     """
     if min_count is None:
         min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
     geo = corpus_geometry(counts, check_int("min_count", min_count, 1))
+    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
-    scores = {key: score_encodings(geo, [key])[0] for key in config.max_stress}
+    by_key = {
+        key: given[key] if key in given else score_encodings(geo, [key])[0]
+        for key in config.max_stress
+    }
     total, _ = positional_information(counts.matrix[: geo.n_eff])
-    return GateFacts(geo.summary, scores, spectrum(geo).eigenvalues, total)
+    return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
 
 
 @dataclass(frozen=True)
@@ -485,9 +497,15 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
     return GateReport(facts.corpus, tuple(out), config.strict, config.source)
 
 
-def run_gate(counts: Counts, config: GateConfig, *, min_count: int | None = None) -> GateReport:
+def run_gate(
+    counts: Counts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+) -> GateReport:
     """:func:`measure` then :func:`evaluate`."""
-    return evaluate(config, measure(counts, config, min_count=min_count))
+    return evaluate(config, measure(counts, config, min_count=min_count, scores=scores))
 
 
 # ---- output formats -------------------------------------------------------------------------
