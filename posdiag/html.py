@@ -104,7 +104,7 @@ def render_html(
     sup = c.supports
     dropped = f"{c.dropped[0]}..{c.dropped[-1]} ({len(c.dropped)})" if c.dropped else "none"
     summary = _table(
-        ("", ""),
+        ("corpus", "value"),
         [
             ("source", c.source),
             ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
