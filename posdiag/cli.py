@@ -173,6 +173,13 @@ def stress(
     pad_token: PadOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
@@ -180,6 +187,10 @@ def stress(
     for preset in model_preset or ():
         chosen += expand_preset(preset)
     specs = chosen or None
+    if plot is not None:
+        from .plots import CORPUS_PLOTS, check_plot_dir
+
+        check_plot_dir(plot, force, CORPUS_PLOTS)
     counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
     geo = corpus_geometry(counts, min_count)
     report = StressReport(
@@ -190,6 +201,11 @@ def stress(
         typer.echo(json.dumps(stress_json(report), indent=2))
     else:
         print_stress(report, _stdout())
+    if plot is not None:
+        from .plots import write_plots
+
+        written = write_plots(plot, geometry=geo, report=report, force=force)
+        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
 @app.command()
@@ -342,6 +358,315 @@ def encodings(
         "One encoding's parameters: posdiag encodings NAME; "
         f"model presets ({', '.join(MODEL_PRESETS)}): posdiag encodings --presets"
     )
+
+
+# ---- issue 6: CI gate, drift, plots, HTML report ---------------------------------------------
+
+
+@app.command()
+def check(
+    corpus: CorpusArg,
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--encoding",
+            "-e",
+            help="Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
+            "order with --max-stress.",
+        ),
+    ] = None,
+    max_stress: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--max-stress",
+            help="Largest acceptable stress of the matching --encoding (one value: all).",
+        ),
+    ] = None,
+    max_rank_for_stress: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max-rank-for-stress",
+            help="EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
+        ),
+    ] = None,
+    min_positional_info: Annotated[
+        float | None,
+        typer.Option("--min-positional-info", help="Smallest I(position; token), in bits."),
+    ] = None,
+    min_support: Annotated[
+        int | None,
+        typer.Option(
+            "--min-support", help="Smallest support N_i over the counted positions 0..n-1."
+        ),
+    ] = None,
+    strict: Annotated[
+        bool | None,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Judge max-stress by the upper confidence bound where one exists.",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
+            "\\[default: ./posdiag.toml, else ./pyproject.toml with \\[tool.posdiag]].",
+            show_default=False,
+        ),
+    ] = None,
+    no_config: Annotated[
+        bool, typer.Option("--no-config", help="Ignore config files; rules from options only.")
+    ] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text | github (workflow annotations).")
+    ] = "text",
+    junit: Annotated[
+        Path | None,
+        typer.Option("--junit", help="Also write a JUnit XML report here.", show_default=False),
+    ] = None,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: Annotated[
+        int | None,
+        typer.Option(
+            "--min-count",
+            help=f"Positions with fewer sequences are dropped \\[default: {DEFAULT_MIN_COUNT}].",
+        ),
+    ] = None,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
+    from ._io import check_output
+    from .gate import (
+        build_config,
+        check_format,
+        find_config,
+        gate_json,
+        github_annotations,
+        run_gate,
+        text_lines,
+        write_junit,
+    )
+
+    check_format(fmt)
+    if config is not None and no_config:
+        raise PosdiagError("'--config' and '--no-config' exclude each other")
+    file = None if no_config else (config if config is not None else find_config("."))
+    cfg = build_config(
+        file=file,
+        encodings=encoding or (),
+        max_stress=max_stress or (),
+        max_rank_for_stress=max_rank_for_stress or (),
+        min_positional_info=min_positional_info,
+        min_support=min_support,
+        strict=strict,
+        reading={
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view,
+            "max_len": max_len,
+            "min_count": min_count,
+            "pad_token": pad_token,
+        },
+    )
+    if junit is not None:
+        check_output(junit, force)  # refuse before a pass over the corpus
+    r = cfg.reading
+    counts = _counts(
+        corpus,
+        r.get("column"),
+        r.get("tokenizer"),
+        r.get("view"),
+        r.get("max_len"),
+        r.get("pad_token"),
+        quiet,
+    )
+    report = run_gate(counts, cfg)
+    if junit is not None:
+        write_junit(report, junit, force=force)
+    if as_json:
+        typer.echo(json.dumps(gate_json(report), indent=2))
+    elif fmt == "github":
+        for line in github_annotations(report):
+            typer.echo(line)
+    else:
+        for line in text_lines(report):
+            typer.echo(line)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def diff(
+    corpus_a: Annotated[str, typer.Argument(help="Corpus A (file or counts .npz).")],
+    corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--encoding", "-e", help="Encodings to rank, repeatable; default: a standard set."
+        ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option(
+            "--rank",
+            "-r",
+            help="Rank of the MDS encodings crossed \\[default: each corpus's effective rank "
+            "at --tolerance].",
+            show_default=False,
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
+    ] = 0.1,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the no-drift reference's random re-splits.")
+    ] = 0,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
+    from .drift import corpus_drift, count_pair, drift_json, print_drift
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    if plot is not None:
+        from .plots import DRIFT_PLOTS, check_plot_dir
+
+        check_plot_dir(plot, force, DRIFT_PLOTS)
+    with _progress(quiet) as progress:
+        a, b = count_pair(
+            corpus_a,
+            corpus_b,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view,
+            max_len=max_len,
+            pad_token=pad_token,
+            progress=progress,
+        )
+    drift = corpus_drift(
+        a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
+    )
+    _warn(drift.warnings)
+    if as_json:
+        typer.echo(json.dumps(drift_json(drift), indent=2))
+    else:
+        print_drift(drift, _stdout())
+    if plot is not None:
+        from .plots import write_plots
+
+        written = write_plots(plot, drift=drift, force=force)
+        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+
+
+@app.command("plot")
+def plot_cmd(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Folder for the PNGs (created if missing).", show_default=False
+        ),
+    ],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option("--encoding", "-e", help="Encodings of the stress chart, repeatable."),
+    ] = None,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
+    from .plots import CORPUS_PLOTS, check_plot_dir, write_plots
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_plot_dir(output, force, CORPUS_PLOTS)
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    _warn(geo.warnings)
+    report = StressReport(
+        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
+    )
+    written = write_plots(output, geometry=geo, report=report, force=force)
+    if as_json:
+        info = {"directory": written.directory, "files": written.files, "pixels": written.pixels}
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        w, h = written.pixels
+        typer.echo(f"wrote {len(written.files)} plots ({w} x {h} px):")
+        for f in written.files:
+            typer.echo(f"  {f}")
+
+
+@app.command("report")
+def report_cmd(
+    corpus: CorpusArg,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="HTML file to write.", show_default=False),
+    ],
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option("--encoding", "-e", help="Encodings of the stress table, repeatable."),
+    ] = None,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="Leave the plots out.")] = False,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """One self-contained HTML page (inline plots, no network) to attach to a PR."""
+    from ._io import check_output
+    from .html import build_report, write_html
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_output(output, force)
+    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    geo = corpus_geometry(counts, min_count)
+    _warn(geo.warnings)
+    page = build_report(counts, specs, min_count=min_count, plots=not no_plots, geometry=geo)
+    write_html(page, output, force=force)
+    if as_json:
+        info = {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted}
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
+        typer.echo(
+            f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}"
+        )
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,478 @@
+"""Geometry drift between two corpora (``posdiag diff A B``).
+
+Both corpora are compared on their common supported positions ``0..n-1`` with
+``n = min(n_eff(A), n_eff(B))``:
+
+- cross-stress: the stress of A's rank-r MDS encoding against B's Gram ``B_H`` (and vice versa),
+  next to B's own rank-r optimum (Eckart-Young), so the excess is the price of using A's encoding
+  on B; it is 0 when the corpora are the same;
+- geometry stress: ``stress(B_H(B), B_H(A))``, symmetric, 0 when the geometries are proportional;
+- per-position Hellinger distance between A's and B's token distributions at each position;
+- the standard encodings' stress on each corpus and the encodings whose ranking changes.
+
+Token ids must mean the same token in both corpora. The built-in ``whitespace`` tokenizer numbers
+words in order of first appearance, so two corpora are counted with ONE tokenizer instance
+(:func:`count_pair`); counts ``.npz`` files made separately with ``whitespace`` are refused.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._validate import check_float, check_int
+from .counts import Counts, ProgressFn, corpus_counts, count_source, is_counts_file
+from .diagnostics import (
+    DEFAULT_MIN_COUNT,
+    CorpusGeometry,
+    CorpusSummary,
+    corpus_geometry,
+    score_encodings,
+)
+from .errors import PosdiagError
+from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "Drift",
+    "RankChange",
+    "corpus_drift",
+    "count_pair",
+    "drift_json",
+    "fitted_stress",
+    "no_drift_reference",
+    "print_drift",
+    "position_hellinger",
+]
+
+DEFAULT_TOLERANCE = 0.1
+DEFAULT_DRAWS = 5
+_SHARED = ("tokenizer", "view", "max_len")
+
+
+def _widen(c: Counts, v: int) -> Counts:
+    if c.vocab_size == v:
+        return c
+    m = sp.csr_matrix(c.matrix, copy=True)
+    m.resize((m.shape[0], v))
+    return Counts(m, {**c.meta, "vocab_size": v})
+
+
+def _check_compatible(a: Counts, b: Counts) -> None:
+    for key in _SHARED:
+        va, vb = a.meta.get(key), b.meta.get(key)
+        if va != vb:
+            raise PosdiagError(
+                f"cannot compare {a.meta.get('source', 'A')} and {b.meta.get('source', 'B')}: "
+                f"{key} {va!r} vs {vb!r}; both corpora must share tokenizer, view and max_len"
+            )
+
+
+def count_pair(
+    a: str,
+    b: str,
+    *,
+    column: str | None = None,
+    tokenizer: str | None = None,
+    view_name: str | None = None,
+    max_len: int | None = None,
+    pad_token: str | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Counts, Counts]:
+    """Counts of two corpora whose token ids agree, on a common vocabulary width.
+
+    Corpus files are counted with one tokenizer instance (so ``whitespace`` ids agree). A counts
+    ``.npz`` fixes tokenizer, view and max_len for the other side; a ``.npz`` counted with
+    ``whitespace`` can only be compared with itself, since its ids depend on its corpus.
+    """
+    from .sources import open_source
+    from .tokenize import load_tokenizer
+
+    loaded: dict[str, Counts] = {}
+    for name in (a, b):
+        if is_counts_file(name) and name not in loaded:
+            loaded[name] = corpus_counts(
+                name, column=column, tokenizer=tokenizer, view_name=view_name, max_len=max_len
+            )
+    for name, c in loaded.items():
+        other = b if name == a else a
+        same_file = is_counts_file(other) and Path(other).resolve() == Path(name).resolve()
+        if c.meta.get("tokenizer") == "whitespace" and not same_file:
+            raise PosdiagError(
+                f"{name}: was counted with the built-in whitespace tokenizer, whose ids follow "
+                f"the order words first appear in that corpus, so they cannot be matched with "
+                f"{other}'s; pass both corpus files (counted with one tokenizer) or counts made "
+                "with a tokenizer.json"
+            )
+    if loaded:
+        meta = next(iter(loaded.values())).meta
+        tokenizer = tokenizer or str(meta.get("tokenizer"))
+        view_name = view_name or str(meta.get("view"))
+        max_len = max_len if max_len is not None else int(meta.get("max_len", 512))
+    raw = [n for n in (a, b) if n not in loaded]
+    sources = {n: open_source(n, column) for n in raw}  # both checked before any counting
+    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token) if raw else None
+    out = []
+    for name in (a, b):
+        if name in loaded:
+            out.append(loaded[name])
+            continue
+        assert tok is not None
+        out.append(
+            count_source(
+                sources[name],
+                tok,
+                view_name=view_name or "text",
+                max_len=check_int("max_len", 512 if max_len is None else max_len, 1),
+                progress=progress,
+            )
+        )
+    ca, cb = out
+    _check_compatible(ca, cb)
+    v = max(ca.vocab_size, cb.vocab_size)
+    return _widen(ca, v), _widen(cb, v)
+
+
+def position_hellinger(a: Counts, b: Counts, n: int) -> np.ndarray:
+    """Hellinger distance between A's and B's token distributions at positions ``0..n-1``.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Values in [0, 1]; ``d_i = sqrt(1 - sum_v sqrt(mu_A,i[v] mu_B,i[v]))``.
+    """
+    v = max(a.vocab_size, b.vocab_size)
+    rows = []
+    for c in (a, b):
+        m = sp.csr_matrix(_widen(c, v).matrix[:n], dtype=np.float64)
+        sup = np.asarray(m.sum(axis=1)).ravel()
+        if np.any(sup <= 0):
+            raise PosdiagError("every compared position needs a positive support in both corpora")
+        s = sp.csr_matrix(sp.diags(1.0 / sup) @ m)
+        s.data = np.sqrt(s.data)
+        rows.append(s)
+    # The difference form ||s_A - s_B|| / sqrt(2) is exactly 0 for identical rows, where
+    # sqrt(1 - BC) would leave rounding noise of order 1e-8.
+    diff = sp.csr_matrix(rows[0] - rows[1])
+    sq = np.asarray(diff.multiply(diff).sum(axis=1)).ravel() / 2.0
+    return np.sqrt(np.clip(sq, 0.0, 1.0))
+
+
+def no_drift_reference(
+    a: Counts, b: Counts, n: int, *, draws: int = DEFAULT_DRAWS, seed: int = 0
+) -> np.ndarray:
+    """Per-position Hellinger distance expected when A and B do NOT differ (permutation null).
+
+    At each position the two corpora's sequences are pooled and re-split at random into groups
+    of A's and B's sizes (a multivariate hypergeometric draw from the pooled counts); the
+    Hellinger distance between the two groups, averaged over ``draws`` seeded draws, is what
+    finite samples alone produce. A drift at or below it is not distinguishable from noise.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    draws = check_int("draws", draws, 1)
+    v = max(a.vocab_size, b.vocab_size)
+    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
+    mb = sp.csr_matrix(_widen(b, v).matrix[:n])
+    pooled = sp.csr_matrix(ma + mb)
+    rng = np.random.default_rng(seed)
+    out = np.zeros(n)
+    for i in range(n):
+        row = pooled.getrow(i)
+        colors = row.data.astype(np.int64)  # only tokens seen at i: O(nnz), not O(V)
+        na, total = int(ma.getrow(i).sum()), int(colors.sum())
+        if na == 0 or na == total:
+            raise PosdiagError("every compared position needs a positive support in both corpora")
+        acc = 0.0
+        for _ in range(draws):
+            xa = rng.multivariate_hypergeometric(colors, na, method="marginals")
+            xb = colors - xa
+            diff = np.sqrt(xa / na) - np.sqrt(xb / (total - na))
+            acc += float(np.sqrt(min(1.0, float(diff @ diff) / 2.0)))
+        out[i] = acc / draws
+    return out
+
+
+def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
+    """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
+
+    The same number as :func:`posdiag.geometry.stress` (GEOMETRY.md section 4), computed so that
+    it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a corpus
+    against itself must show.
+    """
+    nh = float(np.linalg.norm(b_h))
+    if nh == 0.0:
+        raise PosdiagError("the corpus Gram matrix is zero: all positions are identical")
+    ee = float(np.vdot(b_e, b_e))
+    c = max(0.0, float(np.vdot(b_h, b_e))) / ee if ee > 0 else 0.0
+    return min(1.0, float(np.linalg.norm(b_h - c * b_e)) / nh)
+
+
+def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
+    """The geometry of positions ``0..n-1``: distances are a sub-matrix, MDS is recomputed."""
+    if n == geo.n_eff:
+        return geo
+    d = geo.distances[:n, :n]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mds = classical_mds(d)
+    summary = replace(geo.summary, n_eff=n)
+    return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
+
+
+@dataclass(frozen=True)
+class RankChange:
+    """One encoding's stress and rank (1 = best) on A and on B, on the common positions."""
+
+    name: str
+    params: Mapping[str, Any]
+    stress_a: float
+    stress_b: float
+    rank_a: int
+    rank_b: int
+
+    @property
+    def changed(self) -> bool:
+        return self.rank_a != self.rank_b
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the positional geometry of corpus B differs from A's.
+
+    Attributes
+    ----------
+    a, b : CorpusSummary
+        Each corpus as analysed on its own (its own ``n_eff``).
+    n : int
+        Common positions compared, ``min(n_eff(A), n_eff(B))``.
+    rank_a, rank_b : int
+        Rank of A's (B's) MDS encoding used for the cross-stress.
+    tolerance : float
+        Stress tolerance that chose the ranks when not given.
+    a_on_b, b_optimum : float
+        Stress of A's rank-``rank_a`` MDS encoding on B's geometry, and B's own optimum at
+        that rank (``a_on_b >= b_optimum``, equal when the geometries agree).
+    b_on_a, a_optimum : float
+        The same with the roles swapped (rank ``rank_b``).
+    geometry_stress : float
+        ``stress(B_H(B), B_H(A))``, symmetric in A and B.
+    position_hellinger : tuple of float, length n
+        Hellinger distance between A's and B's distributions at each position.
+    position_reference : tuple of float, length n
+        The same distance expected without any drift (:func:`no_drift_reference`, seeded).
+    rankings : tuple of RankChange
+        In A's order, best first.
+    """
+
+    a: CorpusSummary
+    b: CorpusSummary
+    n: int
+    rank_a: int
+    rank_b: int
+    tolerance: float
+    a_on_b: float
+    b_optimum: float
+    b_on_a: float
+    a_optimum: float
+    geometry_stress: float
+    position_hellinger: tuple[float, ...]
+    rankings: tuple[RankChange, ...]
+    position_reference: tuple[float, ...] = ()
+    seed: int = 0
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def above_reference(self) -> tuple[int, ...]:
+        """Positions whose drift exceeds the no-drift reference."""
+        return tuple(
+            i
+            for i, (d, r) in enumerate(
+                zip(self.position_hellinger, self.position_reference, strict=True)
+            )
+            if d > r
+        )
+
+    @property
+    def changed(self) -> tuple[RankChange, ...]:
+        return tuple(r for r in self.rankings if r.changed)
+
+
+def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def corpus_drift(
+    a: Counts,
+    b: Counts,
+    *,
+    min_count: int = DEFAULT_MIN_COUNT,
+    rank: int | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
+) -> Drift:
+    """Compare the positional geometry of two corpora counted with the same tokenizer.
+
+    Parameters
+    ----------
+    a, b : Counts
+        Same tokenizer, view and max_len (checked); vocabulary widths may differ.
+    rank : int, optional
+        Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
+        at ``tolerance`` on the common positions.
+    encodings : sequence, optional
+        Encodings to rank (default set when None).
+    draws, seed : int
+        Random re-splits behind the no-drift reference, and their seed.
+    """
+    _check_compatible(a, b)
+    tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
+    ga, gb = corpus_geometry(a, min_count), corpus_geometry(b, min_count)
+    n = min(ga.n_eff, gb.n_eff)
+    pa, pb = _prefix(ga, n), _prefix(gb, n)
+    lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues
+    if rank is not None:
+        rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
+    ra = rank if rank is not None else effective_rank(lam_a, tolerance)
+    rb = rank if rank is not None else effective_rank(lam_b, tolerance)
+    a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
+    b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
+    sa = score_encodings(pa, encodings)
+    sb = score_encodings(pb, encodings)
+    rank_in_b = {_key(s.name, s.params): (i + 1, s.stress) for i, s in enumerate(sb)}
+    rows = []
+    for i, s in enumerate(sa):
+        rk_b, st_b = rank_in_b[_key(s.name, s.params)]
+        rows.append(RankChange(s.name, dict(s.params), s.stress, st_b, i + 1, rk_b))
+    return Drift(
+        a=ga.summary,
+        b=gb.summary,
+        n=n,
+        rank_a=ra,
+        rank_b=rb,
+        tolerance=tolerance,
+        a_on_b=a_on_b,
+        b_optimum=float(stress_by_rank(lam_b)[ra - 1]),
+        b_on_a=b_on_a,
+        a_optimum=float(stress_by_rank(lam_a)[rb - 1]),
+        geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
+        position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
+        rankings=tuple(rows),
+        position_reference=tuple(
+            float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
+        ),
+        seed=seed,
+        warnings=tuple(dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings))),
+    )
+
+
+def drift_json(drift: Drift) -> dict[str, Any]:
+    """The ``--json`` document of ``posdiag diff``."""
+    from dataclasses import asdict
+
+    from .report import jsonable
+
+    d = np.asarray(drift.position_hellinger)
+    return jsonable(
+        {
+            "a": asdict(drift.a),
+            "b": asdict(drift.b),
+            "n": drift.n,
+            "tolerance": drift.tolerance,
+            "rank_a": drift.rank_a,
+            "rank_b": drift.rank_b,
+            "a_on_b": drift.a_on_b,
+            "b_optimum": drift.b_optimum,
+            "b_on_a": drift.b_on_a,
+            "a_optimum": drift.a_optimum,
+            "geometry_stress": drift.geometry_stress,
+            "position_hellinger": drift.position_hellinger,
+            "position_hellinger_mean": float(d.mean()),
+            "position_hellinger_max": float(d.max()),
+            "position_reference": drift.position_reference,
+            "position_reference_mean": float(np.mean(drift.position_reference)),
+            "above_reference": drift.above_reference,
+            "seed": drift.seed,
+            "rankings": [{**asdict(r), "changed": r.changed} for r in drift.rankings],
+            "changed": [r.name for r in drift.changed],
+            "warnings": drift.warnings,
+        }
+    )
+
+
+def print_drift(drift: Drift, console: Any) -> None:
+    """Human tables of a :class:`Drift` on a rich console."""
+    from rich.table import Table
+
+    a, b = drift.a, drift.b
+    t = Table(title="Corpora", title_justify="left")
+    for col in ("", "source", "sequences", "n_eff"):
+        t.add_column(col)
+    t.add_row("A", a.source, f"{a.sequences:,}", str(a.n_eff))
+    t.add_row("B", b.source, f"{b.sequences:,}", str(b.n_eff))
+    console.print(t)
+    console.print(
+        f"tokenizer / view / max_len: {a.tokenizer} / {a.view} / {a.max_len}; "
+        f"compared on the common positions 0..{drift.n - 1} (n = min(n_eff A, n_eff B) = "
+        f"{drift.n}); min_count {a.min_count}"
+    )
+    t = Table(
+        title="Cross-stress (0 = the other corpus's geometry reproduced)", title_justify="left"
+    )
+    for col in ("encoding", "on", "rank", "stress", "optimum at rank", "excess"):
+        t.add_column(col, justify="right" if col not in ("encoding", "on") else "left")
+    t.add_row(
+        "MDS of A",
+        "B",
+        str(drift.rank_a),
+        f"{drift.a_on_b:.4f}",
+        f"{drift.b_optimum:.4f}",
+        f"{drift.a_on_b - drift.b_optimum:.4f}",
+    )
+    t.add_row(
+        "MDS of B",
+        "A",
+        str(drift.rank_b),
+        f"{drift.b_on_a:.4f}",
+        f"{drift.a_optimum:.4f}",
+        f"{drift.b_on_a - drift.a_optimum:.4f}",
+    )
+    console.print(t)
+    d = np.asarray(drift.position_hellinger)
+    worst = int(np.argmax(d))
+    console.print(
+        f"geometry stress (B_H of A vs B_H of B, symmetric): {drift.geometry_stress:.4f}; "
+        f"ranks chosen at stress <= {drift.tolerance:g} unless --rank"
+    )
+    ref = np.asarray(drift.position_reference)
+    console.print(
+        f"per-position Hellinger distance A vs B: mean {d.mean():.4f}, max {d[worst]:.4f} at "
+        f"position {worst}; without any drift (random re-splits of A+B, seed {drift.seed}) "
+        f"expect mean {ref.mean():.4f}: {len(drift.above_reference)} of {drift.n} positions "
+        "above that reference"
+    )
+    t = Table(title="Stress per encoding on the common positions", title_justify="left")
+    for col in ("encoding", "stress A", "stress B", "rank A", "rank B", ""):
+        t.add_column(col, justify="left" if col == "encoding" else "right")
+    for r in drift.rankings:
+        t.add_row(
+            r.name,
+            f"{r.stress_a:.4f}",
+            f"{r.stress_b:.4f}",
+            str(r.rank_a),
+            str(r.rank_b),
+            "changed" if r.changed else "",
+        )
+    console.print(t)
+    changed = ", ".join(f"{r.name} {r.rank_a}->{r.rank_b}" for r in drift.changed) or "none"
+    console.print(f"ranking changes: {changed}")

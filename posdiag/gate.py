@@ -1,0 +1,629 @@
+"""The CI gate behind ``posdiag check``: rules, the config file, evaluation, and CI output formats.
+
+A rule is a threshold on one figure posdiag measures:
+
+``max-stress``
+    the stress of an encoding must not exceed a threshold (with ``strict``, the upper bound of
+    its confidence interval, where one was computed);
+``max-rank-for-stress``
+    the MDS rank needed to reach a stress ``eps`` (the effective rank) must not exceed a rank;
+``min-positional-info``
+    ``I(position; token)`` over the analysed positions, in bits, must reach a minimum;
+``min-support``
+    every counted position ``0..max_len-1`` (the model's context, not only the analysed prefix)
+    must have at least this many sequences.
+
+Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
+top level of ``posdiag.toml``); options override the file key by key. Evaluation is split from
+measurement (:func:`measure` then :func:`evaluate`) so the verdicts are a pure function of the
+figures.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._io import atomic_outputs
+from ._validate import check_choice, check_float, check_int
+from .counts import Counts
+from .diagnostics import (
+    DEFAULT_MIN_COUNT,
+    CorpusSummary,
+    corpus_geometry,
+    score_encodings,
+    spectrum,
+)
+from .encodings import parse_encoding
+from .errors import PosdiagError
+from .geometry import effective_rank, positional_information
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "CONFIG_FILES",
+    "FORMATS",
+    "GateConfig",
+    "GateFacts",
+    "GateReport",
+    "RuleResult",
+    "build_config",
+    "evaluate",
+    "find_config",
+    "gate_json",
+    "github_annotations",
+    "junit_xml",
+    "load_config",
+    "measure",
+    "run_gate",
+    "text_lines",
+    "write_junit",
+]
+
+CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
+FORMATS = ("text", "github")
+
+# Keys of the config table; reading options use the CLI's option names.
+_RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
+_READ_KEYS = ("column", "tokenizer", "view", "max-len", "min-count", "pad-token")
+
+
+def _encoding_key(spec: str) -> str:
+    """Canonical text of an encoding spec, so ``rope`` and ``rope:`` are one rule."""
+    name, params = parse_encoding(spec)
+    if name == "mds" and set(params) == {"rank"}:
+        return f"mds-{params['rank']}"
+    if not params:
+        return name
+    return name + ":" + ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Every rule of one ``posdiag check`` run, plus how to read the corpus.
+
+    Attributes
+    ----------
+    max_stress : mapping of str to float
+        Canonical encoding spec -> largest acceptable stress, in [0, 1].
+    max_rank_for_stress : mapping of float to int
+        Stress tolerance ``eps`` -> largest acceptable effective rank at ``eps``.
+    min_positional_info : float or None
+        Smallest acceptable ``I(position; token)``, in bits.
+    min_support : int or None
+        Smallest acceptable support ``N_i`` over positions ``0..max_len-1``.
+    strict : bool
+        Judge max-stress rules by the upper confidence bound where one exists.
+    reading : mapping
+        Corpus reading options from the config file (``tokenizer``, ``view``, ``max_len``,
+        ``min_count``, ``column``, ``pad_token``), overridden by options.
+    source : str or None
+        The config file the rules came from, if any.
+    """
+
+    max_stress: Mapping[str, float] = field(default_factory=dict)
+    max_rank_for_stress: Mapping[float, int] = field(default_factory=dict)
+    min_positional_info: float | None = None
+    min_support: int | None = None
+    strict: bool = False
+    reading: Mapping[str, Any] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def n_rules(self) -> int:
+        return (
+            len(self.max_stress)
+            + len(self.max_rank_for_stress)
+            + (self.min_positional_info is not None)
+            + (self.min_support is not None)
+        )
+
+
+def find_config(directory: str | Path = ".") -> Path | None:
+    """The config file in ``directory``: ``posdiag.toml``, else a ``pyproject.toml`` that has a
+    ``[tool.posdiag]`` table; None when neither exists."""
+    d = Path(directory)
+    own = d / "posdiag.toml"
+    if own.is_file():
+        return own
+    py = d / "pyproject.toml"
+    if py.is_file():
+        try:
+            data = tomllib.loads(py.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            return None  # not ours to judge: a broken pyproject without posdiag keys is ignored
+        if isinstance(data.get("tool"), dict) and "posdiag" in data["tool"]:
+            return py
+    return None
+
+
+def _parse_rank_rule(text: str) -> tuple[float, int]:
+    eps_s, colon, rank_s = str(text).partition(":")
+    if not colon:
+        raise PosdiagError(
+            f"'max-rank-for-stress' must look like EPS:RANK (e.g. 0.1:8); got {text!r}"
+        )
+    try:
+        eps_v: Any = float(eps_s)
+    except ValueError:
+        eps_v = eps_s
+    try:
+        rank_v: Any = int(rank_s)
+    except ValueError:
+        rank_v = rank_s
+    eps = check_float("max-rank-for-stress stress", eps_v, 0.0, 1.0)
+    rank = check_int("max-rank-for-stress rank", rank_v, 1)
+    return eps, rank
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """The posdiag table of a config file, keys checked, values not yet validated.
+
+    ``pyproject.toml`` contributes its ``[tool.posdiag]`` table; any other file its top level.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PosdiagError(f"{path}: no such config file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise PosdiagError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PosdiagError(f"{path}: not valid TOML ({exc})") from None
+    if p.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        table = tool.get("posdiag") if isinstance(tool, dict) else None
+        if not isinstance(table, dict):
+            raise PosdiagError(f"{path}: has no [tool.posdiag] table")
+        data = table
+    known = (*_RULE_KEYS, *_READ_KEYS)
+    for key in data:
+        if key not in known:
+            raise PosdiagError(f"{path}: unknown key {key!r}; keys: {', '.join(known)}")
+    return dict(data)
+
+
+def _file_rules(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated values of a config table, keyed like :func:`build_config`'s arguments."""
+    table = raw.get("max-stress", {})
+    if not isinstance(table, dict):
+        raise PosdiagError(
+            "'max-stress' must be a table of encoding = threshold "
+            f"(e.g. max-stress = {{ rope = 0.5 }}); got {table!r}"
+        )
+    stress_rules = {
+        _encoding_key(spec): check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+        for spec, thr in table.items()
+    }
+    ranks = raw.get("max-rank-for-stress", {})
+    if isinstance(ranks, dict):
+        items = [f"{eps}:{rank}" for eps, rank in ranks.items()]
+    elif isinstance(ranks, list):
+        items = [str(x) for x in ranks]
+    else:
+        raise PosdiagError(
+            "'max-rank-for-stress' must be a table (e.g. { \"0.1\" = 8 }) or a list of "
+            f'"EPS:RANK" strings; got {ranks!r}'
+        )
+    out: dict[str, Any] = {
+        "max_stress": stress_rules,
+        "max_rank_for_stress": dict(_parse_rank_rule(x) for x in items),
+    }
+    if "min-positional-info" in raw:
+        out["min_positional_info"] = check_float(
+            "min-positional-info", raw["min-positional-info"], 0.0
+        )
+    if "min-support" in raw:
+        out["min_support"] = check_int("min-support", raw["min-support"], 1)
+    if "strict" in raw:
+        if not isinstance(raw["strict"], bool):
+            raise PosdiagError(f"'strict' must be true or false; got {raw['strict']!r}")
+        out["strict"] = raw["strict"]
+    read: dict[str, Any] = {}
+    for k in _READ_KEYS:
+        if k not in raw:
+            continue
+        v = raw[k]
+        if k in ("max-len", "min-count"):
+            v = check_int(k, v, 1)
+        elif not isinstance(v, str):
+            raise PosdiagError(f"{k!r} must be a string; got {v!r}")
+        read[k.replace("-", "_")] = v
+    out["reading"] = read
+    return out
+
+
+def build_config(
+    *,
+    file: str | Path | None = None,
+    encodings: Sequence[str] = (),
+    max_stress: Sequence[float] = (),
+    max_rank_for_stress: Sequence[str] = (),
+    min_positional_info: float | None = None,
+    min_support: int | None = None,
+    strict: bool | None = None,
+    reading: Mapping[str, Any] | None = None,
+) -> GateConfig:
+    """Merge the rules of a config file with options; options win key by key.
+
+    ``encodings`` and ``max_stress`` pair up in order (``-e rope --max-stress 0.5``); a single
+    ``max_stress`` applies to every encoding. A max-stress option overrides the file's threshold
+    for the same encoding and keeps the file's other encodings; likewise per tolerance for
+    max-rank-for-stress. ``reading`` holds options given explicitly (None values are ignored).
+    Errors in the file name the file.
+    """
+    base: dict[str, Any] = {}
+    if file is not None:
+        raw = load_config(file)
+        try:
+            base = _file_rules(raw)
+        except PosdiagError as exc:
+            raise PosdiagError(f"{file}: {exc}") from None
+
+    if max_stress and not encodings:
+        raise PosdiagError("'--max-stress' needs the encoding it applies to: add --encoding NAME")
+    if encodings and not max_stress:
+        raise PosdiagError(
+            f"'--encoding {encodings[0]}' needs a threshold: add --max-stress (one per --encoding)"
+        )
+    stress_rules: dict[str, float] = dict(base.get("max_stress", {}))
+    if encodings:
+        if len(max_stress) not in (1, len(encodings)):
+            raise PosdiagError(
+                f"'--max-stress' must be given once or once per --encoding "
+                f"({len(encodings)}); got {len(max_stress)}"
+            )
+        thresholds = list(max_stress) * len(encodings) if len(max_stress) == 1 else max_stress
+        for spec, thr in zip(encodings, thresholds, strict=True):
+            stress_rules[_encoding_key(spec)] = check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+
+    rank_rules: dict[float, int] = dict(base.get("max_rank_for_stress", {}))
+    rank_rules.update(_parse_rank_rule(item) for item in max_rank_for_stress)
+
+    info = min_positional_info
+    if info is not None:
+        info = check_float("min-positional-info", info, 0.0)
+    else:
+        info = base.get("min_positional_info")
+    support = min_support
+    if support is not None:
+        support = check_int("min-support", support, 1)
+    else:
+        support = base.get("min_support")
+    strict_v = strict if strict is not None else base.get("strict", False)
+    read = dict(base.get("reading", {}))
+    read.update({k: v for k, v in (reading or {}).items() if v is not None})
+
+    cfg = GateConfig(
+        max_stress=stress_rules,
+        max_rank_for_stress=dict(sorted(rank_rules.items(), reverse=True)),
+        min_positional_info=info,
+        min_support=support,
+        strict=bool(strict_v),
+        reading=read,
+        source=str(file) if file is not None else None,
+    )
+    if cfg.n_rules == 0:
+        raise PosdiagError(
+            "no rules to check: give --encoding NAME --max-stress X, --max-rank-for-stress "
+            "EPS:RANK, --min-positional-info BITS or --min-support N, or a config file "
+            "([tool.posdiag] in pyproject.toml, or posdiag.toml)"
+        )
+    return cfg
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """The figures the rules are judged on.
+
+    Attributes
+    ----------
+    corpus : CorpusSummary
+    scores : mapping of str to EncodingScore
+        Canonical encoding spec -> its score (possibly with ``ci_low``/``ci_high``).
+    eigenvalues : tuple of float
+        MDS eigenvalues of ``B_H``, descending.
+    positional_info : float
+        ``I(position; token)`` over positions ``0..n_eff-1``, in bits.
+    """
+
+    corpus: CorpusSummary
+    scores: Mapping[str, Any]
+    eigenvalues: tuple[float, ...]
+    positional_info: float
+
+
+def measure(
+    counts: Counts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+) -> GateFacts:
+    """Compute exactly the figures ``config``'s rules need, on ``counts``.
+
+    ``min_count`` defaults to the config file's ``min-count``, else
+    :data:`~posdiag.diagnostics.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
+    :class:`~posdiag.diagnostics.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here.
+    """
+    if min_count is None:
+        min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
+    geo = corpus_geometry(counts, check_int("min_count", min_count, 1))
+    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
+    # One encoding at a time, so each score stays keyed by the spec it was asked as.
+    by_key = {
+        key: given[key] if key in given else score_encodings(geo, [key])[0]
+        for key in config.max_stress
+    }
+    total, _ = positional_information(counts.matrix[: geo.n_eff])
+    return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """The verdict on one rule.
+
+    ``figure`` is the measured value the verdict used (the upper confidence bound under
+    ``strict`` when one exists); ``comparison`` is ``<=`` or ``>=`` (what passing means).
+    """
+
+    rule: str
+    target: str
+    figure: float
+    threshold: float
+    comparison: str
+    passed: bool
+    measure: str
+    note: str = ""
+    unit: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}[{self.target}]" if self.target else self.rule
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        op = self.comparison if self.passed else {"<=": ">", ">=": "<"}[self.comparison]
+        note = f" ({self.note})" if self.note else ""
+        whole = self.rule in _INTEGER_RULES
+        return (
+            f"{verdict}  {self.id}: {self.measure} {_num(self.figure, whole)}{self.unit} {op} "
+            f"{_num(self.threshold, whole)}{self.unit}{note}"
+        )
+
+
+_INTEGER_RULES = ("max-rank-for-stress", "min-support")
+
+
+def _num(x: float, whole: bool) -> str:
+    return f"{int(x)}" if whole else f"{x:.4f}"
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Every rule's verdict; ``passed`` when all pass."""
+
+    corpus: CorpusSummary
+    results: tuple[RuleResult, ...]
+    strict: bool
+    config_file: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.passed for r in self.results)
+
+
+def _support_figure(supports: Sequence[int]) -> tuple[int, int]:
+    i = min(range(len(supports)), key=lambda k: (supports[k], k))
+    return int(supports[i]), i
+
+
+def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
+    """Judge every rule of ``config`` on ``facts``, in a fixed order."""
+    out: list[RuleResult] = []
+    for key, thr in config.max_stress.items():
+        s = facts.scores[key]
+        ci_high = float(getattr(s, "ci_high", float("nan")))
+        figure, measure_name, note = float(s.stress), "stress", ""
+        if config.strict:
+            if math.isnan(ci_high):
+                note = "strict: no confidence interval was available; judged on the stress"
+            else:
+                figure, measure_name = ci_high, "stress upper bound"
+                note = f"strict; stress {s.stress:.4f}"
+        out.append(
+            RuleResult("max-stress", key, figure, thr, "<=", figure <= thr, measure_name, note)
+        )
+    lam = facts.eigenvalues
+    for eps, max_rank in config.max_rank_for_stress.items():
+        r = effective_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
+        out.append(
+            RuleResult(
+                "max-rank-for-stress",
+                f"{eps:g}",
+                float(r),
+                float(max_rank),
+                "<=",
+                r <= max_rank,
+                "MDS rank",
+                f"smallest rank whose MDS encoding has stress <= {eps:g}",
+            )
+        )
+    if config.min_positional_info is not None:
+        bits = facts.positional_info
+        out.append(
+            RuleResult(
+                "min-positional-info",
+                "",
+                bits,
+                config.min_positional_info,
+                ">=",
+                bits >= config.min_positional_info,
+                "I(position; token)",
+                f"positions 0..{facts.corpus.n_eff - 1}",
+                " bits",
+            )
+        )
+    if config.min_support is not None:
+        low, pos = _support_figure(facts.corpus.supports)
+        out.append(
+            RuleResult(
+                "min-support",
+                "",
+                float(low),
+                float(config.min_support),
+                ">=",
+                low >= config.min_support,
+                "smallest support",
+                f"at position {pos} of 0..{facts.corpus.max_len - 1}",
+                " sequences",
+            )
+        )
+    return GateReport(facts.corpus, tuple(out), config.strict, config.source)
+
+
+def run_gate(
+    counts: Counts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+) -> GateReport:
+    """:func:`measure` then :func:`evaluate`."""
+    return evaluate(config, measure(counts, config, min_count=min_count, scores=scores))
+
+
+# ---- output formats -------------------------------------------------------------------------
+
+
+def _header(report: GateReport) -> str:
+    c = report.corpus
+    cfg = f"; rules from {report.config_file}" if report.config_file else ""
+    return (
+        f"posdiag check {c.source} ({c.tokenizer} / {c.view}, n={c.max_len}, n_eff={c.n_eff}, "
+        f"min_count={c.min_count}{', strict' if report.strict else ''}{cfg})"
+    )
+
+
+def _footer(report: GateReport) -> str:
+    n = len(report.results)
+    return f"{n - report.failures} passed, {report.failures} failed of {n} rules"
+
+
+def text_lines(report: GateReport) -> list[str]:
+    """Header, one PASS/FAIL line per rule, and a count."""
+    return [_header(report), *(r.line() for r in report.results), _footer(report)]
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: GateReport) -> list[str]:
+    """GitHub Actions workflow commands: ``::error`` per failing rule, ``::notice`` per pass."""
+    lines = []
+    for r in report.results:
+        level = "notice" if r.passed else "error"
+        title = _escape_property(f"posdiag {r.id}")
+        lines.append(f"::{level} title={title}::{_escape_data(r.line())}")
+    summary = f"{_footer(report)} on {report.corpus.source}"
+    lines.append(f"::{'notice' if report.passed else 'error'}::{_escape_data(summary)}")
+    return lines
+
+
+def gate_json(report: GateReport) -> dict[str, Any]:
+    """The ``--json`` document of ``posdiag check``."""
+    from dataclasses import asdict
+
+    from .report import jsonable
+
+    return jsonable(
+        {
+            "corpus": asdict(report.corpus),
+            "config_file": report.config_file,
+            "strict": report.strict,
+            "passed": report.passed,
+            "failures": report.failures,
+            "rules": [
+                {
+                    "id": r.id,
+                    "rule": r.rule,
+                    "target": r.target,
+                    "measure": r.measure,
+                    "figure": r.figure,
+                    "comparison": r.comparison,
+                    "threshold": r.threshold,
+                    "passed": r.passed,
+                    "note": r.note,
+                    "unit": r.unit.strip(),
+                }
+                for r in report.results
+            ],
+        }
+    )
+
+
+def junit_xml(report: GateReport) -> bytes:
+    """A JUnit XML report: one ``testcase`` per rule, ``failure`` on the failing ones."""
+    suites = ET.Element("testsuites", name="posdiag check")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"posdiag check {report.corpus.source}",
+        tests=str(len(report.results)),
+        failures=str(report.failures),
+        errors="0",
+        skipped="0",
+    )
+    props = ET.SubElement(suite, "properties")
+    c = report.corpus
+    for k, v in (
+        ("corpus", c.source),
+        ("tokenizer", c.tokenizer),
+        ("view", c.view),
+        ("max_len", c.max_len),
+        ("n_eff", c.n_eff),
+        ("min_count", c.min_count),
+        ("strict", report.strict),
+    ):
+        ET.SubElement(props, "property", name=k, value=str(v))
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", classname=f"posdiag.{r.rule}", name=r.id)
+        if not r.passed:
+            fail = ET.SubElement(case, "failure", message=r.line(), type=r.rule)
+            fail.text = r.line()
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = r.line()
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(report: GateReport, path: str | Path, *, force: bool = False) -> Path:
+    """Write :func:`junit_xml` atomically."""
+    with atomic_outputs([path], force) as (tmp,):
+        tmp.write_bytes(junit_xml(report))
+    return Path(path)
+
+
+def check_format(fmt: str) -> str:
+    return check_choice("format", fmt, FORMATS)

@@ -1,0 +1,202 @@
+"""posdiag diff: drift between corpora, against brute-force numpy computations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from posdiag.cli import app
+from posdiag.counts import count_texts, save_counts
+from posdiag.diagnostics import corpus_geometry, score_encodings
+from posdiag.drift import corpus_drift, count_pair, fitted_stress
+from posdiag.geometry import stress
+from posdiag.synthetic import drift_distributions, sample_texts
+from posdiag.tokenize import load_tokenizer
+
+from .test_plots import PIXELS, png_size
+
+runner = CliRunner()
+
+
+def _corpus(path: Path, n: int, seed: int, sequences: int = 500) -> Path:
+    mu = drift_distributions(n, 30, rank=2, seed=seed)
+    path.write_text("\n".join(sample_texts(mu, sequences, seed=seed + 10)) + "\n")
+    return path
+
+
+def _dense(paths: list[Path], n: int) -> list[np.ndarray]:
+    lines = [[ln.split() for ln in p.read_text().splitlines() if ln.strip()] for p in paths]
+    vocab = sorted({w for ls in lines for ln in ls for w in ln})
+    idx = {w: k for k, w in enumerate(vocab)}
+    out = []
+    for ls in lines:
+        c = np.zeros((n, len(vocab)))
+        for ln in ls:
+            for i, w in enumerate(ln[:n]):
+                c[i, idx[w]] += 1
+        out.append(c)
+    return out
+
+
+def _brute_mds(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    s = np.sqrt(c / c.sum(axis=1, keepdims=True))
+    d2 = np.clip(1.0 - s @ s.T, 0.0, None)
+    n = len(c)
+    j = np.eye(n) - 1.0 / n
+    b = -0.5 * j @ d2 @ j
+    lam, u = np.linalg.eigh(b)
+    order = np.argsort(lam)[::-1]
+    return b, lam[order], u[:, order]
+
+
+def test_diff_a_a_reports_zero_drift(synth_corpus: Path) -> None:
+    res = runner.invoke(app, ["diff", str(synth_corpus), str(synth_corpus), "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["position_hellinger"] == [0.0] * doc["n"]
+    assert doc["geometry_stress"] == pytest.approx(0.0, abs=1e-12)
+    assert doc["a_on_b"] == pytest.approx(doc["b_optimum"], abs=1e-12)
+    assert doc["b_on_a"] == pytest.approx(doc["a_optimum"], abs=1e-12)
+    assert doc["changed"] == []
+    assert min(doc["position_reference"]) > 0.0 and doc["above_reference"] == []
+    assert [r["stress_a"] for r in doc["rankings"]] == [r["stress_b"] for r in doc["rankings"]]
+
+
+def test_one_tokenizer_instance_makes_ids_agree(synth_corpus: Path, tmp_path: Path) -> None:
+    # The same lines in another order: the whitespace tokenizer sees words in another order,
+    # but the position counts are the same, so a correct diff shows no drift at all.
+    lines = synth_corpus.read_text().splitlines()
+    rev = tmp_path / "reversed.txt"
+    rev.write_text("\n".join(reversed(lines)) + "\n")
+    a, b = count_pair(str(synth_corpus), str(rev))
+    assert a.vocab_size == b.vocab_size
+    assert (a.matrix != b.matrix).nnz == 0
+    d = corpus_drift(a, b)
+    assert max(d.position_hellinger) == 0.0 and d.geometry_stress < 1e-12
+
+
+def test_drift_matches_brute_force(tmp_path: Path) -> None:
+    pa = _corpus(tmp_path / "a.txt", 12, seed=1)
+    pb = _corpus(tmp_path / "b.txt", 10, seed=5)
+    a, b = count_pair(str(pa), str(pb), max_len=16)
+    d = corpus_drift(a, b, min_count=50, rank=2)
+    assert (d.a.n_eff, d.b.n_eff, d.n) == (12, 10, 10)
+    ca, cb = _dense([pa, pb], 10)
+    sa = np.sqrt(ca / ca.sum(axis=1, keepdims=True))
+    sb = np.sqrt(cb / cb.sum(axis=1, keepdims=True))
+    expect = np.sqrt(np.clip(1.0 - np.sum(sa * sb, axis=1), 0.0, 1.0))
+    np.testing.assert_allclose(d.position_hellinger, expect, atol=1e-7)
+    ba, lam_a, ua = _brute_mds(ca)
+    bb, lam_b, ub = _brute_mds(cb)
+    xa = ua[:, :2] * np.sqrt(lam_a[:2])
+    xb = ub[:, :2] * np.sqrt(lam_b[:2])
+    ja = xa - xa.mean(axis=0)
+    jb = xb - xb.mean(axis=0)
+    assert d.a_on_b == pytest.approx(stress(bb, ja @ ja.T), abs=1e-9)
+    assert d.b_on_a == pytest.approx(stress(ba, jb @ jb.T), abs=1e-9)
+    assert d.b_optimum == pytest.approx(np.sqrt(np.sum(lam_b[2:] ** 2) / np.sum(lam_b**2)))
+    assert d.geometry_stress == pytest.approx(stress(bb, ba), abs=1e-9)
+    # Eckart-Young: A's rank-2 encoding cannot beat B's own rank-2 optimum on B.
+    assert d.a_on_b >= d.b_optimum - 1e-12 and d.b_on_a >= d.a_optimum - 1e-12
+    # Rankings: each side's rank order is its own stress order on the common positions.
+    for rows, key in ((d.rankings, "a"), (sorted(d.rankings, key=lambda r: r.rank_b), "b")):
+        values = [getattr(r, f"stress_{key}") for r in rows]
+        assert values == sorted(values)
+    geo_b = corpus_geometry(b, 50)
+    assert geo_b.n_eff == 10
+    best_b = score_encodings(geo_b)[0]
+    assert [r.name for r in d.rankings if r.rank_b == 1] == [best_b.name]
+    assert {r.name for r in d.changed} == {r.name for r in d.rankings if r.rank_a != r.rank_b}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 8), st.integers(0, 10_000))
+def test_fitted_stress_equals_the_spec_formula(n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((n, 3)), rng.standard_normal((n, 2))
+    bx, by = x @ x.T, y @ y.T
+    assert fitted_stress(bx, by) == pytest.approx(stress(bx, by), abs=1e-7)
+    assert fitted_stress(bx, 2.5 * bx) == pytest.approx(0.0, abs=1e-12)
+    assert fitted_stress(bx, np.zeros_like(bx)) == 1.0
+
+
+def test_diff_output_states_the_common_positions(tmp_path: Path) -> None:
+    pa = _corpus(tmp_path / "a.txt", 12, seed=1)
+    pb = _corpus(tmp_path / "b.txt", 10, seed=5)
+    res = runner.invoke(app, ["diff", str(pa), str(pb), "--min-count", "50", "-n", "16"])
+    assert res.exit_code == 0, res.stderr
+    assert "compared on the common positions 0..9 (n = min(n_eff A, n_eff B) = 10)" in res.stdout
+    assert "ranking changes: " in res.stdout
+
+
+def test_diff_plot_writes_drift_pngs(synth_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    res = runner.invoke(app, ["diff", str(synth_corpus), str(synth_corpus), "--plot", str(out)])
+    assert res.exit_code == 0, res.stderr
+    for name in ("drift_hellinger.png", "drift_stress.png"):
+        assert png_size((out / name).read_bytes()) == PIXELS
+
+
+def test_whitespace_counts_of_different_corpora_are_refused(
+    synth_corpus: Path, tmp_path: Path
+) -> None:
+    pb = _corpus(tmp_path / "b.txt", 12, seed=5)
+    npz = tmp_path / "a.npz"
+    assert runner.invoke(app, ["count", str(synth_corpus), "-o", str(npz)]).exit_code == 0
+    res = runner.invoke(app, ["diff", str(npz), str(pb)])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(
+        f"Error: {npz}: was counted with the built-in whitespace tokenizer, whose ids follow "
+        "the order words first appear in that corpus"
+    )
+    # The same counts file against itself is fine (its ids agree with themselves).
+    res = runner.invoke(app, ["diff", str(npz), str(npz), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["geometry_stress"] < 1e-12
+
+
+def test_mismatched_view_or_max_len_is_a_clear_error(synth_corpus: Path, tmp_path: Path) -> None:
+    tok = load_tokenizer("whitespace")
+    texts = synth_corpus.read_text().splitlines()
+    a = count_texts(texts, tok, max_len=12)
+    b = count_texts(texts, tok, max_len=16)
+    with pytest.raises(Exception, match=r"max_len 12 vs 16; both corpora must share tokenizer"):
+        corpus_drift(a, b)
+    c = count_texts(texts, tok, view_name="model", max_len=12)
+    with pytest.raises(Exception, match=r"view 'text' vs 'model'"):
+        corpus_drift(a, c)
+    # Through the CLI: options must match how a counts file was made.
+    pa = tmp_path / "a.npz"
+    save_counts(a, pa)
+    res = runner.invoke(app, ["diff", str(pa), str(pa), "--view", "model"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (
+        f"Error: {pa}: was counted with view='text', not 'model'; count the corpus again to "
+        "change it"
+    )
+
+
+def test_no_drift_reference_separates_noise_from_drift(tmp_path: Path) -> None:
+    same = _corpus(tmp_path / "same.txt", 12, seed=1, sequences=1200)
+    lines = same.read_text().splitlines()
+    half_a, half_b = tmp_path / "ha.txt", tmp_path / "hb.txt"
+    half_a.write_text("\n".join(lines[:600]) + "\n")
+    half_b.write_text("\n".join(lines[600:]) + "\n")
+    other = _corpus(tmp_path / "other.txt", 12, seed=7, sequences=600)
+    a, b = count_pair(str(half_a), str(half_b))
+    same_drift = corpus_drift(a, b)
+    # Two samples of one distribution: the distance is what the re-splits predict.
+    ratio = np.mean(same_drift.position_hellinger) / np.mean(same_drift.position_reference)
+    assert 0.85 < ratio < 1.15
+    a, c = count_pair(str(half_a), str(other))
+    real = corpus_drift(a, c)
+    assert real.above_reference == tuple(range(real.n))
+    assert np.mean(real.position_hellinger) > 1.5 * np.mean(real.position_reference)
+    # Seeded: the same seed gives the same reference, another seed another one.
+    assert corpus_drift(a, c).position_reference == real.position_reference
+    assert corpus_drift(a, c, seed=1).position_reference != real.position_reference

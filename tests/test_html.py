@@ -1,0 +1,112 @@
+"""posdiag report: one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from posdiag.cli import app
+from posdiag.counts import corpus_counts
+from posdiag.diagnostics import stress_report
+from posdiag.geometry import positional_information
+from posdiag.html import build_report
+
+from .test_plots import PIXELS, png_size
+
+runner = CliRunner()
+
+
+def _stress_rows(page: str) -> list[list[str]]:
+    table = re.search(r'<table class="stress">(.*?)</table>', page, re.S)
+    assert table is not None
+    return [
+        re.findall(r"<td[^>]*>(.*?)</td>", row)
+        for row in re.findall(r"<tr>(.*?)</tr>", table.group(1))
+        if "<td" in row
+    ]
+
+
+def test_report_has_the_stress_table_and_no_external_url(
+    synth_corpus: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report.html"
+    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    page = out.read_text(encoding="utf-8")
+    expected = stress_report(corpus_counts(str(synth_corpus))).encodings
+    rows = _stress_rows(page)
+    assert [(r[0], r[2]) for r in rows] == [(e.name, f"{e.stress:.4f}") for e in expected]
+    # Self-contained: no URL of any scheme, no scripts, stylesheets or frames.
+    assert re.search(r"[a-z][a-z0-9+.-]*://", page, re.I) is None
+    assert re.search(r"<(script|link|iframe|object|embed)\b", page, re.I) is None
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert len(sources) == 6
+    for src in sources:
+        assert src.startswith("data:image/png;base64,")
+        assert png_size(base64.b64decode(src.split(",", 1)[1])) == PIXELS
+    assert "6 plots" in res.stdout
+
+
+def test_report_diagnostics_and_plots_off(synth_corpus: Path, tmp_path: Path) -> None:
+    counts = corpus_counts(str(synth_corpus))
+    page = build_report(counts, ["rope", "nope"], plots=False)
+    assert page.plots == () and "plots were not requested" in page.html
+    assert "<img" not in page.html
+    bits, _ = positional_information(counts.matrix[:12])
+    assert f"{bits:.4f} bits (positions 0..11)" in page.html
+    assert [r[0] for r in _stress_rows(page.html)] == ["rope", "nope"]
+
+
+def test_report_without_matplotlib_says_so(
+    synth_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    page = build_report(corpus_counts(str(synth_corpus)), ["rope"])
+    assert page.plots == ()
+    assert "plots omitted: matplotlib is not installed" in page.html
+
+
+def test_report_escapes_text(tmp_path: Path) -> None:
+    corpus = tmp_path / "a<b>&.txt"
+    corpus.write_text("x y z w\ny x w z\n" * 60)
+    page = build_report(corpus_counts(str(corpus)), ["rope"], min_count=50, plots=False)
+    assert "a&lt;b&gt;&amp;.txt" in page.html and "a<b>" not in page.html
+
+
+def test_report_refuses_to_overwrite(synth_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    out.write_text("keep")
+    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out), "--no-plots"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"Error: {out}: already exists; pass --force to overwrite"
+    assert out.read_text() == "keep"
+    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out), "--no-plots", "-f"])
+    assert res.exit_code == 0 and out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_stress_table_shows_intervals_when_scores_have_them(synth_corpus: Path) -> None:
+    from dataclasses import dataclass, replace
+
+    from posdiag.diagnostics import EncodingScore
+    from posdiag.html import render_html
+
+    @dataclass(frozen=True)
+    class WithInterval(EncodingScore):  # the fields issue 5 adds to EncodingScore
+        ci_low: float = float("nan")
+        ci_high: float = float("nan")
+
+    report = stress_report(corpus_counts(str(synth_corpus)), ["rope", "nope"])
+    assert "<th>interval</th>" not in render_html(report)
+    rope = report.encodings[0]
+    with_ci = WithInterval(
+        **{k: getattr(rope, k) for k in rope.__dataclass_fields__}, ci_low=0.25, ci_high=0.5
+    )
+    page = render_html(replace(report, encodings=(with_ci, *report.encodings[1:])))
+    rows = _stress_rows(page)
+    assert "<th>interval</th>" in page
+    assert rows[0][3] == "[0.2500, 0.5000]" and rows[1][3] == "[n/a, n/a]"
