@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ import numpy as np
 
 from ._validate import check_int
 from .counts import Counts
-from .encodings import DEFAULT_SET, make_encoding, parse_encoding
+from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
 from .errors import PosdiagError
 from .geometry import (
     MDS,
@@ -23,6 +24,14 @@ from .geometry import (
     stress_by_rank,
     supported_prefix,
 )
+from .uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_REPLICATES,
+    ShardedCounts,
+    bootstrap_stress,
+    noise_floor,
+    pair_floor,
+)
 
 __all__ = [
     "DEFAULT_MIN_COUNT",
@@ -32,6 +41,7 @@ __all__ = [
     "EncodingScore",
     "Spectrum",
     "StressReport",
+    "Uncertainty",
     "corpus_geometry",
     "score_encodings",
     "stress_report",
@@ -157,7 +167,11 @@ def spectrum(
 
 @dataclass(frozen=True)
 class EncodingScore:
-    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN."""
+    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN.
+
+    ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
+    no interval was computed.
+    """
 
     name: str
     params: Mapping[str, Any]
@@ -166,6 +180,8 @@ class EncodingScore:
     kruskal: float
     spearman: float
     n_params: int
+    ci_low: float = float("nan")
+    ci_high: float = float("nan")
 
 
 def _resolve(
@@ -176,6 +192,23 @@ def _resolve(
         # The default MDS ranks only make sense below n_eff.
         return [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= n_eff - 1]
     return [parse_encoding(s) if isinstance(s, str) else (s[0], dict(s[1])) for s in specs]
+
+
+def _scored(
+    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None
+) -> list[tuple[EncodingScore, Encoding]]:
+    resolved = _resolve(specs, geometry.n_eff)
+    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
+    b_h = geometry.mds.gram
+    out = []
+    for enc in encs:
+        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
+        score = EncodingScore(
+            enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
+        )
+        out.append((score, enc))
+    # Stable sort: ties keep the order the user asked for.
+    return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
 
 
 def score_encodings(
@@ -189,39 +222,124 @@ def score_encodings(
         ``"NAME[:key=value,...]"`` strings or ``(name, params)`` pairs; default
         :data:`~posdiag.encodings.DEFAULT_SET`.
     """
-    resolved = _resolve(specs, geometry.n_eff)
-    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
-    b_h = geometry.mds.gram
-    scores = []
-    for enc in encs:
-        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
-        scores.append(
-            EncodingScore(
-                enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
-            )
-        )
-    # Stable sort: ties keep the order the user asked for.
-    return sorted(scores, key=lambda s: (s.stress, math.isnan(s.spearman)))
+    return [s for s, _ in _scored(geometry, specs)]
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """How the intervals were made, and which positions are too thinly supported to trust.
+
+    Attributes
+    ----------
+    level : float
+        Coverage of every interval (NaN-bounded scores when ``shards == 0``).
+    shards, replicates, seed : int
+        Shards re-weighted (0: no intervals), bootstrap replicates used, seed.
+    stress_by_rank : tuple of (float, float)
+        Interval of the rank-r MDS stress, r = 1..n_eff-1 (empty without shards).
+    noise_floor : tuple of float
+        Split-half ``d_H`` of each position 0..n_eff-1 (always computed).
+    unstable : tuple of int
+        Positions within the noise floor of at least half of the other positions.
+    note : str
+        Why there are no intervals, when there are none.
+    """
+
+    level: float
+    shards: int
+    replicates: int
+    seed: int
+    stress_by_rank: tuple[tuple[float, float], ...]
+    noise_floor: tuple[float, ...]
+    unstable: tuple[int, ...]
+    note: str = ""
+
+
+def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Boolean (n, n) mask of pairs ``i != j`` with ``d_H(i, j) <= pair floor``."""
+    mask = d_h <= pair_floor(floor)
+    np.fill_diagonal(mask, False)
+    return np.asarray(mask)
+
+
+def _unstable(mask: np.ndarray) -> tuple[int, ...]:
+    n = mask.shape[0]
+    return tuple(int(i) for i in np.flatnonzero(mask.sum(axis=1) * 2 >= n - 1))
+
+
+def _with_intervals(
+    geometry: CorpusGeometry,
+    counts: Counts | ShardedCounts,
+    scored: list[tuple[EncodingScore, Encoding]],
+    level: float,
+    replicates: int,
+    seed: int,
+) -> tuple[list[EncodingScore], Uncertainty]:
+    n = geometry.n_eff
+    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
+    unstable = _unstable(_indistinguishable(geometry.distances, floor))
+    scores = [s for s, _ in scored]
+    if sharded.k < 2:
+        note = f"no intervals: {sharded.why_no_shards}"
+        unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
+        return scores, unc
+    iv = bootstrap_stress(
+        sharded,
+        n,
+        [e for _, e in scored],
+        [s.stress for s in scores],
+        level=level,
+        replicates=replicates,
+        seed=seed,
+    )
+    scores = [
+        dataclasses.replace(s, ci_low=lo, ci_high=hi)
+        for s, (lo, hi) in zip(scores, iv.encodings, strict=True)
+    ]
+    unc = Uncertainty(
+        iv.level,
+        iv.shards,
+        iv.replicates,
+        seed,
+        iv.stress_by_rank,
+        tuple(float(x) for x in floor),
+        unstable,
+    )
+    return scores, unc
 
 
 @dataclass(frozen=True)
 class StressReport:
-    """Everything ``posdiag stress`` prints."""
+    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for."""
 
     corpus: CorpusSummary
     spectrum: Spectrum
     encodings: tuple[EncodingScore, ...]
     warnings: tuple[str, ...] = ()
+    uncertainty: Uncertainty | None = None
 
 
 def stress_report(
-    counts: Counts,
+    counts: Counts | ShardedCounts,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
+    level: float | None = None,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
 ) -> StressReport:
-    """The stress table of ``encodings`` (default set when None) on the corpus ``counts``."""
-    geo = corpus_geometry(counts, min_count)
-    return StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, encodings)), geo.warnings
-    )
+    """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
+
+    With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
+    bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
+    skips the uncertainty part altogether.
+    """
+    total = counts.counts if isinstance(counts, ShardedCounts) else counts
+    geo = corpus_geometry(total, min_count)
+    scored = _scored(geo, encodings)
+    if level is None and not isinstance(counts, ShardedCounts):
+        return StressReport(geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings)
+    lvl = DEFAULT_LEVEL if level is None else level
+    scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed)
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc)
