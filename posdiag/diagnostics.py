@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_int
+from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
 from .errors import PosdiagError
@@ -19,8 +19,13 @@ from .geometry import (
     MDS,
     classical_mds,
     compare,
+    double_center,
     effective_rank,
     hellinger_distances,
+    parameter_saving,
+    positional_information,
+    shift_equivariance,
+    smoothness,
     stress_by_rank,
     supported_prefix,
 )
@@ -29,6 +34,7 @@ from .uncertainty import (
     DEFAULT_REPLICATES,
     ShardedCounts,
     bootstrap_stress,
+    information_null,
     noise_floor,
     pair_floor,
 )
@@ -38,11 +44,18 @@ __all__ = [
     "EFFECTIVE_RANK_TOLERANCES",
     "CorpusGeometry",
     "CorpusSummary",
+    "Diagnosis",
     "EncodingScore",
+    "InformationDiagnosis",
+    "NoiseDiagnosis",
+    "RankDiagnosis",
+    "Recommendation",
+    "ShiftDiagnosis",
     "Spectrum",
     "StressReport",
     "Uncertainty",
     "corpus_geometry",
+    "diagnose",
     "score_encodings",
     "stress_report",
 ]
@@ -343,3 +356,340 @@ def stress_report(
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc)
+
+
+# ---------------------------------------------------------------------------------------------
+# posdiag diagnose: the theory's checks on one corpus (GEOMETRY.md section 8, docs/theory.md)
+# ---------------------------------------------------------------------------------------------
+
+DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
+DEFAULT_TARGET_STRESS = 0.1
+DEFAULT_DIM = 768
+# z-score above the independence null from which positional information counts as real.
+INFORMATION_Z = 3.0
+# Shift-equivariance R^2 from which relative encodings are recommended.
+SHIFT_R2 = 0.9
+# Fraction of indistinguishable pairs from which the report warns that noise dominates.
+NOISY_FRACTION = 0.5
+# Noise share of B_H's trace from which the report warns that noise dominates the ranking.
+NOISY_SHARE = 0.25
+# Pairs listed in the report (the count is always complete).
+MAX_PAIRS_LISTED = 100
+RELATIVE = ("rope", "alibi", "alibi-kernel", "t5")
+
+
+@dataclass(frozen=True)
+class InformationDiagnosis:
+    """Positional information ``I(position; token)`` against its noise level, in bits.
+
+    ``per_position[i]`` is ``KL(mu_i || mu_bar)`` and ``per_position_null[i]`` its mean under
+    independence; ``z = (bits - null_mean) / null_sd``.
+    """
+
+    bits: float
+    null_mean: float
+    null_sd: float
+    excess: float
+    z: float
+    significant: bool
+    per_position: tuple[float, ...]
+    per_position_null: tuple[float, ...]
+    reading: str
+
+
+@dataclass(frozen=True)
+class NoiseDiagnosis:
+    """Split-half noise floor per position and the pairs it makes indistinguishable.
+
+    ``pairs`` lists at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)`` (``i < j``, in order);
+    ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
+    ``noise_share`` is the share of the geometry's total variance (trace of ``B_H``) that
+    sampling noise alone would produce: ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4``
+    the squared error of position ``i``'s estimate (docs/theory.md).
+    """
+
+    floor: tuple[float, ...]
+    supports: tuple[int, ...]
+    n_pairs: int
+    n_indistinguishable: int
+    fraction: float
+    pairs: tuple[tuple[int, int], ...]
+    per_position: tuple[int, ...]
+    unstable: tuple[int, ...]
+    noise_share: float
+    reading: str
+
+
+@dataclass(frozen=True)
+class ShiftDiagnosis:
+    """Shift-equivariance ``R^2`` and smoothness of ``D_H`` (NaN when undefined)."""
+
+    r2: float
+    profile: tuple[float, ...]
+    smoothness: float
+    neighbour_mean: float
+    all_mean: float
+    reading: str
+
+
+@dataclass(frozen=True)
+class RankDiagnosis:
+    """The spectrum, effective ranks and the parameter saving at the recommended rank.
+
+    ``rank`` is the smallest MDS rank with stress <= ``target``; ``saving`` is
+    ``1 - rank (n + dim) / (n dim)`` with ``n = n_eff`` (Remark 8).
+    """
+
+    spectrum: Spectrum
+    target: float
+    rank: int
+    rank_stress: float
+    rank_interval: tuple[float, float]
+    n: int
+    dim: int
+    n_params: int
+    dense_params: int
+    saving: float
+    reading: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Which encoding family fits best, the MDS rank reaching the target, and why."""
+
+    family: str
+    encoding: str
+    stress: float
+    ci_low: float
+    ci_high: float
+    mds_rank: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything ``posdiag diagnose`` prints."""
+
+    corpus: CorpusSummary
+    information: InformationDiagnosis
+    noise: NoiseDiagnosis
+    shift: ShiftDiagnosis
+    rank: RankDiagnosis
+    encodings: tuple[EncodingScore, ...]
+    recommendation: Recommendation
+    uncertainty: Uncertainty
+    warnings: tuple[str, ...] = ()
+
+
+def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
+    m = counts.matrix[:n]
+    bits, kl = positional_information(m)
+    null = information_null(m, seed=seed)
+    excess = bits - null.mean
+    z = excess / null.sd if null.sd > 0 else (math.inf if excess > 0 else 0.0)
+    significant = z >= INFORMATION_Z and excess > 0
+    top = int(np.argmax(kl))
+    if significant:
+        reading = (
+            f"word order is informative: I = {bits:.4g} bits, {excess:.4g} above the "
+            f"{null.mean:.4g}-bit level of independent data (z = {z:.1f}); position {top} "
+            f"differs most from the pooled distribution (KL {kl[top]:.3g} bits)"
+        )
+    else:
+        reading = (
+            f"no measurable positional information: I = {bits:.4g} bits is within the noise of "
+            f"independent data ({null.mean:.4g} ± {null.sd:.2g} bits, z = {z:.1f})"
+        )
+    return InformationDiagnosis(
+        bits,
+        null.mean,
+        null.sd,
+        excess,
+        float(z),
+        significant,
+        tuple(float(x) for x in kl),
+        tuple(float(x) for x in null.per_position),
+        reading,
+    )
+
+
+def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
+    n = geo.n_eff
+    f = np.array(floor)
+    mask = _indistinguishable(geo.distances, f)
+    iu = np.triu_indices(n, k=1)
+    hit = mask[iu]
+    pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
+    n_pairs = len(iu[0])
+    count = int(hit.sum())
+    frac = count / n_pairs
+    unstable = _unstable(mask)
+    sup = geo.summary.supports
+    last = n - 1
+    # Sampling noise adds e_i + e_j to every squared distance, i.e. J diag(e) J to B_H.
+    e = np.nan_to_num(f) ** 2 / 4.0
+    share = float(np.trace(double_center(np.diag(e))) / np.trace(geo.mds.gram))
+    reading = (
+        f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
+        f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
+        f"{frac:.0%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
+    )
+    if unstable:
+        reading += f"; {len(unstable)} positions indistinguishable from most others"
+    if frac >= NOISY_FRACTION or share >= NOISY_SHARE:
+        reading += ": much of this geometry is sampling noise"
+    return NoiseDiagnosis(
+        floor,
+        tuple(int(s) for s in sup[:n]),
+        n_pairs,
+        count,
+        frac,
+        pairs[:MAX_PAIRS_LISTED],
+        tuple(int(x) for x in mask.sum(axis=1)),
+        unstable,
+        share,
+        reading,
+    )
+
+
+def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
+    fit = shift_equivariance(d_h)
+    smooth = smoothness(d_h)
+    iu = np.triu_indices(d_h.shape[0], k=1)
+    all_mean = float(d_h[iu].mean())
+    neigh = float(np.diagonal(d_h, 1).mean())
+    r2 = fit.r2
+    if math.isnan(r2):
+        kind = "undefined (all distances equal)"
+    elif r2 >= SHIFT_R2:
+        kind = "nearly a function of |i-j|: relative encodings suit this corpus"
+    elif r2 >= 0.5:
+        kind = "partly a function of |i-j|"
+    else:
+        kind = "not a function of |i-j|: absolute position matters"
+    texture = "a smooth drift" if smooth < 0.5 else "neighbours nearly as far apart as any pair"
+    reading = (
+        f"shift-equivariance R^2 = {r2:.2f}: D_H is {kind}; neighbours are "
+        f"{smooth:.2f} x the mean distance ({texture})"
+    )
+    return ShiftDiagnosis(
+        r2, tuple(float(x) for x in fit.profile), smooth, neigh, all_mean, reading
+    )
+
+
+def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
+    sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
+    r = effective_rank(geo.mds.eigenvalues, target)
+    n = geo.n_eff
+    st = sp_.stress_by_rank[r - 1]
+    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    saving = parameter_saving(r, n, dim)
+    reading = (
+        f"rank {r} reaches stress {st:.3f} <= {target:g}; as P = A B^T it costs r(n+d) = "
+        f"{r * (n + dim):,} parameters vs n*d = {n * dim:,} ({saving:.0%} fewer, d={dim})"
+    )
+    return RankDiagnosis(sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading)
+
+
+def _ci(s: EncodingScore) -> str:
+    if math.isnan(s.ci_low):
+        return ""
+    return f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+
+
+def _recommend(
+    scores: Sequence[EncodingScore],
+    info: InformationDiagnosis,
+    noise: NoiseDiagnosis,
+    shift: ShiftDiagnosis,
+    rank: RankDiagnosis,
+) -> Recommendation:
+    standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
+    best = standard[0] if standard else scores[0]
+    mds = f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
+    if not info.significant:
+        nope = next((s for s in scores if s.name == "nope"), best)
+        return Recommendation(
+            "none",
+            "nope",
+            nope.stress,
+            nope.ci_low,
+            nope.ci_high,
+            rank.rank,
+            f"No positional encoding is needed here: I(position; token) = {info.bits:.3g} bits "
+            f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
+            "geometry found is sampling noise.",
+        )
+    family = "relative" if best.name in RELATIVE else "absolute"
+    if not math.isnan(shift.r2) and shift.r2 >= SHIFT_R2:
+        rel = [s for s in standard if s.name in RELATIVE]
+        if rel:
+            best, family = rel[0], "relative"
+        why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
+    else:
+        why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
+    runner = next((s for s in standard if s is not best), None)
+    close = (
+        runner is not None
+        and not math.isnan(best.ci_high)
+        and not math.isnan(runner.ci_low)
+        and runner.ci_low <= best.ci_high
+    )
+    text = (
+        f"{best.name} ({family}) fits best among standard encodings with stress "
+        f"{best.stress:.3f}{_ci(best)}"
+    )
+    if runner is not None:
+        text += f" vs {runner.name} {runner.stress:.3f}"
+        if close:
+            text += " (intervals overlap)"
+    text += f", because {why}; {mds} ({rank.saving:.0%} fewer parameters than a full table)."
+    if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
+        fact = (
+            f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"
+            if noise.noise_share >= NOISY_SHARE
+            else f"{noise.fraction:.0%} of position pairs are within the noise floor"
+        )
+        text += (
+            f" Caution: {fact}, so noise shapes this ranking (it favours full-rank tables): "
+            "add data or raise --min-count."
+        )
+    return Recommendation(
+        family, best.name, best.stress, best.ci_low, best.ci_high, rank.rank, text
+    )
+
+
+def diagnose(
+    counts: Counts | ShardedCounts,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    *,
+    min_count: int = DEFAULT_MIN_COUNT,
+    target: float = DEFAULT_TARGET_STRESS,
+    dim: int = DEFAULT_DIM,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+) -> Diagnosis:
+    """Run every theory diagnostic on a corpus (GEOMETRY.md section 8, docs/theory.md).
+
+    Parameters
+    ----------
+    counts : Counts or ShardedCounts
+        With shards, every stress carries a bootstrap interval.
+    target : float
+        Stress the recommended MDS rank must reach, in (0, 1).
+    dim : int
+        Model dimension ``d`` for the parameter saving ``r(n+d)`` vs ``n d``.
+    """
+    target = check_float("target", target, 0.0, 1.0, lo_open=True)
+    dim = check_int("dim", dim, 1)
+    total = counts.counts if isinstance(counts, ShardedCounts) else counts
+    geo = corpus_geometry(total, min_count)
+    scored = _scored(geo, encodings)
+    scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed)
+    info = _information(total, geo.n_eff, seed)
+    noise = _noise(geo, unc.noise_floor)
+    shift = _shift(geo.distances)
+    rank = _rank(geo, unc, target, dim)
+    rec = _recommend(scores, info, noise, shift, rank)
+    return Diagnosis(geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings)

@@ -48,6 +48,7 @@ def stress_json(report: StressReport) -> dict[str, Any]:
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
+            "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,
         }
     )
 
@@ -96,19 +97,33 @@ def print_stress(report: StressReport, console: Console) -> None:
     )
     for col in ("encoding", "parameters"):
         t.add_column(col)
-    for col in ("stress", "raw", "kruskal", "spearman", "params"):
+    unc = report.uncertainty
+    cols = ("stress", "interval", "raw", "kruskal", "spearman", "params")
+    for col in cols if unc and unc.shards else tuple(c for c in cols if c != "interval"):
         t.add_column(col, justify="right")
     for e in report.encodings:
+        ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
         t.add_row(
             e.name,
             _params(e.params),
             _fmt(e.stress),
+            *ci,
             _fmt(e.raw, 3),
             _fmt(e.kruskal),
             _fmt(e.spearman, 3),
             f"{e.n_params:,}",
         )
     console.print(t)
+    if unc is not None:
+        line = unc.note or (
+            f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
+            f"{unc.replicates} replicates, seed {unc.seed}), centred on the estimate"
+        )
+        if unc.unstable:
+            line += "; unstable positions (within the noise floor of most others): " + ", ".join(
+                str(i) for i in unc.unstable
+            )
+        console.print(line)
     sp = report.spectrum
     t = Table(title="MDS spectrum", title_justify="left")
     t.add_column("rank", justify="right")
