@@ -153,10 +153,9 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of shards, bootstrap 
 
 
 def _check_ci(ci: float) -> None:
-    from ._validate import check_float
+    from .uncertainty import check_level
 
-    if check_float("ci", ci, 0.0, 1.0, lo_open=True) >= 1.0:
-        raise PosdiagError(f"'ci' must be a float in (0, 1); got {ci!r}")
+    check_level(ci)
 
 
 def _sharded(

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import __version__
-from ._validate import check_float, check_int
+from ._validate import check_int
 from .counts import CountAccumulator, Counts, corpus_counts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
@@ -31,6 +31,7 @@ __all__ = [
     "ShardedCounts",
     "StressIntervals",
     "bootstrap_stress",
+    "check_level",
     "corpus_counts_sharded",
     "count_texts_sharded",
     "information_null",
@@ -222,6 +223,14 @@ class StressIntervals:
     bias: tuple[float, ...] = ()
 
 
+def check_level(level: float) -> float:
+    """``level`` as a coverage in (0, 1), else ``'ci' must be a float in (0, 1); got ...``."""
+    ok = isinstance(level, int | float) and not isinstance(level, bool)
+    if not ok or not 0.0 < float(level) < 1.0:
+        raise PosdiagError(f"'ci' must be a float in (0, 1); got {level!r}")
+    return float(level)
+
+
 def _interval(estimate: float, samples: np.ndarray, level: float) -> tuple[float, float]:
     """Percentile interval of ``samples`` moved to sit around ``estimate``.
 
@@ -278,9 +287,7 @@ def bootstrap_stress(
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
-    level = check_float("ci", level, 0.0, 1.0, lo_open=True)
-    if level >= 1.0:
-        raise PosdiagError(f"'ci' must be a float in (0, 1); got {level!r}")
+    level = check_level(level)
     replicates = check_int("replicates", replicates, 2)
     n = check_int("n_eff", n_eff, 2)
     k = sharded.k
