@@ -25,7 +25,13 @@ from .encodings import REGISTRY, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
 from .report import encoding_json, print_encoding, print_stress, stress_json
-from .uncertainty import DEFAULT_LEVEL, DEFAULT_SHARDS, ShardedCounts, corpus_counts_sharded
+from .uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_REPLICATES,
+    DEFAULT_SHARDS,
+    ShardedCounts,
+    corpus_counts_sharded,
+)
 
 __all__ = ["app", "main"]
 
@@ -150,12 +156,18 @@ ShardsOpt = Annotated[
 ]
 CiOpt = Annotated[float, typer.Option("--ci", help="Coverage of the bootstrap intervals.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of shards, bootstrap and splits.")]
+ReplicatesOpt = Annotated[
+    int, typer.Option("--replicates", help="Bootstrap replicates (each recomputes the geometry).")
+]
 
 
-def _check_ci(ci: float) -> None:
+def _check_ci(ci: float, replicates: int) -> None:
+    """Check the interval options before a pass over the corpus, not after."""
+    from ._validate import check_int
     from .uncertainty import check_level
 
     check_level(ci)
+    check_int("replicates", replicates, 2)
 
 
 def _sharded(
@@ -210,14 +222,17 @@ def stress(
     quiet: QuietOpt = False,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
     specs = [parse_encoding(e) for e in encoding] if encoding else None
-    _check_ci(ci)
+    _check_ci(ci, replicates)
     counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
-    report = stress_report(counts, specs, min_count=min_count, level=ci, seed=seed)
+    report = stress_report(
+        counts, specs, min_count=min_count, level=ci, replicates=replicates, seed=seed
+    )
     _warn(report.warnings)
     if as_json:
         typer.echo(json.dumps(stress_json(report), indent=2))
@@ -354,6 +369,7 @@ def diagnose(
     pad_token: PadOpt = None,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -364,12 +380,19 @@ def diagnose(
     from .theory_report import diagnosis_json, print_diagnosis
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
-    _check_ci(ci)
+    _check_ci(ci, replicates)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
     result = run_diagnose(
-        counts, specs, min_count=min_count, target=target, dim=dim, level=ci, seed=seed
+        counts,
+        specs,
+        min_count=min_count,
+        target=target,
+        dim=dim,
+        level=ci,
+        replicates=replicates,
+        seed=seed,
     )
     _warn(result.warnings)
     if as_json:

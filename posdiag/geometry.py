@@ -28,6 +28,7 @@ __all__ = [
     "gram_from_distances",
     "gram_from_vectors",
     "hellinger_distances",
+    "hellinger_distances_fast",
     "pairwise_distances",
     "parameter_saving",
     "positional_information",
@@ -439,3 +440,41 @@ def separation(p: np.ndarray, tol: float = 0.01) -> Separation:
 def parameter_saving(rank: int, n: int, d: int) -> float:
     """Fraction of parameters ``1 - r(n+d) / (n d)`` the rank-r factorisation saves (Remark 8)."""
     return 1.0 - rank * (n + d) / (n * d)
+
+
+# Columns present in more than this fraction of rows go through a dense BLAS product.
+_DENSE_COLUMN_FRACTION = 0.05
+
+
+def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
+    """:func:`hellinger_distances` with a hybrid product, for repeated use (the bootstrap).
+
+    ``BC = S S^T`` splits over columns: frequent tokens (in > 5% of rows) form a small dense block
+    multiplied with BLAS, rare ones stay sparse. A sparse-sparse product costs the sum of squared
+    column counts, which frequent tokens dominate; on a 512 x 30,000 Zipf matrix this is ~3x
+    faster. Same result to rounding.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+
+    Returns
+    -------
+    ndarray of shape (n_positions, n_positions)
+    """
+    c = sp.csr_matrix(counts, dtype=np.float64)
+    n = c.shape[0]
+    supports = np.asarray(c.sum(axis=1)).ravel()
+    if np.any(supports <= 0):
+        raise ValueError("every row of the count matrix needs a positive sum")
+    s = sp.csr_matrix(sp.diags(1.0 / supports) @ c)
+    s.data = np.sqrt(s.data)
+    col_nnz = np.bincount(s.indices, minlength=s.shape[1])
+    dense = col_nnz > _DENSE_COLUMN_FRACTION * n
+    block = s[:, np.flatnonzero(dense)].toarray()
+    rest = s[:, np.flatnonzero(~dense & (col_nnz > 0))]
+    bc = block @ block.T + np.asarray((rest @ rest.T).todense())
+    bc = (bc + bc.T) / 2.0
+    d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
+    np.fill_diagonal(d, 0.0)
+    return d

@@ -20,7 +20,12 @@ from ._validate import check_int
 from .counts import CountAccumulator, Counts, corpus_counts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
-from .geometry import gram_from_distances, hellinger_distances, positional_information
+from .geometry import (
+    gram_from_distances,
+    hellinger_distances,
+    hellinger_distances_fast,
+    positional_information,
+)
 from .tokenize import Tokenizer, view
 
 __all__ = [
@@ -307,7 +312,7 @@ def bootstrap_stress(
         c = select @ stack
         if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
             continue
-        d = hellinger_distances(c)
+        d = hellinger_distances_fast(c)
         b = gram_from_distances(d)
         nb = float(np.linalg.norm(b))
         if nb == 0.0:

@@ -157,3 +157,12 @@ def test_cli_stress_rejects_bad_uncertainty_options(
     res = runner.invoke(app, ["stress", str(path), *args])
     assert res.exit_code == 2
     assert res.stderr == message
+
+
+def test_fast_hellinger_matches_the_reference() -> None:
+    from posdiag.geometry import hellinger_distances, hellinger_distances_fast
+
+    rng = np.random.default_rng(4)
+    p = 1.0 / np.arange(1, 301)
+    m = np.vstack([rng.multinomial(200, p / p.sum()) for _ in range(40)])
+    assert np.allclose(hellinger_distances_fast(m), hellinger_distances(m), atol=1e-12)
