@@ -532,7 +532,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     reading = (
         f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
-        f"{frac:.0%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
+        f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
     )
     if unstable:
         reading += f"; {len(unstable)} positions indistinguishable from most others"
