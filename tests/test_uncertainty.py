@@ -166,3 +166,26 @@ def test_fast_hellinger_matches_the_reference() -> None:
     p = 1.0 / np.arange(1, 301)
     m = np.vstack([rng.multinomial(200, p / p.sum()) for _ in range(40)])
     assert np.allclose(hellinger_distances_fast(m), hellinger_distances(m), atol=1e-12)
+
+
+def test_information_null_is_the_permutation_null() -> None:
+    # Shuffling an explicit token list across positions gives the same mean I as the row-by-row
+    # hypergeometric draws.
+    from posdiag.geometry import positional_information
+    from posdiag.uncertainty import information_null
+
+    rng = np.random.default_rng(5)
+    sizes = [60, 40, 25]
+    tokens = np.concatenate([rng.integers(0, 6 + 3 * i, size=s) for i, s in enumerate(sizes)])
+    rows = np.repeat(np.arange(3), sizes)
+    table = np.zeros((3, 12), dtype=np.int64)
+    np.add.at(table, (rows, tokens), 1)
+    null = information_null(table, repeats=400, seed=0)
+    explicit = []
+    for _ in range(400):
+        t = np.zeros((3, 12), dtype=np.int64)
+        np.add.at(t, (rows, rng.permutation(tokens)), 1)
+        explicit.append(positional_information(t)[0])
+    assert null.mean == pytest.approx(np.mean(explicit), rel=0.05)
+    assert null.sd == pytest.approx(np.std(explicit, ddof=1), rel=0.2)
+    assert positional_information(table)[0] > null.mean + 3 * null.sd
