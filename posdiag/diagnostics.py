@@ -256,6 +256,9 @@ class Uncertainty:
         Positions within the noise floor of at least half of the other positions.
     note : str
         Why there are no intervals, when there are none.
+    bias : tuple of float
+        Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
+        the report's encodings; positive values mean sampling noise inflates that stress.
     """
 
     level: float
@@ -266,6 +269,7 @@ class Uncertainty:
     noise_floor: tuple[float, ...]
     unstable: tuple[int, ...]
     note: str = ""
+    bias: tuple[float, ...] = ()
 
 
 def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -318,6 +322,7 @@ def _with_intervals(
         iv.stress_by_rank,
         tuple(float(x) for x in floor),
         unstable,
+        bias=iv.bias,
     )
     return scores, unc
 

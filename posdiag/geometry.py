@@ -444,6 +444,8 @@ def parameter_saving(rank: int, n: int, d: int) -> float:
 
 # Columns present in more than this fraction of rows go through a dense BLAS product.
 _DENSE_COLUMN_FRACTION = 0.05
+# Below this many rows the plain sparse product is faster (slicing columns costs more).
+_HYBRID_FROM_ROWS = 192
 
 
 def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
@@ -464,6 +466,8 @@ def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> n
     """
     c = sp.csr_matrix(counts, dtype=np.float64)
     n = c.shape[0]
+    if n < _HYBRID_FROM_ROWS:
+        return hellinger_distances(c)
     supports = np.asarray(c.sum(axis=1)).ravel()
     if np.any(supports <= 0):
         raise ValueError("every row of the count matrix needs a positive sum")
