@@ -65,6 +65,8 @@ __all__ = [
 # position saturate near 1, which would masquerade as geometry (README, "min-count").
 DEFAULT_MIN_COUNT = 100
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
+# A position whose own noise share (docs/theory.md) reaches this is flagged unstable.
+UNSTABLE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,9 @@ class Uncertainty:
     noise_floor : tuple of float
         Split-half ``d_H`` of each position 0..n_eff-1 (always computed).
     unstable : tuple of int
-        Positions within the noise floor of at least half of the other positions.
+        Positions too thinly supported for a stable estimate: within the noise floor of at least
+        half of the other positions, or with at least half of their squared distance to the
+        centroid due to sampling noise.
     note : str
         Why there are no intervals, when there are none.
     bias : tuple of float
@@ -279,9 +283,28 @@ def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
     return np.asarray(mask)
 
 
-def _unstable(mask: np.ndarray) -> tuple[int, ...]:
+def _noise_gram(floor: np.ndarray) -> np.ndarray:
+    """``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to ``B_H``.
+
+    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share").
+    """
+    e = np.nan_to_num(np.asarray(floor, dtype=np.float64)) ** 2 / 4.0
+    return double_center(np.diag(e))
+
+
+def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Share of each position's squared distance to the centroid (``B_H[i, i]``) due to noise."""
+    diag = np.diag(gram)
+    noise = np.diag(_noise_gram(floor))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(diag > 0, noise / diag, np.inf)
+
+
+def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
+    """Positions within the floor of at least half of the others, or mostly noise themselves."""
     n = mask.shape[0]
-    return tuple(int(i) for i in np.flatnonzero(mask.sum(axis=1) * 2 >= n - 1))
+    bad = (mask.sum(axis=1) * 2 >= n - 1) | (share >= UNSTABLE_SHARE)
+    return tuple(int(i) for i in np.flatnonzero(bad))
 
 
 def _with_intervals(
@@ -295,7 +318,10 @@ def _with_intervals(
     n = geometry.n_eff
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
     floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
-    unstable = _unstable(_indistinguishable(geometry.distances, floor))
+    unstable = _unstable(
+        _indistinguishable(geometry.distances, floor),
+        _position_noise_share(geometry.mds.gram, floor),
+    )
     scores = [s for s, _ in scored]
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
@@ -410,7 +436,9 @@ class NoiseDiagnosis:
     ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
     ``noise_share`` is the share of the geometry's total variance (trace of ``B_H``) that
     sampling noise alone would produce: ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4``
-    the squared error of position ``i``'s estimate (docs/theory.md).
+    the squared error of position ``i``'s estimate (docs/theory.md); ``position_share[i]`` is the
+    same ratio on the diagonal entry ``i``. ``unstable`` positions are within the floor of at
+    least half of the others or have ``position_share >= 0.5``.
     """
 
     floor: tuple[float, ...]
@@ -422,6 +450,7 @@ class NoiseDiagnosis:
     per_position: tuple[int, ...]
     unstable: tuple[int, ...]
     noise_share: float
+    position_share: tuple[float, ...]
     reading: str
 
 
@@ -528,19 +557,18 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n_pairs = len(iu[0])
     count = int(hit.sum())
     frac = count / n_pairs
-    unstable = _unstable(mask)
+    position_share = _position_noise_share(geo.mds.gram, f)
+    unstable = _unstable(mask, position_share)
     sup = geo.summary.supports
     last = n - 1
-    # Sampling noise adds e_i + e_j to every squared distance, i.e. J diag(e) J to B_H.
-    e = np.nan_to_num(f) ** 2 / 4.0
-    share = float(np.trace(double_center(np.diag(e))) / np.trace(geo.mds.gram))
+    share = float(np.trace(_noise_gram(f)) / np.trace(geo.mds.gram))
     reading = (
         f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
         f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
     )
     if unstable:
-        reading += f"; {len(unstable)} positions indistinguishable from most others"
+        reading += f"; {len(unstable)} of {n} positions unstable (mostly noise)"
     if frac >= NOISY_FRACTION or share >= NOISY_SHARE:
         reading += ": much of this geometry is sampling noise"
     return NoiseDiagnosis(
@@ -553,6 +581,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         tuple(int(x) for x in mask.sum(axis=1)),
         unstable,
         share,
+        tuple(float(x) for x in position_share),
         reading,
     )
 

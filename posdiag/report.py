@@ -61,6 +61,21 @@ def _fmt(x: float, digits: int = 4) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def ranges(positions: tuple[int, ...]) -> str:
+    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
+    if not positions:
+        return "none"
+    parts, start, prev = [], positions[0], positions[0]
+    for p in (*positions[1:], None):
+        if p is not None and p == prev + 1:
+            prev = p
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if p is not None:
+            start = prev = p
+    return ", ".join(parts)
+
+
 def _span(positions: tuple[int, ...]) -> str:
     if not positions:
         return "none"
@@ -120,9 +135,8 @@ def print_stress(report: StressReport, console: Console) -> None:
             f"{unc.replicates} replicates, seed {unc.seed}), centred on the estimate"
         )
         if unc.unstable:
-            line += "; unstable positions (within the noise floor of most others): " + ", ".join(
-                str(i) for i in unc.unstable
-            )
+            n_bad = len(unc.unstable)
+            line += f"; {n_bad} unstable positions (mostly noise): {ranges(unc.unstable)}"
         console.print(line)
     sp = report.spectrum
     t = Table(title="MDS spectrum", title_justify="left")

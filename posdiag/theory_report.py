@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .diagnostics import Diagnosis, Uncertainty
 from .inspect import Inspection, TableFigures
-from .report import _fmt, _params, jsonable, print_summary
+from .report import _fmt, _params, jsonable, print_summary, ranges
 
 __all__ = [
     "diagnosis_json",
@@ -91,9 +91,17 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         more = nz.n_indistinguishable - min(20, len(nz.pairs))
         console.print(f"  pairs: {shown}" + (f" ... (+{more})" if more > 0 else ""))
     if nz.unstable:
-        console.print(f"  unstable positions: {', '.join(str(i) for i in nz.unstable)}")
+        console.print(f"  unstable positions ({len(nz.unstable)}): {ranges(nz.unstable)}")
     t = Table(title="Per position", title_justify="left")
-    for col in ("position", "N_i", "KL to pooled (bits)", "KL if independent", "noise floor"):
+    cols = (
+        "position",
+        "N_i",
+        "KL to pooled (bits)",
+        "KL if shuffled",
+        "noise floor",
+        "noise share",
+    )
+    for col in cols:
         t.add_column(col, justify="right")
     n = d.corpus.n_eff
     step = max(1, n // 16)
@@ -104,6 +112,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
             f"{info.per_position[i]:.3f}",
             f"{info.per_position_null[i]:.3f}",
             f"{nz.floor[i]:.3f}",
+            f"{nz.position_share[i]:.0%}",
         )
     console.print(t)
     console.print(f"  -> {nz.reading}")

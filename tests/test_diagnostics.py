@@ -214,3 +214,25 @@ def test_hellinger_of_the_synthetic_distributions_is_exact() -> None:
     mu = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
     d = hellinger_distances(mu)
     assert d[0, 1] == pytest.approx(np.sqrt(0.5))
+
+
+def test_noise_dominated_positions_are_flagged_unstable() -> None:
+    # Position 0 has its own distribution; positions 1-15 share one, so everything that
+    # separates them is sampling noise: they are flagged, position 0 is not.
+    rng = np.random.default_rng(2)
+    p, q = rng.dirichlet(np.ones(25)), rng.dirichlet(np.ones(25))
+    mu = np.vstack([p, *[q] * 15])
+    counts = count_texts(sample_texts(mu, 500, seed=3), load_tokenizer(), max_len=16)
+    d = diagnose(counts, min_count=10)
+    assert d.noise.unstable == tuple(range(1, 16))
+    assert d.noise.position_share[0] < 0.1
+    assert d.uncertainty.unstable == d.noise.unstable
+    # With position 0 alone distinct, each of 1-15 is within the floor of several others.
+    assert all(k > 0 for k in d.noise.per_position[1:]) and d.noise.per_position[0] == 0
+
+
+def test_ranges_formats_runs() -> None:
+    from posdiag.report import ranges
+
+    assert ranges((0, 1, 2, 3, 7, 9, 10)) == "0-3, 7, 9-10"
+    assert ranges((4,)) == "4" and ranges(()) == "none"
