@@ -654,27 +654,33 @@ def _recommend(
             f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
             "geometry found is sampling noise.",
         )
-    family = "relative" if best.name in RELATIVE else "absolute"
+    top = best
     if not math.isnan(shift.r2) and shift.r2 >= SHIFT_R2:
         rel = [s for s in standard if s.name in RELATIVE]
         if rel:
-            best, family = rel[0], "relative"
+            best = rel[0]
         why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
     else:
         why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
-    runner = next((s for s in standard if s is not best), None)
-    close = (
-        runner is not None
-        and not math.isnan(best.ci_high)
-        and not math.isnan(runner.ci_low)
-        and runner.ci_low <= best.ci_high
-    )
-    text = (
-        f"{best.name} ({family}) fits best among standard encodings with stress "
-        f"{best.stress:.3f}{_ci(best)}"
-    )
+    family = "relative" if best.name in RELATIVE else "absolute"
+    if best is top:
+        runner = next((s for s in standard if s is not best), None)
+        text = (
+            f"{best.name} ({family}) fits best among standard encodings with stress "
+            f"{best.stress:.3f}{_ci(best)}"
+        )
+    else:
+        # Shift-equivariance favours a relative encoding that does not have the lowest stress.
+        runner = top
+        text = f"{best.name} ({family}) is recommended with stress {best.stress:.3f}{_ci(best)}"
     if runner is not None:
         text += f" vs {runner.name} {runner.stress:.3f}"
+        close = (
+            not math.isnan(best.ci_high)
+            and not math.isnan(runner.ci_low)
+            and runner.ci_low <= best.ci_high
+            and best.ci_low <= runner.ci_high
+        )
         if close:
             text += " (intervals overlap)"
     text += f", because {why}; {mds} ({rank.saving:.0%} fewer parameters than a full table)."
