@@ -195,6 +195,29 @@ def _sharded(
         )
 
 
+@contextmanager
+def _bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar of the bootstrap replicates on a terminal's stderr."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("bootstrap"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("bootstrap", total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
 def _warn(messages: tuple[str, ...]) -> None:
     for m in messages:
         typer.echo(f"Warning: {m}", err=True)
@@ -230,9 +253,16 @@ def stress(
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     _check_ci(ci, replicates)
     counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
-    report = stress_report(
-        counts, specs, min_count=min_count, level=ci, replicates=replicates, seed=seed
-    )
+    with _bootstrap_progress(quiet) as progress:
+        report = stress_report(
+            counts,
+            specs,
+            min_count=min_count,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=progress,
+        )
     _warn(report.warnings)
     if as_json:
         typer.echo(json.dumps(stress_json(report), indent=2))
@@ -384,16 +414,18 @@ def diagnose(
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
-    result = run_diagnose(
-        counts,
-        specs,
-        min_count=min_count,
-        target=target,
-        dim=dim,
-        level=ci,
-        replicates=replicates,
-        seed=seed,
-    )
+    with _bootstrap_progress(quiet) as progress:
+        result = run_diagnose(
+            counts,
+            specs,
+            min_count=min_count,
+            target=target,
+            dim=dim,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=progress,
+        )
     _warn(result.warnings)
     if as_json:
         typer.echo(json.dumps(diagnosis_json(result), indent=2))

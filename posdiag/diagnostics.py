@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,6 +314,7 @@ def _with_intervals(
     level: float,
     replicates: int,
     seed: int,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
@@ -335,6 +336,7 @@ def _with_intervals(
         level=level,
         replicates=replicates,
         seed=seed,
+        progress=progress,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -372,12 +374,13 @@ def stress_report(
     level: float | None = None,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
     With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
     bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
-    skips the uncertainty part altogether.
+    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
     """
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
@@ -385,7 +388,7 @@ def stress_report(
     if level is None and not isinstance(counts, ShardedCounts):
         return StressReport(geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings)
     lvl = DEFAULT_LEVEL if level is None else level
-    scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed)
+    scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc)
 
 
@@ -709,6 +712,7 @@ def diagnose(
     level: float = DEFAULT_LEVEL,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (GEOMETRY.md section 8, docs/theory.md).
 
@@ -720,13 +724,15 @@ def diagnose(
         Stress the recommended MDS rank must reach, in (0, 1).
     dim : int
         Model dimension ``d`` for the parameter saving ``r(n+d)`` vs ``n d``.
+    progress : callable, optional
+        Called with (done, replicates) during the bootstrap.
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
     scored = _scored(geo, encodings)
-    scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed)
+    scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
     noise = _noise(geo, unc.noise_floor)
     shift = _shift(geo.distances)

@@ -278,6 +278,7 @@ def bootstrap_stress(
     level: float = DEFAULT_LEVEL,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -289,6 +290,8 @@ def bootstrap_stress(
     ----------
     estimates : sequence of float
         Full-data stress of each encoding, where the intervals are centred.
+    progress : callable, optional
+        Called after each replicate with (done, replicates).
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -307,7 +310,9 @@ def bootstrap_stress(
     d_sum = np.zeros((n, n))
     d_sq = np.zeros((n, n))
     used = 0
-    for w in weights:
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, replicates)
         select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
         c = select @ stack
         if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
