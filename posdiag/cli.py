@@ -15,7 +15,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from typer.core import TyperGroup
 
 from . import __version__
@@ -206,7 +213,7 @@ def _bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | No
         SpinnerColumn(),
         TextColumn("bootstrap"),
         BarColumn(),
-        TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+        MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as prog:

@@ -189,3 +189,13 @@ def test_information_null_is_the_permutation_null() -> None:
     assert null.mean == pytest.approx(np.mean(explicit), rel=0.05)
     assert null.sd == pytest.approx(np.std(explicit, ddof=1), rel=0.2)
     assert positional_information(table)[0] > null.mean + 3 * null.sd
+
+
+def test_bootstrap_reports_progress_per_replicate() -> None:
+    sc = count_texts_sharded(_texts(300), load_tokenizer(), shards=5, seed=0, max_len=12)
+    calls: list[tuple[int, int]] = []
+    rep = stress_report(
+        sc, ["sinusoidal"], min_count=10, replicates=7, progress=lambda d, t: calls.append((d, t))
+    )
+    assert calls == [(i, 7) for i in range(1, 8)]
+    assert rep.uncertainty is not None and rep.uncertainty.replicates == 7
