@@ -663,6 +663,8 @@ def _recommend(
         if rel:
             best = rel[0]
         why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
+    elif math.isnan(shift.r2):
+        why = "it has the lowest stress (shift-equivariance is undefined: all distances are equal)"
     else:
         why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
     family = "relative" if best.name in RELATIVE else "absolute"
