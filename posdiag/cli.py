@@ -15,16 +15,37 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from typer.core import TyperGroup
 
 from . import __version__
 from .counts import Counts, corpus_counts, save_counts
-from .diagnostics import DEFAULT_MIN_COUNT, StressReport, corpus_geometry, score_encodings, spectrum
+from .diagnostics import (
+    DEFAULT_MIN_COUNT,
+    StressReport,
+    corpus_geometry,
+    score_encodings,
+    spectrum,
+    stress_report,
+)
 from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
 from .report import encoding_json, print_encoding, print_stress, stress_json
+from .uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_REPLICATES,
+    DEFAULT_SHARDS,
+    ShardedCounts,
+    corpus_counts_sharded,
+)
 
 __all__ = ["app", "main"]
 
@@ -140,6 +161,77 @@ def _counts(
         )
 
 
+ShardsOpt = Annotated[
+    int,
+    typer.Option(
+        "--shards",
+        help="Random shards counted for the bootstrap intervals (0: no intervals).",
+    ),
+]
+CiOpt = Annotated[float, typer.Option("--ci", help="Coverage of the bootstrap intervals.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of shards, bootstrap and splits.")]
+ReplicatesOpt = Annotated[
+    int, typer.Option("--replicates", help="Bootstrap replicates (each recomputes the geometry).")
+]
+
+
+def _check_ci(ci: float, replicates: int) -> None:
+    """Check the interval options before a pass over the corpus, not after."""
+    from ._validate import check_int
+    from .uncertainty import check_level
+
+    check_level(ci)
+    check_int("replicates", replicates, 2)
+
+
+def _sharded(
+    corpus: str,
+    shards: int,
+    seed: int,
+    column: str | None,
+    tokenizer: str | None,
+    view: str | None,
+    max_len: int | None,
+    pad_token: str | None,
+    quiet: bool,
+) -> ShardedCounts:
+    with _progress(quiet) as progress:
+        return corpus_counts_sharded(
+            corpus,
+            shards=shards,
+            seed=seed,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view,
+            max_len=max_len,
+            pad_token=pad_token,
+            progress=progress,
+        )
+
+
+@contextmanager
+def _bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar of the bootstrap replicates on a terminal's stderr."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("bootstrap"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("bootstrap", total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
 def _warn(messages: tuple[str, ...]) -> None:
     for m in messages:
         typer.echo(f"Warning: {m}", err=True)
@@ -180,6 +272,10 @@ def stress(
     force: Annotated[
         bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
     ] = False,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
@@ -187,15 +283,22 @@ def stress(
     for preset in model_preset or ():
         chosen += expand_preset(preset)
     specs = chosen or None
+    _check_ci(ci, replicates)
     if plot is not None:
         from .plots import CORPUS_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, CORPUS_PLOTS)
-    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
-    geo = corpus_geometry(counts, min_count)
-    report = StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
-    )
+    counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
+    with _bootstrap_progress(quiet) as progress:
+        report = stress_report(
+            counts,
+            specs,
+            min_count=min_count,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=progress,
+        )
     _warn(report.warnings)
     if as_json:
         typer.echo(json.dumps(stress_json(report), indent=2))
@@ -204,6 +307,9 @@ def stress(
     if plot is not None:
         from .plots import write_plots
 
+        # The plots need the distance matrix, which the report does not keep.
+        total = counts.counts if isinstance(counts, ShardedCounts) else counts
+        geo = corpus_geometry(total, min_count)
         written = write_plots(plot, geometry=geo, report=report, force=force)
         typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
@@ -441,6 +547,10 @@ def check(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
@@ -450,6 +560,7 @@ def check(
         find_config,
         gate_json,
         github_annotations,
+        interval_scores,
         run_gate,
         text_lines,
         write_junit,
@@ -478,9 +589,12 @@ def check(
     )
     if junit is not None:
         check_output(junit, force)  # refuse before a pass over the corpus
+    _check_ci(ci, replicates)
     r = cfg.reading
-    counts = _counts(
+    sharded = _sharded(
         corpus,
+        shards,
+        seed,
         r.get("column"),
         r.get("tokenizer"),
         r.get("view"),
@@ -488,7 +602,11 @@ def check(
         r.get("pad_token"),
         quiet,
     )
-    report = run_gate(counts, cfg)
+    with _bootstrap_progress(quiet) as progress:
+        scores = interval_scores(
+            sharded, cfg, level=ci, replicates=replicates, seed=seed, progress=progress
+        )
+    report = run_gate(sharded.counts, cfg, scores=scores)
     if junit is not None:
         write_junit(report, junit, force=force)
     if as_json:
@@ -666,6 +784,157 @@ def report_cmd(
         extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
         typer.echo(
             f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}"
+        )
+
+
+@app.command()
+def diagnose(
+    corpus: CorpusArg,
+    encoding: Annotated[
+        list[str] | None,
+        typer.Option("--encoding", "-e", help="NAME[:key=value,...], repeatable; default set."),
+    ] = None,
+    target: Annotated[
+        float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
+    ] = 0.1,
+    dim: Annotated[
+        int, typer.Option("--dim", "-d", help="Model dimension d for the parameter saving.")
+    ] = 768,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
+    from ._validate import check_float, check_int
+    from .diagnostics import diagnose as run_diagnose
+    from .theory_report import diagnosis_json, print_diagnosis
+
+    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    _check_ci(ci, replicates)
+    check_float("target", target, 0.0, 1.0, lo_open=True)
+    check_int("dim", dim, 1)
+    counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
+    with _bootstrap_progress(quiet) as progress:
+        result = run_diagnose(
+            counts,
+            specs,
+            min_count=min_count,
+            target=target,
+            dim=dim,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=progress,
+        )
+    _warn(result.warnings)
+    if as_json:
+        typer.echo(json.dumps(diagnosis_json(result), indent=2))
+    else:
+        print_diagnosis(result, _stdout())
+
+
+@app.command()
+def inspect(
+    encoding_file: Annotated[
+        str,
+        typer.Argument(
+            help="Encoding table: .npy, or .safetensors (posdiag's 'encoding' tensor or a "
+            "checkpoint's position embeddings).",
+            show_default=False,
+        ),
+    ],
+    corpus: Annotated[
+        str | None,
+        typer.Option("--corpus", help="Corpus (or counts .npz) to compare the table with."),
+    ] = None,
+    tensor: Annotated[
+        str, typer.Option("--tensor", help="Tensor name inside a .safetensors file.")
+    ] = "",
+    collapse_tol: Annotated[
+        float,
+        typer.Option("--collapse-tol", help="Pairs closer than this x the median collapse."),
+    ] = 0.01,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random baseline.")] = 0,
+    column: ColumnOpt = None,
+    tokenizer: TokenizerOpt = None,
+    view: ViewOpt = None,
+    max_len: MaxLenOpt = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    pad_token: PadOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
+    from .inspect import inspect_table, read_encoding_file
+    from .theory_report import inspection_json, print_inspection
+
+    table, used = read_encoding_file(encoding_file, tensor)
+    geo = None
+    if corpus is not None:
+        counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+        geo = corpus_geometry(counts, min_count)
+        _warn(geo.warnings)
+    result = inspect_table(
+        table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed
+    )
+    if as_json:
+        typer.echo(json.dumps(inspection_json(result), indent=2))
+    else:
+        print_inspection(result, _stdout())
+
+
+@app.command()
+def synth(
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Corpus file to write (.txt).", show_default=False),
+    ],
+    mode: Annotated[
+        str, typer.Option("--mode", help="drift (low-rank smooth drift) | shift (Toeplitz).")
+    ] = "drift",
+    positions: Annotated[int, typer.Option("--positions", help="Sequence length n.")] = 32,
+    vocab: Annotated[int, typer.Option("--vocab", help="Vocabulary size.")] = 200,
+    rank: Annotated[int, typer.Option("--rank", help="drift: intrinsic rank.")] = 3,
+    sequences: Annotated[int, typer.Option("--sequences", help="Lines to write.")] = 20_000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampler.")] = 0,
+    sharpness: Annotated[
+        float, typer.Option("--sharpness", help="drift: how peaked the block weights are.")
+    ] = 2.0,
+    width: Annotated[
+        float | None, typer.Option("--width", help="shift: bump width in tokens [n/2].")
+    ] = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the paper's synthetic corpus: smooth low-rank drift, or a shift-equivariant one."""
+    from ._io import atomic_outputs, check_output
+    from .synthetic import SynthSpec, synth_distributions, synth_texts
+
+    spec = SynthSpec(mode, positions, vocab, rank, sequences, seed, sharpness, width)
+    synth_distributions(spec)  # validates every parameter before anything is written
+    from ._validate import check_int
+
+    check_int("sequences", sequences, 1)
+    check_output(output, force)
+    with atomic_outputs([output], force) as (tmp,), open(tmp, "w", encoding="utf-8") as fh:
+        for line in synth_texts(spec):
+            fh.write(line + "\n")
+    info = {"output": str(output), **{k: getattr(spec, k) for k in spec.__dataclass_fields__}}
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        typer.echo(
+            f"wrote {output}: {sequences:,} sequences of {positions} tokens, mode {mode}, "
+            f"vocabulary {vocab}, seed {seed}"
         )
 
 

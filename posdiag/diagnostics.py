@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._validate import check_int
+from ._validate import check_float, check_int
 from .counts import Counts
-from .encodings import DEFAULT_SET, make_encoding, parse_encoding
+from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
 from .errors import PosdiagError
 from .geometry import (
     MDS,
     classical_mds,
     compare,
+    double_center,
     effective_rank,
     hellinger_distances,
+    parameter_saving,
+    positional_information,
+    shift_equivariance,
+    smoothness,
     stress_by_rank,
     supported_prefix,
+)
+from .uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_REPLICATES,
+    ShardedCounts,
+    bootstrap_stress,
+    information_null,
+    noise_floor,
+    pair_floor,
 )
 
 __all__ = [
@@ -29,10 +44,18 @@ __all__ = [
     "EFFECTIVE_RANK_TOLERANCES",
     "CorpusGeometry",
     "CorpusSummary",
+    "Diagnosis",
     "EncodingScore",
+    "InformationDiagnosis",
+    "NoiseDiagnosis",
+    "RankDiagnosis",
+    "Recommendation",
+    "ShiftDiagnosis",
     "Spectrum",
     "StressReport",
+    "Uncertainty",
     "corpus_geometry",
+    "diagnose",
     "score_encodings",
     "stress_report",
 ]
@@ -42,6 +65,8 @@ __all__ = [
 # position saturate near 1, which would masquerade as geometry (README, "min-count").
 DEFAULT_MIN_COUNT = 100
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
+# A position whose own noise share (docs/theory.md) reaches this is flagged unstable.
+UNSTABLE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -157,7 +182,11 @@ def spectrum(
 
 @dataclass(frozen=True)
 class EncodingScore:
-    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN."""
+    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN.
+
+    ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
+    no interval was computed.
+    """
 
     name: str
     params: Mapping[str, Any]
@@ -166,6 +195,8 @@ class EncodingScore:
     kruskal: float
     spearman: float
     n_params: int
+    ci_low: float = float("nan")
+    ci_high: float = float("nan")
 
 
 def _resolve(
@@ -176,6 +207,23 @@ def _resolve(
         # The default MDS ranks only make sense below n_eff.
         return [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= n_eff - 1]
     return [parse_encoding(s) if isinstance(s, str) else (s[0], dict(s[1])) for s in specs]
+
+
+def _scored(
+    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None
+) -> list[tuple[EncodingScore, Encoding]]:
+    resolved = _resolve(specs, geometry.n_eff)
+    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
+    b_h = geometry.mds.gram
+    out = []
+    for enc in encs:
+        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
+        score = EncodingScore(
+            enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
+        )
+        out.append((score, enc))
+    # Stable sort: ties keep the order the user asked for.
+    return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
 
 
 def score_encodings(
@@ -189,39 +237,507 @@ def score_encodings(
         ``"NAME[:key=value,...]"`` strings or ``(name, params)`` pairs; default
         :data:`~posdiag.encodings.DEFAULT_SET`.
     """
-    resolved = _resolve(specs, geometry.n_eff)
-    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
-    b_h = geometry.mds.gram
-    scores = []
-    for enc in encs:
-        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
-        scores.append(
-            EncodingScore(
-                enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
-            )
-        )
-    # Stable sort: ties keep the order the user asked for.
-    return sorted(scores, key=lambda s: (s.stress, math.isnan(s.spearman)))
+    return [s for s, _ in _scored(geometry, specs)]
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """How the intervals were made, and which positions are too thinly supported to trust.
+
+    Attributes
+    ----------
+    level : float
+        Coverage of every interval (NaN-bounded scores when ``shards == 0``).
+    shards, replicates, seed : int
+        Shards re-weighted (0: no intervals), bootstrap replicates used, seed.
+    stress_by_rank : tuple of (float, float)
+        Interval of the rank-r MDS stress, r = 1..n_eff-1 (empty without shards).
+    noise_floor : tuple of float
+        Split-half ``d_H`` of each position 0..n_eff-1 (always computed).
+    unstable : tuple of int
+        Positions too thinly supported for a stable estimate: within the noise floor of at least
+        half of the other positions, or with at least half of their squared distance to the
+        centroid due to sampling noise.
+    note : str
+        Why there are no intervals, when there are none.
+    bias : tuple of float
+        Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
+        the report's encodings; positive values mean sampling noise inflates that stress.
+    """
+
+    level: float
+    shards: int
+    replicates: int
+    seed: int
+    stress_by_rank: tuple[tuple[float, float], ...]
+    noise_floor: tuple[float, ...]
+    unstable: tuple[int, ...]
+    note: str = ""
+    bias: tuple[float, ...] = ()
+
+
+def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Boolean (n, n) mask of pairs ``i != j`` with ``d_H(i, j) <= pair floor``."""
+    mask = d_h <= pair_floor(floor)
+    np.fill_diagonal(mask, False)
+    return np.asarray(mask)
+
+
+def _noise_gram(floor: np.ndarray) -> np.ndarray:
+    """``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to ``B_H``.
+
+    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share").
+    """
+    e = np.nan_to_num(np.asarray(floor, dtype=np.float64)) ** 2 / 4.0
+    return double_center(np.diag(e))
+
+
+def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Share of each position's squared distance to the centroid (``B_H[i, i]``) due to noise."""
+    diag = np.diag(gram)
+    noise = np.diag(_noise_gram(floor))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(diag > 0, noise / diag, np.inf)
+
+
+def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
+    """Positions within the floor of at least half of the others, or mostly noise themselves."""
+    n = mask.shape[0]
+    bad = (mask.sum(axis=1) * 2 >= n - 1) | (share >= UNSTABLE_SHARE)
+    return tuple(int(i) for i in np.flatnonzero(bad))
+
+
+def _with_intervals(
+    geometry: CorpusGeometry,
+    counts: Counts | ShardedCounts,
+    scored: list[tuple[EncodingScore, Encoding]],
+    level: float,
+    replicates: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[EncodingScore], Uncertainty]:
+    n = geometry.n_eff
+    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
+    unstable = _unstable(
+        _indistinguishable(geometry.distances, floor),
+        _position_noise_share(geometry.mds.gram, floor),
+    )
+    scores = [s for s, _ in scored]
+    if sharded.k < 2:
+        note = f"no intervals: {sharded.why_no_shards}"
+        unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
+        return scores, unc
+    iv = bootstrap_stress(
+        sharded,
+        n,
+        [e for _, e in scored],
+        [s.stress for s in scores],
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+    )
+    scores = [
+        dataclasses.replace(s, ci_low=lo, ci_high=hi)
+        for s, (lo, hi) in zip(scores, iv.encodings, strict=True)
+    ]
+    unc = Uncertainty(
+        iv.level,
+        iv.shards,
+        iv.replicates,
+        seed,
+        iv.stress_by_rank,
+        tuple(float(x) for x in floor),
+        unstable,
+        bias=iv.bias,
+    )
+    return scores, unc
 
 
 @dataclass(frozen=True)
 class StressReport:
-    """Everything ``posdiag stress`` prints."""
+    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for."""
 
     corpus: CorpusSummary
     spectrum: Spectrum
     encodings: tuple[EncodingScore, ...]
     warnings: tuple[str, ...] = ()
+    uncertainty: Uncertainty | None = None
 
 
 def stress_report(
-    counts: Counts,
+    counts: Counts | ShardedCounts,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
+    level: float | None = None,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StressReport:
-    """The stress table of ``encodings`` (default set when None) on the corpus ``counts``."""
-    geo = corpus_geometry(counts, min_count)
-    return StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, encodings)), geo.warnings
+    """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
+
+    With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
+    bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
+    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
+    """
+    total = counts.counts if isinstance(counts, ShardedCounts) else counts
+    geo = corpus_geometry(total, min_count)
+    scored = _scored(geo, encodings)
+    if level is None and not isinstance(counts, ShardedCounts):
+        return StressReport(geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings)
+    lvl = DEFAULT_LEVEL if level is None else level
+    scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc)
+
+
+# ---------------------------------------------------------------------------------------------
+# posdiag diagnose: the theory's checks on one corpus (GEOMETRY.md section 8, docs/theory.md)
+# ---------------------------------------------------------------------------------------------
+
+DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
+DEFAULT_TARGET_STRESS = 0.1
+DEFAULT_DIM = 768
+# z-score above the independence null from which positional information counts as real.
+INFORMATION_Z = 3.0
+# Shift-equivariance R^2 from which relative encodings are recommended.
+SHIFT_R2 = 0.9
+# Fraction of indistinguishable pairs from which the report warns that noise dominates.
+NOISY_FRACTION = 0.5
+# Noise share of B_H's trace from which the report warns that noise dominates the ranking.
+NOISY_SHARE = 0.25
+# Pairs listed in the report (the count is always complete).
+MAX_PAIRS_LISTED = 100
+RELATIVE = ("rope", "alibi", "alibi-kernel", "t5")
+
+
+@dataclass(frozen=True)
+class InformationDiagnosis:
+    """Positional information ``I(position; token)`` against its noise level, in bits.
+
+    ``per_position[i]`` is ``KL(mu_i || mu_bar)`` and ``per_position_null[i]`` its mean under
+    independence; ``z = (bits - null_mean) / null_sd``.
+    """
+
+    bits: float
+    null_mean: float
+    null_sd: float
+    excess: float
+    z: float
+    significant: bool
+    per_position: tuple[float, ...]
+    per_position_null: tuple[float, ...]
+    reading: str
+
+
+@dataclass(frozen=True)
+class NoiseDiagnosis:
+    """Split-half noise floor per position and the pairs it makes indistinguishable.
+
+    ``pairs`` lists at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)`` (``i < j``, in order);
+    ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
+    ``noise_share`` is the share of the geometry's total variance (trace of ``B_H``) that
+    sampling noise alone would produce: ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4``
+    the squared error of position ``i``'s estimate (docs/theory.md); ``position_share[i]`` is the
+    same ratio on the diagonal entry ``i``. ``unstable`` positions are within the floor of at
+    least half of the others or have ``position_share >= 0.5``.
+    """
+
+    floor: tuple[float, ...]
+    supports: tuple[int, ...]
+    n_pairs: int
+    n_indistinguishable: int
+    fraction: float
+    pairs: tuple[tuple[int, int], ...]
+    per_position: tuple[int, ...]
+    unstable: tuple[int, ...]
+    noise_share: float
+    position_share: tuple[float, ...]
+    reading: str
+
+
+@dataclass(frozen=True)
+class ShiftDiagnosis:
+    """Shift-equivariance ``R^2`` and smoothness of ``D_H`` (NaN when undefined)."""
+
+    r2: float
+    profile: tuple[float, ...]
+    smoothness: float
+    neighbour_mean: float
+    all_mean: float
+    reading: str
+
+
+@dataclass(frozen=True)
+class RankDiagnosis:
+    """The spectrum, effective ranks and the parameter saving at the recommended rank.
+
+    ``rank`` is the smallest MDS rank with stress <= ``target``; ``saving`` is
+    ``1 - rank (n + dim) / (n dim)`` with ``n = n_eff`` (Remark 8).
+    """
+
+    spectrum: Spectrum
+    target: float
+    rank: int
+    rank_stress: float
+    rank_interval: tuple[float, float]
+    n: int
+    dim: int
+    n_params: int
+    dense_params: int
+    saving: float
+    reading: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Which encoding family fits best, the MDS rank reaching the target, and why."""
+
+    family: str
+    encoding: str
+    stress: float
+    ci_low: float
+    ci_high: float
+    mds_rank: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything ``posdiag diagnose`` prints."""
+
+    corpus: CorpusSummary
+    information: InformationDiagnosis
+    noise: NoiseDiagnosis
+    shift: ShiftDiagnosis
+    rank: RankDiagnosis
+    encodings: tuple[EncodingScore, ...]
+    recommendation: Recommendation
+    uncertainty: Uncertainty
+    warnings: tuple[str, ...] = ()
+
+
+def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
+    m = counts.matrix[:n]
+    bits, kl = positional_information(m)
+    null = information_null(m, seed=seed)
+    excess = bits - null.mean
+    z = excess / null.sd if null.sd > 0 else (math.inf if excess > 0 else 0.0)
+    significant = z >= INFORMATION_Z and excess > 0
+    top = int(np.argmax(kl))
+    if significant:
+        reading = (
+            f"word order is informative: I = {bits:.4g} bits, {excess:.4g} above the "
+            f"{null.mean:.4g}-bit level of independent data (z = {z:.1f}); position {top} "
+            f"differs most from the pooled distribution (KL {kl[top]:.3g} bits)"
+        )
+    else:
+        reading = (
+            f"no measurable positional information: I = {bits:.4g} bits is within the noise of "
+            f"independent data ({null.mean:.4g} ± {null.sd:.2g} bits, z = {z:.1f})"
+        )
+    return InformationDiagnosis(
+        bits,
+        null.mean,
+        null.sd,
+        excess,
+        float(z),
+        significant,
+        tuple(float(x) for x in kl),
+        tuple(float(x) for x in null.per_position),
+        reading,
     )
+
+
+def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
+    n = geo.n_eff
+    f = np.array(floor)
+    mask = _indistinguishable(geo.distances, f)
+    iu = np.triu_indices(n, k=1)
+    hit = mask[iu]
+    pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
+    n_pairs = len(iu[0])
+    count = int(hit.sum())
+    frac = count / n_pairs
+    position_share = _position_noise_share(geo.mds.gram, f)
+    unstable = _unstable(mask, position_share)
+    sup = geo.summary.supports
+    last = n - 1
+    share = float(np.trace(_noise_gram(f)) / np.trace(geo.mds.gram))
+    reading = (
+        f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
+        f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
+        f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
+    )
+    if unstable:
+        reading += f"; {len(unstable)} of {n} positions unstable (mostly noise)"
+    if frac >= NOISY_FRACTION or share >= NOISY_SHARE:
+        reading += ": much of this geometry is sampling noise"
+    return NoiseDiagnosis(
+        floor,
+        tuple(int(s) for s in sup[:n]),
+        n_pairs,
+        count,
+        frac,
+        pairs[:MAX_PAIRS_LISTED],
+        tuple(int(x) for x in mask.sum(axis=1)),
+        unstable,
+        share,
+        tuple(float(x) for x in position_share),
+        reading,
+    )
+
+
+def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
+    fit = shift_equivariance(d_h)
+    smooth = smoothness(d_h)
+    iu = np.triu_indices(d_h.shape[0], k=1)
+    all_mean = float(d_h[iu].mean())
+    neigh = float(np.diagonal(d_h, 1).mean())
+    r2 = fit.r2
+    if math.isnan(r2):
+        kind = "undefined (all distances equal)"
+    elif r2 >= SHIFT_R2:
+        kind = "nearly a function of |i-j|: relative encodings suit this corpus"
+    elif r2 >= 0.5:
+        kind = "partly a function of |i-j|"
+    else:
+        kind = "not a function of |i-j|: absolute position matters"
+    texture = "a smooth drift" if smooth < 0.5 else "neighbours nearly as far apart as any pair"
+    reading = (
+        f"shift-equivariance R^2 = {r2:.2f}: D_H is {kind}; neighbours are "
+        f"{smooth:.2f} x the mean distance ({texture})"
+    )
+    return ShiftDiagnosis(
+        r2, tuple(float(x) for x in fit.profile), smooth, neigh, all_mean, reading
+    )
+
+
+def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
+    sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
+    r = effective_rank(geo.mds.eigenvalues, target)
+    n = geo.n_eff
+    st = sp_.stress_by_rank[r - 1]
+    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    saving = parameter_saving(r, n, dim)
+    reading = (
+        f"rank {r} reaches stress {st:.3f} <= {target:g}; as P = A B^T it costs r(n+d) = "
+        f"{r * (n + dim):,} parameters vs n*d = {n * dim:,} ({saving:.0%} fewer, d={dim})"
+    )
+    return RankDiagnosis(sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading)
+
+
+def _ci(s: EncodingScore) -> str:
+    if math.isnan(s.ci_low):
+        return ""
+    return f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+
+
+def _recommend(
+    scores: Sequence[EncodingScore],
+    info: InformationDiagnosis,
+    noise: NoiseDiagnosis,
+    shift: ShiftDiagnosis,
+    rank: RankDiagnosis,
+) -> Recommendation:
+    standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
+    best = standard[0] if standard else scores[0]
+    mds = f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
+    if not info.significant:
+        nope = next((s for s in scores if s.name == "nope"), best)
+        return Recommendation(
+            "none",
+            "nope",
+            nope.stress,
+            nope.ci_low,
+            nope.ci_high,
+            rank.rank,
+            f"No positional encoding is needed here: I(position; token) = {info.bits:.3g} bits "
+            f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
+            "geometry found is sampling noise.",
+        )
+    top = best
+    if not math.isnan(shift.r2) and shift.r2 >= SHIFT_R2:
+        rel = [s for s in standard if s.name in RELATIVE]
+        if rel:
+            best = rel[0]
+        why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
+    elif math.isnan(shift.r2):
+        why = "it has the lowest stress (shift-equivariance is undefined: all distances are equal)"
+    else:
+        why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
+    family = "relative" if best.name in RELATIVE else "absolute"
+    if best is top:
+        runner = next((s for s in standard if s is not best), None)
+        text = (
+            f"{best.name} ({family}) fits best among standard encodings with stress "
+            f"{best.stress:.3f}{_ci(best)}"
+        )
+    else:
+        # Shift-equivariance favours a relative encoding that does not have the lowest stress.
+        runner = top
+        text = f"{best.name} ({family}) is recommended with stress {best.stress:.3f}{_ci(best)}"
+    if runner is not None:
+        text += f" vs {runner.name} {runner.stress:.3f}"
+        close = (
+            not math.isnan(best.ci_high)
+            and not math.isnan(runner.ci_low)
+            and runner.ci_low <= best.ci_high
+            and best.ci_low <= runner.ci_high
+        )
+        if close:
+            text += " (intervals overlap)"
+    text += f", because {why}; {mds} ({rank.saving:.0%} fewer parameters than a full table)."
+    if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
+        fact = (
+            f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"
+            if noise.noise_share >= NOISY_SHARE
+            else f"{noise.fraction:.0%} of position pairs are within the noise floor"
+        )
+        text += (
+            f" Caution: {fact}, so noise shapes this ranking (it favours full-rank tables): "
+            "add data or raise --min-count."
+        )
+    return Recommendation(
+        family, best.name, best.stress, best.ci_low, best.ci_high, rank.rank, text
+    )
+
+
+def diagnose(
+    counts: Counts | ShardedCounts,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    *,
+    min_count: int = DEFAULT_MIN_COUNT,
+    target: float = DEFAULT_TARGET_STRESS,
+    dim: int = DEFAULT_DIM,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Diagnosis:
+    """Run every theory diagnostic on a corpus (GEOMETRY.md section 8, docs/theory.md).
+
+    Parameters
+    ----------
+    counts : Counts or ShardedCounts
+        With shards, every stress carries a bootstrap interval.
+    target : float
+        Stress the recommended MDS rank must reach, in (0, 1).
+    dim : int
+        Model dimension ``d`` for the parameter saving ``r(n+d)`` vs ``n d``.
+    progress : callable, optional
+        Called with (done, replicates) during the bootstrap.
+    """
+    target = check_float("target", target, 0.0, 1.0, lo_open=True)
+    dim = check_int("dim", dim, 1)
+    total = counts.counts if isinstance(counts, ShardedCounts) else counts
+    geo = corpus_geometry(total, min_count)
+    scored = _scored(geo, encodings)
+    scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
+    info = _information(total, geo.n_eff, seed)
+    noise = _noise(geo, unc.noise_floor)
+    shift = _shift(geo.distances)
+    rank = _rank(geo, unc, target, dim)
+    rec = _recommend(scores, info, noise, shift, rank)
+    return Diagnosis(geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings)

@@ -48,6 +48,7 @@ def stress_json(report: StressReport) -> dict[str, Any]:
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
+            "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,
         }
     )
 
@@ -58,6 +59,21 @@ def _params(p: Mapping[str, Any]) -> str:
 
 def _fmt(x: float, digits: int = 4) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def ranges(positions: tuple[int, ...]) -> str:
+    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
+    if not positions:
+        return "none"
+    parts, start, prev = [], positions[0], positions[0]
+    for p in (*positions[1:], None):
+        if p is not None and p == prev + 1:
+            prev = p
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if p is not None:
+            start = prev = p
+    return ", ".join(parts)
 
 
 def _span(positions: tuple[int, ...]) -> str:
@@ -96,19 +112,32 @@ def print_stress(report: StressReport, console: Console) -> None:
     )
     for col in ("encoding", "parameters"):
         t.add_column(col)
-    for col in ("stress", "raw", "kruskal", "spearman", "params"):
+    unc = report.uncertainty
+    cols = ("stress", "interval", "raw", "kruskal", "spearman", "params")
+    for col in cols if unc and unc.shards else tuple(c for c in cols if c != "interval"):
         t.add_column(col, justify="right")
     for e in report.encodings:
+        ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
         t.add_row(
             e.name,
             _params(e.params),
             _fmt(e.stress),
+            *ci,
             _fmt(e.raw, 3),
             _fmt(e.kruskal),
             _fmt(e.spearman, 3),
             f"{e.n_params:,}",
         )
     console.print(t)
+    if unc is not None:
+        line = unc.note or (
+            f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
+            f"{unc.replicates} replicates, seed {unc.seed}), centred on the estimate"
+        )
+        if unc.unstable:
+            n_bad = len(unc.unstable)
+            line += f"; {n_bad} unstable positions (mostly noise): {ranges(unc.unstable)}"
+        console.print(line)
     sp = report.spectrum
     t = Table(title="MDS spectrum", title_justify="left")
     t.add_column("rank", justify="right")

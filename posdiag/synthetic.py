@@ -1,26 +1,56 @@
 """Deterministic synthetic corpora whose positional geometry is known in advance.
 
-Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``.
+Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``,
+which reproduces the paper's synthetic experiment. Two generators (docs/theory.md, "Synthetic
+corpora"):
+
+``drift`` (:func:`low_rank_distributions`)
+    The vocabulary is split into ``rank + 1`` blocks; position ``i`` draws a block with
+    probabilities ``pi_i = softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``,
+    ``t_i = i/(n-1)``, then a token inside the block from a fixed seeded shape. Then
+    ``BC(i, j) = sum_k sqrt(pi_ik pi_jk)``: the Hellinger points are ``sqrt(pi_i)/sqrt(2)`` on a
+    sphere in ``rank + 1`` dimensions, whose spread normal to the sphere is second order, so the
+    geometry has ``rank`` large MDS eigenvalues and one tiny one.
+``shift`` (:func:`shift_distributions`)
+    The vocabulary is a ring; position ``i`` draws a token from a discretised Gaussian bump of
+    width ``width`` centred at token ``i * step`` (mod vocab). Rotating the ring maps ``mu_i`` to
+    ``mu_j``, so ``d_H(i, j)`` depends on ``i - j`` only (a Toeplitz geometry); for a bump wider
+    than the drift, ``d_H`` grows almost linearly with ``|i - j|``: the geometry ALiBi assumes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import check_int
+from ._validate import check_choice, check_float, check_int
 
-__all__ = ["drift_distributions", "sample_texts", "expected_counts"]
+__all__ = [
+    "MODES",
+    "SynthSpec",
+    "drift_distributions",
+    "expected_counts",
+    "low_rank_distributions",
+    "sample_texts",
+    "shift_distributions",
+    "synth_distributions",
+    "synth_texts",
+]
+
+MODES = ("drift", "shift")
 
 
 def drift_distributions(
     n_positions: int = 32, vocab: int = 200, rank: int = 3, *, sharpness: float = 2.0, seed: int = 0
 ) -> np.ndarray:
-    """Positional token distributions that drift smoothly with low intrinsic rank.
+    """Positional token distributions that drift smoothly (softmax of low-rank logits).
 
     ``mu_i = softmax(sharpness * sum_{k=1..rank} cos(pi k t_i) g_k)`` with ``t_i = i/(n-1)`` and
-    seeded Gaussian directions ``g_k`` over the vocabulary.
+    seeded Gaussian directions ``g_k`` over the vocabulary. The logits have rank ``rank``; the
+    Hellinger geometry does not (the softmax bends it). For an exactly low-rank geometry use
+    :func:`low_rank_distributions`.
 
     Returns
     -------
@@ -37,6 +67,94 @@ def drift_distributions(
     logits -= logits.max(axis=1, keepdims=True)
     mu = np.exp(logits)
     return mu / mu.sum(axis=1, keepdims=True)
+
+
+def low_rank_distributions(
+    n_positions: int = 32, vocab: int = 200, rank: int = 3, *, sharpness: float = 2.0, seed: int = 0
+) -> np.ndarray:
+    """The ``drift`` generator: smooth drift with ``rank`` dominant MDS directions.
+
+    Block probabilities ``pi_i = softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``,
+    ``t_i = i/(n-1)``; the vocabulary is split into ``rank + 1`` seeded blocks, each with a fixed
+    seeded log-normal token shape. ``BC(i, j) = sum_k sqrt(pi_ik pi_jk)`` does not depend on the
+    shapes or the seed.
+
+    Returns
+    -------
+    ndarray of shape (n_positions, vocab)
+        Rows are probability distributions.
+    """
+    n = check_int("positions", n_positions, 2)
+    r = check_int("rank", rank, 1)
+    v = check_int("vocab", vocab, r + 1, lo_label="rank+1")
+    sharpness = check_float("sharpness", sharpness, 0.0, lo_open=True)
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / (n - 1)
+    logits = sharpness * np.cos(np.pi * np.outer(t, np.arange(1, r + 2)))
+    pi = np.exp(logits - logits.max(axis=1, keepdims=True))
+    pi /= pi.sum(axis=1, keepdims=True)
+    mu = np.zeros((n, v))
+    for k, block in enumerate(np.array_split(rng.permutation(v), r + 1)):
+        shape = np.exp(rng.standard_normal(block.size))
+        mu[:, block] = pi[:, [k]] * (shape / shape.sum())[None, :]
+    return mu
+
+
+def shift_distributions(
+    n_positions: int = 32, vocab: int = 200, *, width: float | None = None, step: int = 1
+) -> np.ndarray:
+    """The ``shift`` generator: a bump moving at constant speed around a ring of tokens.
+
+    ``mu_i[v] ∝ exp(-ring(v, i*step)^2 / (2 width^2))`` with ``ring`` the circular distance on
+    ``0..vocab-1``. Every ``mu_j`` is ``mu_i`` rotated by ``(j-i)*step`` tokens, so ``d_H(i, j)``
+    is a function of ``i - j`` only.
+
+    Parameters
+    ----------
+    width : float, optional
+        Bump width in tokens; default ``n_positions / 2``, wide enough that ``d_H`` grows nearly
+        linearly over the whole range of lags.
+    step : int
+        Tokens the bump moves per position.
+
+    Returns
+    -------
+    ndarray of shape (n_positions, vocab)
+    """
+    n = check_int("positions", n_positions, 2)
+    v = check_int("vocab", vocab, 2)
+    step = check_int("step", step, 1)
+    width = check_float("width", n / 2 if width is None else width, 0.0, lo_open=True)
+    tokens = np.arange(v)
+    centres = (np.arange(n) * step) % v
+    gap = np.abs(tokens[None, :] - centres[:, None])
+    ring = np.minimum(gap, v - gap).astype(np.float64)
+    mu = np.exp(-(ring**2) / (2.0 * width**2))
+    return mu / mu.sum(axis=1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """Parameters of a synthetic corpus (``posdiag synth``); defaults are the paper's setting."""
+
+    mode: str = "drift"
+    positions: int = 32
+    vocab: int = 200
+    rank: int = 3
+    sequences: int = 20_000
+    seed: int = 0
+    sharpness: float = 2.0
+    width: float | None = None
+
+
+def synth_distributions(spec: SynthSpec) -> np.ndarray:
+    """The exact positional distributions of ``spec``, of shape (positions, vocab)."""
+    mode = check_choice("mode", spec.mode, MODES)
+    if mode == "drift":
+        return low_rank_distributions(
+            spec.positions, spec.vocab, spec.rank, sharpness=spec.sharpness, seed=spec.seed
+        )
+    return shift_distributions(spec.positions, spec.vocab, width=spec.width)
 
 
 def expected_counts(mu: np.ndarray, sequences: int) -> np.ndarray:
@@ -56,3 +174,32 @@ def sample_texts(mu: np.ndarray, sequences: int, *, seed: int = 0) -> Iterator[s
         u = np.asarray(rng.random(cdf.shape[0]))
         ids = (cdf < u[:, None]).sum(axis=1)
         yield " ".join(f"t{v}" for v in ids)
+
+
+# Sequences drawn per vectorised chunk by synth_texts.
+_CHUNK = 4096
+
+
+def synth_texts(spec: SynthSpec) -> Iterator[str]:
+    """The corpus of ``spec``: ``spec.sequences`` lines of ``spec.positions`` words ``t{v}``.
+
+    Positions are drawn independently from their distributions (seeded by ``spec.seed``), in
+    vectorised chunks, so a million sequences take seconds.
+    """
+    mu = synth_distributions(spec)
+    total = check_int("sequences", spec.sequences, 1)
+    rng = np.random.default_rng([spec.seed, 1])
+    cdf = np.cumsum(mu, axis=1)
+    cdf[:, -1] = 1.0
+    words = np.array([f"t{v}" for v in range(mu.shape[1])], dtype=object)
+    done = 0
+    while done < total:
+        m = min(_CHUNK, total - done)
+        u = rng.random((m, mu.shape[0]))
+        ids = np.empty((m, mu.shape[0]), dtype=np.int64)
+        for i in range(mu.shape[0]):
+            ids[:, i] = np.searchsorted(cdf[i], u[:, i], side="right")
+        ids = np.minimum(ids, mu.shape[1] - 1)
+        for row in words[ids]:
+            yield " ".join(row)
+        done += m

@@ -319,19 +319,12 @@ def test_github_format_annotations(synth_corpus: Path, rope_stress: float) -> No
 
 
 def _facts_with_interval(synth_corpus: Path, ci_high: float) -> tuple[GateConfig, GateFacts]:
-    from dataclasses import dataclass
-
-    from posdiag.diagnostics import EncodingScore
-
-    @dataclass(frozen=True)
-    class WithInterval(EncodingScore):  # the fields issue 5 adds to EncodingScore
-        ci_low: float = float("nan")
-        ci_high: float = float("nan")
+    import dataclasses
 
     cfg = build_config(encodings=["rope"], max_stress=[0.9])
     counts = corpus_counts(str(synth_corpus))
     s = measure(counts, cfg).scores["rope"]
-    scored = WithInterval(**{k: getattr(s, k) for k in s.__dataclass_fields__}, ci_high=ci_high)
+    scored = dataclasses.replace(s, ci_low=s.stress - 0.01, ci_high=ci_high)
     # Precomputed scores (as the bootstrap would give them) are used as they are.
     facts = measure(counts, cfg, scores={"rope:": scored})
     assert facts.scores["rope"] is scored
@@ -349,7 +342,8 @@ def test_strict_judges_the_upper_bound(synth_corpus: Path) -> None:
     r = strict.results[0]
     assert r.figure == 0.95 and r.measure == "stress upper bound"
     assert r.line() == (
-        f"FAIL  max-stress[rope]: stress upper bound 0.9500 > 0.9000 (strict; stress {s:.4f})"
+        f"FAIL  max-stress[rope]: stress upper bound 0.9500 > 0.9000 "
+        f"(strict; stress {s:.4f}, interval [{s - 0.01:.4f}, 0.9500])"
     )
     _, facts = _facts_with_interval(synth_corpus, ci_high=0.89)
     assert evaluate(replace(cfg, strict=True), facts).passed
@@ -361,9 +355,47 @@ def test_strict_without_interval_says_so(synth_corpus: Path) -> None:
     assert r.passed == evaluate(cfg, facts).results[0].passed
     assert r.note == "strict: no confidence interval was available; judged on the stress"
     code, out, _ = _run(
-        str(synth_corpus), "--no-config", "--strict", "-e", "rope", "--max-stress", "1"
+        str(synth_corpus),
+        "--no-config",
+        "--strict",
+        "--shards",
+        "0",
+        "-e",
+        "rope",
+        "--max-stress",
+        "1",
     )
     assert code == 0 and "no confidence interval was available" in out
+
+
+def test_check_computes_bootstrap_intervals_for_strict(synth_corpus: Path) -> None:
+    from posdiag.diagnostics import stress_report
+    from posdiag.uncertainty import corpus_counts_sharded
+
+    sharded = corpus_counts_sharded(str(synth_corpus), shards=10, seed=0)
+    ref = stress_report(sharded, ["rope"], replicates=50, seed=0).encodings[0]
+    args = [
+        "--no-config",
+        "-e",
+        "rope",
+        "--max-stress",
+        "1",
+        "--shards",
+        "10",
+        "--replicates",
+        "50",
+    ]
+    code, out, _ = _run(str(synth_corpus), *args, "--strict")
+    assert code == 0
+    assert out.splitlines()[1] == (
+        f"PASS  max-stress[rope]: stress upper bound {ref.ci_high:.4f} <= 1.0000 "
+        f"(strict; stress {ref.stress:.4f}, interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}])"
+    )
+    thr = (ref.stress + ref.ci_high) / 2  # between the estimate and its upper bound
+    assert _run(str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:])[0] == 0
+    assert (
+        _run(str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:], "--strict")[0] == 1
+    )
 
 
 def test_github_escapes_and_junit_of_report(synth_corpus: Path) -> None:

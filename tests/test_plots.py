@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from posdiag.cli import app
 from posdiag.counts import corpus_counts
-from posdiag.diagnostics import EncodingScore, corpus_geometry, stress_report
+from posdiag.diagnostics import corpus_geometry, stress_report
 from posdiag.errors import PosdiagError
 from posdiag.plots import (
     CORPUS_PLOTS,
@@ -96,12 +96,6 @@ def test_small_geometry_skips_the_3d_trajectory(tmp_path: Path) -> None:
         plot_trajectory(geo, 3)
 
 
-@dataclass(frozen=True)
-class _WithInterval(EncodingScore):  # the fields issue 5 adds to EncodingScore
-    ci_low: float = float("nan")
-    ci_high: float = float("nan")
-
-
 def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> None:
     from matplotlib.container import ErrorbarContainer
 
@@ -112,8 +106,8 @@ def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> 
     assert ax.get_title() == "no confidence intervals were computed"
     png_bytes(fig)
     with_ci = [
-        _WithInterval(
-            **{k: getattr(s, k) for k in s.__dataclass_fields__},
+        replace(
+            s,
             ci_low=s.stress - 0.01,
             ci_high=min(1.0, s.stress + 0.02),
         )

@@ -1,0 +1,166 @@
+"""Inspect an encoding file: separation, norms, effective rank, and, with a corpus, its stress and
+monotonicity against the corpus geometry next to a random initialisation of the same shape
+(GEOMETRY.md section 8; the paper's comparison of a trained BERT table with its initialisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._validate import check_float, check_int
+from .diagnostics import CorpusGeometry, CorpusSummary
+from .encodings import load_table
+from .errors import PosdiagError
+from .geometry import (
+    Separation,
+    effective_rank,
+    gram_from_distances,
+    gram_from_vectors,
+    pairwise_distances,
+    separation,
+    stress,
+    violation_rate,
+)
+
+__all__ = [
+    "BASELINE_STD",
+    "CorpusFit",
+    "Inspection",
+    "TableFigures",
+    "inspect_table",
+    "read_encoding_file",
+]
+
+# BERT / GPT-2 initialise position tables with N(0, 0.02^2); every figure here is scale-free,
+# so the value only matters for the norms shown.
+BASELINE_STD = 0.02
+INSPECT_TOLERANCES = (0.1, 0.05, 0.01)
+
+
+def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, str]:
+    """The table of an encoding file and the tensor it came from.
+
+    ``.npy``: the array. ``.safetensors``: ``tensor`` if given, else ``encoding`` (files from
+    ``posdiag build-encoding``), else a known position-embedding name of a checkpoint.
+
+    Returns
+    -------
+    (ndarray of shape (rows, d), str)
+    """
+    p = Path(path)
+    if p.suffix == ".safetensors" and not tensor and p.is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(p), framework="np") as fh:
+                if "encoding" in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    tensor = "encoding"
+        except Exception:  # noqa: BLE001 - load_table below reports the file's problem
+            pass
+    table = load_table(str(p), tensor)
+    if table.shape[0] < 2:
+        raise PosdiagError(f"{path}: an encoding table needs >= 2 rows; got {table.shape[0]}")
+    return table, tensor or ("" if p.suffix == ".npy" else "(known name)")
+
+
+@dataclass(frozen=True)
+class TableFigures:
+    """Shape-level figures of one table (rows = positions).
+
+    ``norms`` are the row norms; ``effective_rank`` maps a stress tolerance to the smallest rank
+    of the table's own MDS reaching it (the table's distances as the target geometry).
+    """
+
+    rows: int
+    dim: int
+    separation: Separation
+    norm_min: float
+    norm_mean: float
+    norm_max: float
+    effective_rank: dict[float, int]
+
+
+@dataclass(frozen=True)
+class CorpusFit:
+    """A table against a corpus geometry on positions ``0..n-1``.
+
+    ``violations`` is ``(1 - Kendall tau)/2`` of ``d_H`` vs the table's distances.
+    """
+
+    n: int
+    stress: float
+    violations: float
+    baseline_stress: float
+    baseline_violations: float
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Everything ``posdiag inspect`` prints; ``corpus``/``fit`` are None without a corpus."""
+
+    path: str
+    tensor: str
+    table: TableFigures
+    baseline: TableFigures
+    baseline_seed: int
+    corpus: CorpusSummary | None = None
+    fit: CorpusFit | None = None
+
+
+def _figures(p: np.ndarray, tol: float) -> TableFigures:
+    norms = np.linalg.norm(p, axis=1)
+    lam = np.sort(np.linalg.eigvalsh(gram_from_vectors(p)))[::-1]
+    eff = {}
+    if lam[0] > 0:
+        eff = {t: effective_rank(lam, t) for t in INSPECT_TOLERANCES}
+    return TableFigures(
+        rows=int(p.shape[0]),
+        dim=int(p.shape[1]),
+        separation=separation(p, tol),
+        norm_min=float(norms.min()),
+        norm_mean=float(norms.mean()),
+        norm_max=float(norms.max()),
+        effective_rank=eff,
+    )
+
+
+def inspect_table(
+    table: np.ndarray,
+    geometry: CorpusGeometry | None = None,
+    *,
+    path: str = "<table>",
+    tensor: str = "",
+    collapse_tol: float = 0.01,
+    seed: int = 0,
+) -> Inspection:
+    """Figures of ``table`` (rows, d), and its fit to ``geometry`` when given.
+
+    The baseline is a ``N(0, 0.02^2)`` table of the same shape (seed ``seed``). With a corpus, the
+    comparison uses positions ``0..min(rows, n_eff)-1``.
+    """
+    t = np.asarray(table, dtype=np.float64)
+    if t.ndim != 2 or t.shape[0] < 2:
+        raise PosdiagError(f"{path}: table must be 2-D with >= 2 rows; got shape {t.shape}")
+    collapse_tol = check_float("collapse_tol", collapse_tol, 0.0)
+    seed = check_int("seed", seed, 0)
+    base = np.random.default_rng(seed).normal(0.0, BASELINE_STD, size=t.shape)
+    figs, base_figs = _figures(t, collapse_tol), _figures(base, collapse_tol)
+    if geometry is None:
+        return Inspection(path, tensor, figs, base_figs, seed)
+    n = min(t.shape[0], geometry.n_eff)
+    if n < 2:
+        raise PosdiagError(f"{path}: fewer than 2 positions to compare with the corpus")
+    d_h = geometry.distances[:n, :n]
+    b_h = geometry.mds.gram if n == geometry.n_eff else gram_from_distances(d_h)
+
+    def fit(p: np.ndarray) -> tuple[float, float]:
+        return stress(b_h, gram_from_vectors(p[:n])), violation_rate(d_h, pairwise_distances(p[:n]))
+
+    s, v = fit(t)
+    bs, bv = fit(base)
+    return Inspection(
+        path, tensor, figs, base_figs, seed, geometry.summary, CorpusFit(n, s, v, bs, bv)
+    )

@@ -1,0 +1,488 @@
+"""How sure are the numbers? Sharded counts, the shard bootstrap, the split-half noise floor and
+the noise level of positional information (GEOMETRY.md section 8; docs/theory.md).
+
+Counts are additive, so counting a corpus into ``K`` random shards (each sequence goes to one
+shard, chosen with a seeded generator) costs one pass and gives, for free, the total (the sum of
+the shards) and a bootstrap: a replicate corpus is the sum of ``K`` shards drawn with
+replacement, i.e. the shards re-weighted by multinomial counts ``w`` with ``sum w = K``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import __version__
+from ._validate import check_int
+from .counts import CountAccumulator, Counts, corpus_counts, is_counts_file
+from .encodings import Encoding
+from .errors import PosdiagError
+from .geometry import (
+    gram_from_distances,
+    hellinger_distances,
+    hellinger_distances_fast,
+    positional_information,
+)
+from .tokenize import Tokenizer, view
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_REPLICATES",
+    "DEFAULT_SHARDS",
+    "InformationNull",
+    "ShardedCounts",
+    "StressIntervals",
+    "bootstrap_stress",
+    "check_level",
+    "corpus_counts_sharded",
+    "count_texts_sharded",
+    "information_null",
+    "noise_floor",
+    "pair_floor",
+]
+
+# Why 20 shards: the bootstrap resamples shards, so K bounds how many distinct replicate corpora
+# exist (C(2K-1, K) ~ 7e10 for K = 20) and how finely the interval's tails are resolved; more
+# shards cost memory (one accumulator each) for little gain in a 95% interval.
+DEFAULT_SHARDS = 20
+DEFAULT_REPLICATES = 200
+DEFAULT_LEVEL = 0.95
+
+ProgressFn = Callable[[int, int, int], None]
+
+
+@dataclass(frozen=True)
+class ShardedCounts:
+    """The counts of a corpus and of ``K`` random shards of it.
+
+    Attributes
+    ----------
+    counts : Counts
+        The whole corpus: the sum of the shards.
+    shards : tuple of csr_matrix, each of shape (n_positions, vocab_size)
+        Empty when the corpus was read from a counts file (sequences can no longer be split).
+    seed : int
+        Seed of the shard assignment.
+    why_no_shards : str
+        When ``shards`` is empty: why (reported instead of intervals).
+    """
+
+    counts: Counts
+    shards: tuple[sp.csr_matrix, ...] = ()
+    seed: int = 0
+    why_no_shards: str = "counted without shards (--shards 0)"
+
+    @property
+    def k(self) -> int:
+        return len(self.shards)
+
+
+def count_texts_sharded(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    *,
+    shards: int = DEFAULT_SHARDS,
+    seed: int = 0,
+    view_name: str = "text",
+    max_len: int = 512,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    source: str = "<texts>",
+) -> ShardedCounts:
+    """Tokenize, apply a view and count into ``shards`` seeded random shards in one pass.
+
+    Each sequence (after the view: a window in the packed view) goes to one shard drawn
+    uniformly with ``numpy.random.default_rng(seed)``. Memory: one
+    :class:`~posdiag.counts.CountAccumulator` per shard.
+    """
+    k = check_int("shards", shards, 2)
+    accs = [CountAccumulator(max_len) for _ in range(k)]
+    rng = np.random.default_rng(seed)
+    docs = seqs = toks = 0
+    for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
+        which = rng.integers(k, size=len(batch))
+        for s in range(k):
+            idx = np.flatnonzero(which == s)
+            if idx.size:
+                toks += accs[s].add_sequences([batch[j] for j in idx])
+        seqs += len(batch)
+        docs += consumed
+        if progress is not None:
+            progress(docs, seqs, toks)
+    if toks == 0:
+        raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
+    v = tokenizer.vocab_size
+    mats = tuple(acc.matrix(v) for acc in accs)
+    total = sp.csr_matrix(sum(mats[1:], mats[0]))
+    meta = {
+        "source": source,
+        "tokenizer": tokenizer.name,
+        "view": view_name,
+        "max_len": max_len,
+        "vocab_size": v,
+        "documents": docs,
+        "sequences": seqs,
+        "tokens": toks,
+        "posdiag_version": __version__,
+        "shards": k,
+        "shard_seed": seed,
+    }
+    return ShardedCounts(Counts(total, meta), mats, seed)
+
+
+def corpus_counts_sharded(
+    corpus: str,
+    *,
+    shards: int = DEFAULT_SHARDS,
+    seed: int = 0,
+    column: str | None = None,
+    tokenizer: str | None = None,
+    view_name: str | None = None,
+    max_len: int | None = None,
+    pad_token: str | None = None,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+) -> ShardedCounts:
+    """:func:`~posdiag.counts.corpus_counts` with shards.
+
+    ``shards=0`` counts without shards (no intervals). A counts ``.npz`` has lost the sequences,
+    so it is read without shards whatever ``shards`` says; callers report that intervals need
+    the corpus itself.
+    """
+    k = check_int("shards", shards, 0)
+    if k == 1:
+        raise PosdiagError("'shards' must be 0 (no intervals) or an int >= 2; got 1")
+    if k == 0 or is_counts_file(corpus):
+        counts = corpus_counts(
+            corpus,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view_name,
+            max_len=max_len,
+            pad_token=pad_token,
+            batch_size=batch_size,
+            progress=progress,
+        )
+        why = (
+            "a counts file keeps no shards; pass the corpus itself for intervals"
+            if is_counts_file(corpus)
+            else "counted without shards (--shards 0)"
+        )
+        return ShardedCounts(counts, (), seed, why)
+    from .sources import open_source
+    from .tokenize import load_tokenizer
+
+    src = open_source(corpus, column)
+    n = check_int("max_len", 512 if max_len is None else max_len, 1)
+    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
+    out = count_texts_sharded(
+        src.texts(),
+        tok,
+        shards=k,
+        seed=seed,
+        view_name=view_name or "text",
+        max_len=n,
+        batch_size=batch_size,
+        progress=progress,
+        source=src.name,
+    )
+    if src.column is not None:
+        return ShardedCounts(
+            Counts(out.counts.matrix, {**out.counts.meta, "column": src.column}), out.shards, seed
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class StressIntervals:
+    """Bootstrap intervals of every stress, from re-weighted shards.
+
+    Attributes
+    ----------
+    level : float
+        Coverage, e.g. 0.95.
+    shards, replicates, seed : int
+        Shards re-weighted, replicates used (replicates where a position lost all its support
+        are skipped), seed of the weights.
+    encodings : tuple of (float, float)
+        ``(low, high)`` for each encoding, in the order given.
+    stress_by_rank : tuple of (float, float)
+        ``(low, high)`` of the rank-r MDS stress, r = 1..n_eff-1.
+    distance_sd : ndarray of shape (n_eff, n_eff)
+        Bootstrap standard deviation of each ``d_H(i, j)``.
+    bias : tuple of float
+        Mean replicate stress minus the estimate, per encoding: how much extra sampling noise
+        moves the stress (positive: noise inflates it; the estimate is likely inflated too).
+    """
+
+    level: float
+    shards: int
+    replicates: int
+    seed: int
+    encodings: tuple[tuple[float, float], ...]
+    stress_by_rank: tuple[tuple[float, float], ...]
+    distance_sd: np.ndarray
+    bias: tuple[float, ...] = ()
+
+
+def check_level(level: float) -> float:
+    """``level`` as a coverage in (0, 1), else ``'ci' must be a float in (0, 1); got ...``."""
+    ok = isinstance(level, int | float) and not isinstance(level, bool)
+    if not ok or not 0.0 < float(level) < 1.0:
+        raise PosdiagError(f"'ci' must be a float in (0, 1); got {level!r}")
+    return float(level)
+
+
+def _interval(estimate: float, samples: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval of ``samples`` moved to sit around ``estimate``.
+
+    Why not the plain percentile interval: every replicate is a noisier corpus than the original
+    (a shard drawn twice adds no new sequences), so replicate distances carry a larger
+    small-sample bias and the whole replicate distribution sits above the estimate. Centering the
+    percentiles on the estimate (``estimate + q - mean(samples)``) keeps their spread, which is
+    what the interval is for, and drops that shift. Clipped to [0, 1].
+    """
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(samples, [alpha, 1.0 - alpha])
+    shift = float(np.mean(samples)) - estimate
+    return (float(np.clip(lo - shift, 0.0, 1.0)), float(np.clip(hi - shift, 0.0, 1.0)))
+
+
+def _mds_rank(enc: Encoding) -> int | None:
+    rank = enc.params.get("rank")
+    return int(rank) if rank is not None and enc.name == f"mds-{rank}" else None
+
+
+def _stress_against(b: np.ndarray, nb: float, b_e: np.ndarray, ne: float) -> float:
+    if ne == 0.0:
+        return 1.0
+    cos = max(0.0, float(np.vdot(b, b_e))) / (nb * ne)
+    return float(np.sqrt(max(0.0, 1.0 - cos * cos)))
+
+
+def _tail_stress(lam: np.ndarray) -> np.ndarray:
+    sq = lam**2
+    tail = np.cumsum(sq[::-1])[::-1]
+    return np.sqrt(np.clip(tail[1:] / tail[0], 0.0, 1.0))
+
+
+def bootstrap_stress(
+    sharded: ShardedCounts,
+    n_eff: int,
+    encodings: Sequence[Encoding],
+    estimates: Sequence[float],
+    *,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> StressIntervals:
+    """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
+
+    A replicate re-weights the shards by ``w ~ Multinomial(K, 1/K)`` and recomputes ``D_H``,
+    ``B_H`` and each stress; ``mds-r`` encodings are refitted on the replicate (their stress is
+    the replicate's eigenvalue tail), the others are fixed geometries.
+
+    Parameters
+    ----------
+    estimates : sequence of float
+        Full-data stress of each encoding, where the intervals are centred.
+    progress : callable, optional
+        Called after each replicate with (done, replicates).
+    """
+    if sharded.k < 2:
+        raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
+    level = check_level(level)
+    replicates = check_int("replicates", replicates, 2)
+    n = check_int("n_eff", n_eff, 2)
+    k = sharded.k
+    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
+    fixed = [(None if _mds_rank(e) is not None else e.gram(), _mds_rank(e)) for e in encodings]
+    norms = [float(np.linalg.norm(g)) if g is not None else 0.0 for g, _ in fixed]
+    weights = np.random.default_rng(seed).multinomial(k, np.full(k, 1.0 / k), size=replicates)
+    rows = np.tile(np.arange(n), k)
+    cols = np.arange(k * n)
+    enc_samples: list[list[float]] = [[] for _ in encodings]
+    rank_samples: list[np.ndarray] = []
+    d_sum = np.zeros((n, n))
+    d_sq = np.zeros((n, n))
+    used = 0
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, replicates)
+        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
+        c = select @ stack
+        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
+            continue
+        d = hellinger_distances_fast(c)
+        b = gram_from_distances(d)
+        nb = float(np.linalg.norm(b))
+        if nb == 0.0:
+            continue
+        lam = np.sort(np.linalg.eigvalsh(b))[::-1]
+        by_rank = _tail_stress(lam)
+        rank_samples.append(by_rank)
+        for idx, ((g, rank), ne) in enumerate(zip(fixed, norms, strict=True)):
+            if rank is not None:
+                enc_samples[idx].append(float(by_rank[rank - 1]))
+            else:
+                assert g is not None
+                enc_samples[idx].append(_stress_against(b, nb, g, ne))
+        d_sum += d
+        d_sq += d * d
+        used += 1
+    if used < 2:
+        raise PosdiagError(
+            f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
+            "use fewer --shards or a larger --min-count"
+        )
+    mean = d_sum / used
+    sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
+    ranks = np.array(rank_samples)
+    full_lam = np.sort(np.linalg.eigvalsh(gram_from_distances(_full_distances(sharded, n))))[::-1]
+    full_by_rank = _tail_stress(full_lam)
+    return StressIntervals(
+        level=level,
+        shards=k,
+        replicates=used,
+        seed=seed,
+        encodings=tuple(
+            _interval(float(est), np.array(s), level)
+            for est, s in zip(estimates, enc_samples, strict=True)
+        ),
+        stress_by_rank=tuple(
+            _interval(float(full_by_rank[r]), ranks[:, r], level) for r in range(n - 1)
+        ),
+        distance_sd=sd,
+        bias=tuple(
+            float(np.mean(s)) - float(est) for est, s in zip(estimates, enc_samples, strict=True)
+        ),
+    )
+
+
+def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
+    return hellinger_distances(sharded.counts.matrix[:n])
+
+
+def noise_floor(
+    counts: sp.spmatrix | sp.sparray | np.ndarray, *, repeats: int = 3, seed: int = 0
+) -> np.ndarray:
+    """Split-half noise floor of each position (GEOMETRY.md section 8).
+
+    The sequences reaching position ``i`` are split into two random halves and ``d_H`` is taken
+    between the halves' distributions, averaged over ``repeats`` seeded splits. Splitting the
+    sequences at one position is exactly a multivariate hypergeometric draw of ``floor(N_i/2)``
+    of its ``N_i`` tokens, so the counts suffice: no second pass, and counts files work too.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+
+    Returns
+    -------
+    ndarray of shape (n_positions,)
+        NaN where ``N_i < 2``.
+    """
+    repeats = check_int("repeats", repeats, 1)
+    c = sp.csr_matrix(counts)
+    rng = np.random.default_rng(seed)
+    out = np.full(c.shape[0], np.nan)
+    for i in range(c.shape[0]):
+        row = c.data[c.indptr[i] : c.indptr[i + 1]].astype(np.int64)
+        total = int(row.sum())
+        if total < 2:
+            continue
+        half = total // 2
+        acc = 0.0
+        for _ in range(repeats):
+            a = rng.multivariate_hypergeometric(row, half).astype(np.float64)
+            b = row - a
+            bc = float(np.sum(np.sqrt(a / half * b / (total - half))))
+            acc += float(np.sqrt(max(0.0, 1.0 - bc)))
+        out[i] = acc / repeats
+    return out
+
+
+def pair_floor(floor: np.ndarray) -> np.ndarray:
+    """Expected ``d_H(i, j)`` of two full-size estimates of the *same* distribution.
+
+    A half-size estimate has twice the squared error of a full one, so the split-half floor
+    ``f_i`` satisfies ``f_i^2 ~ 4 e_i`` with ``e_i`` the full estimate's squared error, and two
+    positions with identical distributions sit at ``sqrt(e_i + e_j) = sqrt(f_i^2 + f_j^2) / 2``
+    (small-noise approximation; docs/theory.md).
+
+    Returns
+    -------
+    ndarray of shape (n, n)
+    """
+    f2 = np.asarray(floor, dtype=np.float64) ** 2
+    return np.sqrt(f2[:, None] + f2[None, :]) / 2.0
+
+
+@dataclass(frozen=True)
+class InformationNull:
+    """``I(position; token)`` expected when position and token are independent.
+
+    Attributes
+    ----------
+    mean, sd : float
+        Mean and standard deviation, in bits, over ``repeats`` permuted tables: the tokens of the
+        analysed positions shuffled across positions, keeping every support ``N_i`` and every
+        token's total count.
+    per_position : ndarray of shape (n_positions,)
+        Mean ``KL(mu_i || mu_bar)`` of each position under the permutation, in bits.
+    repeats : int
+    """
+
+    mean: float
+    sd: float
+    per_position: np.ndarray
+    repeats: int
+
+
+def information_null(
+    counts: sp.spmatrix | sp.sparray | np.ndarray, *, repeats: int = 5, seed: int = 0
+) -> InformationNull:
+    """The level of the plug-in ``I`` on data where position carries no information.
+
+    The plug-in estimate is biased upward (about ``(V-1)(n-1) / (2 N ln 2)`` bits for large
+    samples, more with many rare types). Shuffling tokens across positions keeps both margins
+    (supports and token totals), so the rare types stay as rare as they are: a permuted table is
+    drawn row by row as a multivariate hypergeometric sample of ``N_i`` tokens from those not
+    yet placed. Drawing rows from the pooled distribution instead would lose a third of the
+    singletons and understate the bias on word-level corpora.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+    """
+    repeats = check_int("repeats", repeats, 2)
+    c = sp.csr_matrix(counts)
+    supports = np.asarray(c.sum(axis=1)).ravel().astype(np.int64)
+    pooled = np.asarray(c.sum(axis=0)).ravel().astype(np.int64)
+    seen = np.flatnonzero(pooled > 0)
+    rng = np.random.default_rng(seed)
+    totals = np.empty(repeats)
+    per = np.zeros(c.shape[0])
+    for r in range(repeats):
+        left = pooled[seen].copy()
+        idx_parts, val_parts, row_parts = [], [], []
+        for i, n_i in enumerate(supports):
+            if n_i == 0:
+                continue
+            x = rng.multivariate_hypergeometric(left, int(n_i))
+            left -= x
+            nz = np.flatnonzero(x)
+            idx_parts.append(nz)
+            val_parts.append(x[nz])
+            row_parts.append(np.full(nz.size, i))
+        sim = sp.csr_matrix(
+            (np.concatenate(val_parts), (np.concatenate(row_parts), np.concatenate(idx_parts))),
+            shape=(c.shape[0], seen.size),
+        )
+        totals[r], kl = positional_information(sim)
+        per += kl
+    return InformationNull(float(totals.mean()), float(totals.std(ddof=1)), per / repeats, repeats)
