@@ -812,6 +812,13 @@ def diagnose(
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
+    ] = False,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -822,6 +829,10 @@ def diagnose(
     _check_ci(ci, replicates)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
+    if plot is not None:
+        from .plots import CORPUS_PLOTS, check_plot_dir
+
+        check_plot_dir(plot, force, CORPUS_PLOTS)
     counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
     with _bootstrap_progress(quiet) as progress:
         result = run_diagnose(
@@ -840,6 +851,13 @@ def diagnose(
         typer.echo(json.dumps(diagnosis_json(result), indent=2))
     else:
         print_diagnosis(result, _stdout())
+    if plot is not None:
+        from .plots import write_plots
+
+        geo = corpus_geometry(counts.counts, min_count)
+        report = StressReport(result.corpus, spectrum(geo), result.encodings, result.warnings)
+        written = write_plots(plot, geometry=geo, report=report, force=force)
+        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
 @app.command()

@@ -76,6 +76,17 @@ def test_stress_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
     assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
 
 
+def test_diagnose_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    args = ["diagnose", str(synth_corpus), "--replicates", "10", "--plot", str(out), "-e", "rope"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.stderr
+    assert "wrote 6 plots" in res.stderr
+    assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "pass --force to overwrite" in again.stderr
+
+
 def test_plot_dir_whose_parent_is_missing(synth_corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "no" / "plots"
     res = runner.invoke(app, ["stress", str(synth_corpus), "--plot", str(out)])
