@@ -6,9 +6,10 @@ matrix; posdiag's metadata sits in the same archive as a JSON string under ``pos
 
 from __future__ import annotations
 
+import itertools
 import json
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,31 @@ from .tokenize import Tokenizer, view
 __all__ = [
     "Counts",
     "CountAccumulator",
+    "count_ids",
     "count_texts",
     "count_source",
+    "corpus_counts",
     "load_counts",
+    "merge_counts",
     "save_counts",
 ]
 
 ProgressFn = Callable[[int, int, int], None]
-"""Called after each batch with (documents, sequences, tokens) so far."""
+"""Called after each batch with (documents, sequences, tokens) so far.
+
+If the callable also has a ``start(total, unit)`` method, it is called once before counting
+with the expected number of ``unit`` (``"documents"`` or ``"tokens"``), or None when unknown,
+so a progress bar can show an ETA.
+"""
+
+# Dense (n x V) accumulation is used when the count block takes at most this many bytes.
+DENSE_LIMIT = 1 << 30
+
+
+def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
+    start = getattr(progress, "start", None)
+    if start is not None:
+        start(total, unit)
 
 
 @dataclass(frozen=True)
@@ -45,12 +63,16 @@ class Counts:
     matrix : scipy.sparse.csr_matrix of shape (n_positions, vocab_size), int64
         ``matrix[i, v]`` = number of sequences whose token at position ``i`` is ``v``.
     meta : mapping
-        source, tokenizer, view, max_len, vocab_size, documents, sequences, tokens,
-        posdiag_version.
+        source, tokenizer, tokenizer_fingerprint, view, max_len, vocab_size, documents,
+        sequences, tokens, posdiag_version (and column, limit, sample, seed when used).
+    vocab : tuple of str or None
+        The token of each id, for tokenizers that assign ids per run (``whitespace``); lets
+        :func:`merge_counts` align the ids of separate runs. None for fixed vocabularies.
     """
 
     matrix: sp.csr_matrix
     meta: Mapping[str, Any] = field(default_factory=dict)
+    vocab: tuple[str, ...] | None = None
 
     @property
     def n(self) -> int:
@@ -91,34 +113,63 @@ def _resized(m: sp.csr_matrix, v: int) -> sp.csr_matrix:
 
 
 class CountAccumulator:
-    """Streaming counter of (position, id) pairs whose memory is O(distinct pairs + one batch).
+    """Streaming counter of (position, id) pairs.
 
-    Pairs are keyed ``id * n + pos`` so the vocabulary may grow while streaming (the built-in
-    whitespace tokenizer assigns ids as words appear).
+    Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
+    (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
+    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int64 block of at most
+    ``dense_limit`` bytes, counts go into that dense block instead: keys of a few batches are
+    buffered and added with one ``np.bincount``, which avoids sorting (faster for real
+    vocabularies; memory is the block plus the buffer, independent of corpus length).
     """
 
     # Merge the per-batch buffers into the running totals past this many keys.
     _COMPACT_AT = 1 << 22
 
-    def __init__(self, n: int) -> None:
+    def __init__(
+        self, n: int, *, vocab_size: int | None = None, dense_limit: int = DENSE_LIMIT
+    ) -> None:
         self.n = check_int("max_len", n, 1)
+        self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
         self._buf_keys: list[np.ndarray] = []
         self._buf_vals: list[np.ndarray] = []
         self._buffered = 0
+        self._dense: np.ndarray | None = None
+        if self.vocab_size is not None and self.n * self.vocab_size * 8 <= dense_limit:
+            self._dense = np.zeros(self.n * self.vocab_size, dtype=np.int64)
+            # A bincount costs O(n V): flush when the buffer is comparable, so it is amortised.
+            self._flush_at = max(self.n * self.vocab_size // 4, 1 << 20)
 
-    def add_sequences(self, seqs: list[list[int]]) -> int:
+    @property
+    def dense(self) -> bool:
+        """Whether counts accumulate in a dense ``n x vocab_size`` block."""
+        return self._dense is not None
+
+    def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
         """Count a batch of id sequences (each of length <= n); return the tokens added."""
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
         total = int(lengths.sum())
         if total == 0:
             return 0
         if lengths.max() > self.n:
             raise ValueError(f"a sequence of length {lengths.max()} exceeds max_len {self.n}")
-        ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=total)
+        ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
         starts = np.cumsum(lengths) - lengths
         pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        if self._dense is not None:
+            v = int(self.vocab_size)  # type: ignore[arg-type]
+            if ids.min() < 0 or ids.max() >= v:
+                bad = int(ids[(ids < 0) | (ids >= v)][0])
+                raise ValueError(f"token id {bad} outside [0, vocab_size={v})")
+            pos *= v
+            pos += ids
+            self._buf_keys.append(pos)
+            self._buffered += total
+            if self._buffered >= self._flush_at:
+                self._compact()
+            return total
         keys, vals = np.unique(ids * self.n + pos, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
@@ -127,8 +178,34 @@ class CountAccumulator:
             self._compact()
         return total
 
+    def add_block(self, block: np.ndarray) -> int:
+        """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
+
+        Position ``i`` of every window is column ``i``. Dense mode counts each column with one
+        ``np.bincount`` on a contiguous copy (far faster than keying and sorting); the ids must
+        already be checked against ``vocab_size``.
+        """
+        w, m = block.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        if w == 0 or m == 0:
+            return 0
+        if self._dense is None:
+            return self.add_sequences(block.tolist())
+        v = int(self.vocab_size)  # type: ignore[arg-type]
+        dense = self._dense.reshape(self.n, v)
+        cols = np.ascontiguousarray(block.T)
+        for i in range(m):
+            dense[i] += np.bincount(cols[i], minlength=v)
+        return w * m
+
     def _compact(self) -> None:
         if not self._buf_keys:
+            return
+        if self._dense is not None:
+            keys = np.concatenate(self._buf_keys)
+            self._buf_keys, self._buffered = [], 0
+            self._dense += np.bincount(keys, minlength=self._dense.size)
             return
         keys = np.concatenate([self._keys, *self._buf_keys])
         vals = np.concatenate([self._vals, *self._buf_vals])
@@ -142,10 +219,43 @@ class CountAccumulator:
     def matrix(self, vocab_size: int) -> sp.csr_matrix:
         """The counts so far as a csr matrix of shape (n, vocab_size)."""
         self._compact()
+        if self._dense is not None:
+            v = int(self.vocab_size)  # type: ignore[arg-type]
+            dense = self._dense.reshape(self.n, v)
+            if vocab_size < v and dense[:, vocab_size:].any():
+                raise ValueError(f"token ids >= vocab_size {vocab_size} were counted")
+            m = sp.csr_matrix(dense[:, : min(v, vocab_size)])
+            m.resize((self.n, vocab_size))
+            return m
         ids, pos = np.divmod(self._keys, self.n)
         if ids.size and ids.max() >= vocab_size:
             raise ValueError(f"token id {ids.max()} >= vocab_size {vocab_size}")
         return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
+
+
+def _meta(
+    source: str,
+    tokenizer_name: str,
+    fingerprint: str,
+    view_name: str,
+    max_len: int,
+    vocab_size: int,
+    docs: int,
+    seqs: int,
+    toks: int,
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "tokenizer": tokenizer_name,
+        "tokenizer_fingerprint": fingerprint,
+        "view": view_name,
+        "max_len": max_len,
+        "vocab_size": vocab_size,
+        "documents": docs,
+        "sequences": seqs,
+        "tokens": toks,
+        "posdiag_version": __version__,
+    }
 
 
 def count_texts(
@@ -157,15 +267,25 @@ def count_texts(
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
     source: str = "<texts>",
+    dense_limit: int = DENSE_LIMIT,
 ) -> Counts:
     """Tokenize, apply a view and count.
+
+    Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
+    the block takes at most ``dense_limit`` bytes, else into the sparse accumulator.
 
     Returns
     -------
     Counts
-        With ``matrix`` of shape (max_len, tokenizer.vocab_size).
+        With ``matrix`` of shape (max_len, tokenizer.vocab_size); ``vocab`` holds the
+        tokenizer's vocabulary when it assigns ids per run (``whitespace``).
     """
-    acc = CountAccumulator(max_len)
+    run_ids = tokenizer.fingerprint == "run"
+    acc = CountAccumulator(
+        max_len,
+        vocab_size=None if run_ids else tokenizer.vocab_size,
+        dense_limit=dense_limit,
+    )
     docs = seqs = toks = 0
     for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
         toks += acc.add_sequences(batch)
@@ -175,18 +295,109 @@ def count_texts(
             progress(docs, seqs, toks)
     if toks == 0:
         raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
-    meta = {
-        "source": source,
-        "tokenizer": tokenizer.name,
-        "view": view_name,
-        "max_len": max_len,
-        "vocab_size": tokenizer.vocab_size,
-        "documents": docs,
-        "sequences": seqs,
-        "tokens": toks,
-        "posdiag_version": __version__,
-    }
-    return Counts(acc.matrix(tokenizer.vocab_size), meta)
+    v = tokenizer.vocab_size
+    meta = _meta(
+        source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
+    )
+    vocab = tokenizer.vocabulary()
+    return Counts(acc.matrix(v), meta, None if vocab is None else tuple(vocab))
+
+
+def count_ids(
+    source: Source,
+    *,
+    max_len: int = 512,
+    vocab_size: int,
+    tokenizer: str = "ids",
+    fingerprint: str | None = None,
+    progress: ProgressFn | None = None,
+    block_tokens: int = 1 << 25,
+    dense_limit: int = DENSE_LIMIT,
+) -> Counts:
+    """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
+
+    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens (at least
+    ``vocab_size`` windows, so a block's per-column ``np.bincount`` is not dominated by its
+    ``O(V)`` set-up). The last window may be shorter. ``source.limit`` / ``source.sample``
+    select windows; ``documents`` in the metadata counts windows (documents are not delimited).
+
+    Raises
+    ------
+    PosdiagError
+        When an id is negative or ``>= vocab_size`` (naming the first offending offset).
+    """
+    n = check_int("max_len", max_len, 1)
+    v = check_int("vocab_size", vocab_size, 1)
+    arr = source.token_ids()
+    total = int(arr.size)
+    n_full, rem = divmod(total, n)
+    windows = n_full + (1 if rem else 0)
+    acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
+    per_block = max(1, block_tokens // n, min(v, max(1, n_full)))
+    if source.sample is not None:
+        rng = np.random.default_rng(source.seed)
+        chosen: np.ndarray | None = np.flatnonzero(rng.random(windows) < source.sample)
+        if source.limit is not None:
+            chosen = chosen[: source.limit]  # type: ignore[index]
+        expected = int(chosen.size) * n  # type: ignore[union-attr]
+    else:
+        chosen = None
+        windows = windows if source.limit is None else min(windows, source.limit)
+        expected = min(total, windows * n)
+    _start(progress, expected, "tokens")
+    full = arr[: n_full * n].reshape(n_full, n)
+    seqs = toks = 0
+
+    def count(block: np.ndarray, offsets: np.ndarray) -> None:
+        """Count ``block`` (windows x m) whose rows start at file offsets ``offsets``."""
+        nonlocal seqs, toks
+        if block.size == 0:
+            return
+        signed = block.dtype.kind == "i"
+        if block.max() >= v or (signed and block.min() < 0):
+            bad = (block >= v) | (block < 0) if signed else block >= v
+            r, c = divmod(int(np.argmax(bad)), block.shape[1])
+            raise PosdiagError(
+                f"{source.name}: token id {int(block[r, c])} at offset {int(offsets[r]) + c:,} "
+                f"is outside [0, --vocab-size={v})"
+            )
+        toks += acc.add_block(block)
+        seqs += block.shape[0]
+        if progress is not None:
+            progress(seqs, seqs, toks)
+
+    tail = np.asarray(arr[n_full * n :]).reshape(1, -1)
+    if chosen is None:
+        last_full = min(n_full, windows)
+        for w0 in range(0, last_full, per_block):
+            w1 = min(w0 + per_block, last_full)
+            count(np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n)
+        if windows > n_full:
+            count(tail, np.array([n_full * n]))
+    else:
+        for c0 in range(0, chosen.size, per_block):
+            part = chosen[c0 : c0 + per_block]
+            rows = part[part < n_full]
+            count(np.asarray(full[rows]), rows * n)
+            if rows.size < part.size:
+                count(tail, np.array([n_full * n]))
+    if toks == 0:
+        raise PosdiagError(f"{source.name}: no tokens to count")
+    meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)
+    meta.update(_selection_meta(source))
+    return Counts(acc.matrix(v), meta)
+
+
+def _selection_meta(source: Source) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if source.column is not None:
+        out["column"] = source.column
+    if source.limit is not None:
+        out["limit"] = source.limit
+    if source.sample is not None:
+        out["sample"] = source.sample
+        out["seed"] = source.seed
+    return out
 
 
 def count_source(
@@ -197,8 +408,10 @@ def count_source(
     max_len: int = 512,
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
+    dense_limit: int = DENSE_LIMIT,
 ) -> Counts:
     """:func:`count_texts` over a :class:`~posdiag.sources.Source`, recording its name."""
+    _start(progress, source.expected, "documents")
     counts = count_texts(
         source.texts(),
         tokenizer,
@@ -207,10 +420,82 @@ def count_source(
         batch_size=batch_size,
         progress=progress,
         source=source.name,
+        dense_limit=dense_limit,
     )
-    if source.column is not None:
-        return Counts(counts.matrix, {**counts.meta, "column": source.column})
+    extra = _selection_meta(source)
+    if extra:
+        return Counts(counts.matrix, {**counts.meta, **extra}, counts.vocab)
     return counts
+
+
+def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
+    first = counts[0].meta
+    for c, name in zip(counts[1:], names[1:], strict=True):
+        for key in ("tokenizer_fingerprint", "view", "max_len", "vocab_size"):
+            if key == "vocab_size" and first.get("tokenizer_fingerprint") == "run":
+                continue  # per-run vocabularies are aligned through their tokens
+            if key == "tokenizer_fingerprint" and key not in first and key not in c.meta:
+                key = "tokenizer"
+            a, b = first.get(key), c.meta.get(key)
+            if a != b:
+                label = "tokenizer" if key == "tokenizer_fingerprint" else key
+                if label == "tokenizer":
+                    a = f"{first.get('tokenizer')} ({a})"
+                    b = f"{c.meta.get('tokenizer')} ({b})"
+                raise PosdiagError(
+                    f"{name}: cannot merge counts with a different {label} "
+                    f"({names[0]}: {a}; {name}: {b})"
+                )
+
+
+def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -> Counts:
+    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity).
+
+    Counts whose tokenizer assigns ids per run (``whitespace``) are aligned through their
+    stored vocabularies: ids are remapped onto the union vocabulary, in order of first
+    appearance across the inputs (so merging one file is the identity).
+
+    Raises
+    ------
+    PosdiagError
+        When the inputs differ in tokenizer, view, max_len or vocabulary size, or a per-run
+        vocabulary is missing.
+    """
+    if not counts:
+        raise PosdiagError("merge: no counts given")
+    labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
+    _check_same(counts, labels)
+    meta = dict(counts[0].meta)
+    for key in ("documents", "sequences", "tokens"):
+        meta[key] = sum(int(c.meta.get(key, 0)) for c in counts)
+    meta["source"] = " + ".join(str(c.meta.get("source", "?")) for c in counts)
+    meta["merged_from"] = labels
+    for key in ("limit", "sample", "seed"):
+        meta.pop(key, None)
+    if meta.get("tokenizer_fingerprint") != "run":
+        total = counts[0].matrix.copy()
+        for c in counts[1:]:
+            total = total + c.matrix
+        return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
+    index: dict[str, int] = {}
+    for c, name in zip(counts, labels, strict=True):
+        if c.vocab is None:
+            raise PosdiagError(
+                f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
+                "count the corpus again with this version to merge it"
+            )
+        for tok in c.vocab:
+            index.setdefault(tok, len(index))
+    v = len(index)
+    total = sp.csr_matrix((counts[0].n, v), dtype=np.int64)
+    for c in counts:
+        remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
+        m = c.matrix.tocoo()
+        total = total + sp.csr_matrix(
+            (m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64
+        )
+    meta["vocab_size"] = v
+    return Counts(sp.csr_matrix(total), meta, tuple(index))
 
 
 def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:
@@ -220,15 +505,17 @@ def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Pat
     m = sp.csr_matrix(counts.matrix)
     m.sort_indices()
     with atomic_outputs([path], force) as (tmp,), open(tmp, "wb") as fh:
-        np.savez_compressed(
-            fh,
-            format=np.array("csr"),
-            shape=np.array(m.shape),
-            data=m.data,
-            indices=m.indices,
-            indptr=m.indptr,
-            posdiag_meta=np.array(json.dumps(dict(counts.meta), sort_keys=True)),
-        )
+        arrays: dict[str, Any] = {
+            "format": np.array("csr"),
+            "shape": np.array(m.shape),
+            "data": m.data,
+            "indices": m.indices,
+            "indptr": m.indptr,
+            "posdiag_meta": np.array(json.dumps(dict(counts.meta), sort_keys=True)),
+        }
+        if counts.vocab is not None:
+            arrays["vocab"] = np.array(counts.vocab, dtype=str)
+        np.savez_compressed(fh, **arrays)
     return Path(path)
 
 
@@ -250,9 +537,10 @@ def load_counts(path: str | Path) -> Counts:
             m = sp.csr_matrix(
                 (z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"])
             )
+            vocab = tuple(str(t) for t in z["vocab"].tolist()) if "vocab" in z.files else None
     except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
         raise PosdiagError(f"{path}: not a posdiag counts file ({exc})") from None
-    return Counts(m.astype(np.int64), meta)
+    return Counts(m.astype(np.int64), meta, vocab)
 
 
 def corpus_counts(
@@ -265,15 +553,33 @@ def corpus_counts(
     pad_token: str | None = None,
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
+    limit: int | None = None,
+    sample: float | None = None,
+    seed: int = 0,
+    data_dir: str | None = None,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
 ) -> Counts:
-    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus file.
+    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
 
     For a counts file, options given explicitly (not None) must match how it was counted;
-    for a corpus file, None means the default (whitespace tokenizer, text view, max_len 512).
+    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
+    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
+    (default: the vocabulary size of ``tokenizer`` when one is given).
+    See :func:`posdiag.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
+    and ``dtype``.
     """
     if is_counts_file(corpus):
         counts = load_counts(corpus)
-        asked = {"column": column, "tokenizer": tokenizer, "view": view_name, "max_len": max_len}
+        asked = {
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view_name,
+            "max_len": max_len,
+            "vocab_size": vocab_size,
+            "limit": limit,
+            "sample": sample,
+        }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
                 raise PosdiagError(
@@ -284,8 +590,32 @@ def corpus_counts(
     from .sources import open_source
     from .tokenize import load_tokenizer
 
-    source = open_source(corpus, column)
+    source = open_source(
+        corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+    )
     max_len = check_int("max_len", 512 if max_len is None else max_len, 1)
+    if source.is_ids:
+        if view_name not in (None, "packed"):
+            raise PosdiagError(
+                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
+            )
+        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
+        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
+            raise PosdiagError(
+                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
+                "vocabulary)"
+            )
+        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+        return count_ids(
+            source,
+            max_len=max_len,
+            vocab_size=v,
+            tokenizer=tok.name if tok else "ids",
+            fingerprint=tok.fingerprint if tok else None,
+            progress=progress,
+        )
+    if vocab_size is not None:
+        raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
     return count_source(
         source,
