@@ -151,14 +151,8 @@ class _Bar:
         self._prog.update(self._task, completed=done, seqs=seqs, toks=toks, rate=rate)
 
 
-@contextmanager
-def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
-    """A rich progress bar on a terminal's stderr; nothing when piped or quiet."""
-    err = Console(stderr=True)
-    if quiet or not err.is_terminal:
-        yield None
-        return
-    columns = (
+def _columns() -> tuple[Any, ...]:
+    return (
         SpinnerColumn(),
         TextColumn("counting"),
         BarColumn(),
@@ -169,7 +163,16 @@ def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as prog:
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A rich progress bar on a terminal's stderr; nothing when piped or quiet."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress(*_columns(), console=err, transient=True) as prog:
         yield _Bar(prog)
 
 
@@ -464,7 +467,9 @@ def corpora(as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     t = Table(
-        title="Presets (corpus NAME\\[@SPLIT]; any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
+        # \\[ keeps rich from reading [SPLIT] as markup.
+        title="Presets (corpus NAME\\[@SPLIT]; "
+        "any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
         title_justify="left",
     )
     for col in ("name", "dataset", "config", "split", "column", "description"):
