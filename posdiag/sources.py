@@ -331,7 +331,9 @@ def open_source(
         return _hub_source(name, column, data_dir, common)
     path = Path(name)
     if not path.exists() and not _is_glob(name):
-        base, _, split = name.partition("@")
+        base, _, split = name.rpartition("@") if "@" in name else (name, "", "")
+        if split and Path(base).is_dir() and _is_saved_dataset(Path(base)):
+            return _disk_source(name, base, split, column, common)
         if base in PRESETS:
             return _preset_source(name, PRESETS[base], split or None, column, data_dir, common)
         if not path.suffix and "/" not in name:

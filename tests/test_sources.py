@@ -101,6 +101,7 @@ def test_save_to_disk_folders_go_through_datasets(tmp_path: Path) -> None:
     assert list(open_source(str(tmp_path / "one"), "sentence").texts()) == TEXTS
     src = open_source(str(tmp_path / "two"), "sentence")
     assert (src.format, src.length, list(src.texts())) == ("disk", 5, TEXTS)
+    assert list(open_source(f"{tmp_path / 'two'}@validation", "sentence").texts()) == TEXTS[:2]
     with pytest.raises(PosdiagError) as err:
         open_source(str(tmp_path / "one"))
     assert str(err.value) == f"{tmp_path / 'one'}: no column 'text'; columns: sentence, label"
