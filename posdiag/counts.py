@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,35 +119,57 @@ class CountAccumulator:
 
     Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
     (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
-    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int64 block of at most
-    ``dense_limit`` bytes, counts go into that dense block instead: keys of a few batches are
-    buffered and added with one ``np.bincount``, which avoids sorting (faster for real
-    vocabularies; memory is the block plus the buffer, independent of corpus length).
+    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
+    ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
+    ``np.add.at`` (blocks of id windows: one contiguous column at a time, the next columns
+    copied by a helper thread when ``threads > 1``). Each count grows by at
+    most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
+    block is spilled into an int64 total. Memory: the block plus one batch, independent of the
+    corpus length.
     """
 
     # Merge the per-batch buffers into the running totals past this many keys.
     _COMPACT_AT = 1 << 22
+    _INT32_MAX = np.iinfo(np.int32).max
 
     def __init__(
-        self, n: int, *, vocab_size: int | None = None, dense_limit: int = DENSE_LIMIT
+        self,
+        n: int,
+        *,
+        vocab_size: int | None = None,
+        dense_limit: int = DENSE_LIMIT,
+        threads: int | None = None,
     ) -> None:
         self.n = check_int("max_len", n, 1)
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
         self._buf_keys: list[np.ndarray] = []
         self._buf_vals: list[np.ndarray] = []
         self._buffered = 0
         self._dense: np.ndarray | None = None
-        if self.vocab_size is not None and self.n * self.vocab_size * 8 <= dense_limit:
-            self._dense = np.zeros(self.n * self.vocab_size, dtype=np.int64)
-            # A bincount costs O(n V): flush when the buffer is comparable, so it is amortised.
-            self._flush_at = max(self.n * self.vocab_size // 4, 1 << 20)
+        self._spill: np.ndarray | None = None
+        self._since_spill = 0
+        self._cols: np.ndarray | None = None
+        if self.vocab_size is not None and self.n * self.vocab_size * 4 <= dense_limit:
+            self._dense = np.zeros((self.n, self.vocab_size), dtype=np.int32)
 
     @property
     def dense(self) -> bool:
         """Whether counts accumulate in a dense ``n x vocab_size`` block."""
         return self._dense is not None
+
+    def _room(self, sequences: int) -> None:
+        """Spill the int32 block into the int64 total if ``sequences`` more could overflow it."""
+        assert self._dense is not None
+        if self._since_spill + sequences > self._INT32_MAX:
+            if self._spill is None:
+                self._spill = np.zeros(self._dense.shape, dtype=np.int64)
+            self._spill += self._dense
+            self._dense[:] = 0
+            self._since_spill = 0
+        self._since_spill += sequences
 
     def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
         """Count a batch of id sequences (each of length <= n); return the tokens added."""
@@ -159,16 +183,14 @@ class CountAccumulator:
         starts = np.cumsum(lengths) - lengths
         pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         if self._dense is not None:
-            v = int(self.vocab_size)  # type: ignore[arg-type]
+            v = self._dense.shape[1]
             if ids.min() < 0 or ids.max() >= v:
                 bad = int(ids[(ids < 0) | (ids >= v)][0])
                 raise ValueError(f"token id {bad} outside [0, vocab_size={v})")
+            self._room(len(seqs))
             pos *= v
             pos += ids
-            self._buf_keys.append(pos)
-            self._buffered += total
-            if self._buffered >= self._flush_at:
-                self._compact()
+            np.add.at(self._dense.reshape(-1), pos, np.int32(1))
             return total
         keys, vals = np.unique(ids * self.n + pos, return_counts=True)
         self._buf_keys.append(keys)
@@ -181,9 +203,8 @@ class CountAccumulator:
     def add_block(self, block: np.ndarray) -> int:
         """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
 
-        Position ``i`` of every window is column ``i``. Dense mode counts each column with one
-        ``np.bincount`` on a contiguous copy (far faster than keying and sorting); the ids must
-        already be checked against ``vocab_size``.
+        Position ``i`` of every window is column ``i``. The ids must already be checked against
+        ``vocab_size`` (dense mode does not check them again).
         """
         w, m = block.shape
         if m > self.n:
@@ -191,21 +212,51 @@ class CountAccumulator:
         if w == 0 or m == 0:
             return 0
         if self._dense is None:
-            return self.add_sequences(block.tolist())
-        v = int(self.vocab_size)  # type: ignore[arg-type]
-        dense = self._dense.reshape(self.n, v)
-        cols = np.ascontiguousarray(block.T)
-        for i in range(m):
-            dense[i] += np.bincount(cols[i], minlength=v)
+            ids = block.astype(np.int64)
+            ids *= self.n
+            ids += np.arange(m, dtype=np.int64)
+            keys, vals = np.unique(ids, return_counts=True)
+            self._buf_keys.append(keys)
+            self._buf_vals.append(vals.astype(np.int64))
+            self._buffered += keys.size
+            if self._buffered >= self._COMPACT_AT:
+                self._compact()
+            return w * m
+        self._room(w)
+        dense, one = self._dense, np.int32(1)
+        # np.add.at on a contiguous column (unbuffered fast path) beats np.bincount here: no
+        # O(V) output per call and no fresh memory. It holds the GIL, so the strided-to-
+        # contiguous copy of the next group of columns (which releases it) runs in a helper
+        # thread meanwhile, into the other of two reused buffers.
+        group = max(1, min(m, (1 << 21) // max(w, 1)))
+        if self._cols is None or self._cols.dtype != block.dtype or self._cols.size < 2 * group * w:
+            self._cols = np.empty(2 * group * w, dtype=block.dtype)
+        bufs = [self._cols[k * group * w : (k + 1) * group * w] for k in range(2)]
+
+        def copy(c0: int, k: int) -> np.ndarray:
+            c1 = min(c0 + group, m)
+            out = bufs[k][: (c1 - c0) * w].reshape(c1 - c0, w)
+            np.copyto(out, block[:, c0:c1].T)
+            return out
+
+        starts = range(0, m, group)
+        if self.threads == 1:
+            for c0 in starts:
+                for j, col in enumerate(copy(c0, 0)):
+                    np.add.at(dense[c0 + j], col, one)
+            return w * m
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(copy, 0, 0)
+            for k, c0 in enumerate(starts):
+                cols = pending.result()
+                if c0 + group < m:
+                    pending = pool.submit(copy, c0 + group, (k + 1) % 2)
+                for j, col in enumerate(cols):
+                    np.add.at(dense[c0 + j], col, one)
         return w * m
 
     def _compact(self) -> None:
         if not self._buf_keys:
-            return
-        if self._dense is not None:
-            keys = np.concatenate(self._buf_keys)
-            self._buf_keys, self._buffered = [], 0
-            self._dense += np.bincount(keys, minlength=self._dense.size)
             return
         keys = np.concatenate([self._keys, *self._buf_keys])
         vals = np.concatenate([self._vals, *self._buf_vals])
@@ -220,17 +271,37 @@ class CountAccumulator:
         """The counts so far as a csr matrix of shape (n, vocab_size)."""
         self._compact()
         if self._dense is not None:
-            v = int(self.vocab_size)  # type: ignore[arg-type]
-            dense = self._dense.reshape(self.n, v)
-            if vocab_size < v and dense[:, vocab_size:].any():
-                raise ValueError(f"token ids >= vocab_size {vocab_size} were counted")
-            m = sp.csr_matrix(dense[:, : min(v, vocab_size)])
-            m.resize((self.n, vocab_size))
-            return m
+            return self._dense_matrix(vocab_size)
         ids, pos = np.divmod(self._keys, self.n)
         if ids.size and ids.max() >= vocab_size:
             raise ValueError(f"token id {ids.max()} >= vocab_size {vocab_size}")
         return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
+
+    def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
+        # Built by hand, a few rows at a time, straight into the output arrays: scipy's dense ->
+        # csr conversion and whole-block temporaries cost several times more on an n x V block
+        # of tens of millions of entries (fresh memory is what is slow here).
+        assert self._dense is not None
+        dense = self._dense if self._spill is None else self._spill + self._dense
+        v = dense.shape[1]
+        if vocab_size < v and dense[:, vocab_size:].any():
+            raise ValueError(f"token ids >= vocab_size {vocab_size} were counted")
+        dense = dense[:, : min(v, vocab_size)]
+        per_row = np.count_nonzero(dense, axis=1)
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(per_row, out=indptr[1:])
+        data = np.empty(int(indptr[-1]), dtype=np.int64)
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        width = dense.shape[1]
+        step = max(1, (1 << 22) // max(width, 1))
+        for r0 in range(0, self.n, step):
+            rows = np.ascontiguousarray(dense[r0 : r0 + step]).reshape(-1)
+            nz = np.flatnonzero(rows)
+            lo, hi = indptr[r0], indptr[min(r0 + step, self.n)]
+            data[lo:hi] = rows[nz]
+            np.remainder(nz, width, out=nz)
+            indices[lo:hi] = nz
+        return sp.csr_matrix((data, indices, indptr), shape=(self.n, vocab_size), copy=False)
 
 
 def _meta(
@@ -311,14 +382,13 @@ def count_ids(
     tokenizer: str = "ids",
     fingerprint: str | None = None,
     progress: ProgressFn | None = None,
-    block_tokens: int = 1 << 25,
+    block_tokens: int = 1 << 24,
     dense_limit: int = DENSE_LIMIT,
 ) -> Counts:
     """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
 
-    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens (at least
-    ``vocab_size`` windows, so a block's per-column ``np.bincount`` is not dominated by its
-    ``O(V)`` set-up). The last window may be shorter. ``source.limit`` / ``source.sample``
+    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
+    window may be shorter. ``source.limit`` / ``source.sample``
     select windows; ``documents`` in the metadata counts windows (documents are not delimited).
 
     Raises
@@ -333,7 +403,7 @@ def count_ids(
     n_full, rem = divmod(total, n)
     windows = n_full + (1 if rem else 0)
     acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
-    per_block = max(1, block_tokens // n, min(v, max(1, n_full)))
+    per_block = max(1, block_tokens // n)
     if source.sample is not None:
         rng = np.random.default_rng(source.seed)
         chosen: np.ndarray | None = np.flatnonzero(rng.random(windows) < source.sample)

@@ -51,13 +51,27 @@ def test_dense_and_sparse_accumulators_match_brute_force(
     dense = CountAccumulator(6, vocab_size=10)
     sparse = CountAccumulator(6)
     assert dense.dense and not sparse.dense
-    dense._flush_at = 3  # exercise the buffered bincount flush
     for k in range(batches):
         part = seqs[k::batches]
         assert dense.add_sequences(part) == sparse.add_sequences(part) == sum(map(len, part))
     expect = _brute(seqs, 6, 10)
     assert (dense.matrix(10).toarray() == expect).all()
     assert (sparse.matrix(10).toarray() == expect).all()
+
+
+def test_dense_block_spills_to_int64_before_int32_could_overflow() -> None:
+    rng = np.random.default_rng(2)
+    seqs = [rng.integers(0, 5, size=rng.integers(0, 5)).tolist() for _ in range(40)]
+    block = rng.integers(0, 5, size=(30, 4))
+    acc = CountAccumulator(4, vocab_size=5, threads=1)
+    acc._INT32_MAX = 7  # type: ignore[misc]  # spill every few batches
+    for k in range(0, 40, 6):
+        acc.add_sequences(seqs[k : k + 6])
+    for k in range(0, 30, 4):
+        acc.add_block(block[k : k + 4])
+    assert acc._spill is not None
+    expect = _brute(seqs, 4, 5) + _brute(block.tolist(), 4, 5)
+    assert (acc.matrix(5).toarray() == expect).all()
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint32", "npy"])
