@@ -10,7 +10,7 @@ import itertools
 import json
 import os
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,8 +121,8 @@ class CountAccumulator:
     (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
     ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
     ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
-    ``np.add.at`` (blocks of id windows: one contiguous column at a time, the next columns
-    copied by a helper thread when ``threads > 1``). Each count grows by at
+    ``np.add.at`` (blocks of id windows: one contiguous column per position, see
+    :meth:`columns` and :meth:`add_columns`). Each count grows by at
     most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
     block is spilled into an int64 total. Memory: the block plus one batch, independent of the
     corpus length.
@@ -222,37 +222,38 @@ class CountAccumulator:
             if self._buffered >= self._COMPACT_AT:
                 self._compact()
             return w * m
+        return self.add_columns(self.columns(block))
+
+    def columns(self, block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``block`` (windows x m) transposed to contiguous columns (m x windows).
+
+        Copied in tiles of whole rows (contiguous reads, a cache-sized working set): about
+        twice as fast as numpy's plain transposed copy. ``out``, if given, is reused.
+        """
+        w, m = block.shape
+        if out is None or out.dtype != block.dtype or out.size < w * m:
+            out = np.empty(w * m, dtype=block.dtype)
+        cols = out.reshape(-1)[: w * m].reshape(m, w)
+        rows = max(1, (1 << 20) // max(m, 1))
+        for r0 in range(0, w, rows):
+            np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
+        return cols
+
+    def add_columns(self, cols: np.ndarray) -> int:
+        """Count a transposed block of windows: ``cols[i]`` holds the ids at position ``i``.
+
+        Dense mode only; one ``np.add.at`` per position on a contiguous column (numpy's
+        unbuffered fast path: no O(V) work and no temporary per call). Ids must be checked.
+        """
+        if self._dense is None:
+            return self.add_block(np.ascontiguousarray(cols.T))
+        m, w = cols.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
         self._room(w)
-        dense, one = self._dense, np.int32(1)
-        # np.add.at on a contiguous column (unbuffered fast path) beats np.bincount here: no
-        # O(V) output per call and no fresh memory. It holds the GIL, so the strided-to-
-        # contiguous copy of the next group of columns (which releases it) runs in a helper
-        # thread meanwhile, into the other of two reused buffers.
-        group = max(1, min(m, (1 << 21) // max(w, 1)))
-        if self._cols is None or self._cols.dtype != block.dtype or self._cols.size < 2 * group * w:
-            self._cols = np.empty(2 * group * w, dtype=block.dtype)
-        bufs = [self._cols[k * group * w : (k + 1) * group * w] for k in range(2)]
-
-        def copy(c0: int, k: int) -> np.ndarray:
-            c1 = min(c0 + group, m)
-            out = bufs[k][: (c1 - c0) * w].reshape(c1 - c0, w)
-            np.copyto(out, block[:, c0:c1].T)
-            return out
-
-        starts = range(0, m, group)
-        if self.threads == 1:
-            for c0 in starts:
-                for j, col in enumerate(copy(c0, 0)):
-                    np.add.at(dense[c0 + j], col, one)
-            return w * m
-        with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(copy, 0, 0)
-            for k, c0 in enumerate(starts):
-                cols = pending.result()
-                if c0 + group < m:
-                    pending = pool.submit(copy, c0 + group, (k + 1) % 2)
-                for j, col in enumerate(cols):
-                    np.add.at(dense[c0 + j], col, one)
+        one = np.int32(1)
+        for i in range(m):
+            np.add.at(self._dense[i], cols[i], one)
         return w * m
 
     def _compact(self) -> None:
@@ -293,7 +294,7 @@ class CountAccumulator:
         data = np.empty(int(indptr[-1]), dtype=np.int64)
         indices = np.empty(int(indptr[-1]), dtype=np.int32)
         width = dense.shape[1]
-        step = max(1, (1 << 22) // max(width, 1))
+        step = max(1, (1 << 20) // max(width, 1))
         for r0 in range(0, self.n, step):
             rows = np.ascontiguousarray(dense[r0 : r0 + step]).reshape(-1)
             nz = np.flatnonzero(rows)
@@ -418,39 +419,61 @@ def count_ids(
     full = arr[: n_full * n].reshape(n_full, n)
     seqs = toks = 0
 
-    def count(block: np.ndarray, offsets: np.ndarray) -> None:
-        """Count ``block`` (windows x m) whose rows start at file offsets ``offsets``."""
-        nonlocal seqs, toks
-        if block.size == 0:
-            return
+    def check(block: np.ndarray, offsets: np.ndarray) -> None:
+        """Refuse ids outside [0, v) in ``block`` whose rows start at file ``offsets``."""
         signed = block.dtype.kind == "i"
-        if block.max() >= v or (signed and block.min() < 0):
+        if block.size and (block.max() >= v or (signed and block.min() < 0)):
             bad = (block >= v) | (block < 0) if signed else block >= v
             r, c = divmod(int(np.argmax(bad)), block.shape[1])
             raise PosdiagError(
                 f"{source.name}: token id {int(block[r, c])} at offset {int(offsets[r]) + c:,} "
                 f"is outside [0, --vocab-size={v})"
             )
-        toks += acc.add_block(block)
-        seqs += block.shape[0]
-        if progress is not None:
-            progress(seqs, seqs, toks)
 
-    tail = np.asarray(arr[n_full * n :]).reshape(1, -1)
-    if chosen is None:
-        last_full = min(n_full, windows)
-        for w0 in range(0, last_full, per_block):
-            w1 = min(w0 + per_block, last_full)
-            count(np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n)
-        if windows > n_full:
-            count(tail, np.array([n_full * n]))
-    else:
-        for c0 in range(0, chosen.size, per_block):
-            part = chosen[c0 : c0 + per_block]
-            rows = part[part < n_full]
-            count(np.asarray(full[rows]), rows * n)
-            if rows.size < part.size:
-                count(tail, np.array([n_full * n]))
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(block of windows, file offset of each window), in file order."""
+        tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
+        if chosen is None:
+            last_full = min(n_full, windows)
+            for w0 in range(0, last_full, per_block):
+                w1 = min(w0 + per_block, last_full)
+                yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
+            if windows > n_full:
+                yield tail
+        else:
+            for c0 in range(0, chosen.size, per_block):
+                part = chosen[c0 : c0 + per_block]
+                rows = part[part < n_full]
+                yield np.asarray(full[rows]), rows * n
+                if rows.size < part.size:
+                    yield tail
+
+    buffers: list[np.ndarray | None] = [None, None]
+
+    def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+        """Read, check and transpose one block (in the helper thread: it releases the GIL)."""
+        block, offsets = item
+        check(block, offsets)
+        cols = acc.columns(block, buffers[k])
+        buffers[k] = cols
+        return cols
+
+    # Two stages: a helper thread reads, checks and transposes block k+1 while this thread
+    # counts block k (np.add.at holds the GIL; the copies release it).
+    with ThreadPoolExecutor(1) as pool:
+        it = iter(blocks())
+        first = next(it, None)
+        pending = None if first is None else pool.submit(prepare, first, 0)
+        k = 0
+        while pending is not None:
+            cols = pending.result()
+            nxt = next(it, None)
+            k ^= 1
+            pending = None if nxt is None else pool.submit(prepare, nxt, k)
+            toks += acc.add_columns(cols) if cols.size else 0
+            seqs += cols.shape[1]
+            if progress is not None:
+                progress(seqs, seqs, toks)
     if toks == 0:
         raise PosdiagError(f"{source.name}: no tokens to count")
     meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)

@@ -102,6 +102,9 @@ def test_save_to_disk_folders_go_through_datasets(tmp_path: Path) -> None:
     src = open_source(str(tmp_path / "two"), "sentence")
     assert (src.format, src.length, list(src.texts())) == ("disk", 5, TEXTS)
     assert list(open_source(f"{tmp_path / 'two'}@validation", "sentence").texts()) == TEXTS[:2]
+    # The Arrow stream files inside a saved data set are a corpus of their own.
+    (arrow,) = sorted((tmp_path / "one").glob("*.arrow"))
+    assert list(open_source(str(arrow), "sentence").texts()) == TEXTS
     with pytest.raises(PosdiagError) as err:
         open_source(str(tmp_path / "one"))
     assert str(err.value) == f"{tmp_path / 'one'}: no column 'text'; columns: sentence, label"
