@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import glob as globlib
 import gzip
 import json
@@ -771,7 +772,7 @@ def _hf_source(
     length = None
     with contextlib.suppress(Exception):
         length = int(ds.info.splits[split].num_examples) or None
-    return Source(**{**src.__dict__, "length": length})
+    return dataclasses.replace(src, length=length)
 
 
 def _hf_columns(ds: Any) -> list[str] | None:
