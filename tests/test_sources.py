@@ -199,3 +199,19 @@ def test_bad_token_files(tmp_path: Path) -> None:
     )
     r = runner.invoke(app, ["stress", str(tmp_path / "ok.bin")])
     assert r.exit_code == 2 and "need --vocab-size" in r.stderr
+
+
+def test_corpora_lists_the_presets() -> None:
+    r = runner.invoke(app, ["corpora", "--json"])
+    assert r.exit_code == 0
+    rows = json.loads(r.stdout)
+    assert [row["name"] for row in rows] == list(PRESETS)
+    assert rows[0] == {
+        "name": "sst2",
+        "dataset": "stanfordnlp/sst2",
+        "config": None,
+        "split": "train",
+        "column": "sentence",
+        "summary": "SST-2 movie-review sentences",
+    }
+    assert rows[-1]["dataset"] == "allenai/c4" and rows[-1]["split"] == "validation"
