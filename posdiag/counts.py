@@ -234,7 +234,7 @@ class CountAccumulator:
         if out is None or out.dtype != block.dtype or out.size < w * m:
             out = np.empty(w * m, dtype=block.dtype)
         cols = out.reshape(-1)[: w * m].reshape(m, w)
-        rows = max(1, (1 << 20) // max(m, 1))
+        rows = max(1, (1 << 18) // max(m, 1))  # 512 KB tiles of uint16: L2-sized
         for r0 in range(0, w, rows):
             np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
         return cols

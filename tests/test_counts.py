@@ -203,3 +203,21 @@ def test_vocab_size_mismatch_is_refused() -> None:
     assert str(err.value) == (
         "y.npz: cannot merge counts with a different vocab_size (x.npz: 3; y.npz: 4)"
     )
+
+
+def test_limit_and_sample_are_recorded_and_checked(tmp_path: Path) -> None:
+    out = tmp_path / "c.npz"
+    args = ["count", str(BUNDLED), "-o", str(out), "--limit", "300", "--sample", "0.5"]
+    r = runner.invoke(app, [*args, "--seed", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    lines = [t for t in BUNDLED.read_text(encoding="utf-8").splitlines() if t.strip()]
+    rng = np.random.default_rng(4)
+    kept = [t for t in lines if rng.random() < 0.5][:300]
+    assert (info["documents"], info["limit"], info["sample"], info["seed"]) == (300, 300, 0.5, 4)
+    assert info["tokens"] == sum(len(t) for t in load_tokenizer("whitespace").encode_batch(kept))
+    r = runner.invoke(app, ["stress", str(out), "--limit", "200"])
+    assert r.exit_code == 2
+    assert r.stderr == (
+        f"Error: {out}: was counted with limit=300, not 200; count the corpus again to change it\n"
+    )
