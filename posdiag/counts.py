@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
+import multiprocessing
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -385,12 +387,19 @@ def count_ids(
     progress: ProgressFn | None = None,
     block_tokens: int = 1 << 24,
     dense_limit: int = DENSE_LIMIT,
+    workers: int | None = None,
+    parallel_min_tokens: int = 1 << 24,
 ) -> Counts:
     """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
 
     The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
     window may be shorter. ``source.limit`` / ``source.sample``
     select windows; ``documents`` in the metadata counts windows (documents are not delimited).
+
+    With a dense count block, at least ``parallel_min_tokens`` tokens and ``workers > 1``
+    (default: the CPU count, at most 4) on a system with ``fork``, the positions are split
+    between forked worker processes that share the block (``np.add.at`` holds the GIL, so
+    threads cannot run it in parallel); otherwise one process counts, with a helper thread.
 
     Raises
     ------
@@ -410,12 +419,13 @@ def count_ids(
         chosen: np.ndarray | None = np.flatnonzero(rng.random(windows) < source.sample)
         if source.limit is not None:
             chosen = chosen[: source.limit]  # type: ignore[index]
-        expected = int(chosen.size) * n  # type: ignore[union-attr]
+        n_seqs = int(chosen.size)  # type: ignore[union-attr]
+        n_toks = int(np.count_nonzero(chosen < n_full)) * n + (rem if n_full in chosen else 0)  # type: ignore[operator]
     else:
         chosen = None
         windows = windows if source.limit is None else min(windows, source.limit)
-        expected = min(total, windows * n)
-    _start(progress, expected, "tokens")
+        n_seqs, n_toks = windows, min(total, windows * n)
+    _start(progress, n_toks, "tokens")
     full = arr[: n_full * n].reshape(n_full, n)
     seqs = toks = 0
 
@@ -448,6 +458,27 @@ def count_ids(
                 if rows.size < part.size:
                     yield tail
 
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4)
+    if (
+        acc.dense
+        and workers > 1
+        and n >= 2
+        and n_toks >= parallel_min_tokens
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        big = n_seqs > CountAccumulator._INT32_MAX
+        acc._dense = _forked_count(
+            blocks, n, v, min(workers, n), np.int64 if big else np.int32, source.name, progress
+        )
+        if n_toks == 0:
+            raise PosdiagError(f"{source.name}: no tokens to count")
+        meta = _meta(
+            source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, n_seqs, n_seqs, n_toks
+        )
+        meta.update(_selection_meta(source))
+        return Counts(acc.matrix(v), meta)
+
     buffers: list[np.ndarray | None] = [None, None]
 
     def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
@@ -479,6 +510,90 @@ def count_ids(
     meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)
     meta.update(_selection_meta(source))
     return Counts(acc.matrix(v), meta)
+
+
+def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zeroed array in anonymous shared memory: forked children write into the same pages."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = mmap.mmap(-1, max(size, 1))
+    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
+def _forked_count(
+    blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+    n: int,
+    v: int,
+    workers: int,
+    dtype: Any,
+    name: str,
+    progress: ProgressFn | None,
+) -> np.ndarray:
+    """Count ``blocks()`` into a shared dense (n, v) block, positions split over processes.
+
+    Worker ``k`` reads every block but only its positions ``[lo_k, hi_k)``: it checks them,
+    copies them to contiguous columns and runs one ``np.add.at`` per position. Each worker
+    stops at its first id outside ``[0, v)``; the smallest offset over workers is the first
+    in the file.
+    """
+    dense = _shared((n, v), dtype)
+    status = _shared((workers, 3), np.int64)  # (state, offset, id); state 1 = bad id, 2 = crash
+    done = _shared((workers,), np.int64)
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+
+    def work(k: int) -> None:
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        one = dense.dtype.type(1)
+        buf: np.ndarray | None = None
+        try:
+            for block, offsets in blocks():
+                part = block[:, lo:hi]
+                w, m = part.shape
+                if w == 0 or m == 0:
+                    continue
+                signed = part.dtype.kind == "i"
+                if part.max() >= v or (signed and part.min() < 0):
+                    bad = (part >= v) | (part < 0) if signed else part >= v
+                    r, c = divmod(int(np.argmax(bad)), m)
+                    status[k] = (1, int(offsets[r]) + lo + c, int(part[r, c]))
+                    return
+                if buf is None or buf.dtype != part.dtype or buf.size < w * m:
+                    buf = np.empty(w * m, dtype=part.dtype)
+                cols = buf[: w * m].reshape(m, w)
+                rows = max(1, (1 << 18) // m)
+                for r0 in range(0, w, rows):
+                    np.copyto(cols[:, r0 : r0 + rows], part[r0 : r0 + rows].T)
+                for i in range(m):
+                    np.add.at(dense[lo + i], cols[i], one)
+                done[k] += w * m
+        except BaseException:  # reported to the parent, which raises
+            status[k, 0] = 2
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
+    try:
+        for p in procs:
+            p.start()
+        while any(p.is_alive() for p in procs):
+            procs[0].join(0.1)
+            if progress is not None:
+                toks = int(done.sum())
+                progress(toks // n, toks // n, toks)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    failed = [k for k in range(workers) if status[k, 0] == 2 or procs[k].exitcode != 0]
+    if failed:
+        raise RuntimeError(f"{name}: counting worker {failed[0]} failed")
+    bad = [k for k in range(workers) if status[k, 0] == 1]
+    if bad:
+        k = min(bad, key=lambda j: int(status[j, 1]))
+        raise PosdiagError(
+            f"{name}: token id {int(status[k, 2])} at offset {int(status[k, 1]):,} "
+            f"is outside [0, --vocab-size={v})"
+        )
+    return dense
 
 
 def _selection_meta(source: Source) -> dict[str, Any]:

@@ -513,7 +513,7 @@ def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
     """A ``.json`` file: an array of objects (parsed whole), else JSON Lines."""
     head = fh.read(4096)
     if not head.lstrip().startswith(b"["):
-        rest = _chain_lines(head, fh)
+        rest = _ChainLines(head, fh)
         yield from _jsonl_texts(_decoded_lines(rest, name), name, column)
         return
     data = head + fh.read()
@@ -527,7 +527,7 @@ def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
             yield text
 
 
-class _chain_lines:
+class _ChainLines:
     """Lines of ``head`` followed by the rest of ``fh`` (a file whose first bytes were read)."""
 
     def __init__(self, head: bytes, fh: IO[bytes]) -> None:

@@ -88,12 +88,33 @@ def test_token_files_count_like_brute_force(tmp_path: Path, dtype: str) -> None:
         src = open_source(str(path), dtype=dtype)
     windows = [ids[k : k + 10].tolist() for k in range(0, ids.size, 10)]  # last one: 3 tokens
     for block in (1, 7, 1 << 20):  # many blocks, an uneven block, one block
-        for dense_limit in (0, 1 << 30):
+        for dense_limit, workers in ((0, 1), (1 << 30, 1), (1 << 30, 3)):
             c = count_ids(
-                src, max_len=10, vocab_size=70, block_tokens=block * 10, dense_limit=dense_limit
+                src,
+                max_len=10,
+                vocab_size=70,
+                block_tokens=block * 10,
+                dense_limit=dense_limit,
+                workers=workers,
+                parallel_min_tokens=0,
             )
             assert (c.matrix.toarray() == _brute(windows, 10, 70)).all()
     assert (c.meta["sequences"], c.meta["tokens"], c.meta["view"]) == (101, 1003, "packed")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_first_offending_offset_in_file_order(tmp_path: Path, workers: int) -> None:
+    ids = np.zeros(200, dtype=np.uint16)
+    ids[[57, 103, 148]] = [9, 7, 8]  # positions 7 (second half of n=10), 3, 8 of their windows
+    ids.tofile(tmp_path / "ids.bin")
+    src = open_source(str(tmp_path / "ids.bin"))
+    with pytest.raises(PosdiagError) as err:
+        count_ids(
+            src, max_len=10, vocab_size=7, workers=workers, parallel_min_tokens=0, block_tokens=50
+        )
+    assert str(err.value) == (
+        f"{tmp_path / 'ids.bin'}: token id 9 at offset 57 is outside [0, --vocab-size=7)"
+    )
 
 
 def test_token_file_limit_and_sample_select_windows(tmp_path: Path) -> None:
@@ -108,6 +129,13 @@ def test_token_file_limit_and_sample_select_windows(tmp_path: Path) -> None:
     )
     assert (c.matrix.toarray() == _brute([windows[k] for k in keep], 10, 50)).all()
     assert c.meta["sequences"] == len(keep) == 25
+    src = open_source(str(tmp_path / "ids.bin"), sample=0.9, seed=2)
+    keep = np.flatnonzero(np.random.default_rng(2).random(len(windows)) < 0.9)
+    assert keep[-1] == len(windows) - 1  # the short last window is in the sample
+    for workers in (1, 2):
+        c = count_ids(src, max_len=10, vocab_size=50, workers=workers, parallel_min_tokens=0)
+        assert (c.matrix.toarray() == _brute([windows[k] for k in keep], 10, 50)).all()
+        assert (c.meta["sequences"], c.meta["tokens"]) == (keep.size, (keep.size - 1) * 10 + 5)
 
 
 def _by_token(c: Counts) -> Counter[tuple[int, str]]:
