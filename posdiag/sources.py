@@ -360,8 +360,11 @@ def open_source(
         _check_file(f)
     fmts = {format or _format_of(f) for f in files}
     if fmts & set(ID_FORMATS):
-        if len(files) > 1:
-            raise PosdiagError(f"{name}: token id files are read one at a time; got {len(files)}")
+        if len(files) > 1 or files[0] != name:
+            raise PosdiagError(
+                f"{name}: token id files (.npy, .bin) are read one at a time, by their own path; "
+                f"this matches {len(files)} file(s)"
+            )
         return _ids_source(name, format or _format_of(name), dtype, column, common)
     if dtype is not None:
         raise PosdiagError(f"{name}: --dtype applies to .bin token files; this is text")
