@@ -64,8 +64,11 @@ def test_model_view_uses_the_tokenizers_own_pad_token(tmp_path: Path) -> None:
     assert load_tokenizer(str(tmp_path / "copy.json")).fingerprint == plain.fingerprint
 
 
-def test_hub_tokenizer_offline_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_tokenizer_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     t0 = time.perf_counter()
     with pytest.raises(HubUnavailable):
         load_tokenizer("no-such-model-xyz")
