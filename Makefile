@@ -19,8 +19,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check posdiag tests
-	$(BIN)/ruff format --check posdiag tests
+	$(BIN)/ruff check posdiag tests benchmarks
+	$(BIN)/ruff format --check posdiag tests benchmarks
 	$(BIN)/mypy
 
 bench: $(STAMP)

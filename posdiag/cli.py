@@ -20,8 +20,10 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from typer.core import TyperGroup
 
@@ -39,6 +41,7 @@ from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
 from .report import encoding_json, print_encoding, print_stress, stress_json
+from .sources import HubUnavailable
 from .uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
@@ -59,7 +62,10 @@ class _Group(TyperGroup):
                 warnings.simplefilter("ignore", PosdiagWarning)
                 return super().invoke(ctx)
         except PosdiagError as exc:
-            typer.echo(f"Error: {exc}", err=True)
+            message = str(exc)
+            if isinstance(exc, HubUnavailable) and ctx.invoked_subcommand:
+                message = message.replace("posdiag <command>", f"posdiag {ctx.invoked_subcommand}")
+            typer.echo(f"Error: {message}", err=True)
             raise typer.Exit(exc.exit_code) from None
 
 
@@ -75,8 +81,10 @@ app = typer.Typer(
 CorpusArg = Annotated[
     str,
     typer.Argument(
-        help="Corpus file (.txt one sequence per line, .jsonl, .csv, .tsv; - for stdin) "
-        "or a counts .npz from 'posdiag count'.",
+        help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
+        "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
+        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG][@SPLIT], token ids (.npy, "
+        ".bin), or a counts .npz from 'posdiag count'.",
         show_default=False,
     ),
 ]
@@ -86,7 +94,10 @@ ColumnOpt = Annotated[
 TokenizerOpt = Annotated[
     str | None,
     typer.Option(
-        "--tokenizer", "-t", help="'whitespace' or a tokenizer.json (default: whitespace)."
+        "--tokenizer",
+        "-t",
+        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+        "(default: whitespace).",
     ),
 ]
 ViewOpt = Annotated[
@@ -104,6 +115,30 @@ MinCountOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option("--limit", help="Analyse only the first N documents (token ids: windows)."),
+]
+SampleOpt = Annotated[
+    float | None,
+    typer.Option("--sample", help="Analyse a seeded random fraction F in (0, 1] of the documents."),
+]
+SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
+# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
+DataDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-dir",
+        help="Folder with local copies of presets / hub data sets [default: $POSDIAG_DATA_DIR].",
+    ),
+]
+DtypeOpt = Annotated[
+    str | None, typer.Option("--dtype", help="Id type of a raw .bin token file: uint16 | uint32.")
+]
+VocabSizeOpt = Annotated[
+    int | None,
+    typer.Option("--vocab-size", help="Vocabulary size V of a .npy/.bin token id file."),
+]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
 
 
@@ -113,31 +148,48 @@ def _stdout() -> Console:
     return console if console.is_terminal else Console(highlight=False, width=160)
 
 
+class _Bar:
+    """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
+
+    def __init__(self, prog: Progress) -> None:
+        self._prog = prog
+        self._unit = "documents"
+        self._task = prog.add_task("counting", total=None, seqs=0, toks=0, rate=0.0)
+
+    def start(self, total: int | None, unit: str) -> None:
+        self._unit = unit
+        self._prog.update(self._task, total=total)
+
+    def __call__(self, docs: int, seqs: int, toks: int) -> None:
+        task = self._prog.tasks[0]
+        rate = toks / (task.elapsed or 1e-9)
+        done = toks if self._unit == "tokens" else docs
+        self._prog.update(self._task, completed=done, seqs=seqs, toks=toks, rate=rate)
+
+
+def _columns() -> tuple[Any, ...]:
+    return (
+        SpinnerColumn(),
+        TextColumn("counting"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
+        TextColumn("{task.fields[rate]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+
+
 @contextmanager
 def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
-    """A rich progress line on a terminal's stderr; nothing when piped or quiet."""
+    """A rich progress bar on a terminal's stderr; nothing when piped or quiet."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None
         return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("counting"),
-        BarColumn(),
-        TextColumn(
-            "{task.fields[docs]:,} docs  {task.fields[seqs]:,} seqs  {task.completed:,.0f} tokens"
-        ),
-        TextColumn("{task.fields[rate]:,.0f} tok/s"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err, transient=True) as prog:
-        task = prog.add_task("count", total=None, docs=0, seqs=0, rate=0.0)
-
-        def update(docs: int, seqs: int, toks: int) -> None:
-            elapsed = prog.tasks[0].elapsed or 1e-9
-            prog.update(task, completed=toks, docs=docs, seqs=seqs, rate=toks / elapsed)
-
-        yield update
+    with Progress(*_columns(), console=err, transient=True) as prog:
+        yield _Bar(prog)
 
 
 def _counts(
@@ -148,7 +200,9 @@ def _counts(
     max_len: int | None,
     pad_token: str | None,
     quiet: bool,
+    **read: Any,
 ) -> Counts:
+    """``read``: limit, sample, seed, data_dir, dtype, vocab_size (see ``corpus_counts``)."""
     with _progress(quiet) as progress:
         return corpus_counts(
             corpus,
@@ -158,6 +212,7 @@ def _counts(
             max_len=max_len,
             pad_token=pad_token,
             progress=progress,
+            **read,
         )
 
 
@@ -169,7 +224,9 @@ ShardsOpt = Annotated[
     ),
 ]
 CiOpt = Annotated[float, typer.Option("--ci", help="Coverage of the bootstrap intervals.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of shards, bootstrap and splits.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of --sample, shards, bootstrap and splits.")
+]
 ReplicatesOpt = Annotated[
     int, typer.Option("--replicates", help="Bootstrap replicates (each recomputes the geometry).")
 ]
@@ -194,7 +251,9 @@ def _sharded(
     max_len: int | None,
     pad_token: str | None,
     quiet: bool,
+    **read: Any,
 ) -> ShardedCounts:
+    """``seed`` seeds both the shards and ``--sample``; ``read`` as in :func:`_counts`."""
     with _progress(quiet) as progress:
         return corpus_counts_sharded(
             corpus,
@@ -206,6 +265,7 @@ def _sharded(
             max_len=max_len,
             pad_token=pad_token,
             progress=progress,
+            **read,
         )
 
 
@@ -276,6 +336,11 @@ def stress(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
@@ -288,7 +353,22 @@ def stress(
         from .plots import CORPUS_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, CORPUS_PLOTS)
-    counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
+    counts = _sharded(
+        corpus,
+        shards,
+        seed,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        limit=limit,
+        sample=sample,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     with _bootstrap_progress(quiet) as progress:
         report = stress_report(
             counts,
@@ -329,6 +409,12 @@ def count(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
     from ._io import check_output
@@ -336,7 +422,21 @@ def count(
     if not str(output).endswith(".npz"):
         raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
     check_output(output, force)  # refuse before a long pass, not after
-    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    counts = _counts(
+        corpus,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        limit=limit,
+        sample=sample,
+        seed=sample_seed,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     save_counts(counts, output, force=force)
     info = {**dict(counts.meta), "output": str(output), "nnz": int(counts.matrix.nnz)}
     if as_json:
@@ -362,7 +462,9 @@ def build_encoding(
     ],
     rank: Annotated[int, typer.Option("--rank", "-r", help="MDS rank r, in [1, n_eff-1].")] = 3,
     dim: Annotated[int, typer.Option("--dim", "-d", help="Model dimension d (>= rank).")] = 768,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the orthonormal factor B.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the orthonormal factor B and of --sample.")
+    ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
     view: ViewOpt = None,
@@ -372,6 +474,11 @@ def build_encoding(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -384,7 +491,22 @@ def build_encoding(
     check_output(output, force)
     if output.suffix == ".npy":
         check_output(output.with_suffix(".json"), force)
-    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    # One --seed for the run: it seeds both the orthonormal factor B and --sample.
+    counts = _counts(
+        corpus,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        limit=limit,
+        sample=sample,
+        seed=seed,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
@@ -954,6 +1076,76 @@ def synth(
             f"wrote {output}: {sequences:,} sequences of {positions} tokens, mode {mode}, "
             f"vocabulary {vocab}, seed {seed}"
         )
+
+
+@app.command()
+def merge(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="Counts files (.npz) from 'posdiag count'.", show_default=False),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Merged counts file (.npz).", show_default=False),
+    ],
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sum counts files of the same tokenizer, view, max_len and vocabulary."""
+    from ._io import check_output
+    from .counts import load_counts, merge_counts
+
+    if not str(output).endswith(".npz"):
+        raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
+    check_output(output, force)
+    names = [str(p) for p in inputs]
+    merged = merge_counts([load_counts(p) for p in inputs], names)
+    save_counts(merged, output, force=force)
+    info = {**dict(merged.meta), "output": str(output), "nnz": int(merged.matrix.nnz)}
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        typer.echo(
+            f"wrote {output}: {len(names)} files, {info['sequences']:,} sequences, "
+            f"{info['tokens']:,} tokens, {merged.n} x {merged.vocab_size:,} counts "
+            f"({info['nnz']:,} non-zero)"
+        )
+
+
+@app.command()
+def corpora(as_json: JsonOpt = False) -> None:
+    """List the Hugging Face data set presets (use the name as the corpus)."""
+    from .sources import PRESETS
+
+    rows = [
+        {
+            "name": p.name,
+            "dataset": p.dataset,
+            "config": p.config,
+            "split": p.split,
+            "column": p.column,
+            "summary": p.summary,
+        }
+        for p in PRESETS.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(
+        # \\[ keeps rich from reading [SPLIT] as markup.
+        title="Presets (corpus NAME\\[@SPLIT]; "
+        "any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
+        title_justify="left",
+    )
+    for col in ("name", "dataset", "config", "split", "column", "description"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            r["name"], r["dataset"], r["config"] or "-", r["split"], r["column"], r["summary"]
+        )
+    _stdout().print(t)
 
 
 def _version(value: bool) -> None:

@@ -6,9 +6,15 @@ matrix; posdiag's metadata sits in the same archive as a JSON string under ``pos
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import mmap
+import multiprocessing
+import os
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +32,31 @@ from .tokenize import Tokenizer, view
 __all__ = [
     "Counts",
     "CountAccumulator",
+    "count_ids",
     "count_texts",
     "count_source",
+    "corpus_counts",
     "load_counts",
+    "merge_counts",
     "save_counts",
 ]
 
 ProgressFn = Callable[[int, int, int], None]
-"""Called after each batch with (documents, sequences, tokens) so far."""
+"""Called after each batch with (documents, sequences, tokens) so far.
+
+If the callable also has a ``start(total, unit)`` method, it is called once before counting
+with the expected number of ``unit`` (``"documents"`` or ``"tokens"``), or None when unknown,
+so a progress bar can show an ETA.
+"""
+
+# Dense (n x V) accumulation is used when the count block takes at most this many bytes.
+DENSE_LIMIT = 1 << 30
+
+
+def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
+    start = getattr(progress, "start", None)
+    if start is not None:
+        start(total, unit)
 
 
 @dataclass(frozen=True)
@@ -45,12 +68,20 @@ class Counts:
     matrix : scipy.sparse.csr_matrix of shape (n_positions, vocab_size), int64
         ``matrix[i, v]`` = number of sequences whose token at position ``i`` is ``v``.
     meta : mapping
-        source, tokenizer, view, max_len, vocab_size, documents, sequences, tokens,
-        posdiag_version.
+        source, tokenizer, tokenizer_fingerprint, view, max_len, vocab_size, documents,
+        sequences, tokens, posdiag_version (and column, limit, sample, seed when used).
+    vocab : tuple of str or None
+        The token of each id, for tokenizers that assign ids per run (``whitespace``); lets
+        :func:`merge_counts` align the ids of separate runs. None for fixed vocabularies.
+    shards : tuple of csr_matrix, each of shape (n_positions, vocab_size)
+        Counts of ``K`` seeded random shards of the sequences, summing to ``matrix``, when
+        counted with ``shards=K`` (for bootstrap intervals); empty otherwise. Not saved.
     """
 
     matrix: sp.csr_matrix
     meta: Mapping[str, Any] = field(default_factory=dict)
+    vocab: tuple[str, ...] | None = None
+    shards: tuple[sp.csr_matrix, ...] = ()
 
     @property
     def n(self) -> int:
@@ -91,34 +122,83 @@ def _resized(m: sp.csr_matrix, v: int) -> sp.csr_matrix:
 
 
 class CountAccumulator:
-    """Streaming counter of (position, id) pairs whose memory is O(distinct pairs + one batch).
+    """Streaming counter of (position, id) pairs.
 
-    Pairs are keyed ``id * n + pos`` so the vocabulary may grow while streaming (the built-in
-    whitespace tokenizer assigns ids as words appear).
+    Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
+    (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
+    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
+    ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
+    ``np.add.at`` (blocks of id windows: one contiguous column per position, see
+    :meth:`columns` and :meth:`add_columns`). Each count grows by at
+    most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
+    block is spilled into an int64 total. Memory: the block plus one batch, independent of the
+    corpus length.
     """
 
     # Merge the per-batch buffers into the running totals past this many keys.
     _COMPACT_AT = 1 << 22
+    _INT32_MAX = np.iinfo(np.int32).max
 
-    def __init__(self, n: int) -> None:
+    def __init__(
+        self,
+        n: int,
+        *,
+        vocab_size: int | None = None,
+        dense_limit: int = DENSE_LIMIT,
+        threads: int | None = None,
+    ) -> None:
         self.n = check_int("max_len", n, 1)
+        self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
         self._buf_keys: list[np.ndarray] = []
         self._buf_vals: list[np.ndarray] = []
         self._buffered = 0
+        self._dense: np.ndarray | None = None
+        self._spill: np.ndarray | None = None
+        self._since_spill = 0
+        self._cols: np.ndarray | None = None
+        if self.vocab_size is not None and self.n * self.vocab_size * 4 <= dense_limit:
+            self._dense = np.zeros((self.n, self.vocab_size), dtype=np.int32)
 
-    def add_sequences(self, seqs: list[list[int]]) -> int:
+    @property
+    def dense(self) -> bool:
+        """Whether counts accumulate in a dense ``n x vocab_size`` block."""
+        return self._dense is not None
+
+    def _room(self, sequences: int) -> None:
+        """Spill the int32 block into the int64 total if ``sequences`` more could overflow it."""
+        assert self._dense is not None
+        if self._since_spill + sequences > self._INT32_MAX:
+            if self._spill is None:
+                self._spill = np.zeros(self._dense.shape, dtype=np.int64)
+            self._spill += self._dense
+            self._dense[:] = 0
+            self._since_spill = 0
+        self._since_spill += sequences
+
+    def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
         """Count a batch of id sequences (each of length <= n); return the tokens added."""
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
         total = int(lengths.sum())
         if total == 0:
             return 0
         if lengths.max() > self.n:
             raise ValueError(f"a sequence of length {lengths.max()} exceeds max_len {self.n}")
-        ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=total)
+        ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
         starts = np.cumsum(lengths) - lengths
         pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        if self._dense is not None:
+            v = self._dense.shape[1]
+            if ids.min() < 0 or ids.max() >= v:
+                bad = int(ids[(ids < 0) | (ids >= v)][0])
+                raise ValueError(f"token id {bad} outside [0, vocab_size={v})")
+            self._room(len(seqs))
+            pos *= v
+            pos += ids
+            np.add.at(self._dense.reshape(-1), pos, np.int32(1))
+            return total
         keys, vals = np.unique(ids * self.n + pos, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
@@ -126,6 +206,62 @@ class CountAccumulator:
         if self._buffered >= self._COMPACT_AT:
             self._compact()
         return total
+
+    def add_block(self, block: np.ndarray) -> int:
+        """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
+
+        Position ``i`` of every window is column ``i``. The ids must already be checked against
+        ``vocab_size`` (dense mode does not check them again).
+        """
+        w, m = block.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        if w == 0 or m == 0:
+            return 0
+        if self._dense is None:
+            ids = block.astype(np.int64)
+            ids *= self.n
+            ids += np.arange(m, dtype=np.int64)
+            keys, vals = np.unique(ids, return_counts=True)
+            self._buf_keys.append(keys)
+            self._buf_vals.append(vals.astype(np.int64))
+            self._buffered += keys.size
+            if self._buffered >= self._COMPACT_AT:
+                self._compact()
+            return w * m
+        return self.add_columns(self.columns(block))
+
+    def columns(self, block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``block`` (windows x m) transposed to contiguous columns (m x windows).
+
+        Copied in tiles of whole rows (contiguous reads, a cache-sized working set): about
+        twice as fast as numpy's plain transposed copy. ``out``, if given, is reused.
+        """
+        w, m = block.shape
+        if out is None or out.dtype != block.dtype or out.size < w * m:
+            out = np.empty(w * m, dtype=block.dtype)
+        cols = out.reshape(-1)[: w * m].reshape(m, w)
+        rows = max(1, (1 << 18) // max(m, 1))  # 512 KB tiles of uint16: L2-sized
+        for r0 in range(0, w, rows):
+            np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
+        return cols
+
+    def add_columns(self, cols: np.ndarray) -> int:
+        """Count a transposed block of windows: ``cols[i]`` holds the ids at position ``i``.
+
+        Dense mode only; one ``np.add.at`` per position on a contiguous column (numpy's
+        unbuffered fast path: no O(V) work and no temporary per call). Ids must be checked.
+        """
+        if self._dense is None:
+            return self.add_block(np.ascontiguousarray(cols.T))
+        m, w = cols.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        self._room(w)
+        one = np.int32(1)
+        for i in range(m):
+            np.add.at(self._dense[i], cols[i], one)
+        return w * m
 
     def _compact(self) -> None:
         if not self._buf_keys:
@@ -142,10 +278,63 @@ class CountAccumulator:
     def matrix(self, vocab_size: int) -> sp.csr_matrix:
         """The counts so far as a csr matrix of shape (n, vocab_size)."""
         self._compact()
+        if self._dense is not None:
+            return self._dense_matrix(vocab_size)
         ids, pos = np.divmod(self._keys, self.n)
         if ids.size and ids.max() >= vocab_size:
             raise ValueError(f"token id {ids.max()} >= vocab_size {vocab_size}")
         return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
+
+    def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
+        # Built by hand, a few rows at a time, straight into the output arrays: scipy's dense ->
+        # csr conversion and whole-block temporaries cost several times more on an n x V block
+        # of tens of millions of entries (fresh memory is what is slow here).
+        assert self._dense is not None
+        dense = self._dense if self._spill is None else self._spill + self._dense
+        v = dense.shape[1]
+        if vocab_size < v and dense[:, vocab_size:].any():
+            raise ValueError(f"token ids >= vocab_size {vocab_size} were counted")
+        dense = dense[:, : min(v, vocab_size)]
+        per_row = np.count_nonzero(dense, axis=1)
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(per_row, out=indptr[1:])
+        data = np.empty(int(indptr[-1]), dtype=np.int64)
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        width = dense.shape[1]
+        step = max(1, (1 << 20) // max(width, 1))
+        for r0 in range(0, self.n, step):
+            rows = np.ascontiguousarray(dense[r0 : r0 + step]).reshape(-1)
+            nz = np.flatnonzero(rows)
+            lo, hi = indptr[r0], indptr[min(r0 + step, self.n)]
+            data[lo:hi] = rows[nz]
+            np.remainder(nz, width, out=nz)
+            indices[lo:hi] = nz
+        return sp.csr_matrix((data, indices, indptr), shape=(self.n, vocab_size), copy=False)
+
+
+def _meta(
+    source: str,
+    tokenizer_name: str,
+    fingerprint: str,
+    view_name: str,
+    max_len: int,
+    vocab_size: int,
+    docs: int,
+    seqs: int,
+    toks: int,
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "tokenizer": tokenizer_name,
+        "tokenizer_fingerprint": fingerprint,
+        "view": view_name,
+        "max_len": max_len,
+        "vocab_size": vocab_size,
+        "documents": docs,
+        "sequences": seqs,
+        "tokens": toks,
+        "posdiag_version": __version__,
+    }
 
 
 def count_texts(
@@ -157,36 +346,296 @@ def count_texts(
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
     source: str = "<texts>",
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
 ) -> Counts:
     """Tokenize, apply a view and count.
+
+    Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
+    the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
+    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards drawn
+    uniformly with ``numpy.random.default_rng(shard_seed)``, in the same single pass.
 
     Returns
     -------
     Counts
-        With ``matrix`` of shape (max_len, tokenizer.vocab_size).
+        With ``matrix`` of shape (max_len, tokenizer.vocab_size); ``vocab`` holds the
+        tokenizer's vocabulary when it assigns ids per run (``whitespace``); ``shards`` the
+        shard counts.
     """
-    acc = CountAccumulator(max_len)
+    k = 0 if shards == 0 else check_int("shards", shards, 2)
+    run_ids = tokenizer.fingerprint == "run"
+    if k:
+        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
+        accs = [CountAccumulator(max_len) for _ in range(k)]
+        rng = np.random.default_rng(shard_seed)
+    else:
+        accs = [
+            CountAccumulator(
+                max_len,
+                vocab_size=None if run_ids else tokenizer.vocab_size,
+                dense_limit=dense_limit,
+            )
+        ]
     docs = seqs = toks = 0
     for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
-        toks += acc.add_sequences(batch)
+        if k:
+            which = rng.integers(k, size=len(batch))
+            for s, acc in enumerate(accs):
+                idx = np.flatnonzero(which == s)
+                if idx.size:
+                    toks += acc.add_sequences([batch[j] for j in idx])
+        else:
+            toks += accs[0].add_sequences(batch)
         seqs += len(batch)
         docs += consumed
         if progress is not None:
             progress(docs, seqs, toks)
     if toks == 0:
         raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
-    meta = {
-        "source": source,
-        "tokenizer": tokenizer.name,
-        "view": view_name,
-        "max_len": max_len,
-        "vocab_size": tokenizer.vocab_size,
-        "documents": docs,
-        "sequences": seqs,
-        "tokens": toks,
-        "posdiag_version": __version__,
-    }
-    return Counts(acc.matrix(tokenizer.vocab_size), meta)
+    v = tokenizer.vocab_size
+    meta = _meta(
+        source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
+    )
+    vocab = tokenizer.vocabulary()
+    mats = tuple(acc.matrix(v) for acc in accs)
+    if not k:
+        return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
+    meta.update(shards=k, shard_seed=shard_seed)
+    total = sp.csr_matrix(sum(mats[1:], mats[0]))
+    return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+
+
+def count_ids(
+    source: Source,
+    *,
+    max_len: int = 512,
+    vocab_size: int,
+    tokenizer: str = "ids",
+    fingerprint: str | None = None,
+    progress: ProgressFn | None = None,
+    block_tokens: int = 1 << 24,
+    dense_limit: int = DENSE_LIMIT,
+    workers: int | None = None,
+    parallel_min_tokens: int = 1 << 24,
+) -> Counts:
+    """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
+
+    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
+    window may be shorter. ``source.limit`` / ``source.sample``
+    select windows; ``documents`` in the metadata counts windows (documents are not delimited).
+
+    With a dense count block, at least ``parallel_min_tokens`` tokens and ``workers > 1``
+    (default: the CPU count, at most 4) on a system with ``fork``, the positions are split
+    between forked worker processes that share the block (``np.add.at`` holds the GIL, so
+    threads cannot run it in parallel); otherwise one process counts, with a helper thread.
+
+    Raises
+    ------
+    PosdiagError
+        When an id is negative or ``>= vocab_size`` (naming the first offending offset).
+    """
+    n = check_int("max_len", max_len, 1)
+    v = check_int("vocab_size", vocab_size, 1)
+    arr = source.token_ids()
+    total = int(arr.size)
+    n_full, rem = divmod(total, n)
+    windows = n_full + (1 if rem else 0)
+    acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
+    per_block = max(1, block_tokens // n)
+    if source.sample is not None:
+        rng = np.random.default_rng(source.seed)
+        chosen: np.ndarray | None = np.flatnonzero(rng.random(windows) < source.sample)
+        if source.limit is not None:
+            chosen = chosen[: source.limit]  # type: ignore[index]
+        n_seqs = int(chosen.size)  # type: ignore[union-attr]
+        n_toks = int(np.count_nonzero(chosen < n_full)) * n + (rem if n_full in chosen else 0)  # type: ignore[operator]
+    else:
+        chosen = None
+        windows = windows if source.limit is None else min(windows, source.limit)
+        n_seqs, n_toks = windows, min(total, windows * n)
+    _start(progress, n_toks, "tokens")
+    full = arr[: n_full * n].reshape(n_full, n)
+    seqs = toks = 0
+
+    def check(block: np.ndarray, offsets: np.ndarray) -> None:
+        """Refuse ids outside [0, v) in ``block`` whose rows start at file ``offsets``."""
+        signed = block.dtype.kind == "i"
+        if block.size and (block.max() >= v or (signed and block.min() < 0)):
+            bad = (block >= v) | (block < 0) if signed else block >= v
+            r, c = divmod(int(np.argmax(bad)), block.shape[1])
+            raise PosdiagError(
+                f"{source.name}: token id {int(block[r, c])} at offset {int(offsets[r]) + c:,} "
+                f"is outside [0, --vocab-size={v})"
+            )
+
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(block of windows, file offset of each window), in file order."""
+        tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
+        if chosen is None:
+            last_full = min(n_full, windows)
+            for w0 in range(0, last_full, per_block):
+                w1 = min(w0 + per_block, last_full)
+                yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
+            if windows > n_full:
+                yield tail
+        else:
+            for c0 in range(0, chosen.size, per_block):
+                part = chosen[c0 : c0 + per_block]
+                rows = part[part < n_full]
+                yield np.asarray(full[rows]), rows * n
+                if rows.size < part.size:
+                    yield tail
+
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4)
+    if (
+        acc.dense
+        and workers > 1
+        and n >= 2
+        and n_toks >= parallel_min_tokens
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        big = n_seqs > CountAccumulator._INT32_MAX
+        acc._dense = _forked_count(
+            blocks, n, v, min(workers, n), np.int64 if big else np.int32, source.name, progress
+        )
+        if n_toks == 0:
+            raise PosdiagError(f"{source.name}: no tokens to count")
+        meta = _meta(
+            source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, n_seqs, n_seqs, n_toks
+        )
+        meta.update(_selection_meta(source))
+        return Counts(acc.matrix(v), meta)
+
+    buffers: list[np.ndarray | None] = [None, None]
+
+    def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+        """Read, check and transpose one block (in the helper thread: it releases the GIL)."""
+        block, offsets = item
+        check(block, offsets)
+        cols = acc.columns(block, buffers[k])
+        buffers[k] = cols
+        return cols
+
+    # Two stages: a helper thread reads, checks and transposes block k+1 while this thread
+    # counts block k (np.add.at holds the GIL; the copies release it).
+    with ThreadPoolExecutor(1) as pool:
+        it = iter(blocks())
+        first = next(it, None)
+        pending = None if first is None else pool.submit(prepare, first, 0)
+        k = 0
+        while pending is not None:
+            cols = pending.result()
+            nxt = next(it, None)
+            k ^= 1
+            pending = None if nxt is None else pool.submit(prepare, nxt, k)
+            toks += acc.add_columns(cols) if cols.size else 0
+            seqs += cols.shape[1]
+            if progress is not None:
+                progress(seqs, seqs, toks)
+    if toks == 0:
+        raise PosdiagError(f"{source.name}: no tokens to count")
+    meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)
+    meta.update(_selection_meta(source))
+    return Counts(acc.matrix(v), meta)
+
+
+def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zeroed array in anonymous shared memory: forked children write into the same pages."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = mmap.mmap(-1, max(size, 1))
+    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
+def _forked_count(
+    blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+    n: int,
+    v: int,
+    workers: int,
+    dtype: Any,
+    name: str,
+    progress: ProgressFn | None,
+) -> np.ndarray:
+    """Count ``blocks()`` into a shared dense (n, v) block, positions split over processes.
+
+    Worker ``k`` reads every block but only its positions ``[lo_k, hi_k)``: it checks them,
+    copies them to contiguous columns and runs one ``np.add.at`` per position. Each worker
+    stops at its first id outside ``[0, v)``; the smallest offset over workers is the first
+    in the file.
+    """
+    dense = _shared((n, v), dtype)
+    status = _shared((workers, 3), np.int64)  # (state, offset, id); state 1 = bad id, 2 = crash
+    done = _shared((workers,), np.int64)
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+
+    def work(k: int) -> None:
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        one = dense.dtype.type(1)
+        buf: np.ndarray | None = None
+        try:
+            for block, offsets in blocks():
+                part = block[:, lo:hi]
+                w, m = part.shape
+                if w == 0 or m == 0:
+                    continue
+                signed = part.dtype.kind == "i"
+                if part.max() >= v or (signed and part.min() < 0):
+                    bad = (part >= v) | (part < 0) if signed else part >= v
+                    r, c = divmod(int(np.argmax(bad)), m)
+                    status[k] = (1, int(offsets[r]) + lo + c, int(part[r, c]))
+                    return
+                if buf is None or buf.dtype != part.dtype or buf.size < w * m:
+                    buf = np.empty(w * m, dtype=part.dtype)
+                cols = buf[: w * m].reshape(m, w)
+                rows = max(1, (1 << 18) // m)
+                for r0 in range(0, w, rows):
+                    np.copyto(cols[:, r0 : r0 + rows], part[r0 : r0 + rows].T)
+                for i in range(m):
+                    np.add.at(dense[lo + i], cols[i], one)
+                done[k] += w * m
+        except BaseException:  # reported to the parent, which raises
+            status[k, 0] = 2
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
+    try:
+        for p in procs:
+            p.start()
+        while any(p.is_alive() for p in procs):
+            procs[0].join(0.1)
+            if progress is not None:
+                toks = int(done.sum())
+                progress(toks // n, toks // n, toks)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    failed = [k for k in range(workers) if status[k, 0] == 2 or procs[k].exitcode != 0]
+    if failed:
+        raise RuntimeError(f"{name}: counting worker {failed[0]} failed")
+    bad = [k for k in range(workers) if status[k, 0] == 1]
+    if bad:
+        k = min(bad, key=lambda j: int(status[j, 1]))
+        raise PosdiagError(
+            f"{name}: token id {int(status[k, 2])} at offset {int(status[k, 1]):,} "
+            f"is outside [0, --vocab-size={v})"
+        )
+    return dense
+
+
+def _selection_meta(source: Source) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if source.column is not None:
+        out["column"] = source.column
+    if source.limit is not None:
+        out["limit"] = source.limit
+    if source.sample is not None:
+        out["sample"] = source.sample
+        out["seed"] = source.seed
+    return out
 
 
 def count_source(
@@ -197,8 +646,12 @@ def count_source(
     max_len: int = 512,
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
 ) -> Counts:
     """:func:`count_texts` over a :class:`~posdiag.sources.Source`, recording its name."""
+    _start(progress, source.expected, "documents")
     counts = count_texts(
         source.texts(),
         tokenizer,
@@ -207,10 +660,84 @@ def count_source(
         batch_size=batch_size,
         progress=progress,
         source=source.name,
+        dense_limit=dense_limit,
+        shards=shards,
+        shard_seed=shard_seed,
     )
-    if source.column is not None:
-        return Counts(counts.matrix, {**counts.meta, "column": source.column})
+    extra = _selection_meta(source)
+    if extra:
+        return dataclasses.replace(counts, meta={**counts.meta, **extra})
     return counts
+
+
+def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
+    first = counts[0].meta
+    for c, name in zip(counts[1:], names[1:], strict=True):
+        for key in ("tokenizer_fingerprint", "view", "max_len", "vocab_size"):
+            if key == "vocab_size" and first.get("tokenizer_fingerprint") == "run":
+                continue  # per-run vocabularies are aligned through their tokens
+            if key == "tokenizer_fingerprint" and key not in first and key not in c.meta:
+                key = "tokenizer"
+            a, b = first.get(key), c.meta.get(key)
+            if a != b:
+                label = "tokenizer" if key == "tokenizer_fingerprint" else key
+                if label == "tokenizer":
+                    a = f"{first.get('tokenizer')} ({a})"
+                    b = f"{c.meta.get('tokenizer')} ({b})"
+                raise PosdiagError(
+                    f"{name}: cannot merge counts with a different {label} "
+                    f"({names[0]}: {a}; {name}: {b})"
+                )
+
+
+def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -> Counts:
+    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity).
+
+    Counts whose tokenizer assigns ids per run (``whitespace``) are aligned through their
+    stored vocabularies: ids are remapped onto the union vocabulary, in order of first
+    appearance across the inputs (so merging one file is the identity).
+
+    Raises
+    ------
+    PosdiagError
+        When the inputs differ in tokenizer, view, max_len or vocabulary size, or a per-run
+        vocabulary is missing.
+    """
+    if not counts:
+        raise PosdiagError("merge: no counts given")
+    labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
+    _check_same(counts, labels)
+    meta = dict(counts[0].meta)
+    for key in ("documents", "sequences", "tokens"):
+        meta[key] = sum(int(c.meta.get(key, 0)) for c in counts)
+    meta["source"] = " + ".join(str(c.meta.get("source", "?")) for c in counts)
+    meta["merged_from"] = labels
+    for key in ("limit", "sample", "seed"):
+        meta.pop(key, None)
+    if meta.get("tokenizer_fingerprint") != "run":
+        total = counts[0].matrix.copy()
+        for c in counts[1:]:
+            total = total + c.matrix
+        return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
+    index: dict[str, int] = {}
+    for c, name in zip(counts, labels, strict=True):
+        if c.vocab is None:
+            raise PosdiagError(
+                f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
+                "count the corpus again with this version to merge it"
+            )
+        for tok in c.vocab:
+            index.setdefault(tok, len(index))
+    v = len(index)
+    total = sp.csr_matrix((counts[0].n, v), dtype=np.int64)
+    for c in counts:
+        remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
+        m = c.matrix.tocoo()
+        total = total + sp.csr_matrix(
+            (m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64
+        )
+    meta["vocab_size"] = v
+    return Counts(sp.csr_matrix(total), meta, tuple(index))
 
 
 def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:
@@ -220,15 +747,17 @@ def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Pat
     m = sp.csr_matrix(counts.matrix)
     m.sort_indices()
     with atomic_outputs([path], force) as (tmp,), open(tmp, "wb") as fh:
-        np.savez_compressed(
-            fh,
-            format=np.array("csr"),
-            shape=np.array(m.shape),
-            data=m.data,
-            indices=m.indices,
-            indptr=m.indptr,
-            posdiag_meta=np.array(json.dumps(dict(counts.meta), sort_keys=True)),
-        )
+        arrays: dict[str, Any] = {
+            "format": np.array("csr"),
+            "shape": np.array(m.shape),
+            "data": m.data,
+            "indices": m.indices,
+            "indptr": m.indptr,
+            "posdiag_meta": np.array(json.dumps(dict(counts.meta), sort_keys=True)),
+        }
+        if counts.vocab is not None:
+            arrays["vocab"] = np.array(counts.vocab, dtype=str)
+        np.savez_compressed(fh, **arrays)
     return Path(path)
 
 
@@ -250,9 +779,10 @@ def load_counts(path: str | Path) -> Counts:
             m = sp.csr_matrix(
                 (z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"])
             )
+            vocab = tuple(str(t) for t in z["vocab"].tolist()) if "vocab" in z.files else None
     except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
         raise PosdiagError(f"{path}: not a posdiag counts file ({exc})") from None
-    return Counts(m.astype(np.int64), meta)
+    return Counts(m.astype(np.int64), meta, vocab)
 
 
 def corpus_counts(
@@ -265,15 +795,38 @@ def corpus_counts(
     pad_token: str | None = None,
     batch_size: int = 1024,
     progress: ProgressFn | None = None,
+    limit: int | None = None,
+    sample: float | None = None,
+    seed: int = 0,
+    data_dir: str | None = None,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
+    shards: int = 0,
+    shard_seed: int = 0,
 ) -> Counts:
-    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus file.
+    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
+
+    ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
+    :func:`count_texts`); counts files and token id files are read without shards.
 
     For a counts file, options given explicitly (not None) must match how it was counted;
-    for a corpus file, None means the default (whitespace tokenizer, text view, max_len 512).
+    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
+    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
+    (default: the vocabulary size of ``tokenizer`` when one is given).
+    See :func:`posdiag.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
+    and ``dtype``.
     """
     if is_counts_file(corpus):
         counts = load_counts(corpus)
-        asked = {"column": column, "tokenizer": tokenizer, "view": view_name, "max_len": max_len}
+        asked = {
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view_name,
+            "max_len": max_len,
+            "vocab_size": vocab_size,
+            "limit": limit,
+            "sample": sample,
+        }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
                 raise PosdiagError(
@@ -284,8 +837,32 @@ def corpus_counts(
     from .sources import open_source
     from .tokenize import load_tokenizer
 
-    source = open_source(corpus, column)
+    source = open_source(
+        corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+    )
     max_len = check_int("max_len", 512 if max_len is None else max_len, 1)
+    if source.is_ids:
+        if view_name not in (None, "packed"):
+            raise PosdiagError(
+                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
+            )
+        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
+        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
+            raise PosdiagError(
+                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
+                "vocabulary)"
+            )
+        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+        return count_ids(
+            source,
+            max_len=max_len,
+            vocab_size=v,
+            tokenizer=tok.name if tok else "ids",
+            fingerprint=tok.fingerprint if tok else None,
+            progress=progress,
+        )
+    if vocab_size is not None:
+        raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
     return count_source(
         source,
@@ -294,4 +871,6 @@ def corpus_counts(
         max_len=max_len,
         batch_size=batch_size,
         progress=progress,
+        shards=shards,
+        shard_seed=shard_seed,
     )

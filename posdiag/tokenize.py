@@ -14,6 +14,8 @@ Views
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -23,10 +25,18 @@ from tokenizers.pre_tokenizers import Whitespace
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
 
-__all__ = ["VIEWS", "Tokenizer", "WhitespaceTokenizer", "FileTokenizer", "load_tokenizer", "view"]
+__all__ = [
+    "VIEWS",
+    "BytesTokenizer",
+    "FileTokenizer",
+    "Tokenizer",
+    "WhitespaceTokenizer",
+    "load_tokenizer",
+    "view",
+]
 
 VIEWS = ("text", "model", "packed")
-BUILTIN = ("whitespace",)
+BUILTIN = ("whitespace", "bytes")
 PAD_CANDIDATES = ("[PAD]", "<pad>", "<|pad|>", "<|padding|>", "<PAD>")
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]", "<|eot_id|>")
 
@@ -39,6 +49,19 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        """What identifies the id assignment: equal fingerprints mean the same id for a token.
+
+        ``whitespace`` returns ``"run"``: its ids depend on the order words were first seen, so
+        counts of separate runs share ids only through their stored vocabularies.
+        """
+        return self.name
+
+    def vocabulary(self) -> list[str] | None:
+        """Tokens in id order when ids are assigned per run (``whitespace``), else None."""
+        return None
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text without special tokens."""
@@ -97,32 +120,105 @@ class WhitespaceTokenizer(Tokenizer):
     def eot_id(self) -> int:
         return 2
 
+    @property
+    def fingerprint(self) -> str:
+        return "run"
+
+    def vocabulary(self) -> list[str] | None:
+        return list(self._vocab)
+
+
+class BytesTokenizer(Tokenizer):
+    """Built-in byte-level tokenizer: the UTF-8 bytes of the text, ids 0..255, no vocabulary.
+
+    It has no special tokens: the model view pads with ``pad_token`` (a byte value 0..255 or a
+    single ASCII character, required), and the packed view separates documents with the newline
+    byte 10, so a packed ``.txt`` corpus is exactly its file's bytes.
+    """
+
+    def __init__(self, pad_token: str | None = None) -> None:
+        self.name = "bytes"
+        self._pad: int | None = None
+        if pad_token is not None:
+            if pad_token.isdigit() and int(pad_token) < 256:
+                self._pad = int(pad_token)
+            elif len(pad_token) == 1 and ord(pad_token) < 128:
+                self._pad = ord(pad_token)
+            else:
+                raise PosdiagError(
+                    f"tokenizer bytes: --pad-token must be a byte value 0..255 or one ASCII "
+                    f"character; got {pad_token!r}"
+                )
+
+    @property
+    def vocab_size(self) -> int:
+        return 256
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in texts]
+
+    def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        if self._pad is None:
+            raise PosdiagError(
+                "tokenizer bytes: has no pad token; the model view pads to max_len: "
+                "name a byte with --pad-token (e.g. --pad-token 0)"
+            )
+        pad = [self._pad] * max_len
+        out = []
+        for t in texts:
+            ids = list(t.encode("utf-8")[:max_len])
+            out.append(ids + pad[: max_len - len(ids)])
+        return out
+
+    def eot_id(self) -> int:
+        return 10
+
 
 class FileTokenizer(Tokenizer):
-    """A Hugging Face ``tokenizer.json`` loaded with the ``tokenizers`` library (any model type)."""
+    """A Hugging Face tokenizer loaded with the ``tokenizers`` library (any model type).
 
-    def __init__(self, path: str, pad_token: str | None = None) -> None:
-        p = Path(path)
-        if not p.is_file():
-            raise PosdiagError(
-                f"tokenizer {path!r}: no such file (built-in tokenizers: {', '.join(BUILTIN)})"
-            )
-        try:
-            self._tok = HFTokenizer.from_file(str(p))
-        except Exception as exc:  # tokenizers raises bare Exception subclasses
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+    From a ``tokenizer.json`` path, or from an ``HFTokenizer`` already loaded (hub names). The
+    pad token is, in order: ``pad_token``, the padding configured in the tokenizer itself,
+    the first of :data:`PAD_CANDIDATES` in its vocabulary.
+    """
+
+    def __init__(
+        self, path: str, pad_token: str | None = None, *, loaded: HFTokenizer | None = None
+    ) -> None:
+        if loaded is None:
+            p = Path(path)
+            if not p.is_file():
+                raise PosdiagError(
+                    f"tokenizer {path!r}: no such file (built-in tokenizers: {', '.join(BUILTIN)})"
+                )
+            try:
+                loaded = HFTokenizer.from_file(str(p))
+            except Exception as exc:  # tokenizers raises bare Exception subclasses
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+        self._tok = loaded
         self.name = path
         self._pad_token = pad_token
+        own = self._tok.padding
+        self._own_pad: tuple[str, int] | None = (
+            (str(own["pad_token"]), int(own["pad_id"])) if own else None
+        )
         self._tok.no_truncation()
         self._tok.no_padding()
+        self._fingerprint = hashlib.sha256(self._tok.to_str().encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def fingerprint(self) -> str:
+        return f"sha256:{self._fingerprint}"
 
     @property
     def vocab_size(self) -> int:
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets posdiag never uses.
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
     def _find(self, candidates: Sequence[str]) -> tuple[str, int] | None:
         for tok in candidates:
@@ -139,6 +235,8 @@ class FileTokenizer(Tokenizer):
                     f"tokenizer {self.name}: pad token {self._pad_token!r} is not in its vocabulary"
                 )
             return self._pad_token, idx
+        if self._own_pad is not None:
+            return self._own_pad
         found = self._find(PAD_CANDIDATES)
         if found is None:
             raise PosdiagError(
@@ -169,10 +267,40 @@ class FileTokenizer(Tokenizer):
 
 
 def load_tokenizer(spec: str = "whitespace", *, pad_token: str | None = None) -> Tokenizer:
-    """A built-in tokenizer by name (``whitespace``) or a ``tokenizer.json`` file by path."""
+    """A tokenizer by name or path.
+
+    ``whitespace`` and ``bytes`` are built in; an existing path is a ``tokenizer.json``; any
+    other name (e.g. ``bert-base-uncased``) is a Hugging Face Hub model loaded with
+    ``tokenizers.Tokenizer.from_pretrained``, from the local cache when the Hub is out of reach.
+    """
     if spec == "whitespace":
         return WhitespaceTokenizer()
-    return FileTokenizer(spec, pad_token=pad_token)
+    if spec == "bytes":
+        return BytesTokenizer(pad_token)
+    if Path(spec).exists() or spec.endswith(".json") or spec.count("/") > 1:
+        return FileTokenizer(spec, pad_token=pad_token)
+    return FileTokenizer(spec, pad_token=pad_token, loaded=_from_hub(spec))
+
+
+def _from_hub(name: str) -> HFTokenizer:
+    from .sources import HubUnavailable, hub_offline, offline_mode
+
+    why = hub_offline()
+    try:
+        with offline_mode() if why else contextlib.nullcontext():
+            return HFTokenizer.from_pretrained(name)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if why is not None or "connection" in text.lower():
+            raise HubUnavailable(
+                f"tokenizer {name!r}: not a file, and the Hugging Face Hub is out of reach "
+                f"({why or text}) with no cached copy; pass a tokenizer.json path "
+                f"(built-in tokenizers: {', '.join(BUILTIN)})"
+            ) from None
+        raise PosdiagError(
+            f"tokenizer {name!r}: not a file, and not loadable from the Hugging Face Hub ({text}); "
+            f"built-in tokenizers: {', '.join(BUILTIN)}"
+        ) from None
 
 
 def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from . import __version__
 from ._validate import check_int
-from .counts import CountAccumulator, Counts, corpus_counts, is_counts_file
+from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
 from .geometry import (
@@ -26,7 +26,7 @@ from .geometry import (
     hellinger_distances_fast,
     positional_information,
 )
-from .tokenize import Tokenizer, view
+from .tokenize import Tokenizer
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -50,8 +50,6 @@ __all__ = [
 DEFAULT_SHARDS = 20
 DEFAULT_REPLICATES = 200
 DEFAULT_LEVEL = 0.95
-
-ProgressFn = Callable[[int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -95,42 +93,20 @@ def count_texts_sharded(
     """Tokenize, apply a view and count into ``shards`` seeded random shards in one pass.
 
     Each sequence (after the view: a window in the packed view) goes to one shard drawn
-    uniformly with ``numpy.random.default_rng(seed)``. Memory: one
-    :class:`~posdiag.counts.CountAccumulator` per shard.
+    uniformly with ``numpy.random.default_rng(seed)``; see :func:`posdiag.counts.count_texts`.
     """
-    k = check_int("shards", shards, 2)
-    accs = [CountAccumulator(max_len) for _ in range(k)]
-    rng = np.random.default_rng(seed)
-    docs = seqs = toks = 0
-    for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
-        which = rng.integers(k, size=len(batch))
-        for s in range(k):
-            idx = np.flatnonzero(which == s)
-            if idx.size:
-                toks += accs[s].add_sequences([batch[j] for j in idx])
-        seqs += len(batch)
-        docs += consumed
-        if progress is not None:
-            progress(docs, seqs, toks)
-    if toks == 0:
-        raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
-    v = tokenizer.vocab_size
-    mats = tuple(acc.matrix(v) for acc in accs)
-    total = sp.csr_matrix(sum(mats[1:], mats[0]))
-    meta = {
-        "source": source,
-        "tokenizer": tokenizer.name,
-        "view": view_name,
-        "max_len": max_len,
-        "vocab_size": v,
-        "documents": docs,
-        "sequences": seqs,
-        "tokens": toks,
-        "posdiag_version": __version__,
-        "shards": k,
-        "shard_seed": seed,
-    }
-    return ShardedCounts(Counts(total, meta), mats, seed)
+    counts = count_texts(
+        texts,
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        source=source,
+        shards=check_int("shards", shards, 2),
+        shard_seed=seed,
+    )
+    return ShardedCounts(counts, counts.shards, seed)
 
 
 def corpus_counts_sharded(
@@ -138,62 +114,29 @@ def corpus_counts_sharded(
     *,
     shards: int = DEFAULT_SHARDS,
     seed: int = 0,
-    column: str | None = None,
-    tokenizer: str | None = None,
-    view_name: str | None = None,
-    max_len: int | None = None,
-    pad_token: str | None = None,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
+    **read: Any,
 ) -> ShardedCounts:
     """:func:`~posdiag.counts.corpus_counts` with shards.
 
-    ``shards=0`` counts without shards (no intervals). A counts ``.npz`` has lost the sequences,
-    so it is read without shards whatever ``shards`` says; callers report that intervals need
-    the corpus itself.
+    ``read`` takes every keyword of ``corpus_counts`` (column, tokenizer, view_name, max_len,
+    pad_token, progress, limit, sample, data_dir, dtype, vocab_size, ...); ``seed`` seeds both
+    the shards and ``sample``. ``shards=0`` counts without shards (no intervals). A counts
+    ``.npz`` has lost the sequences and a token id file is counted by the fast dense path, so
+    both are read without shards whatever ``shards`` says; the reason is kept for the report.
     """
     k = check_int("shards", shards, 0)
     if k == 1:
         raise PosdiagError("'shards' must be 0 (no intervals) or an int >= 2; got 1")
-    if k == 0 or is_counts_file(corpus):
-        counts = corpus_counts(
-            corpus,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            pad_token=pad_token,
-            batch_size=batch_size,
-            progress=progress,
-        )
-        why = (
-            "a counts file keeps no shards; pass the corpus itself for intervals"
-            if is_counts_file(corpus)
-            else "counted without shards (--shards 0)"
-        )
-        return ShardedCounts(counts, (), seed, why)
-    from .sources import open_source
-    from .tokenize import load_tokenizer
-
-    src = open_source(corpus, column)
-    n = check_int("max_len", 512 if max_len is None else max_len, 1)
-    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
-    out = count_texts_sharded(
-        src.texts(),
-        tok,
-        shards=k,
-        seed=seed,
-        view_name=view_name or "text",
-        max_len=n,
-        batch_size=batch_size,
-        progress=progress,
-        source=src.name,
-    )
-    if src.column is not None:
-        return ShardedCounts(
-            Counts(out.counts.matrix, {**out.counts.meta, "column": src.column}), out.shards, seed
-        )
-    return out
+    counts = corpus_counts(corpus, shards=k, shard_seed=seed, seed=seed, **read)
+    if counts.shards:
+        return ShardedCounts(counts, counts.shards, seed)
+    if k == 0:
+        why = "counted without shards (--shards 0)"
+    elif is_counts_file(corpus):
+        why = "a counts file keeps no shards; pass the corpus itself for intervals"
+    else:
+        why = "token id files are counted without shards; intervals need a text corpus"
+    return ShardedCounts(counts, (), seed, why)
 
 
 @dataclass(frozen=True)

@@ -191,8 +191,8 @@ def test_bad_tokenizer(tmp_path: Path, synth_corpus: Path) -> None:
     assert r.exit_code == 2 and r.stderr.startswith(f"Error: {bad}: not a valid tokenizer.json (")
     assert r.stderr.count("\n") == 1
     fails(
-        ["stress", str(synth_corpus), "-t", "gpt9"],
-        "tokenizer 'gpt9': no such file (built-in tokenizers: whitespace)",
+        ["stress", str(synth_corpus), "-t", "nothere/tokenizer.json"],
+        "tokenizer 'nothere/tokenizer.json': no such file (built-in tokenizers: whitespace, bytes)",
     )
 
 

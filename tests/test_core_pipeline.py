@@ -173,5 +173,11 @@ def test_source_errors(tmp_path: Path) -> None:
     c.write_text("a,b\n1,2\n")
     with pytest.raises(PosdiagError, match=r"c.csv: no column 'text'; columns: a, b$"):
         list(open_source(str(c)).texts())
-    with pytest.raises(PosdiagError, match=r"--column applies to .jsonl, .csv and .tsv files"):
+    with pytest.raises(
+        PosdiagError,
+        match=(
+            r"bad.txt: --column applies to .jsonl, .json, .csv, .tsv, .parquet and data sets; "
+            r"this is plain text \(one sequence per line\); got column .text.$"
+        ),
+    ):
         open_source(str(bad), "text")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -199,3 +200,26 @@ def test_bootstrap_reports_progress_per_replicate() -> None:
     )
     assert calls == [(i, 7) for i in range(1, 8)]
     assert rep.uncertainty is not None and rep.uncertainty.replicates == 7
+
+
+def test_sharding_follows_every_reading_option(tmp_path: Path) -> None:
+    """Shards come from the same reader as plain counts: folders, --limit, --sample, ids."""
+    from posdiag.counts import corpus_counts
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    lines = [f"w{i % 7} w{i % 5} w{i % 3} x" for i in range(300)]
+    (folder / "a.txt").write_text("\n".join(lines[:150]) + "\n")
+    (folder / "b.txt.gz").write_bytes(gzip.compress(("\n".join(lines[150:]) + "\n").encode()))
+    for read in ({"limit": 200}, {"sample": 0.5}, {}):
+        plain = corpus_counts(str(folder), max_len=6, seed=4, **read)
+        sc = corpus_counts_sharded(str(folder), shards=5, seed=4, max_len=6, **read)
+        assert sc.k == 5
+        assert (sc.counts.matrix != plain.matrix).nnz == 0
+        total = sum(sc.shards[1:], sc.shards[0])
+        assert (total != plain.matrix).nnz == 0
+        assert sc.counts.meta["sequences"] == plain.meta["sequences"]
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(400, dtype=np.uint16) % 50)
+    sc = corpus_counts_sharded(str(ids), shards=5, max_len=8, vocab_size=50)
+    assert sc.k == 0 and sc.why_no_shards.startswith("token id files are counted without shards")
