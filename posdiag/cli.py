@@ -673,6 +673,11 @@ def check(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
@@ -723,6 +728,11 @@ def check(
         r.get("max_len"),
         r.get("pad_token"),
         quiet,
+        limit=limit,
+        sample=sample,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
     )
     with _bootstrap_progress(quiet) as progress:
         scores = interval_scores(
@@ -843,13 +853,33 @@ def plot_cmd(
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
     from .plots import CORPUS_PLOTS, check_plot_dir, write_plots
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     check_plot_dir(output, force, CORPUS_PLOTS)
-    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    counts = _counts(
+        corpus,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        seed=seed,
+        limit=limit,
+        sample=sample,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
     report = StressReport(
@@ -887,6 +917,12 @@ def report_cmd(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    seed: SampleSeedOpt = 0,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
     from ._io import check_output
@@ -894,7 +930,21 @@ def report_cmd(
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     check_output(output, force)
-    counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+    counts = _counts(
+        corpus,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        seed=seed,
+        limit=limit,
+        sample=sample,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
     page = build_report(counts, specs, min_count=min_count, plots=not no_plots, geometry=geo)
@@ -941,6 +991,11 @@ def diagnose(
     force: Annotated[
         bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
     ] = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -955,7 +1010,22 @@ def diagnose(
         from .plots import CORPUS_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, CORPUS_PLOTS)
-    counts = _sharded(corpus, shards, seed, column, tokenizer, view, max_len, pad_token, quiet)
+    counts = _sharded(
+        corpus,
+        shards,
+        seed,
+        column,
+        tokenizer,
+        view,
+        max_len,
+        pad_token,
+        quiet,
+        limit=limit,
+        sample=sample,
+        data_dir=data_dir,
+        dtype=dtype,
+        vocab_size=vocab_size,
+    )
     with _bootstrap_progress(quiet) as progress:
         result = run_diagnose(
             counts,
@@ -1012,6 +1082,11 @@ def inspect(
     pad_token: PadOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
@@ -1020,7 +1095,21 @@ def inspect(
     table, used = read_encoding_file(encoding_file, tensor)
     geo = None
     if corpus is not None:
-        counts = _counts(corpus, column, tokenizer, view, max_len, pad_token, quiet)
+        counts = _counts(
+            corpus,
+            column,
+            tokenizer,
+            view,
+            max_len,
+            pad_token,
+            quiet,
+            seed=seed,
+            limit=limit,
+            sample=sample,
+            data_dir=data_dir,
+            dtype=dtype,
+            vocab_size=vocab_size,
+        )
         geo = corpus_geometry(counts, min_count)
         _warn(geo.warnings)
     result = inspect_table(

@@ -312,3 +312,24 @@ def test_interrupted_count_leaves_no_file(
     r = run("count", str(synth_corpus), "-o", str(tmp_path / "c.npz"))
     assert r.exit_code != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["synth.txt"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stress", "--shards", "0"],
+        ["diagnose", "--replicates", "5"],
+        ["check", "--no-config", "-e", "rope", "--max-stress", "1", "--replicates", "5"],
+    ],
+)
+def test_analysis_commands_share_the_reading_options(
+    command: list[str], synth_corpus: Path
+) -> None:
+    """--limit/--sample reach the reader whatever the command (a corpus is read one way)."""
+    name, *opts = command
+    r = run(name, str(synth_corpus), *opts, "--min-count", "50", "--limit", "250", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["corpus"]["sequences"] == 250
+    r = run(name, str(synth_corpus), *opts, "--min-count", "50", "--sample", "0.5", "--json")
+    assert r.exit_code == 0, r.output
+    assert 200 < json.loads(r.stdout)["corpus"]["sequences"] < 400
