@@ -65,6 +65,7 @@ __all__ = [
     "find_config",
     "gate_json",
     "github_annotations",
+    "interval_scores",
     "junit_xml",
     "load_config",
     "measure",

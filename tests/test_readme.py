@@ -22,3 +22,15 @@ def test_every_command_is_documented_in_the_readme() -> None:
 def test_readme_shows_make_run_and_make_test() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
+
+
+def test_public_api_names_exist_and_core_needs_no_matplotlib() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, posdiag; [getattr(posdiag, n) for n in posdiag.__all__]; "
+        "assert 'matplotlib' not in sys.modules; print(len(posdiag.__all__))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) >= 40
