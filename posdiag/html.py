@@ -29,6 +29,7 @@ from .diagnostics import (
     spectrum,
 )
 from .geometry import positional_information
+from .report import summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
 
@@ -101,21 +102,9 @@ def render_html(
     """
     c = report.corpus
     sp = report.spectrum
-    sup = c.supports
-    dropped = f"{c.dropped[0]}..{c.dropped[-1]} ({len(c.dropped)})" if c.dropped else "none"
     summary = _table(
         ("corpus", "value"),
-        [
-            ("source", c.source),
-            ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
-            ("documents / sequences", f"{c.documents:,} / {c.sequences:,}"),
-            ("tokens", f"{c.tokens:,}"),
-            ("vocabulary seen / size", f"{c.vocab_seen:,} / {c.vocab_size:,}"),
-            ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
-            ("min_count", str(c.min_count)),
-            ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
-            ("dropped positions", dropped),
-        ],
+        summary_rows(c),
         "summary",
         (False, False),
     )

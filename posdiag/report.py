@@ -13,7 +13,14 @@ from rich.table import Table
 from .diagnostics import CorpusSummary, StressReport
 from .export import LowRankEncoding
 
-__all__ = ["stress_json", "print_stress", "encoding_json", "print_encoding", "jsonable"]
+__all__ = [
+    "encoding_json",
+    "jsonable",
+    "print_encoding",
+    "print_stress",
+    "stress_json",
+    "summary_rows",
+]
 
 # Ranks shown in the human spectrum table; JSON carries all of them.
 SHOWN_RANKS = 10
@@ -82,12 +89,10 @@ def _span(positions: tuple[int, ...]) -> str:
     return f"{positions[0]}..{positions[-1]} ({len(positions)})"
 
 
-def print_summary(c: CorpusSummary, console: Console) -> None:
-    t = Table(title="Corpus", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
+def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """The corpus summary as (label, value) rows, shared by the terminal and HTML reports."""
     sup = c.supports
-    rows = [
+    return [
         ("source", c.source),
         ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
         ("documents / sequences", f"{c.documents:,} / {c.sequences:,}"),
@@ -98,7 +103,13 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
         ("dropped positions", _span(c.dropped)),
     ]
-    for k, v in rows:
+
+
+def print_summary(c: CorpusSummary, console: Console) -> None:
+    t = Table(title="Corpus", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in summary_rows(c):
         t.add_row(k, v)
     console.print(t)
 
