@@ -102,23 +102,12 @@ class Counts:
         return int(np.unique(self.matrix.indices).size)
 
     def __add__(self, other: Counts) -> Counts:
-        """Counts are additive: the counts of two shards sum to the counts of their union."""
-        if self.n != other.n:
-            raise PosdiagError(f"cannot add counts with max_len {self.n} and {other.n}")
-        v = max(self.vocab_size, other.vocab_size)
-        a = _resized(self.matrix, v)
-        b = _resized(other.matrix, v)
-        meta = dict(self.meta)
-        for key in ("documents", "sequences", "tokens"):
-            meta[key] = int(self.meta.get(key, 0)) + int(other.meta.get(key, 0))
-        meta["vocab_size"] = v
-        return Counts(sp.csr_matrix(a + b), meta)
+        """Counts are additive: the counts of two shards sum to the counts of their union.
 
-
-def _resized(m: sp.csr_matrix, v: int) -> sp.csr_matrix:
-    m = sp.csr_matrix(m, copy=True)
-    m.resize((m.shape[0], v))
-    return m
+        Same rules as :func:`merge_counts`: per-run (``whitespace``) ids are aligned through
+        the stored vocabularies, and counts of another tokenizer, view or max_len are refused.
+        """
+        return merge_counts([self, other], ["left operand", "right operand"])
 
 
 class CountAccumulator:

@@ -181,3 +181,17 @@ def test_source_errors(tmp_path: Path) -> None:
         ),
     ):
         open_source(str(bad), "text")
+
+
+def test_adding_whitespace_counts_of_separate_runs_aligns_words() -> None:
+    """Two runs number words differently; + aligns them through the stored vocabularies."""
+    texts = ["the cat sat", "a dog ran", "the dog sat", "a cat ran"]
+    whole = count_texts(texts, WhitespaceTokenizer(), max_len=3)
+    a = count_texts(texts[:2], WhitespaceTokenizer(), max_len=3)
+    b = count_texts(texts[2:], WhitespaceTokenizer(), max_len=3)  # its own ids
+    total = a + b
+    assert total.vocab is not None and whole.vocab is not None
+    order = [total.vocab.index(w) for w in whole.vocab]
+    np.testing.assert_array_equal(total.matrix.toarray()[:, order], whole.matrix.toarray())
+    with pytest.raises(PosdiagError, match=r"cannot merge counts with a different max_len"):
+        _ = a + count_texts(texts, WhitespaceTokenizer(), max_len=2)
