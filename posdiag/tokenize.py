@@ -335,7 +335,12 @@ def view(
     batch_size = check_int("batch_size", batch_size, 1)
     if view == "text":
         for batch in _batches(texts, batch_size):
-            yield [ids[:max_len] for ids in tokenizer.encode_batch(batch)], len(batch)
+            # Cut only what is too long: copying every list costs ~2% of counting throughput.
+            seqs = [
+                ids if len(ids) <= max_len else ids[:max_len]
+                for ids in tokenizer.encode_batch(batch)
+            ]
+            yield seqs, len(batch)
     elif view == "model":
         for batch in _batches(texts, batch_size):
             yield tokenizer.encode_batch_model(batch, max_len), len(batch)
