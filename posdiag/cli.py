@@ -83,7 +83,7 @@ CorpusArg = Annotated[
     typer.Argument(
         help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
         "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
-        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG][@SPLIT], token ids (.npy, "
+        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG]\\[@SPLIT], token ids (.npy, "
         ".bin), or a counts .npz from 'posdiag count'.",
         show_default=False,
     ),
@@ -129,7 +129,7 @@ DataDirOpt = Annotated[
     str | None,
     typer.Option(
         "--data-dir",
-        help="Folder with local copies of presets / hub data sets [default: $POSDIAG_DATA_DIR].",
+        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
     ),
 ]
 DtypeOpt = Annotated[
@@ -1139,7 +1139,7 @@ def synth(
         float, typer.Option("--sharpness", help="drift: how peaked the block weights are.")
     ] = 2.0,
     width: Annotated[
-        float | None, typer.Option("--width", help="shift: bump width in tokens [n/2].")
+        float | None, typer.Option("--width", help="shift: bump width in tokens \\[default: n/2].")
     ] = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,

@@ -412,14 +412,15 @@ def drift_json(drift: Drift) -> dict[str, Any]:
 
 def print_drift(drift: Drift, console: Any) -> None:
     """Human tables of a :class:`Drift` on a rich console."""
+    from rich.markup import escape
     from rich.table import Table
 
     a, b = drift.a, drift.b
     t = Table(title="Corpora", title_justify="left")
     for col in ("", "source", "sequences", "n_eff"):
         t.add_column(col)
-    t.add_row("A", a.source, f"{a.sequences:,}", str(a.n_eff))
-    t.add_row("B", b.source, f"{b.sequences:,}", str(b.n_eff))
+    t.add_row("A", escape(a.source), f"{a.sequences:,}", str(a.n_eff))
+    t.add_row("B", escape(b.source), f"{b.sequences:,}", str(b.n_eff))
     console.print(t)
     console.print(
         f"tokenizer / view / max_len: {a.tokenizer} / {a.view} / {a.max_len}; "
