@@ -777,7 +777,8 @@ def diff(
         float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
     ] = 0.1,
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the no-drift reference's random re-splits.")
+        int,
+        typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
@@ -794,6 +795,9 @@ def diff(
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from .drift import corpus_drift, count_pair, drift_json, print_drift
@@ -813,6 +817,10 @@ def diff(
             max_len=max_len,
             pad_token=pad_token,
             progress=progress,
+            limit=limit,
+            sample=sample,
+            seed=seed,
+            data_dir=data_dir,
         )
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
