@@ -89,7 +89,12 @@ CorpusArg = Annotated[
     ),
 ]
 ColumnOpt = Annotated[
-    str | None, typer.Option("--column", help="Text column of .jsonl/.csv/.tsv (default: text).")
+    str | None,
+    typer.Option(
+        "--column",
+        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+        "(default: text; presets: their own).",
+    ),
 ]
 TokenizerOpt = Annotated[
     str | None,
@@ -133,11 +138,17 @@ DataDirOpt = Annotated[
     ),
 ]
 DtypeOpt = Annotated[
-    str | None, typer.Option("--dtype", help="Id type of a raw .bin token file: uint16 | uint32.")
+    str | None,
+    typer.Option(
+        "--dtype", help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16)."
+    ),
 ]
 VocabSizeOpt = Annotated[
     int | None,
-    typer.Option("--vocab-size", help="Vocabulary size V of a .npy/.bin token id file."),
+    typer.Option(
+        "--vocab-size",
+        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+    ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
 
