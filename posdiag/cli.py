@@ -677,7 +677,9 @@ def check(
         ),
     ] = None,
     pad_token: PadOpt = None,
-    force: ForceOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite an existing --junit file.")
+    ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     shards: ShardsOpt = DEFAULT_SHARDS,
@@ -1092,7 +1094,9 @@ def inspect(
         float,
         typer.Option("--collapse-tol", help="Pairs closer than this x the median collapse."),
     ] = 0.01,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random baseline.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
+    ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
     view: ViewOpt = None,
