@@ -813,9 +813,11 @@ def diff(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
+    from ._validate import check_float
     from .drift import corpus_drift, count_pair, drift_json, print_drift
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     if plot is not None:
         from .plots import DRIFT_PLOTS, check_plot_dir
 

@@ -229,3 +229,10 @@ def test_every_corpus_command_takes_the_shared_reading_options() -> None:
         opts = {o for p in cmd.params for o in p.opts}
         if "--tokenizer" in opts:
             assert shared <= opts, (name, sorted(shared - opts))
+
+
+def test_diff_checks_tolerance_before_reading_the_corpora(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.txt")
+    res = runner.invoke(app, ["diff", missing, missing, "--tolerance", "2"])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: 'tolerance' must be a float in [0, 1]; got 2.0\n"
