@@ -83,13 +83,18 @@ CorpusArg = Annotated[
     typer.Argument(
         help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
         "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
-        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG][@SPLIT], token ids (.npy, "
+        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG]\\[@SPLIT], token ids (.npy, "
         ".bin), or a counts .npz from 'posdiag count'.",
         show_default=False,
     ),
 ]
 ColumnOpt = Annotated[
-    str | None, typer.Option("--column", help="Text column of .jsonl/.csv/.tsv (default: text).")
+    str | None,
+    typer.Option(
+        "--column",
+        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+        "(default: text; presets: their own).",
+    ),
 ]
 TokenizerOpt = Annotated[
     str | None,
@@ -129,15 +134,21 @@ DataDirOpt = Annotated[
     str | None,
     typer.Option(
         "--data-dir",
-        help="Folder with local copies of presets / hub data sets [default: $POSDIAG_DATA_DIR].",
+        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
     ),
 ]
 DtypeOpt = Annotated[
-    str | None, typer.Option("--dtype", help="Id type of a raw .bin token file: uint16 | uint32.")
+    str | None,
+    typer.Option(
+        "--dtype", help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16)."
+    ),
 ]
 VocabSizeOpt = Annotated[
     int | None,
-    typer.Option("--vocab-size", help="Vocabulary size V of a .npy/.bin token id file."),
+    typer.Option(
+        "--vocab-size",
+        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+    ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
 
@@ -666,7 +677,9 @@ def check(
         ),
     ] = None,
     pad_token: PadOpt = None,
-    force: ForceOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite an existing --junit file.")
+    ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     shards: ShardsOpt = DEFAULT_SHARDS,
@@ -777,7 +790,8 @@ def diff(
         float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
     ] = 0.1,
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the no-drift reference's random re-splits.")
+        int,
+        typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
@@ -794,11 +808,16 @@ def diff(
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    data_dir: DataDirOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
+    from ._validate import check_float
     from .drift import corpus_drift, count_pair, drift_json, print_drift
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
+    check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     if plot is not None:
         from .plots import DRIFT_PLOTS, check_plot_dir
 
@@ -813,6 +832,10 @@ def diff(
             max_len=max_len,
             pad_token=pad_token,
             progress=progress,
+            limit=limit,
+            sample=sample,
+            seed=seed,
+            data_dir=data_dir,
         )
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
@@ -1073,7 +1096,9 @@ def inspect(
         float,
         typer.Option("--collapse-tol", help="Pairs closer than this x the median collapse."),
     ] = 0.01,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random baseline.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
+    ] = 0,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,
     view: ViewOpt = None,
@@ -1139,7 +1164,7 @@ def synth(
         float, typer.Option("--sharpness", help="drift: how peaked the block weights are.")
     ] = 2.0,
     width: Annotated[
-        float | None, typer.Option("--width", help="shift: bump width in tokens [n/2].")
+        float | None, typer.Option("--width", help="shift: bump width in tokens \\[default: n/2].")
     ] = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,

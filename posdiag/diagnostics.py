@@ -614,6 +614,15 @@ def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
     )
 
 
+def saving_phrase(saving: float, digits: int = 0) -> str:
+    """``'88% fewer'``, or ``'53% more'`` when the factorisation costs more than a full table.
+
+    A rank close to ``n`` with a small ``d`` makes ``r(n+d) > n d``; "-53% fewer" reads badly.
+    """
+    word = "fewer" if saving >= 0 else "more"
+    return f"{abs(saving):.{digits}%} {word}"
+
+
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
     r = effective_rank(geo.mds.eigenvalues, target)
@@ -623,7 +632,7 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
     saving = parameter_saving(r, n, dim)
     reading = (
         f"rank {r} reaches stress {st:.3f} <= {target:g}; as P = A B^T it costs r(n+d) = "
-        f"{r * (n + dim):,} parameters vs n*d = {n * dim:,} ({saving:.0%} fewer, d={dim})"
+        f"{r * (n + dim):,} parameters vs n*d = {n * dim:,} ({saving_phrase(saving)}, d={dim})"
     )
     return RankDiagnosis(sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading)
 
@@ -688,7 +697,7 @@ def _recommend(
         )
         if close:
             text += " (intervals overlap)"
-    text += f", because {why}; {mds} ({rank.saving:.0%} fewer parameters than a full table)."
+    text += f", because {why}; {mds} ({saving_phrase(rank.saving)} parameters than a full table)."
     if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
         fact = (
             f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"

@@ -84,12 +84,18 @@ def count_pair(
     max_len: int | None = None,
     pad_token: str | None = None,
     progress: ProgressFn | None = None,
+    limit: int | None = None,
+    sample: float | None = None,
+    seed: int = 0,
+    data_dir: str | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
     Corpus files are counted with one tokenizer instance (so ``whitespace`` ids agree). A counts
     ``.npz`` fixes tokenizer, view and max_len for the other side; a ``.npz`` counted with
     ``whitespace`` can only be compared with itself, since its ids depend on its corpus.
+    ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
+    :func:`posdiag.sources.open_source`.
     """
     from .sources import open_source
     from .tokenize import load_tokenizer
@@ -98,7 +104,13 @@ def count_pair(
     for name in (a, b):
         if is_counts_file(name) and name not in loaded:
             loaded[name] = corpus_counts(
-                name, column=column, tokenizer=tokenizer, view_name=view_name, max_len=max_len
+                name,
+                column=column,
+                tokenizer=tokenizer,
+                view_name=view_name,
+                max_len=max_len,
+                limit=limit,
+                sample=sample,
             )
     for name, c in loaded.items():
         other = b if name == a else a
@@ -116,7 +128,11 @@ def count_pair(
         view_name = view_name or str(meta.get("view"))
         max_len = max_len if max_len is not None else int(meta.get("max_len", 512))
     raw = [n for n in (a, b) if n not in loaded]
-    sources = {n: open_source(n, column) for n in raw}  # both checked before any counting
+    # Both checked before any counting.
+    sources = {
+        n: open_source(n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir)
+        for n in raw
+    }
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token) if raw else None
     out = []
     for name in (a, b):
@@ -412,14 +428,15 @@ def drift_json(drift: Drift) -> dict[str, Any]:
 
 def print_drift(drift: Drift, console: Any) -> None:
     """Human tables of a :class:`Drift` on a rich console."""
+    from rich.markup import escape
     from rich.table import Table
 
     a, b = drift.a, drift.b
     t = Table(title="Corpora", title_justify="left")
     for col in ("", "source", "sequences", "n_eff"):
         t.add_column(col)
-    t.add_row("A", a.source, f"{a.sequences:,}", str(a.n_eff))
-    t.add_row("B", b.source, f"{b.sequences:,}", str(b.n_eff))
+    t.add_row("A", escape(a.source), f"{a.sequences:,}", str(a.n_eff))
+    t.add_row("B", escape(b.source), f"{b.sequences:,}", str(b.n_eff))
     console.print(t)
     console.print(
         f"tokenizer / view / max_len: {a.tokenizer} / {a.view} / {a.max_len}; "

@@ -572,7 +572,8 @@ def _header(report: GateReport) -> str:
 
 def _footer(report: GateReport) -> str:
     n = len(report.results)
-    return f"{n - report.failures} passed, {report.failures} failed of {n} rules"
+    rules = "rule" if n == 1 else "rules"
+    return f"{n - report.failures} passed, {report.failures} failed of {n} {rules}"
 
 
 def text_lines(report: GateReport) -> list[str]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._validate import check_float, check_int
 from .diagnostics import CorpusGeometry, CorpusSummary
-from .encodings import load_table
+from .encodings import read_position_table
 from .errors import PosdiagError
 from .geometry import (
     Separation,
@@ -58,12 +58,13 @@ def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, 
             with safe_open(str(p), framework="np") as fh:
                 if "encoding" in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
                     tensor = "encoding"
-        except Exception:  # noqa: BLE001 - load_table below reports the file's problem
+        except Exception:  # noqa: BLE001 - read_position_table below reports the file's problem
             pass
-    table = load_table(str(p), tensor)
+    read = read_position_table(str(p), tensor)
+    table = read.rows
     if table.shape[0] < 2:
         raise PosdiagError(f"{path}: an encoding table needs >= 2 rows; got {table.shape[0]}")
-    return table, tensor or ("" if p.suffix == ".npy" else "(known name)")
+    return table, read.tensor  # the name found (a checkpoint's known name), "" for .npy
 
 
 @dataclass(frozen=True)

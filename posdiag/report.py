@@ -8,9 +8,10 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from .diagnostics import CorpusSummary, StressReport
+from .diagnostics import CorpusSummary, StressReport, saving_phrase
 from .export import LowRankEncoding
 
 __all__ = [
@@ -61,7 +62,10 @@ def stress_json(report: StressReport) -> dict[str, Any]:
 
 
 def _params(p: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+    """Parameters for a rich table, escaped: a path like ``ckpt[1].safetensors`` is not markup."""
+    return escape(
+        ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+    )
 
 
 def _fmt(x: float, digits: int = 4) -> str:
@@ -110,7 +114,7 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
     t.add_column(style="bold")
     t.add_column()
     for k, v in summary_rows(c):
-        t.add_row(k, v)
+        t.add_row(k, escape(v))  # a source such as 'shards/[ab]*.txt' is not rich markup
     console.print(t)
 
 
@@ -184,5 +188,5 @@ def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> 
         f"wrote {', '.join(files)}: rank {enc.rank} MDS encoding of {enc.n} positions, "
         f"d={enc.dim}, "
         f"stress {enc.stress:.4f}; parameters r(n+d) = {enc.n_params:,} vs n*d = "
-        f"{enc.dense_params:,} ({saving:.1%} fewer)"
+        f"{enc.dense_params:,} ({saving_phrase(saving, 1)})"
     )

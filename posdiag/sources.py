@@ -345,7 +345,8 @@ def open_source(
         raise PosdiagError(f"{name}: no such file")
     if path.is_dir() and _is_saved_dataset(path):
         return _disk_source(name, str(path), None, column, common)
-    if path.is_dir() or _is_glob(name):
+    # An existing file is itself even when its name has glob characters ('data[1].txt').
+    if path.is_dir() or (_is_glob(name) and not path.is_file()):
         files = _listed(path) if path.is_dir() else sorted(globlib.glob(name, recursive=True))
         files = [f for f in files if Path(f).is_file()]
         if not files:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .diagnostics import Diagnosis, Uncertainty
@@ -183,7 +184,10 @@ def inspection_json(x: Inspection) -> dict[str, Any]:
 def print_inspection(x: Inspection, console: Console) -> None:
     """Table figures next to the random baseline; the corpus fit when a corpus was given."""
     t = Table(
-        title=f"{x.path}{f' [{x.tensor}]' if x.tensor else ''}: {x.table.rows} x {x.table.dim}",
+        # Escaped: '[tensor.name]' and paths with brackets are not rich markup.
+        title=escape(
+            f"{x.path}{f' [{x.tensor}]' if x.tensor else ''}: {x.table.rows} x {x.table.dim}"
+        ),
         title_justify="left",
     )
     t.add_column("figure", style="bold")

@@ -134,6 +134,10 @@ def test_parse_encoding_syntax_and_errors() -> None:
         PosdiagError, match=r"^encoding 'rope': parameter 'base' must be a float; got 'x'$"
     ):
         parse_encoding("rope:base=x")
+    with pytest.raises(
+        PosdiagError, match=r"^encoding 'rope': parameter 'head_dim' must be an int; got 'x'$"
+    ):
+        parse_encoding("rope:head_dim=x")
     with pytest.raises(PosdiagError, match=r"^'d' must be an even int >= 2; got 7$"):
         make_encoding("sinusoidal", N, {"d": 7})
     with pytest.raises(PosdiagError, match=r"^'rank' must be an int in \[1, n_eff-1=19\]; got 20$"):

@@ -200,3 +200,39 @@ def test_no_drift_reference_separates_noise_from_drift(tmp_path: Path) -> None:
     # Seeded: the same seed gives the same reference, another seed another one.
     assert corpus_drift(a, c).position_reference == real.position_reference
     assert corpus_drift(a, c, seed=1).position_reference != real.position_reference
+
+
+def test_diff_reads_presets_from_the_data_dir_with_limit_and_sample(tmp_path: Path) -> None:
+    import datasets
+
+    # The hub error tells the user to pass --data-dir: diff must accept it like the others.
+    lines = [f"w{i % 7} w{i % 5} w{i % 3} w{i % 2}" for i in range(300)]
+    datasets.Dataset.from_dict({"sentence": lines}).save_to_disk(str(tmp_path / "sst2"))
+    args = ["diff", "sst2", "sst2", "--data-dir", str(tmp_path), "--min-count", "10", "--json"]
+    res = runner.invoke(app, [*args, "--limit", "120"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["a"]["sequences"], doc["b"]["sequences"]) == (120, 120)
+    assert doc["geometry_stress"] == 0.0
+    res = runner.invoke(app, [*args, "--sample", "0.5", "--seed", "1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert 0 < doc["a"]["sequences"] < 300 and doc["a"]["sequences"] == doc["b"]["sequences"]
+
+
+def test_every_corpus_command_takes_the_shared_reading_options() -> None:
+    import typer
+
+    group = typer.main.get_command(app)
+    shared = {"--limit", "--sample", "--data-dir", "--column", "--tokenizer", "--max-len"}
+    for name, cmd in group.commands.items():  # type: ignore[attr-defined]
+        opts = {o for p in cmd.params for o in p.opts}
+        if "--tokenizer" in opts:
+            assert shared <= opts, (name, sorted(shared - opts))
+
+
+def test_diff_checks_tolerance_before_reading_the_corpora(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.txt")
+    res = runner.invoke(app, ["diff", missing, missing, "--tolerance", "2"])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: 'tolerance' must be a float in [0, 1]; got 2.0\n"

@@ -49,7 +49,7 @@ def test_exit_0_when_every_rule_passes(synth_corpus: Path, rope_stress: float) -
     lines = out.splitlines()
     assert lines[1].startswith("PASS  max-stress[rope]: stress ")
     assert f"{rope_stress:.4f} <= {rope_stress + 0.01:.4f}" in lines[1]
-    assert lines[-1] == "1 passed, 0 failed of 1 rules"
+    assert lines[-1] == "1 passed, 0 failed of 1 rule"
 
 
 def test_exit_1_when_a_rule_fails(synth_corpus: Path, rope_stress: float) -> None:

@@ -77,6 +77,14 @@ def test_folder_and_glob_read_sorted_files(tmp_path: Path) -> None:
         open_source(str(d / "*.csv"))
 
 
+def test_an_existing_file_with_glob_characters_is_read_as_itself(tmp_path: Path) -> None:
+    _write(tmp_path / "data[1].txt", "txt", TEXTS)
+    _write(tmp_path / "d.txt", "txt", TEXTS[:1])
+    assert list(open_source(str(tmp_path / "data[1].txt")).texts()) == TEXTS
+    # Without such a file the name is still a glob ([d] matches 'd').
+    assert list(open_source(str(tmp_path / "[d].txt")).texts()) == TEXTS[:1]
+
+
 def test_limit_and_seeded_sample(tmp_path: Path) -> None:
     lines = [f"line {k}" for k in range(200)]
     path = _write(tmp_path / "c.txt", "txt", lines)

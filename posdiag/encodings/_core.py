@@ -193,8 +193,9 @@ def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
             return float(raw)
         return raw
     except ValueError:
+        article = "an" if kind is int else "a"  # "an int", "a float", "a bool"
         raise PosdiagError(
-            f"encoding {enc!r}: parameter {key!r} must be a {kind.__name__}; got {raw!r}"
+            f"encoding {enc!r}: parameter {key!r} must be {article} {kind.__name__}; got {raw!r}"
         ) from None
 
 

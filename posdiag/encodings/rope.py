@@ -354,7 +354,8 @@ def _rope_dynamic(
         "mscale": (float, 1.0, "multiplier of ln s in the default attention factor"),
         "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
     },
-    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo, k_hi; m",
+    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
+    "rotations scaled by m",
     n_params="0",
     kind="relative",
 )
