@@ -811,6 +811,8 @@ def diff(
     limit: LimitOpt = None,
     sample: SampleOpt = None,
     data_dir: DataDirOpt = None,
+    dtype: DtypeOpt = None,
+    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
@@ -836,6 +838,8 @@ def diff(
             sample=sample,
             seed=seed,
             data_dir=data_dir,
+            dtype=dtype,
+            vocab_size=vocab_size,
         )
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed

@@ -88,6 +88,8 @@ def count_pair(
     sample: float | None = None,
     seed: int = 0,
     data_dir: str | None = None,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
@@ -95,7 +97,8 @@ def count_pair(
     ``.npz`` fixes tokenizer, view and max_len for the other side; a ``.npz`` counted with
     ``whitespace`` can only be compared with itself, since its ids depend on its corpus.
     ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
-    :func:`posdiag.sources.open_source`.
+    :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
+    ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
     """
     from .sources import open_source
     from .tokenize import load_tokenizer
@@ -130,7 +133,9 @@ def count_pair(
     raw = [n for n in (a, b) if n not in loaded]
     # Both checked before any counting.
     sources = {
-        n: open_source(n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir)
+        n: open_source(
+            n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+        )
         for n in raw
     }
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token) if raw else None
@@ -140,6 +145,22 @@ def count_pair(
             out.append(loaded[name])
             continue
         assert tok is not None
+        if sources[name].is_ids:
+            out.append(
+                corpus_counts(
+                    name,
+                    tokenizer=tokenizer,
+                    view_name=view_name,
+                    max_len=max_len,
+                    progress=progress,
+                    limit=limit,
+                    sample=sample,
+                    seed=seed,
+                    dtype=dtype,
+                    vocab_size=vocab_size,
+                )
+            )
+            continue
         out.append(
             count_source(
                 sources[name],

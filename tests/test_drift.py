@@ -236,3 +236,31 @@ def test_diff_checks_tolerance_before_reading_the_corpora(tmp_path: Path) -> Non
     res = runner.invoke(app, ["diff", missing, missing, "--tolerance", "2"])
     assert res.exit_code == 2
     assert res.stderr == "Error: 'tolerance' must be a float in [0, 1]; got 2.0\n"
+
+
+def test_diff_of_token_id_files(tmp_path: Path, synth_corpus: Path) -> None:
+    """Pre-training vs fine-tuning shards as .bin ids: counted like corpus_counts does."""
+    from posdiag.counts import corpus_counts
+
+    rng = np.random.default_rng(0)
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    (rng.zipf(1.3, 40_000) % 300).astype(np.uint16).tofile(a)
+    (rng.integers(0, 300, 40_000)).astype(np.uint16).tofile(b)
+    args = ["--vocab-size", "300", "--max-len", "32", "--min-count", "50", "--json"]
+    same = json.loads(runner.invoke(app, ["diff", str(a), str(a), *args]).stdout)
+    assert same["geometry_stress"] == 0.0 and max(same["position_hellinger"]) == 0.0
+    res = runner.invoke(app, ["diff", str(a), str(b), *args])
+    assert res.exit_code == 0, res.stderr
+    drift = json.loads(res.stdout)
+    ca = corpus_counts(str(a), vocab_size=300, max_len=32)
+    cb = corpus_counts(str(b), vocab_size=300, max_len=32)
+    mu_a = ca.matrix.toarray()[0] / ca.supports[0]
+    mu_b = cb.matrix.toarray()[0] / cb.supports[0]
+    expected = np.sqrt(max(0.0, 1 - np.sum(np.sqrt(mu_a * mu_b))))
+    assert drift["position_hellinger"][0] == pytest.approx(expected, abs=1e-9)
+    res = runner.invoke(app, ["diff", str(a), str(synth_corpus), *args])
+    assert res.exit_code == 2
+    assert res.stderr == (
+        f"Error: cannot compare {a} and {synth_corpus}: tokenizer 'ids' vs 'whitespace'; "
+        "both corpora must share tokenizer, view and max_len\n"
+    )
