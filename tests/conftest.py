@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from posdiag.synthetic import drift_distributions, sample_texts
+
+# CI runs the same examples every time (a red CI must mean a regression, not a new random draw);
+# local runs keep exploring. CI sets CI=true.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "fixtures" / "corpus_en.txt"
