@@ -28,7 +28,7 @@ from rich.progress import (
 from typer.core import TyperGroup
 
 from . import __version__
-from .counts import Counts, corpus_counts, save_counts
+from .counts import Counts, save_counts
 from .diagnostics import (
     DEFAULT_MIN_COUNT,
     StressReport,
@@ -214,17 +214,10 @@ def _counts(
     **read: Any,
 ) -> Counts:
     """``read``: limit, sample, seed, data_dir, dtype, vocab_size (see ``corpus_counts``)."""
-    with _progress(quiet) as progress:
-        return corpus_counts(
-            corpus,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view,
-            max_len=max_len,
-            pad_token=pad_token,
-            progress=progress,
-            **read,
-        )
+    seed = read.pop("seed", 0)
+    return _sharded(
+        corpus, 0, seed, column, tokenizer, view, max_len, pad_token, quiet, **read
+    ).counts
 
 
 ShardsOpt = Annotated[

@@ -29,7 +29,7 @@ import os
 import socket
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -585,12 +585,26 @@ def _datafile_texts(
 ) -> Iterator[str]:
     import datasets
 
-    col = column or DEFAULT_COLUMN
     with _quiet_datasets():
         ds = datasets.load_dataset(fmt, data_files=list(files), split="train", streaming=True)
-        # Features may be unknown until read (arrow); the column is checked on the first batch.
-        with contextlib.suppress(Exception):
-            ds = ds.select_columns([col])
+
+    def unreadable(exc: Exception) -> PosdiagError:
+        bad = _find_corrupt(files, fmt) or ", ".join(files)
+        return PosdiagError(f"{bad}: cannot read the {fmt} file ({_first_line(exc)})")
+
+    yield from _streamed_texts(ds, column or DEFAULT_COLUMN, name, unreadable)
+
+
+def _streamed_texts(
+    ds: Any, col: str, name: str, unreadable: Callable[[Exception], PosdiagError]
+) -> Iterator[str]:
+    """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch.
+
+    ``unreadable`` turns a reading failure into the error to raise. The column is checked on
+    the first batch because features may be unknown until read (arrow files, hub data sets).
+    """
+    with _quiet_datasets(), contextlib.suppress(Exception):
+        ds = ds.select_columns([col])
     it = iter(ds.iter(batch_size=_HF_BATCH))
     while True:
         try:
@@ -601,8 +615,7 @@ def _datafile_texts(
         except PosdiagError:
             raise
         except Exception as exc:
-            bad = _find_corrupt(files, fmt) or ", ".join(files)
-            raise PosdiagError(f"{bad}: cannot read the {fmt} file ({_first_line(exc)})") from None
+            raise unreadable(exc) from None
         if col not in batch:
             raise PosdiagError(f"{name}: no column {col!r}; columns: {', '.join(batch)}")
         yield from _column_texts([batch], col, name)
@@ -859,19 +872,7 @@ def _load_hf(src: Source) -> Any:
 
 
 def _hub_texts(src: Source) -> Iterator[str]:
-    ds = _load_hf(src)
-    col = src.column or DEFAULT_COLUMN
-    with contextlib.suppress(Exception):
-        ds = ds.select_columns([col])
-    it = iter(ds.iter(batch_size=_HF_BATCH))
-    while True:
-        try:
-            with _quiet_datasets():
-                batch = next(it)
-        except StopIteration:
-            return
-        except Exception as exc:
-            raise PosdiagError(f"{src.name}: reading failed ({_first_line(exc)})") from None
-        if col not in batch:
-            raise PosdiagError(f"{src.name}: no column {col!r}; columns: {', '.join(batch)}")
-        yield from _column_texts([batch], col, src.name)
+    def unreadable(exc: Exception) -> PosdiagError:
+        return PosdiagError(f"{src.name}: reading failed ({_first_line(exc)})")
+
+    yield from _streamed_texts(_load_hf(src), src.column or DEFAULT_COLUMN, src.name, unreadable)
