@@ -31,6 +31,7 @@ from .tokenize import Tokenizer, view
 
 __all__ = [
     "Counts",
+    "align_vocabularies",
     "CountAccumulator",
     "count_ids",
     "count_texts",
@@ -708,25 +709,48 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
         for c in counts[1:]:
             total = total + c.matrix
         return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
+    aligned = align_vocabularies(counts, labels)
+    total = aligned[0].matrix
+    for c in aligned[1:]:
+        total = total + c.matrix
+    meta["vocab_size"] = aligned[0].vocab_size
+    return Counts(sp.csr_matrix(total), meta, aligned[0].vocab)
+
+
+def align_vocabularies(
+    counts: Sequence[Counts], names: Sequence[str] | None = None
+) -> list[Counts]:
+    """Renumber per-run (``whitespace``) ids onto one shared vocabulary.
+
+    The union vocabulary lists tokens in order of first appearance across ``counts`` (so one
+    input keeps its ids). Counts of a fixed vocabulary are returned unchanged.
+
+    Raises
+    ------
+    PosdiagError
+        When a per-run vocabulary is not stored (counts files of older versions).
+    """
+    if not counts or counts[0].meta.get("tokenizer_fingerprint") != "run":
+        return list(counts)
+    labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
     index: dict[str, int] = {}
     for c, name in zip(counts, labels, strict=True):
         if c.vocab is None:
             raise PosdiagError(
                 f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
-                "count the corpus again with this version to merge it"
+                "count the corpus again with this version to align it"
             )
         for tok in c.vocab:
             index.setdefault(tok, len(index))
     v = len(index)
-    total = sp.csr_matrix((counts[0].n, v), dtype=np.int64)
+    vocab = tuple(index)
+    out = []
     for c in counts:
         remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
         m = c.matrix.tocoo()
-        total = total + sp.csr_matrix(
-            (m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64
-        )
-    meta["vocab_size"] = v
-    return Counts(sp.csr_matrix(total), meta, tuple(index))
+        matrix = sp.csr_matrix((m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64)
+        out.append(Counts(matrix, {**c.meta, "vocab_size": v}, vocab))
+    return out
 
 
 def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:

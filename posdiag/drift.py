@@ -20,14 +20,20 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._validate import check_float, check_int
-from .counts import Counts, ProgressFn, corpus_counts, count_source, is_counts_file
+from .counts import (
+    Counts,
+    ProgressFn,
+    align_vocabularies,
+    corpus_counts,
+    count_source,
+    is_counts_file,
+)
 from .diagnostics import (
     DEFAULT_MIN_COUNT,
     CorpusGeometry,
@@ -93,9 +99,9 @@ def count_pair(
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Corpus files are counted with one tokenizer instance (so ``whitespace`` ids agree). A counts
-    ``.npz`` fixes tokenizer, view and max_len for the other side; a ``.npz`` counted with
-    ``whitespace`` can only be compared with itself, since its ids depend on its corpus.
+    Corpus files are counted with one tokenizer instance. A counts ``.npz`` fixes tokenizer,
+    view and max_len for the other side; ``whitespace`` ids, which depend on the corpus they were
+    counted from, are renumbered onto one vocabulary through the stored vocabularies.
     ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
     :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
     ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
@@ -114,16 +120,6 @@ def count_pair(
                 max_len=max_len,
                 limit=limit,
                 sample=sample,
-            )
-    for name, c in loaded.items():
-        other = b if name == a else a
-        same_file = is_counts_file(other) and Path(other).resolve() == Path(name).resolve()
-        if c.meta.get("tokenizer") == "whitespace" and not same_file:
-            raise PosdiagError(
-                f"{name}: was counted with the built-in whitespace tokenizer, whose ids follow "
-                f"the order words first appear in that corpus, so they cannot be matched with "
-                f"{other}'s; pass both corpus files (counted with one tokenizer) or counts made "
-                "with a tokenizer.json"
             )
     if loaded:
         meta = next(iter(loaded.values())).meta
@@ -172,6 +168,8 @@ def count_pair(
         )
     ca, cb = out
     _check_compatible(ca, cb)
+    # Per-run (whitespace) ids of separate runs are renumbered onto one vocabulary.
+    ca, cb = align_vocabularies([ca, cb], [a, b])
     v = max(ca.vocab_size, cb.vocab_size)
     return _widen(ca, v), _widen(cb, v)
 
