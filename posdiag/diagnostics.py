@@ -55,6 +55,7 @@ __all__ = [
     "StressReport",
     "Uncertainty",
     "corpus_geometry",
+    "corpus_summary",
     "diagnose",
     "score_encodings",
     "stress_report",
@@ -65,6 +66,9 @@ __all__ = [
 # position saturate near 1, which would masquerade as geometry (README, "min-count").
 DEFAULT_MIN_COUNT = 100
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
+# Largest Hellinger distance below which all positions count as one distribution: rounding in
+# 1 - BC is ~1e-16, which sqrt turns into distances of ~1e-8.
+IDENTICAL_TOL = 1e-6
 # A position whose own noise share (docs/theory.md) reaches this is flagged unstable.
 UNSTABLE_SHARE = 0.5
 
@@ -117,23 +121,16 @@ class CorpusGeometry:
         return self.summary.n_eff
 
 
-def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusGeometry:
-    """Hellinger distances and classical MDS of the supported prefix of ``counts``."""
+def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusSummary:
+    """What ``counts`` holds and which prefix ``0..n_eff-1`` has support >= ``min_count``."""
     min_count = check_int("min_count", min_count, 1)
     supports = counts.supports
     n_eff = supported_prefix(supports, min_count)
     meta = counts.meta
-    source = str(meta.get("source", "<counts>"))
-    if n_eff < 2:
-        head = ", ".join(str(int(s)) for s in supports[:5])
-        raise PosdiagError(
-            f"{source}: fewer than 2 positions have support >= min_count={min_count} "
-            f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
-        )
     nonzero = np.flatnonzero(supports > 0)
     last = int(nonzero[-1]) if nonzero.size else -1
-    summary = CorpusSummary(
-        source=source,
+    return CorpusSummary(
+        source=str(meta.get("source", "<counts>")),
         tokenizer=str(meta.get("tokenizer", "?")),
         view=str(meta.get("view", "?")),
         max_len=counts.n,
@@ -147,7 +144,25 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
         supports=tuple(int(s) for s in supports),
         dropped=tuple(range(n_eff, last + 1)),
     )
+
+
+def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusGeometry:
+    """Hellinger distances and classical MDS of the supported prefix of ``counts``."""
+    summary = corpus_summary(counts, min_count)
+    n_eff, source = summary.n_eff, summary.source
+    if n_eff < 2:
+        head = ", ".join(str(s) for s in summary.supports[:5])
+        raise PosdiagError(
+            f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
+            f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
+        )
     d_h = hellinger_distances(counts.matrix[:n_eff])
+    largest = float(d_h.max())
+    if largest < IDENTICAL_TOL:
+        raise PosdiagError(
+            f"{source}: all {n_eff} analysed positions have the same token distribution "
+            f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mds = classical_mds(d_h)
@@ -674,6 +689,11 @@ def _recommend(
         why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
     elif math.isnan(shift.r2):
         why = "it has the lowest stress (shift-equivariance is undefined: all distances are equal)"
+    elif best.name in RELATIVE:
+        why = (
+            f"it has the lowest stress, although D_H is not shift-equivariant "
+            f"(R^2 = {shift.r2:.2f})"
+        )
     else:
         why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
     family = "relative" if best.name in RELATIVE else "absolute"

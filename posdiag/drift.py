@@ -109,6 +109,11 @@ def count_pair(
     from .sources import open_source
     from .tokenize import load_tokenizer
 
+    if a == b == "-":
+        raise PosdiagError(
+            "'-' (stdin) can be read only once; save it to a file to compare it with itself"
+        )
+
     loaded: dict[str, Counts] = {}
     for name in (a, b):
         if is_counts_file(name) and name not in loaded:

@@ -40,6 +40,7 @@ from .diagnostics import (
     CorpusSummary,
     EncodingScore,
     corpus_geometry,
+    corpus_summary,
     score_encodings,
     spectrum,
 )
@@ -406,7 +407,15 @@ def measure(
     """
     if min_count is None:
         min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
-    geo = corpus_geometry(counts, check_int("min_count", min_count, 1))
+    min_count = check_int("min_count", min_count, 1)
+    if not (config.max_stress or config.max_rank_for_stress):
+        # Support and information rules need no geometry, so they can judge a corpus too thin
+        # for one (the case --min-support exists to catch).
+        summary = corpus_summary(counts, min_count)
+        n = summary.n_eff
+        total = positional_information(counts.matrix[:n])[0] if n else 0.0
+        return GateFacts(summary, {}, (), total)
+    geo = corpus_geometry(counts, min_count)
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     by_key = {

@@ -32,6 +32,7 @@ __all__ = [
     "pairwise_distances",
     "parameter_saving",
     "positional_information",
+    "significant_negative",
     "stress",
     "separation",
     "shift_equivariance",
@@ -43,6 +44,19 @@ __all__ = [
 
 # Relative size below which a negative eigenvalue is rounding noise (GEOMETRY.md section 3).
 NEGATIVE_EIGENVALUE_TOL = 1e-10
+
+
+def significant_negative(eigenvalues: np.ndarray) -> float | None:
+    """The most negative eigenvalue when it is below ``-1e-10 * l_1`` (GEOMETRY.md section 3).
+
+    None when every negative eigenvalue is rounding noise; ``eigenvalues`` descending.
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    if lam.size == 0:
+        return None
+    if lam[-1] < -NEGATIVE_EIGENVALUE_TOL * max(float(lam[0]), 0.0):
+        return float(lam[-1])
+    return None
 
 
 def supported_prefix(supports: np.ndarray, min_count: int) -> int:
@@ -194,7 +208,7 @@ def classical_mds(distances: np.ndarray) -> MDS:
     order = np.argsort(lam)[::-1]
     lam, u = lam[order], _fix_signs(u[:, order])
     top = float(lam[0]) if lam.size else 0.0
-    if lam.size and lam[-1] < -NEGATIVE_EIGENVALUE_TOL * max(top, 0.0):
+    if significant_negative(lam) is not None:
         warnings.warn(
             f"classical MDS: most negative eigenvalue {lam[-1]:.3e} is below "
             f"-1e-10 * l_1 = {-NEGATIVE_EIGENVALUE_TOL * top:.3e} (l_1 = {top:.3e}); "

@@ -17,6 +17,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import __version__
 from ._io import atomic_outputs
 from .counts import Counts
@@ -28,7 +30,7 @@ from .diagnostics import (
     score_encodings,
     spectrum,
 )
-from .geometry import positional_information
+from .geometry import positional_information, significant_negative
 from .report import summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
@@ -143,7 +145,9 @@ def render_html(
         )
     for eps, r in sp.effective_rank.items():
         diag.append((f"effective rank at stress <= {eps:g}", str(r)))
-    diag.append(("most negative MDS eigenvalue", f"{sp.min_eigenvalue:.3g}"))
+    neg = significant_negative(np.asarray(sp.eigenvalues))
+    if neg is not None:
+        diag.append(("most negative MDS eigenvalue (below -1e-10 l_1)", f"{neg:.3g}"))
     diag += list((diagnostics or {}).items())
     for w in report.warnings:
         diag.append(("warning", w))

@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .diagnostics import CorpusSummary, StressReport, saving_phrase
 from .export import LowRankEncoding
+from .geometry import significant_negative
 
 __all__ = [
     "encoding_json",
@@ -162,7 +164,11 @@ def print_stress(report: StressReport, console: Console) -> None:
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", _fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
     eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
-    console.print(f"effective rank: {eff}; most negative eigenvalue {sp.min_eigenvalue:.3g}")
+    line = f"effective rank: {eff}"
+    neg = significant_negative(np.asarray(sp.eigenvalues))
+    if neg is not None:
+        line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
+    console.print(line)
 
 
 def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:

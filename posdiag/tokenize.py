@@ -248,6 +248,13 @@ class FileTokenizer(Tokenizer):
 
     def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
         pad_token, pad_id = self._pad()
+        # tokenizers cannot truncate below the special tokens; it would return whole sequences.
+        specials = self._tok.num_special_tokens_to_add(False)
+        if specials > max_len:
+            raise PosdiagError(
+                f"tokenizer {self.name}: --max-len {max_len} is shorter than the {specials} "
+                "special tokens its post-processor adds in the model view"
+            )
         self._tok.enable_truncation(max_length=max_len)
         self._tok.enable_padding(length=max_len, pad_id=pad_id, pad_token=pad_token)
         try:

@@ -91,6 +91,8 @@ def _choose(path: str, names: Sequence[str], tensor: str) -> tuple[str, int]:
         for nm in sorted(names):
             if nm.endswith(suf):
                 return nm, off
+    if "encoding" in present:  # a file written by posdiag build-encoding
+        return "encoding", 0
     raise PosdiagError(
         f"learned: {path}: no position-embedding tensor under a known name; "
         f"pass tensor=NAME; tensors: {_list_names(sorted(names))}"
