@@ -12,7 +12,8 @@ Both corpora are compared on their common supported positions ``0..n-1`` with
 
 Token ids must mean the same token in both corpora. The built-in ``whitespace`` tokenizer numbers
 words in order of first appearance, so two corpora are counted with ONE tokenizer instance
-(:func:`count_pair`); counts ``.npz`` files made separately with ``whitespace`` are refused.
+(:func:`count_pair`), and ``whitespace`` counts files, which store their vocabulary, are
+renumbered onto one shared vocabulary (:func:`posdiag.counts.align_vocabularies`).
 """
 
 from __future__ import annotations
