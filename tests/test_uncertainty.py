@@ -223,3 +223,30 @@ def test_sharding_follows_every_reading_option(tmp_path: Path) -> None:
     np.save(ids, np.arange(400, dtype=np.uint16) % 50)
     sc = corpus_counts_sharded(str(ids), shards=5, max_len=8, vocab_size=50)
     assert sc.k == 0 and sc.why_no_shards.startswith("token id files are counted without shards")
+
+
+def test_interval_widths_match_the_spread_across_independent_samples() -> None:
+    """Calibration: 20 independent corpora of 3,000 sequences from one distribution.
+
+    The multinomial bootstrap this replaced gave learned-random intervals 4.6x and mds-3 6.4x
+    too wide here (its replicates hold varying numbers of distinct sequences, so the noise bias
+    varied between them); half-sampling brings them to ~1.5x and ~2x, sinusoidal to ~1x.
+    """
+    from posdiag.synthetic import SynthSpec, synth_texts
+
+    spec = SynthSpec(positions=16, sequences=60_000, seed=11)
+    lines = list(synth_texts(spec))
+    encs = ["sinusoidal", "learned-random", "mds-3"]
+    rng = np.random.default_rng(7)
+    stress: dict[str, list[float]] = {e: [] for e in ("sinusoidal", "learned-random", "mds-3")}
+    width: dict[str, list[float]] = {e: [] for e in stress}
+    for rep in range(20):
+        sub = [lines[i] for i in rng.choice(len(lines), 3000, replace=False)]
+        sc = count_texts_sharded(sub, load_tokenizer(), shards=20, seed=rep, max_len=16)
+        for e in stress_report(sc, encs, replicates=60, seed=rep).encodings:
+            stress[e.name].append(e.stress)
+            width[e.name].append(e.ci_high - e.ci_low)
+    ratio = {e: np.mean(width[e]) / 3.92 / np.std(stress[e], ddof=1) for e in stress}
+    assert 0.6 < ratio["sinusoidal"] < 1.6
+    assert ratio["learned-random"] < 2.5
+    assert ratio["mds-3"] < 3.0
