@@ -166,7 +166,14 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mds = classical_mds(d_h)
-    return CorpusGeometry(summary, d_h, mds, tuple(str(w.message) for w in caught))
+    notes = [str(w.message) for w in caught]
+    if n_eff == 2:
+        # Two points are always exactly embeddable on a line, so the comparison says nothing.
+        notes.append(
+            f"{source}: only 2 positions are analysed (n_eff=2), so every encoding that "
+            "separates them has stress 0; lower --min-count or add data to compare encodings"
+        )
+    return CorpusGeometry(summary, d_h, mds, tuple(notes))
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,19 @@ def test_negative_eigenvalue_reported_only_when_significant(synth_corpus: Path) 
     assert significant_negative(np.array([2.0, 1.0, -0.5])) == -0.5
     res = runner.invoke(app, ["stress", str(synth_corpus), "--min-count", "50", "--shards", "0"])
     assert res.exit_code == 0 and "most negative eigenvalue" not in res.stdout
+
+
+def test_two_positions_warn_that_the_comparison_is_empty(tmp_path: Path) -> None:
+    corpus = tmp_path / "two.txt"
+    corpus.write_text("a b\nb c\nc a\nb a\n")
+    res = runner.invoke(app, ["stress", str(corpus), "--min-count", "1", "--shards", "0", "--json"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert doc["corpus"]["n_eff"] == 2
+    assert max(e["stress"] for e in doc["encodings"] if e["name"] != "nope") < 1e-7
+    note = (
+        f"{corpus}: only 2 positions are analysed (n_eff=2), so every encoding that separates "
+        "them has stress 0; lower --min-count or add data to compare encodings"
+    )
+    assert note in doc["warnings"]
+    assert res.stderr == f"Warning: {note}\n"
