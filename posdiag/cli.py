@@ -391,10 +391,7 @@ def stress(
     if plot is not None:
         from .plots import write_plots
 
-        # The plots need the distance matrix, which the report does not keep.
-        total = counts.counts if isinstance(counts, ShardedCounts) else counts
-        geo = corpus_geometry(total, min_count)
-        written = write_plots(plot, geometry=geo, report=report, force=force)
+        written = write_plots(plot, geometry=report.geometry, report=report, force=force)
         typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
@@ -693,7 +690,6 @@ def check(
         find_config,
         gate_json,
         github_annotations,
-        interval_scores,
         run_gate,
         text_lines,
         write_junit,
@@ -741,10 +737,9 @@ def check(
         vocab_size=vocab_size,
     )
     with _bootstrap_progress(quiet) as progress:
-        scores = interval_scores(
+        report = run_gate(
             sharded, cfg, level=ci, replicates=replicates, seed=seed, progress=progress
         )
-    report = run_gate(sharded.counts, cfg, scores=scores)
     if junit is not None:
         write_junit(report, junit, force=force)
     if as_json:
@@ -1066,7 +1061,8 @@ def diagnose(
     if plot is not None:
         from .plots import write_plots
 
-        geo = corpus_geometry(counts.counts, min_count)
+        geo = result.geometry
+        assert geo is not None
         report = StressReport(result.corpus, spectrum(geo), result.encodings, result.warnings)
         written = write_plots(plot, geometry=geo, report=report, force=force)
         typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -379,13 +379,18 @@ def _with_intervals(
 
 @dataclass(frozen=True)
 class StressReport:
-    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for."""
+    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for.
+
+    ``geometry`` is the corpus geometry the report was computed on (kept for plots, so they need
+    not recompute it); not part of the printed or JSON report.
+    """
 
     corpus: CorpusSummary
     spectrum: Spectrum
     encodings: tuple[EncodingScore, ...]
     warnings: tuple[str, ...] = ()
     uncertainty: Uncertainty | None = None
+    geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
 def stress_report(
@@ -408,10 +413,12 @@ def stress_report(
     geo = corpus_geometry(total, min_count)
     scored = _scored(geo, encodings)
     if level is None and not isinstance(counts, ShardedCounts):
-        return StressReport(geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings)
+        return StressReport(
+            geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
+        )
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
-    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc)
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,6 +545,7 @@ class Diagnosis:
     recommendation: Recommendation
     uncertainty: Uncertainty
     warnings: tuple[str, ...] = ()
+    geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
 def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
@@ -776,4 +784,6 @@ def diagnose(
     shift = _shift(geo.distances)
     rank = _rank(geo, unc, target, dim)
     rec = _recommend(scores, info, noise, shift, rank)
-    return Diagnosis(geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings)
+    return Diagnosis(
+        geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings, geo
+    )

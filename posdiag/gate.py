@@ -37,6 +37,7 @@ from ._validate import check_choice, check_float, check_int
 from .counts import Counts
 from .diagnostics import (
     DEFAULT_MIN_COUNT,
+    CorpusGeometry,
     CorpusSummary,
     EncodingScore,
     corpus_geometry,
@@ -66,7 +67,6 @@ __all__ = [
     "find_config",
     "gate_json",
     "github_annotations",
-    "interval_scores",
     "junit_xml",
     "load_config",
     "measure",
@@ -348,81 +348,77 @@ class GateFacts:
     positional_info: float
 
 
-def interval_scores(
+def _with_intervals(
+    geo: CorpusGeometry,
     sharded: ShardedCounts,
-    config: GateConfig,
-    *,
-    min_count: int | None = None,
-    level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    scored: Mapping[str, EncodingScore],
+    level: float,
+    replicates: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None,
 ) -> dict[str, EncodingScore]:
-    """Scores of ``config``'s max-stress encodings with bootstrap intervals, keyed by spec.
-
-    Pass the result as ``scores`` to :func:`measure`; empty when there are no max-stress rules
-    or fewer than 2 shards (the rules are then judged without intervals).
-    """
-    keys = list(config.max_stress)
-    if not keys or sharded.k < 2:
-        return {}
-    if min_count is None:
-        min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
-    geo = corpus_geometry(sharded.counts, check_int("min_count", min_count, 1))
+    """``scored`` (spec -> score) with bootstrap intervals, on the geometry already computed."""
     encs = []
-    for k in keys:
-        name, params = parse_encoding(k)
+    for key in scored:
+        name, params = parse_encoding(key)
         encs.append(make_encoding(name, geo.n_eff, params, mds=geo.mds))
-    # Score one key at a time so each score stays keyed by the spec it was asked as.
-    plain = [score_encodings(geo, [k])[0] for k in keys]
     iv = bootstrap_stress(
         sharded,
         geo.n_eff,
         encs,
-        [s.stress for s in plain],
+        [s.stress for s in scored.values()],
         level=level,
         replicates=replicates,
         seed=seed,
         progress=progress,
     )
     return {
-        k: dataclasses.replace(s, ci_low=lo, ci_high=hi)
-        for k, s, (lo, hi) in zip(keys, plain, iv.encodings, strict=True)
+        key: dataclasses.replace(s, ci_low=lo, ci_high=hi)
+        for (key, s), (lo, hi) in zip(scored.items(), iv.encodings, strict=True)
     }
 
 
 def measure(
-    counts: Counts,
+    counts: Counts | ShardedCounts,
     config: GateConfig,
     *,
     min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
     ``min_count`` defaults to the config file's ``min-count``, else
     :data:`~posdiag.diagnostics.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
     :class:`~posdiag.diagnostics.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
-    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here.
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
+    counts (>= 2 shards) those get bootstrap intervals of coverage ``level`` too, on the same
+    geometry (``progress(done, replicates)`` follows the bootstrap).
     """
+    sharded = counts if isinstance(counts, ShardedCounts) else None
+    total_counts = sharded.counts if sharded is not None else counts
+    assert isinstance(total_counts, Counts)
     if min_count is None:
         min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
     min_count = check_int("min_count", min_count, 1)
     if not (config.max_stress or config.max_rank_for_stress):
         # Support and information rules need no geometry, so they can judge a corpus too thin
         # for one (the case --min-support exists to catch).
-        summary = corpus_summary(counts, min_count)
+        summary = corpus_summary(total_counts, min_count)
         n = summary.n_eff
-        total = positional_information(counts.matrix[:n])[0] if n else 0.0
+        total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
-    geo = corpus_geometry(counts, min_count)
+    geo = corpus_geometry(total_counts, min_count)
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
-    by_key = {
-        key: given[key] if key in given else score_encodings(geo, [key])[0]
-        for key in config.max_stress
-    }
-    total, _ = positional_information(counts.matrix[: geo.n_eff])
+    fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
+    if fresh and sharded is not None and sharded.k >= 2:
+        fresh = _with_intervals(geo, sharded, fresh, level, replicates, seed, progress)
+    by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
+    total, _ = positional_information(total_counts.matrix[: geo.n_eff])
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
 
 
@@ -557,14 +553,28 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
 
 
 def run_gate(
-    counts: Counts,
+    counts: Counts | ShardedCounts,
     config: GateConfig,
     *,
     min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> GateReport:
     """:func:`measure` then :func:`evaluate`."""
-    return evaluate(config, measure(counts, config, min_count=min_count, scores=scores))
+    facts = measure(
+        counts,
+        config,
+        min_count=min_count,
+        scores=scores,
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+    )
+    return evaluate(config, facts)
 
 
 # ---- output formats -------------------------------------------------------------------------
