@@ -11,9 +11,9 @@ Both corpora are compared on their common supported positions ``0..n-1`` with
 - the standard encodings' stress on each corpus and the encodings whose ranking changes.
 
 Token ids must mean the same token in both corpora. The built-in ``whitespace`` tokenizer numbers
-words in order of first appearance, so two corpora are counted with ONE tokenizer instance
-(:func:`count_pair`), and ``whitespace`` counts files, which store their vocabulary, are
-renumbered onto one shared vocabulary (:func:`posdiag.counts.align_vocabularies`).
+words in order of first appearance, so :func:`count_pair` renumbers the ids of both sides (corpus
+files or counts files, which store their vocabulary) onto one shared vocabulary
+(:func:`posdiag.counts.align_vocabularies`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from .counts import (
     ProgressFn,
     align_vocabularies,
     corpus_counts,
-    count_source,
     is_counts_file,
 )
 from .diagnostics import (
@@ -100,15 +99,14 @@ def count_pair(
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Corpus files are counted with one tokenizer instance. A counts ``.npz`` fixes tokenizer,
-    view and max_len for the other side; ``whitespace`` ids, which depend on the corpus they were
-    counted from, are renumbered onto one vocabulary through the stored vocabularies.
+    Each side is counted as :func:`posdiag.counts.corpus_counts` would. A counts ``.npz`` fixes
+    tokenizer, view and max_len for the other side; ``whitespace`` ids, which depend on the corpus
+    they were counted from, are renumbered onto one vocabulary through the stored vocabularies.
     ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
     :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
     ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
     """
     from .sources import open_source
-    from .tokenize import load_tokenizer
 
     if a == b == "-":
         raise PosdiagError(
@@ -140,38 +138,26 @@ def count_pair(
         )
         for n in raw
     }
-    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token) if raw else None
-    out = []
-    for name in (a, b):
-        if name in loaded:
-            out.append(loaded[name])
-            continue
-        assert tok is not None
-        if sources[name].is_ids:
-            out.append(
-                corpus_counts(
-                    name,
-                    tokenizer=tokenizer,
-                    view_name=view_name,
-                    max_len=max_len,
-                    progress=progress,
-                    limit=limit,
-                    sample=sample,
-                    seed=seed,
-                    dtype=dtype,
-                    vocab_size=vocab_size,
-                )
-            )
-            continue
-        out.append(
-            count_source(
-                sources[name],
-                tok,
-                view_name=view_name or "text",
-                max_len=check_int("max_len", 512 if max_len is None else max_len, 1),
-                progress=progress,
-            )
+    out = [
+        loaded[name]
+        if name in loaded
+        else corpus_counts(
+            name,
+            column=column,
+            tokenizer=tokenizer,
+            view_name=view_name,
+            max_len=max_len,
+            pad_token=pad_token,
+            progress=progress,
+            limit=limit,
+            sample=sample,
+            seed=seed,
+            data_dir=data_dir,
+            dtype=dtype,
+            vocab_size=vocab_size if sources[name].is_ids else None,
         )
+        for name in (a, b)
+    ]
     ca, cb = out
     _check_compatible(ca, cb)
     # Per-run (whitespace) ids of separate runs are renumbered onto one vocabulary.
