@@ -170,11 +170,12 @@ def _kerple_power(n: int, ctx: Context, *, a: float, p: float, heads: int) -> En
         "d_head": (int, 64, "head dimension (for the parameter count)"),
     },
     summary="Shaw et al. 2018 clipped relative positions: delta = min(|i-j|, k)",
-    n_params="(2k+1)*d_head",
+    n_params="2*(2k+1)*d_head",
     kind="bias",
 )
 def _shaw(n: int, ctx: Context, *, k: int, d_head: int) -> Encoding:
     k = check_int("k", k, 1)
     d_head = check_int("d_head", d_head, 1)
     delta = toeplitz(lambda lag: np.minimum(lag, k), n)
-    return Encoding("shaw", {"k": k, "d_head": d_head}, (2 * k + 1) * d_head, delta)
+    # Shaw et al. learn a key vector and a value vector for each of the 2k+1 clipped offsets.
+    return Encoding("shaw", {"k": k, "d_head": d_head}, 2 * (2 * k + 1) * d_head, delta)
