@@ -7,6 +7,9 @@ frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin).
 dimensions (``partial_rotary_factor < 1``) are the identity in every ``R_i`` and add nothing; an
 odd rotated dimension d rotates ceil(d/2) pairs, as in Hugging Face.
 Parameter names follow Hugging Face ``rope_scaling`` (``base`` is HF ``rope_theta``).
+
+Factories are registered by a ``register(...)(factory)`` call after their definition, not as a
+decorator: mutmut (``make mutate``) does not mutate decorated functions.
 """
 
 from __future__ import annotations
@@ -316,18 +319,6 @@ def _base_rescaled(d: int, partial_rotary_factor: float) -> None:
         )
 
 
-@register(
-    "rope",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
-    },
-    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
-    n_params="0",
-    kind="relative",
-)
 def _rope(
     n: int,
     ctx: Context,
@@ -347,13 +338,20 @@ def _rope(
     return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m, d), params)
 
 
-@register(
-    "rope-linear",
-    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
+register(
+    "rope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
+    },
+    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
     n_params="0",
     kind="relative",
-)
+)(_rope)
+
+
 def _rope_linear(
     n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
 ) -> Encoding:
@@ -363,13 +361,15 @@ def _rope_linear(
     return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
 
 
-@register(
-    "rope-ntk",
+register(
+    "rope-linear",
     params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
+    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
     n_params="0",
     kind="relative",
-)
+)(_rope_linear)
+
+
 def _rope_ntk(
     n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
 ) -> Encoding:
@@ -382,24 +382,15 @@ def _rope_ntk(
     return _rope_encoding("rope-ntk", n, f, params)
 
 
-@register(
-    "rope-dynamic",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "factor": _FACTOR,
-        "max_position_embeddings": (
-            int,
-            4096,
-            "L, the trained length (HF max_position_embeddings)",
-        ),
-        "seq_len": _SEQ,
-    },
-    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
+register(
+    "rope-ntk",
+    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
+    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
     n_params="0",
     kind="relative",
-)
+)(_rope_ntk)
+
+
 def _rope_dynamic(
     n: int,
     ctx: Context,
@@ -429,31 +420,26 @@ def _rope_dynamic(
     return _rope_encoding("rope-dynamic", n, f, params)
 
 
-@register(
-    "rope-yarn",
+register(
+    "rope-dynamic",
     params={
         "head_dim": _HEAD,
         "base": _BASE,
         "partial_rotary_factor": _PRF,
         "factor": _FACTOR,
-        "original_max_position_embeddings": _ORIG,
-        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
-        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
-        "attention_factor": (
-            float,
-            0.0,
-            "m; 0 = (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) if both are given, "
-            "else 0.1 ln s + 1 (HF)",
+        "max_position_embeddings": (
+            int,
+            4096,
+            "L, the trained length (HF max_position_embeddings)",
         ),
-        "mscale": (float, 0.0, "HF mscale; 0 = not given (used only with mscale_all_dim)"),
-        "mscale_all_dim": (float, 0.0, "HF mscale_all_dim (DeepSeek); 0 = not given"),
-        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
+        "seq_len": _SEQ,
     },
-    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
-    "rotations scaled by m",
+    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
     n_params="0",
     kind="relative",
-)
+)(_rope_dynamic)
+
+
 def _rope_yarn(
     n: int,
     ctx: Context,
@@ -497,21 +483,33 @@ def _rope_yarn(
     return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m, d), params)
 
 
-@register(
-    "rope-llama3",
+register(
+    "rope-yarn",
     params={
-        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
-        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
+        "head_dim": _HEAD,
+        "base": _BASE,
         "partial_rotary_factor": _PRF,
-        "factor": (float, 8.0, "s, the divisor of low frequencies"),
-        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
-        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
-        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
+        "factor": _FACTOR,
+        "original_max_position_embeddings": _ORIG,
+        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
+        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
+        "attention_factor": (
+            float,
+            0.0,
+            "m; 0 = (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) if both are given, "
+            "else 0.1 ln s + 1 (HF)",
+        ),
+        "mscale": (float, 0.0, "HF mscale; 0 = not given (used only with mscale_all_dim)"),
+        "mscale_all_dim": (float, 0.0, "HF mscale_all_dim (DeepSeek); 0 = not given"),
+        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
     },
-    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
+    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
+    "rotations scaled by m",
     n_params="0",
     kind="relative",
-)
+)(_rope_yarn)
+
+
 def _rope_llama3(
     n: int,
     ctx: Context,
@@ -541,37 +539,23 @@ def _rope_llama3(
     return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0, d), params)
 
 
-@register(
-    "rope-longrope",
+register(
+    "rope-llama3",
     params={
-        "head_dim": _HEAD,
-        "base": _BASE,
+        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
+        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
         "partial_rotary_factor": _PRF,
-        "factors": (
-            str,
-            "",
-            "JSON (a model's config.json) with short_factor/long_factor lists, one per rotated "
-            "pair, and the context lengths; empty = 1s",
-        ),
-        "factor": (
-            float,
-            0.0,
-            "s; 0 = max_position_embeddings / original_max_position_embeddings of the factors "
-            "file (HF), else its rope_scaling.factor, else 1",
-        ),
-        "original_max_position_embeddings": (
-            int,
-            0,
-            "L; 0 = the factors file's original_max_position_embeddings (else its "
-            "max_position_embeddings), else 4096",
-        ),
-        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
-        "seq_len": _SEQ,
+        "factor": (float, 8.0, "s, the divisor of low frequencies"),
+        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
+        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
+        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
     },
-    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
     n_params="0",
     kind="relative",
-)
+)(_rope_llama3)
+
+
 def _rope_longrope(
     n: int,
     ctx: Context,
@@ -621,27 +605,44 @@ def _rope_longrope(
     return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m, d), params)
 
 
+register(
+    "rope-longrope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "factors": (
+            str,
+            "",
+            "JSON (a model's config.json) with short_factor/long_factor lists, one per rotated "
+            "pair, and the context lengths; empty = 1s",
+        ),
+        "factor": (
+            float,
+            0.0,
+            "s; 0 = max_position_embeddings / original_max_position_embeddings of the factors "
+            "file (HF), else its rope_scaling.factor, else 1",
+        ),
+        "original_max_position_embeddings": (
+            int,
+            0,
+            "L; 0 = the factors file's original_max_position_embeddings (else its "
+            "max_position_embeddings), else 4096",
+        ),
+        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
+        "seq_len": _SEQ,
+    },
+    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    n_params="0",
+    kind="relative",
+)(_rope_longrope)
+
+
 def xpos_decay(d: int) -> np.ndarray:
     """xPos per-pair decay ``z_k = (2k + 0.4 d) / (1.4 d)``, of shape (d/2,)."""
     return np.asarray((2.0 * np.arange(d // 2) + 0.4 * d) / (1.4 * d), dtype=np.float64)
 
 
-@register(
-    "xpos",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "scale_base": (
-            int,
-            512,
-            "B: pair k of q_i is scaled by z_k^((i-c)/B), of k_j by the inverse",
-        ),
-    },
-    summary="Sun et al. 2023: RoPE with per-pair decay z_k^(+-(i-c)/B), c = ceil(n/2); "
-    "not Toeplitz",
-    n_params="0",
-    kind="relative",
-)
 def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) -> Encoding:
     d, base = _common(head_dim, base, 1.0)
     big_b = check_int("scale_base", scale_base, 1)
@@ -662,3 +663,21 @@ def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) 
     p = np.concatenate(parts, axis=1)
     params = {"head_dim": head_dim, "base": base, "scale_base": big_b, "center": c}
     return Encoding("xpos", params, 0, distances(p), p)
+
+
+register(
+    "xpos",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "scale_base": (
+            int,
+            512,
+            "B: pair k of q_i is scaled by z_k^((i-c)/B), of k_j by the inverse",
+        ),
+    },
+    summary="Sun et al. 2023: RoPE with per-pair decay z_k^(+-(i-c)/B), c = ceil(n/2); "
+    "not Toeplitz",
+    n_params="0",
+    kind="relative",
+)(_xpos)
