@@ -23,6 +23,7 @@ from posdiag.encodings.rope import (
     longrope_factors,
     rope_frequencies,
     rotated_dim,
+    yarn_attention_factor,
     yarn_correction_range,
     yarn_frequencies,
     yarn_mscale,
@@ -504,3 +505,81 @@ def test_xpos_vectors_by_hand() -> None:
     np.testing.assert_allclose(e.vectors, rows, rtol=1e-14)
     expected = [[np.linalg.norm(np.subtract(r, s)) for s in rows] for r in rows]
     np.testing.assert_allclose(e.delta, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "bidirectional,buckets,max_distance", [(False, 3, 2), (False, 3, 5), (True, 4, 2), (True, 6, 7)]
+)
+def test_t5_bucket_smallest_configs_match_hf(
+    bidirectional: bool, buckets: int, max_distance: int
+) -> None:
+    # max_exact = 1 here: r = 1 is the first log bucket, log(1 / 1) = 0.
+    rel = np.arange(-12, 13)
+    expected = [hf_t5_bucket(int(r), bidirectional, buckets, max_distance) for r in rel]
+    np.testing.assert_array_equal(t5_bucket(rel, buckets, max_distance, bidirectional), expected)
+    e = make_encoding(
+        "t5", 13, {"buckets": buckets, "max_distance": max_distance, "bidirectional": bidirectional}
+    )
+    np.testing.assert_array_equal(e.delta[0], expected[12::-1])
+
+
+def test_t5_bucket_returns_ints_for_float_input() -> None:
+    got = t5_bucket(np.array([-3.0, 5.0, 40.0]), 32, 128, True)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, [3, 16 + 5, 16 + hf_t5_bucket(-40, False, 16, 128)])
+
+
+def test_public_rope_helpers_at_their_defaults() -> None:
+    # ENCODINGS worked examples: YaRN's defaults beta_fast = 32, beta_slow = 1.
+    assert yarn_correction_range(128, 1e4, 4096) == (20.0, 46.0)
+    np.testing.assert_array_equal(
+        llama3_frequencies(128, 5e5), llama3_frequencies(128, 5e5, 8.0, 1.0, 4.0, 8192)
+    )
+    np.testing.assert_allclose(
+        llama3_frequencies(128, 5e5), llama3_loop(128, 5e5, 8.0, 1.0, 4.0, 8192), rtol=1e-14
+    )
+    assert yarn_attention_factor(40.0) == pytest.approx(0.1 * math.log(40) + 1, rel=1e-15)
+    assert yarn_attention_factor(40.0, 0.707) == pytest.approx(0.1 * math.log(40) + 1, rel=1e-15)
+    assert yarn_attention_factor(40.0, mscale_all_dim=0.5) == yarn_attention_factor(40.0)
+    assert yarn_mscale(1.0, 3.0) == 1.0 and yarn_mscale(2.0) == pytest.approx(1 + 0.1 * math.log(2))
+
+
+def test_llama3_wavelength_exactly_at_the_low_frequency_edge() -> None:
+    # Pair 0 has wavelength 2 pi; with L = 1000 and lf = 1000 / (2 pi), L / lf == 2 pi exactly.
+    # HF counts it as medium (not "> L/lf"), where g = 0 gives theta / s.
+    lf = 1000 / (2 * math.pi)
+    assert 1000 / lf == 2 * math.pi
+    got = llama3_frequencies(8, 1e4, 4.0, lf, 4 * lf, 1000)
+    expected = llama3_loop(8, 1e4, 4.0, lf, 4 * lf, 1000)
+    assert expected[0] == 0.25
+    np.testing.assert_allclose(got, expected, rtol=1e-15)
+
+
+def test_longrope_attention_factor_below_and_just_above_one(tmp_path: Path) -> None:
+    lists = {"short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0]}
+    # A file whose max length is below the original one: s = 0.25 <= 1, so m = 1 (HF).
+    doc = {"max_position_embeddings": 1024, "original_max_position_embeddings": 4096, **lists}
+    path = write(tmp_path, doc)
+    e = build(f"rope-longrope:head_dim=4,factors={path}", 4)
+    assert (e.params["factor"], e.params["attention_factor"]) == (0.25, 1.0)
+    e = build(f"rope-longrope:head_dim=4,factors={path},factor=1.5", 4)
+    assert e.params["attention_factor"] == pytest.approx(
+        math.sqrt(1 + math.log(1.5) / math.log(4096)), rel=1e-15
+    )
+
+
+def test_longrope_file_lengths_and_factor_at_their_bounds(tmp_path: Path) -> None:
+    lists = {"short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0]}
+    cfg = longrope_config(
+        write(tmp_path, {**lists, "max_position_embeddings": 1, "factor": 0.5}), 2
+    )
+    assert (cfg.max_position_embeddings, cfg.factor) == (1, 0.5)
+    for doc, message in (
+        ({**lists, "factor": 0}, "factor must be a finite number > 0; got 0"),
+        ({**lists, "original_max_position_embeddings": 0},
+         "original_max_position_embeddings must be an int >= 1; got 0"),
+    ):  # fmt: skip
+        path = write(tmp_path, doc, "bad.json")
+        with pytest.raises(PosdiagError) as exc:
+            longrope_config(path, 2)
+        assert str(exc.value) == f"rope-longrope: factors {path}: {message}"

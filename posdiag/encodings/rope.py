@@ -64,13 +64,10 @@ class RopeFrequencies:
         Angle per position of each rotated pair.
     attention_factor : float
         ``m``, multiplying cos and sin (geometry scales by ``m^2``).
-    rotated_dim : int
-        ``head_dim * partial_rotary_factor``.
     """
 
     theta: np.ndarray
     attention_factor: float
-    rotated_dim: int
 
 
 def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
@@ -335,7 +332,7 @@ def _rope(
         params["partial_rotary_factor"] = partial_rotary_factor
     if m != 1.0:
         params["attention_factor"] = m
-    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m, d), params)
+    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m), params)
 
 
 register(
@@ -357,7 +354,7 @@ def _rope_linear(
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
     s = _factor(factor)
-    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0)
     return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
 
 
@@ -377,7 +374,7 @@ def _rope_ntk(
     _base_rescaled(d, partial_rotary_factor)
     s = _factor(factor)
     new_base = base * s ** (d / (d - 2))
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {"head_dim": head_dim, "base": base, "factor": s, "scaled_base": new_base}
     return _rope_encoding("rope-ntk", n, f, params)
 
@@ -408,7 +405,7 @@ def _rope_dynamic(
     big_l = check_int("max_position_embeddings", max_position_embeddings, 1)
     seq = check_int("seq_len", seq_len, 0) or n
     new_base = dynamic_ntk_base(base, d, s, big_l, seq)
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {
         "head_dim": head_dim,
         "base": base,
@@ -480,7 +477,7 @@ def _rope_yarn(
         "beta_slow": slow,
         "attention_factor": m,
     }
-    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m, d), params)
+    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m), params)
 
 
 register(
@@ -536,7 +533,7 @@ def _rope_llama3(
         "high_freq_factor": hf,
         "original_max_position_embeddings": big_l,
     }
-    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0, d), params)
+    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0), params)
 
 
 register(
@@ -602,7 +599,7 @@ def _rope_longrope(
         seq_len=seq,
         lists="long" if use_long else "short",
     )
-    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m, d), params)
+    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m), params)
 
 
 register(

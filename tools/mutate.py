@@ -1,0 +1,101 @@
+"""Mutation score of the numerical and gate modules (``make mutate``; issue 15).
+
+Runs mutmut once per module (``--max-children`` from ``MUTATE_CHILDREN``, default 1: the
+machines are shared), each mutant against the tests that cover it, then prints killed / total
+per module and the score with the mutants listed in ``docs/mutation.md`` as equivalent set aside.
+
+    python tools/mutate.py                 # run all four modules, then report
+    python tools/mutate.py --report        # report the stored results only
+    python tools/mutate.py geometry gate   # run some modules
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = {
+    "geometry": "posdiag/geometry.py",
+    "rope": "posdiag/encodings/rope.py",
+    "bias": "posdiag/encodings/bias.py",
+    "gate": "posdiag/gate.py",
+}
+# mutmut exit codes that count as caught (killed, pytest internal error, timeout, crash).
+CAUGHT = {1, 3, 24, -24, 152, 255, 36, -11, -9, 37}
+SURVIVED = 0
+EQUIVALENT = re.compile(r"^- `(posdiag\.[\w.]+__mutmut_\d+)`")
+
+
+def equivalent_mutants() -> set[str]:
+    """Mutant names listed as equivalent in docs/mutation.md (one ``- `name`: reason`` a line)."""
+    doc = ROOT / "docs" / "mutation.md"
+    names = set()
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        m = EQUIVALENT.match(line)
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+def run(module: str, children: int) -> None:
+    dotted = MODULES[module].removesuffix(".py").replace("/", ".")
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), f"{dotted}.*"]
+    print("$", " ".join(cmd), flush=True)
+    # mutmut's progress line is long and redrawn; keep only its summary on failure.
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
+        raise SystemExit(f"mutmut failed on {module} (exit {res.returncode})")
+
+
+def report() -> int:
+    equivalent = equivalent_mutants()
+    worst = 100.0
+    print(f"{'module':<26} {'killed':>6} / {'total':<6} {'score':>7}  {'equiv':>5}  adjusted")
+    for path in MODULES.values():
+        meta = ROOT / "mutants" / (path + ".meta")
+        if not meta.is_file():
+            print(f"{path:<26} (not run)")
+            worst = 0.0
+            continue
+        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        total = len(codes)
+        killed = sum(1 for c in codes.values() if c in CAUGHT)
+        unchecked = sum(1 for c in codes.values() if c is None)
+        eq = sum(1 for k, c in codes.items() if k in equivalent and c not in CAUGHT)
+        adjusted = 100.0 * killed / max(total - eq, 1)
+        worst = min(worst, adjusted)
+        note = f"  ({unchecked} not run)" if unchecked else ""
+        print(
+            f"{path:<26} {killed:>6} / {total:<6} {100.0 * killed / total:6.1f}%  {eq:>5}  "
+            f"{adjusted:6.1f}%{note}"
+        )
+        for name, c in sorted(codes.items()):
+            if c not in CAUGHT and c is not None and name not in equivalent:
+                print(f"    survived: {name}")
+    return 0 if worst >= 95.0 else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("modules", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
+    ap.add_argument("--report", action="store_true", help="only print the stored results")
+    args = ap.parse_args()
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"unknown module {unknown[0]!r}; modules: {', '.join(MODULES)}")
+    if not args.report:
+        children = int(os.environ.get("MUTATE_CHILDREN", "1"))
+        for module in args.modules or list(MODULES):
+            run(module, children)
+    return report()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
