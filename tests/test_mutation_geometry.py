@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -349,3 +350,97 @@ def test_no_warning_for_euclidean_input() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         classical_mds(np.abs(np.subtract.outer(np.arange(6.0), np.arange(6.0))))
+
+
+def test_pairwise_distances_of_duplicated_rows_are_finite_and_tiny() -> None:
+    # |x|^2 + |x|^2 - 2 x.x rounds below 0 for some x; the clip keeps sqrt from giving NaN.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 7)) * 10 ** rng.uniform(-3, 3, size=(300, 1))
+    p = np.repeat(x, 2, axis=0)
+    sq = np.einsum("ij,ij->i", p, p)
+    raw = sq[:, None] + sq[None, :] - 2.0 * (p @ p.T)
+    assert (raw < 0).any()  # the premise: rounding does go negative here
+    d = pairwise_distances(p)
+    assert np.isfinite(d).all()
+    dup = d[np.arange(0, 600, 2), np.arange(1, 600, 2)]
+    assert (dup <= 1e-6 * np.linalg.norm(x, axis=1)).all()
+
+
+def test_pairwise_distances_of_small_integer_tables() -> None:
+    # int8 tables (quantised embeddings) must not overflow: 100^2 does not fit in int8.
+    p = np.array([[100, -100], [-100, 100], [0, 0]], dtype=np.int8)
+    expected = [[0, 400 / math.sqrt(2), 100 * math.sqrt(2)]]
+    np.testing.assert_allclose(pairwise_distances(p)[0], expected[0], rtol=1e-12)
+
+
+def test_violation_rate_when_a_spread_is_exactly_one() -> None:
+    lag3 = np.abs(np.subtract.outer(np.arange(3.0), np.arange(3.0)))  # pair distances 1, 2, 1
+    # tau-b with the tie (1, 1) is exactly 1 up to rounding: no violations.
+    assert violation_rate(lag3, lag3) == pytest.approx(0.0, abs=1e-12)
+    assert violation_rate(2 * lag3, lag3) == pytest.approx(0.0, abs=1e-12)
+    assert violation_rate(lag3, -lag3) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_separation_ratio_with_a_median_below_one() -> None:
+    s = separation(np.array([[0.0], [0.1], [0.3]]))  # distances 0.1, 0.3, 0.2
+    assert s.ratio == pytest.approx(0.5, rel=1e-12) and s.median_distance == pytest.approx(0.2)
+
+
+def test_separation_orders_many_tied_collapses_row_major() -> None:
+    # 30 copies of two points: 2 * 435 pairs at distance 0, listed in (i, j) order.
+    p = np.repeat(np.array([[0.0], [100.0]]), 30, axis=0)
+    p = np.vstack([p, [[50.0]]])
+    s = separation(p, tol=0.0)
+    pairs = [(i, j) for i, j, _ in s.collapsed]
+    assert len(pairs) == 870 and pairs == sorted(pairs)
+
+
+def near_constant(level: float, eps: float) -> np.ndarray:
+    """4 positions, all distances ``level`` except (0,1) + eps and (0,2) - eps: ss_tot = 2 eps^2."""
+    d = level * (1 - np.eye(4))
+    d[0, 1] = d[1, 0] = level + eps
+    d[0, 2] = d[2, 0] = level - eps
+    return d
+
+
+def test_shift_equivariance_tolerance_is_relative_to_the_squared_distances() -> None:
+    # Six values near 1e3: the tolerance is 1e-24 * 6e6 = 6e-18.
+    assert math.isnan(shift_equivariance(near_constant(1e3, 5.5e-10)).r2)  # ss_tot ~ 6e-19
+    assert not math.isnan(shift_equivariance(near_constant(1e3, 1.7e-8)).r2)  # ~ 6e-16
+    # Six values near 0.1: sum of squares 0.06 < 1, so the tolerance is 1e-24 itself.
+    assert not math.isnan(shift_equivariance(near_constant(0.1, 8.5e-13)).r2)  # 1.4e-24
+    assert math.isnan(shift_equivariance(near_constant(0.1, 5e-13)).r2)  # 5e-25
+
+
+def test_fast_hellinger_accepts_rows_with_a_single_count() -> None:
+    c = mixed_counts(6)
+    c[9] = 0
+    c[9, 3] = 1
+    np.testing.assert_allclose(
+        hellinger_distances_fast(c), dense_hellinger(c.astype(float)), atol=1e-12
+    )
+
+
+def test_zero_row_messages_are_exact() -> None:
+    big = mixed_counts(4)
+    big[7] = 0
+    for f in (hellinger_distances_fast, hellinger_distances):
+        with pytest.raises(ValueError) as exc:
+            f(big)
+        assert str(exc.value) == "every row of the count matrix needs a positive sum"
+    with pytest.raises(ValueError) as exc:
+        stress(np.zeros((2, 2)), np.eye(2))
+    assert str(exc.value) == "the corpus Gram matrix is zero: all positions are identical"
+    with pytest.raises(ValueError) as exc:
+        positional_information(np.zeros((2, 3)))
+    assert str(exc.value) == "the count matrix is empty"
+
+
+@pytest.mark.parametrize("f", [hellinger_distances, hellinger_distances_fast])
+def test_hellinger_of_duplicated_rows_is_finite_and_tiny(f: Callable[..., np.ndarray]) -> None:
+    # BC of two identical rows can round above 1; the clip keeps sqrt(1 - BC) from being NaN.
+    base = mixed_counts(7, n=100)
+    c = np.vstack([base, base])
+    d = f(sp.csr_matrix(c))
+    assert np.isfinite(d).all()
+    assert (d[np.arange(100), np.arange(100, 200)] < 1e-7).all()
