@@ -434,3 +434,66 @@ def test_find_config_order_and_misses(tmp_path: Path) -> None:
     toolstr.mkdir()
     write(toolstr, 'tool = "posdiag"\n', "pyproject.toml")
     assert find_config(toolstr) is None
+
+
+def test_find_config_defaults_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "min-support = 2\n")
+    monkeypatch.chdir(tmp_path)
+    assert find_config() == Path("posdiag.toml")
+
+
+def test_rank_rule_splits_at_the_first_colon() -> None:
+    with pytest.raises(PosdiagError) as exc:
+        build_config(max_rank_for_stress=["0.1:3:4"])
+    assert str(exc.value) == "'max-rank-for-stress rank' must be an int in [1, inf]; got '3:4'"
+
+
+def test_run_gate_passes_scores_and_seed_on() -> None:
+    cfg = build_config(encodings=["alibi"], max_stress=[0.5], reading={"min_count": 10})
+    given = EncodingScore("alibi", {}, 0.75, 0.0, 0.0, 0.0, 0)
+    (r,) = run_gate(counts(), cfg, scores={"alibi": given}).results
+    assert (r.figure, r.passed) == (0.75, False)
+    rng = np.random.default_rng(2)
+    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(3))
+    sharded = ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
+    cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
+    (r,) = run_gate(sharded, cfg, replicates=20).results
+    ref = measure(sharded, cfg, replicates=20, seed=0).scores["alibi"]
+    other = measure(sharded, cfg, replicates=20, seed=1).scores["alibi"]
+    assert r.note == f"interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}]"
+    assert (ref.ci_low, ref.ci_high) != (other.ci_low, other.ci_high)
+
+
+def test_run_gate_passes_level_and_progress_on() -> None:
+    rng = np.random.default_rng(3)
+    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(3))
+    sharded = ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
+    cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
+    calls: list[tuple[int, int]] = []
+    (r,) = run_gate(
+        sharded, cfg, replicates=12, seed=4, level=0.5, progress=lambda d, t: calls.append((d, t))
+    ).results
+    ref = measure(sharded, cfg, replicates=12, seed=4, level=0.5).scores["alibi"]
+    wide = measure(sharded, cfg, replicates=12, seed=4, level=0.99).scores["alibi"]
+    assert r.note == f"interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}]"
+    assert wide.ci_high - wide.ci_low > ref.ci_high - ref.ci_low
+    assert calls and calls[-1] == (12, 12)
+
+
+def test_scores_without_interval_fields_are_judged_on_the_stress() -> None:
+    from types import SimpleNamespace
+
+    corpus = measure(counts(), build_config(min_support=1)).corpus
+    facts = GateFacts(corpus, {"rope": SimpleNamespace(stress=0.3)}, (), 0.0)
+    for strict in (False, True):
+        cfg = GateConfig(max_stress={"rope": 0.25}, strict=strict)
+        (r,) = evaluate(cfg, facts).results
+        assert (r.figure, r.measure, r.passed) == (0.3, "stress", False)
+    assert r.note == "strict: no confidence interval was available; judged on the stress"
+
+
+def test_mds_keys() -> None:
+    cfg = build_config(encodings=["mds", "mds-3", "mds:rank=3"], max_stress=[0.5])
+    assert cfg.max_stress == {"mds": 0.5, "mds-3": 0.5}

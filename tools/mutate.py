@@ -7,6 +7,7 @@ per module and the score with the mutants listed in ``docs/mutation.md`` as equi
     python tools/mutate.py                 # run all four modules, then report
     python tools/mutate.py --report        # report the stored results only
     python tools/mutate.py geometry gate   # run some modules
+    python tools/mutate.py --resume        # rerun only the survivors and the mutants not run
 """
 
 from __future__ import annotations
@@ -43,10 +44,23 @@ def equivalent_mutants() -> set[str]:
     return names
 
 
-def run(module: str, children: int) -> None:
+def stored(path: str) -> dict[str, int | None]:
+    meta = ROOT / "mutants" / (path + ".meta")
+    if not meta.is_file():
+        return {}
+    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    return codes
+
+
+def run(module: str, children: int, resume: bool = False) -> None:
     dotted = MODULES[module].removesuffix(".py").replace("/", ".")
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), f"{dotted}.*"]
-    print("$", " ".join(cmd), flush=True)
+    names = [f"{dotted}.*"]
+    if resume and stored(MODULES[module]):
+        names = [k for k, c in stored(MODULES[module]).items() if c is None or c not in CAUGHT]
+        if not names:
+            return
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
+    print("$", " ".join(cmd[:6]), f"... ({len(names)} patterns)" if resume else "", flush=True)
     # mutmut's progress line is long and redrawn; keep only its summary on failure.
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if res.returncode != 0:
@@ -59,12 +73,11 @@ def report() -> int:
     worst = 100.0
     print(f"{'module':<26} {'killed':>6} / {'total':<6} {'score':>7}  {'equiv':>5}  adjusted")
     for path in MODULES.values():
-        meta = ROOT / "mutants" / (path + ".meta")
-        if not meta.is_file():
+        codes = stored(path)
+        if not codes:
             print(f"{path:<26} (not run)")
             worst = 0.0
             continue
-        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
         total = len(codes)
         killed = sum(1 for c in codes.values() if c in CAUGHT)
         unchecked = sum(1 for c in codes.values() if c is None)
@@ -86,6 +99,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
     ap.add_argument("--report", action="store_true", help="only print the stored results")
+    ap.add_argument(
+        "--resume", action="store_true", help="run only survivors and mutants without a result"
+    )
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -93,7 +109,7 @@ def main() -> int:
     if not args.report:
         children = int(os.environ.get("MUTATE_CHILDREN", "1"))
         for module in args.modules or list(MODULES):
-            run(module, children)
+            run(module, children, args.resume)
     return report()
 
 
