@@ -497,3 +497,24 @@ def test_scores_without_interval_fields_are_judged_on_the_stress() -> None:
 def test_mds_keys() -> None:
     cfg = build_config(encodings=["mds", "mds-3", "mds:rank=3"], max_stress=[0.5])
     assert cfg.max_stress == {"mds": 0.5, "mds-3": 0.5}
+
+
+def test_rank_rule_on_two_and_one_eigenvalues() -> None:
+    corpus = measure(counts(), build_config(min_support=1)).corpus
+    cfg = build_config(max_rank_for_stress=["0.5:1"])
+    (r,) = evaluate(cfg, GateFacts(corpus, {}, (2.0, 1.0), 0.0)).results
+    assert (r.figure, r.passed) == (1.0, True)  # n = 2: rank 1 is the only rank
+    (r,) = evaluate(cfg, GateFacts(corpus, {}, (2.0,), 0.0)).results
+    assert (r.figure, r.passed) == (0.0, True)
+
+
+def test_report_carries_strict_source_and_empty_targets(tmp_path: Path) -> None:
+    f = write(tmp_path, "strict = true\nmin-support = 1\nmin-positional-info = 0\n")
+    cfg = build_config(file=f)
+    report = evaluate(cfg, measure(counts(), cfg, min_count=10))
+    assert (report.strict, report.config_file) == (True, str(f))
+    assert [(r.rule, r.target, r.id) for r in report.results] == [
+        ("min-positional-info", "", "min-positional-info"),
+        ("min-support", "", "min-support"),
+    ]
+    assert [r.comparison for r in report.results] == [">=", ">="]
