@@ -208,6 +208,16 @@ PlotForceOpt = Annotated[
 ]
 
 
+def encoding_option(help: str, panel: str = ENCODINGS) -> Any:
+    """The repeatable ``--encoding/-e`` option, with the command's own help text."""
+    return typer.Option("--encoding", "-e", help=help, rich_help_panel=panel)
+
+
+def output_option(help: str) -> Any:
+    """The required ``--output/-o`` option, with the command's own help text."""
+    return typer.Option("--output", "-o", help=help, show_default=False, rich_help_panel=OUTPUT)
+
+
 def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``command`` the ten reading options; it receives them as one ``reading: Reading``.
 

@@ -58,6 +58,7 @@ __all__ = [
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
+    "geometry_report",
     "interval_scores",
     "score_encodings",
     "stress_report",
@@ -412,6 +413,18 @@ class StressReport:
     geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
+def geometry_report(
+    geometry: CorpusGeometry,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
+    intervals."""
+    scores = tuple(score_encodings(geometry, encodings))
+    return StressReport(
+        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
+    )
+
+
 def stress_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
@@ -430,11 +443,9 @@ def stress_report(
     """
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
-    scored = _scored(geo, encodings)
     if level is None and not isinstance(counts, ShardedCounts):
-        return StressReport(
-            geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
-        )
+        return geometry_report(geo, encodings)
+    scored = _scored(geo, encodings)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)

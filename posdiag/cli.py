@@ -8,6 +8,7 @@ that does so.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +38,8 @@ from ._cli_options import (
     check_plots,
     counts,
     emit,
+    encoding_option,
+    output_option,
     progress,
     reads_corpus,
     sharded,
@@ -47,7 +50,7 @@ from .analysis import (
     DEFAULT_MIN_COUNT,
     StressReport,
     corpus_geometry,
-    score_encodings,
+    geometry_report,
     spectrum,
     stress_report,
 )
@@ -89,11 +92,18 @@ app = typer.Typer(
 )
 
 
+# Repeatable options: None when not given.
+Names = list[str] | None
 # Help panel of `posdiag check`'s rule options.
 RULES = "Rules"
 
 
-def _specs(encoding: list[str] | None) -> list[tuple[str, dict[str, Any]]] | None:
+def _rule(decl: str, help: str, **kw: Any) -> Any:
+    """An option of ``posdiag check`` that sets a rule, in the Rules help panel."""
+    return typer.Option(decl, help=help, rich_help_panel=RULES, **kw)
+
+
+def _specs(encoding: Names) -> list[tuple[str, dict[str, Any]]] | None:
     """The parsed ``--encoding`` values (None: the default set), parsed before any counting: a
     typo should not cost a pass over the corpus."""
     return [parse_encoding(e) for e in encoding] if encoding else None
@@ -113,17 +123,13 @@ def stress(
     corpus: CorpusArg,
     reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="NAME[:key=value,...], repeatable (see 'posdiag encodings'); "
-            "default: a standard set.",
-            rich_help_panel=ENCODINGS,
+        Names,
+        encoding_option(
+            "NAME[:key=value,...], repeatable (see 'posdiag encodings'); default: a standard set."
         ),
     ] = None,
     model_preset: Annotated[
-        list[str] | None,
+        Names,
         typer.Option(
             "--model-preset",
             help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
@@ -168,10 +174,7 @@ def stress(
 def count(
     corpus: CorpusArg,
     reading: Reading,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Counts file to write (.npz).", show_default=False),
-    ],
+    output: Annotated[Path, output_option("Counts file to write (.npz).")],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -195,15 +198,7 @@ def count(
 def build_encoding(
     corpus: CorpusArg,
     reading: Reading,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Encoding file: .safetensors or .npy (+ .json).",
-            show_default=False,
-        ),
-    ],
+    output: Annotated[Path, output_option("Encoding file: .safetensors or .npy (+ .json).")],
     rank: Annotated[int, typer.Option("--rank", "-r", help="MDS rank r, in [1, n_eff-1].")] = 3,
     dim: Annotated[int, typer.Option("--dim", "-d", help="Model dimension d (>= rank).")] = 768,
     seed: Annotated[
@@ -245,22 +240,17 @@ def encodings(
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
-    from .render.encodings import (
-        presets_json,
-        print_encoding_detail,
-        print_encodings,
-        print_presets,
-    )
+    from .render import encodings as table
 
     if presets:
-        preset_rows = presets_json()
-        emit(as_json, preset_rows, lambda out: print_presets(preset_rows, out))
+        preset_rows = table.presets_json()
+        emit(as_json, preset_rows, lambda out: table.print_presets(preset_rows, out))
         return
     rows = describe(name)
     if name is not None:
-        emit(as_json, rows, lambda out: print_encoding_detail(rows[0], out))
+        emit(as_json, rows, lambda out: table.print_encoding_detail(rows[0], out))
     else:
-        emit(as_json, rows, lambda out: print_encodings(rows, out))
+        emit(as_json, rows, lambda out: table.print_encodings(rows, out))
 
 
 @app.command()
@@ -269,73 +259,52 @@ def check(
     corpus: CorpusArg,
     reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
+        Names,
+        encoding_option(
+            "Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
             "order with --max-stress.",
-            rich_help_panel=RULES,
+            RULES,
         ),
     ] = None,
     max_stress: Annotated[
         list[float] | None,
-        typer.Option(
-            "--max-stress",
-            help="Largest acceptable stress of the matching --encoding (one value: all).",
-            rich_help_panel=RULES,
+        _rule(
+            "--max-stress", "Largest acceptable stress of the matching --encoding (one value: all)."
         ),
     ] = None,
     max_rank_for_stress: Annotated[
         list[str] | None,
-        typer.Option(
+        _rule(
             "--max-rank-for-stress",
-            help="EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
-            rich_help_panel=RULES,
+            "EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
         ),
     ] = None,
     min_positional_info: Annotated[
-        float | None,
-        typer.Option(
-            "--min-positional-info",
-            help="Smallest I(position; token), in bits.",
-            rich_help_panel=RULES,
-        ),
+        float | None, _rule("--min-positional-info", "Smallest I(position; token), in bits.")
     ] = None,
     min_support: Annotated[
         int | None,
-        typer.Option(
-            "--min-support",
-            help="Smallest support N_i over the counted positions 0..n-1.",
-            rich_help_panel=RULES,
-        ),
+        _rule("--min-support", "Smallest support N_i over the counted positions 0..n-1."),
     ] = None,
     strict: Annotated[
         bool | None,
-        typer.Option(
+        _rule(
             "--strict/--no-strict",
-            help="Judge max-stress by the upper confidence bound where one exists.",
+            "Judge max-stress by the upper confidence bound where one exists.",
             show_default=False,
-            rich_help_panel=RULES,
         ),
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option(
+        _rule(
             "--config",
-            help="Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
+            "Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
             "\\[default: ./posdiag.toml, else ./pyproject.toml with \\[tool.posdiag]].",
             show_default=False,
-            rich_help_panel=RULES,
         ),
     ] = None,
     no_config: Annotated[
-        bool,
-        typer.Option(
-            "--no-config",
-            help="Ignore config files; rules from options only.",
-            rich_help_panel=RULES,
-        ),
+        bool, _rule("--no-config", "Ignore config files; rules from options only.")
     ] = False,
     fmt: Annotated[
         str,
@@ -375,13 +344,14 @@ def check(
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
-    from .gate import build_config, find_config, run_gate
+    from .gate import READING_KEYS, build_config, find_config, run_gate
     from .render.gate import check_format, gate_json, github_annotations, text_lines, write_junit
 
     check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
     file = None if no_config else (config if config is not None else find_config("."))
+    options = {**dataclasses.asdict(reading), "min_count": min_count}
     cfg = build_config(
         file=file,
         encodings=encoding or (),
@@ -390,14 +360,7 @@ def check(
         min_positional_info=min_positional_info,
         min_support=min_support,
         strict=strict,
-        reading={
-            "column": reading.column,
-            "tokenizer": reading.tokenizer,
-            "view": reading.view,
-            "max_len": reading.max_len,
-            "min_count": min_count,
-            "pad_token": reading.pad_token,
-        },
+        reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
         check_output(junit, force)  # refuse before a pass over the corpus
@@ -421,13 +384,7 @@ def diff(
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
     reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="Encodings to rank, repeatable; default: a standard set.",
-            rich_help_panel=ENCODINGS,
-        ),
+        Names, encoding_option("Encodings to rank, repeatable; default: a standard set.")
     ] = None,
     rank: Annotated[
         int | None,
@@ -475,20 +432,9 @@ def diff(
 def plot_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", help="Folder for the PNGs (created if missing).", show_default=False
-        ),
-    ],
+    output: Annotated[Path, output_option("Folder for the PNGs (created if missing).")],
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="Encodings of the stress chart, repeatable.",
-            rich_help_panel=ENCODINGS,
-        ),
+        Names, encoding_option("Encodings of the stress chart, repeatable.")
     ] = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     force: PlotForceOpt = False,
@@ -503,18 +449,13 @@ def plot_cmd(
     check_plots(output, force)
     geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
     warn(geo.warnings)
-    report = StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
-    )
-    written = write(output, geometry=geo, report=report, force=force)
+    written = write(output, geometry=geo, report=geometry_report(geo, specs), force=force)
     w, h = written.pixels
+    lines = [f"  {f}" for f in written.files]
     emit(
         as_json,
         {"directory": written.directory, "files": written.files, "pixels": written.pixels},
-        "\n".join(
-            [f"wrote {len(written.files)} plots ({w} x {h} px):"]
-            + [f"  {f}" for f in written.files]
-        ),
+        "\n".join([f"wrote {len(written.files)} plots ({w} x {h} px):", *lines]),
     )
 
 
@@ -523,18 +464,9 @@ def plot_cmd(
 def report_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="HTML file to write.", show_default=False),
-    ],
+    output: Annotated[Path, output_option("HTML file to write.")],
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="Encodings of the stress table, repeatable.",
-            rich_help_panel=ENCODINGS,
-        ),
+        Names, encoding_option("Encodings of the stress table, repeatable.")
     ] = None,
     no_plots: Annotated[
         bool, typer.Option("--no-plots", help="Leave the plots out.", rich_help_panel=OUTPUT)
@@ -570,13 +502,7 @@ def diagnose(
     corpus: CorpusArg,
     reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="NAME[:key=value,...], repeatable; default set.",
-            rich_help_panel=ENCODINGS,
-        ),
+        Names, encoding_option("NAME[:key=value,...], repeatable; default set.")
     ] = None,
     target: Annotated[
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
@@ -677,10 +603,7 @@ def inspect(
 
 @app.command()
 def synth(
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Corpus file to write (.txt).", show_default=False),
-    ],
+    output: Annotated[Path, output_option("Corpus file to write (.txt).")],
     mode: Annotated[
         str, typer.Option("--mode", help="drift (low-rank smooth drift) | shift (Toeplitz).")
     ] = "drift",
@@ -724,10 +647,7 @@ def merge(
         list[Path],
         typer.Argument(help="Counts files (.npz) from 'posdiag count'.", show_default=False),
     ],
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Merged counts file (.npz).", show_default=False),
-    ],
+    output: Annotated[Path, output_option("Merged counts file (.npz).")],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
