@@ -229,9 +229,9 @@ def no_drift_reference(
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
 
-    The same number as :func:`posdiag.geometry.stress` (GEOMETRY.md section 4), computed so that
-    it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a corpus
-    against itself must show.
+    The same number as :func:`posdiag.geometry.stress` (docs/geometry.md section 4), computed so
+    that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
+    corpus against itself must show.
     """
     nh = float(np.linalg.norm(b_h))
     if nh == 0.0:
