@@ -58,6 +58,7 @@ __all__ = [
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
+    "geometry_report",
     "interval_scores",
     "score_encodings",
     "stress_report",
@@ -206,7 +207,7 @@ def spectrum(
 
 @dataclass(frozen=True)
 class EncodingScore:
-    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN.
+    """One row of the stress table (docs/geometry.md section 4); ``spearman`` may be NaN.
 
     ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
     no interval was computed.
@@ -412,6 +413,18 @@ class StressReport:
     geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
+def geometry_report(
+    geometry: CorpusGeometry,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
+    intervals."""
+    scores = tuple(score_encodings(geometry, encodings))
+    return StressReport(
+        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
+    )
+
+
 def stress_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
@@ -430,18 +443,16 @@ def stress_report(
     """
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
-    scored = _scored(geo, encodings)
     if level is None and not isinstance(counts, ShardedCounts):
-        return StressReport(
-            geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
-        )
+        return geometry_report(geo, encodings)
+    scored = _scored(geo, encodings)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
 
 
 # ---------------------------------------------------------------------------------------------
-# posdiag diagnose: the theory's checks on one corpus (GEOMETRY.md section 8, docs/theory.md)
+# posdiag diagnose: the theory's checks on one corpus (docs/geometry.md section 8, docs/theory.md)
 # ---------------------------------------------------------------------------------------------
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
@@ -779,7 +790,7 @@ def diagnose(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Diagnosis:
-    """Run every theory diagnostic on a corpus (GEOMETRY.md section 8, docs/theory.md).
+    """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
     Parameters
     ----------

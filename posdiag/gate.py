@@ -53,6 +53,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 __all__ = [
     "CONFIG_FILES",
+    "READING_KEYS",
     "GateConfig",
     "GateFacts",
     "GateReport",
@@ -70,6 +71,8 @@ CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
 # Keys of the config table; reading options use the CLI's option names.
 _RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
 _READ_KEYS = ("column", "tokenizer", "view", "max-len", "min-count", "pad-token")
+# The same keys as GateConfig.reading and build_config's ``reading`` spell them.
+READING_KEYS = tuple(k.replace("-", "_") for k in _READ_KEYS)
 
 
 def _encoding_key(spec: str) -> str:
