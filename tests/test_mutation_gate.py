@@ -518,3 +518,33 @@ def test_report_carries_strict_source_and_empty_targets(tmp_path: Path) -> None:
         ("min-support", "", "min-support"),
     ]
     assert [r.comparison for r in report.results] == [">=", ">="]
+
+
+def sharded_counts(k: int, seed: int = 5) -> ShardedCounts:
+    rng = np.random.default_rng(seed)
+    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(5, 7))) for _ in range(k))
+    return ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
+
+
+def test_measure_intervals_from_two_shards_with_the_default_seed() -> None:
+    sharded = sharded_counts(2)
+    cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
+    s = measure(sharded, cfg, replicates=16).scores["alibi"]
+    ref = measure(sharded, cfg, replicates=16, seed=0).scores["alibi"]
+    assert not math.isnan(s.ci_high) and (s.ci_low, s.ci_high) == (ref.ci_low, ref.ci_high)
+
+
+def test_measure_intervals_use_the_encoding_parameters_and_the_corpus_mds() -> None:
+    # kerple-power with p = 2 is the line |i - j|, the same distances as alibi: same intervals
+    # under the same seed (its default p = 1 would be sqrt|i - j|).
+    sharded = sharded_counts(3)
+    cfg = build_config(
+        encodings=["alibi", "kerple-power:p=2", "mds-1"],
+        max_stress=[1.0],
+        reading={"min_count": 1},
+    )
+    scores = measure(sharded, cfg, replicates=16, seed=2).scores
+    line, kp = scores["alibi"], scores["kerple-power:p=2.0"]
+    assert kp.stress == pytest.approx(line.stress, rel=1e-12)
+    assert (kp.ci_low, kp.ci_high) == pytest.approx((line.ci_low, line.ci_high), rel=1e-12)
+    assert 0.0 <= scores["mds-1"].ci_low <= scores["mds-1"].ci_high <= 1.0
