@@ -26,7 +26,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# Mutation score of geometry, rope, bias and gate (tens of minutes; not part of `make test`).
+# Mutation score of geometry, rope, bias, gate and its CI formats (tens of minutes; not part of
+# `make test`).
 # MUTATE_CHILDREN=2 uses two cores; docs/mutation.md lists the mutants judged equivalent.
 mutate: $(STAMP)
 	$(BIN)/python tools/mutate.py
