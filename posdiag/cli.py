@@ -39,6 +39,7 @@ from .diagnostics import (
 )
 from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
+from .estimator import DEFAULT_ESTIMATOR, ESTIMATORS
 from .export import low_rank_encoding, write_encoding
 from .report import encoding_json, print_encoding, print_stress, stress_json
 from .sources import HubUnavailable
@@ -215,11 +216,29 @@ def _counts(
 ) -> Counts:
     """``read``: limit, sample, seed, data_dir, dtype, vocab_size (see ``corpus_counts``)."""
     seed = read.pop("seed", 0)
+    # Shards even without intervals: the cross-fitted geometry splits by sequence, so every
+    # command sees the geometry 'stress' reports (same --seed, same shards).
     return _sharded(
         corpus, 0, seed, column, tokenizer, view, max_len, pad_token, quiet, **read
     ).counts
 
 
+def _estimator_choice(value: str) -> str:
+    """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
+    from ._validate import check_choice
+
+    return check_choice("estimator", value, ESTIMATORS)
+
+
+EstimatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--estimator",
+        callback=_estimator_choice,
+        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+        "(the biased plug-in of earlier versions); see docs/geometry.md.",
+    ),
+]
 ShardsOpt = Annotated[
     int,
     typer.Option(
@@ -257,11 +276,15 @@ def _sharded(
     quiet: bool,
     **read: Any,
 ) -> ShardedCounts:
-    """``seed`` seeds both the shards and ``--sample``; ``read`` as in :func:`_counts`."""
+    """``seed`` seeds both the shards and ``--sample``; ``read`` as in :func:`_counts`.
+
+    ``shards=0`` (no intervals) still counts the default shards: the cross-fitted geometry
+    splits by sequence, and must be the same whether or not intervals are asked for.
+    """
     with _progress(quiet) as progress:
-        return corpus_counts_sharded(
+        sharded = corpus_counts_sharded(
             corpus,
-            shards=shards,
+            shards=shards or DEFAULT_SHARDS,
             seed=seed,
             column=column,
             tokenizer=tokenizer,
@@ -271,6 +294,9 @@ def _sharded(
             progress=progress,
             **read,
         )
+    if shards == 0:
+        return ShardedCounts(sharded.counts, (), sharded.seed)
+    return sharded
 
 
 @contextmanager
@@ -345,6 +371,7 @@ def stress(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
@@ -382,6 +409,7 @@ def stress(
             replicates=replicates,
             seed=seed,
             progress=progress,
+            estimator=estimator,
         )
     _warn(report.warnings)
     if as_json:
@@ -480,6 +508,7 @@ def build_encoding(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -508,7 +537,7 @@ def build_encoding(
         dtype=dtype,
         vocab_size=vocab_size,
     )
-    geo = corpus_geometry(counts, min_count)
+    geo = corpus_geometry(counts, min_count, estimator=estimator, seed=seed)
     _warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
@@ -681,6 +710,7 @@ def check(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
@@ -738,7 +768,13 @@ def check(
     )
     with _bootstrap_progress(quiet) as progress:
         report = run_gate(
-            sharded, cfg, level=ci, replicates=replicates, seed=seed, progress=progress
+            sharded,
+            cfg,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=progress,
+            estimator=estimator,
         )
     if junit is not None:
         write_junit(report, junit, force=force)
@@ -873,6 +909,7 @@ def plot_cmd(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
@@ -895,7 +932,7 @@ def plot_cmd(
         dtype=dtype,
         vocab_size=vocab_size,
     )
-    geo = corpus_geometry(counts, min_count)
+    geo = corpus_geometry(counts, min_count, estimator=estimator, seed=seed)
     _warn(geo.warnings)
     report = StressReport(
         geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
@@ -937,6 +974,7 @@ def report_cmd(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
@@ -960,7 +998,7 @@ def report_cmd(
         dtype=dtype,
         vocab_size=vocab_size,
     )
-    geo = corpus_geometry(counts, min_count)
+    geo = corpus_geometry(counts, min_count, estimator=estimator, seed=seed)
     _warn(geo.warnings)
     page = build_report(counts, specs, min_count=min_count, plots=not no_plots, geometry=geo)
     write_html(page, output, force=force)
@@ -1011,6 +1049,7 @@ def diagnose(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -1052,6 +1091,7 @@ def diagnose(
             replicates=replicates,
             seed=seed,
             progress=progress,
+            estimator=estimator,
         )
     _warn(result.warnings)
     if as_json:
@@ -1105,6 +1145,7 @@ def inspect(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
@@ -1128,7 +1169,7 @@ def inspect(
             dtype=dtype,
             vocab_size=vocab_size,
         )
-        geo = corpus_geometry(counts, min_count)
+        geo = corpus_geometry(counts, min_count, estimator=estimator, seed=seed)
         _warn(geo.warnings)
     result = inspect_table(
         table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed

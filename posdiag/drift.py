@@ -42,6 +42,7 @@ from .diagnostics import (
     score_encodings,
 )
 from .errors import PosdiagError
+from .estimator import DEFAULT_ESTIMATOR, restrict
 from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
 
 __all__ = [
@@ -247,11 +248,16 @@ def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
     """The geometry of positions ``0..n-1``: distances are a sub-matrix, MDS is recomputed."""
     if n == geo.n_eff:
         return geo
+    summary = replace(geo.summary, n_eff=n)
+    if geo.estimate is not None and geo.plain is not None:
+        # The BC block re-centred: the same estimator on fewer positions.
+        est = restrict(geo.estimate, n)
+        plain = restrict(geo.plain, n)
+        return CorpusGeometry(summary, est.distances, est.mds, (), est, plain, geo.counts, {})
     d = geo.distances[:n, :n]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mds = classical_mds(d)
-    summary = replace(geo.summary, n_eff=n)
     return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
 
 
@@ -347,6 +353,7 @@ def corpus_drift(
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
 
@@ -360,11 +367,15 @@ def corpus_drift(
     encodings : sequence, optional
         Encodings to rank (default set when None).
     draws, seed : int
-        Random re-splits behind the no-drift reference, and their seed.
+        Random re-splits behind the no-drift reference, and their seed (also of the
+        cross-fit's splits).
+    estimator : {"crossfit", "plugin"}
+        Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
-    ga, gb = corpus_geometry(a, min_count), corpus_geometry(b, min_count)
+    ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed)
+    gb = corpus_geometry(b, min_count, estimator=estimator, seed=seed)
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues

@@ -7,20 +7,19 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .diagnostics import CorpusSummary, StressReport, saving_phrase
+from .diagnostics import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
 from .export import LowRankEncoding
-from .geometry import significant_negative
 
 __all__ = [
     "encoding_json",
     "jsonable",
     "print_encoding",
     "print_stress",
+    "spectrum_line",
     "stress_json",
     "summary_rows",
 ]
@@ -55,6 +54,10 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 "stress_by_rank": sp.stress_by_rank,
                 "effective_rank": sp.effective_rank,
                 "min_eigenvalue": sp.min_eigenvalue,
+                "floor": sp.floor,
+                "signal_rank": sp.signal_rank,
+                "negative": sp.negative,
+                "estimator": sp.estimator,
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
@@ -163,12 +166,16 @@ def print_stress(report: StressReport, console: Console) -> None:
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", _fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
-    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
-    line = f"effective rank: {eff}"
-    neg = significant_negative(np.asarray(sp.eigenvalues))
-    if neg is not None:
-        line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
-    console.print(line)
+    console.print(spectrum_line(sp))
+
+
+def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
+    """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
+    eff = ", ".join(f"{rank_text(r, sp.floor)}{sep}{eps:g}" for eps, r in sp.effective_rank.items())
+    line = f"effective rank ({sp.estimator} geometry): {eff}"
+    if sp.negative:
+        line += f"; {sp.negative}"
+    return line
 
 
 def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from .diagnostics import Diagnosis, Uncertainty
 from .inspect import Inspection, TableFigures
-from .report import _fmt, _params, jsonable, print_summary, ranges
+from .report import _fmt, _params, jsonable, print_summary, ranges, spectrum_line
 
 __all__ = [
     "diagnosis_json",
@@ -46,6 +46,10 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
         "stress_by_rank_ci": d.uncertainty.stress_by_rank,
         "effective_rank": sp.effective_rank,
         "min_eigenvalue": sp.min_eigenvalue,
+        "floor": sp.floor,
+        "signal_rank": sp.signal_rank,
+        "negative": sp.negative,
+        "estimator": sp.estimator,
     }
     return jsonable(
         {
@@ -139,8 +143,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         )
     console.print()
     console.print(t)
-    eff = ", ".join(f"{r} at {eps:g}" for eps, r in rk.spectrum.effective_rank.items())
-    console.print(f"  effective rank: {eff}")
+    console.print(f"  {spectrum_line(rk.spectrum, ' at ')}")
     console.print(f"  -> {rk.reading}")
     t = Table(title="Stress, best first", title_justify="left")
     t.add_column("encoding")
