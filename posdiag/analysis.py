@@ -45,6 +45,7 @@ from .uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
     ShardedCounts,
+    StressIntervals,
     bootstrap_stress,
     information_null,
     noise_floor,
@@ -69,6 +70,8 @@ __all__ = [
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
+    "geometry_report",
+    "interval_scores",
     "score_encodings",
     "stress_report",
 ]
@@ -514,6 +517,44 @@ def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.flatnonzero(bad))
 
 
+def interval_scores(
+    sharded: ShardedCounts,
+    n_eff: int,
+    scored: Sequence[tuple[EncodingScore, Encoding]],
+    level: float,
+    replicates: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    estimator: str = "plugin",
+    full_eigenvalues: np.ndarray | None = None,
+) -> tuple[list[EncodingScore], StressIntervals]:
+    """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
+
+    ``scored`` pairs each score with the encoding it was computed from, on positions
+    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
+    ``full_eigenvalues`` are those of the geometry scored (see
+    :func:`~posdiag.uncertainty.bootstrap_stress`).
+    """
+    iv = bootstrap_stress(
+        sharded,
+        n_eff,
+        [e for _, e in scored],
+        [s.stress for s, _ in scored],
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+        estimator=estimator,
+        full_eigenvalues=full_eigenvalues,
+    )
+    scores = [
+        dataclasses.replace(s, ci_low=lo, ci_high=hi)
+        for (s, _), (lo, hi) in zip(scored, iv.encodings, strict=True)
+    ]
+    return scores, iv
+
+
 def _with_intervals(
     geometry: CorpusGeometry,
     counts: Counts | ShardedCounts,
@@ -527,27 +568,21 @@ def _with_intervals(
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
     floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
     unstable = _unstable(_pairs_within_noise(geometry, floor), _noise_shares(geometry, floor)[1])
-    scores = [s for s, _ in scored]
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
         unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
-        return scores, unc
-    iv = bootstrap_stress(
+        return [s for s, _ in scored], unc
+    scores, iv = interval_scores(
         sharded,
         n,
-        [e for _, e in scored],
-        [s.stress for s in scores],
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
+        scored,
+        level,
+        replicates,
+        seed,
+        progress,
         estimator=geometry.estimator,
         full_eigenvalues=geometry.mds.eigenvalues,
     )
-    scores = [
-        dataclasses.replace(s, ci_low=lo, ci_high=hi)
-        for s, (lo, hi) in zip(scores, iv.encodings, strict=True)
-    ]
     unc = Uncertainty(
         iv.level,
         iv.shards,
@@ -577,6 +612,18 @@ class StressReport:
     geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
+def geometry_report(
+    geometry: CorpusGeometry,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
+    intervals."""
+    scores = tuple(score_encodings(geometry, encodings))
+    return StressReport(
+        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
+    )
+
+
 def stress_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
@@ -597,11 +644,9 @@ def stress_report(
     ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
     """
     geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
-    scored = _scored(geo, encodings)
     if level is None and not isinstance(counts, ShardedCounts):
-        return StressReport(
-            geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
-        )
+        return geometry_report(geo, encodings)
+    scored = _scored(geo, encodings)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
