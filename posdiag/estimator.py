@@ -181,7 +181,7 @@ def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
     ndarray of shape (n, n)
     """
     if not halves:
-        raise PosdiagError("'splits' must be an int >= 1; got 0")
+        raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
     acc: np.ndarray | None = None
     for ca, cb in halves:
         x = cross_product(sqrt_rows(ca), sqrt_rows(cb))
