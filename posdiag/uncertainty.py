@@ -21,7 +21,7 @@ from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
-from .estimator import ESTIMATORS, crossfit_bc, gram_from_bc, implied_distances, shard_halves
+from .estimator import ESTIMATORS, crossfit_bc, gram_from_bc, implied_distances, stacked_halves
 from .geometry import (
     gram_from_distances,
     hellinger_distances,
@@ -309,9 +309,9 @@ def bootstrap_stress(
         if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
             continue
         if estimator == "crossfit":
-            kept = [sharded.shards[i] for i in np.flatnonzero(w)]
             try:
-                bc = crossfit_bc(shard_halves(kept, n, replicate_splits, split_rng))
+                halves = stacked_halves(stack, n, np.flatnonzero(w), replicate_splits, split_rng)
+                bc = crossfit_bc(halves)
             except PosdiagError:
                 continue  # a position lost all its support in a quarter of the shards
             b = gram_from_bc(bc)
