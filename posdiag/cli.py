@@ -149,6 +149,15 @@ def stress(
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also show each encoding's plug-in stress and mds-r's in-sample stress.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     chosen = [parse_encoding(e) for e in encoding or ()]
@@ -169,7 +178,11 @@ def stress(
             estimator=estimator,
         )
     warn(report.warnings)
-    emit(as_json, lambda: stress_json(report), lambda out: print_stress(report, out))
+    emit(
+        as_json,
+        lambda: stress_json(report),
+        lambda out: print_stress(report, out, verbose=verbose),
+    )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
 

@@ -316,3 +316,22 @@ def test_heldout_mds_brackets_the_known_rank_r_structure() -> None:
         row = score_encodings(geo, ["mds-3"])[0]
         known = stress(geo.mds.gram, x @ x.T)
         assert row.in_sample < known < row.stress
+
+
+def test_verbose_stress_shows_the_plugin_figures(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
+    args = ["stress", str(synth_corpus), "--min-count", "50", "--shards", "0"]
+    doc = json.loads(cli([*args, "--json"]).stdout)
+    plugin = json.loads(cli([*args, "--json", "--estimator", "plugin"]).stdout)
+    plain = {e["name"]: e["plain"] for e in doc["encodings"]}
+    # The JSON's plain figure is the stress the plug-in estimator reports (mds-r: in-sample).
+    for e in plugin["encodings"]:
+        expect = e["in_sample"] if e["in_sample"] is not None else e["stress"]
+        assert plain[e["name"]] == pytest.approx(expect, abs=1e-12), e["name"]
+    out = cli([*args, "--verbose"]).stdout
+    assert "in-sample" in out and "plug-in" in out
+    row = next(line for line in out.splitlines() if "sinusoidal" in line)
+    assert f"{plain['sinusoidal']:.4f}" in row
+    header = next(line for line in cli(args).stdout.splitlines() if "encoding" in line)
+    assert "stress" in header and "plug-in" not in header

@@ -59,8 +59,12 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
     console.print(t)
 
 
-def print_stress(report: StressReport, console: Console) -> None:
-    """Corpus summary, stress table (best first) and MDS spectrum."""
+def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
+    """Corpus summary, stress table (best first) and MDS spectrum.
+
+    ``verbose`` adds the plug-in stress of every encoding and the in-sample stress of ``mds-r``
+    (scored held-out in the stress column).
+    """
     print_summary(report.corpus, console)
     t = Table(
         title="Stress (0 = corpus geometry reproduced, 1 = no positional information)",
@@ -69,11 +73,16 @@ def print_stress(report: StressReport, console: Console) -> None:
     for col in ("encoding", "parameters"):
         t.add_column(col)
     unc = report.uncertainty
-    cols = ("stress", "interval", "raw", "kruskal", "spearman", "params")
-    for col in cols if unc and unc.shards else tuple(c for c in cols if c != "interval"):
+    cols: tuple[str, ...] = ("stress", "interval", "raw", "kruskal", "spearman", "params")
+    if not (unc and unc.shards):
+        cols = tuple(c for c in cols if c != "interval")
+    if verbose:
+        cols = (*cols[:-1], "in-sample", "plug-in", cols[-1])
+    for col in cols:
         t.add_column(col, justify="right")
     for e in report.encodings:
         ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
+        more = [fmt(e.in_sample) if e.name.startswith("mds") else "", fmt(e.plain)]
         t.add_row(
             e.name,
             escape(params(e.params)),
@@ -82,9 +91,16 @@ def print_stress(report: StressReport, console: Console) -> None:
             fmt(e.raw, 3),
             fmt(e.kruskal),
             fmt(e.spearman, 3),
+            *(more if verbose else []),
             f"{e.n_params:,}",
         )
     console.print(t)
+    estimator = report.spectrum.estimator
+    if estimator == "crossfit":
+        console.print(
+            "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
+            "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
+        )
     if unc is not None:
         line = unc.note or (
             f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
