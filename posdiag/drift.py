@@ -43,7 +43,7 @@ from .counts import (
 )
 from .errors import PosdiagError
 from .estimator import DEFAULT_ESTIMATOR, restrict
-from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+from .geometry import classical_mds, gram_from_vectors, reached_rank, stress_by_rank
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -341,6 +341,17 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
+def _default_rank(eigenvalues: np.ndarray, tolerance: float) -> int:
+    """Effective rank at ``tolerance``; below the cross-fit's stress floor (not reached), the
+    signal rank: the eigenvalues above the magnitude of the most negative one."""
+    lam = np.asarray(eigenvalues)
+    hit = reached_rank(lam, tolerance)
+    if hit is not None:
+        return hit
+    signal = int(np.sum(lam > abs(min(0.0, float(lam[-1])))))
+    return max(1, min(signal, lam.size - 1))
+
+
 def corpus_drift(
     a: Counts,
     b: Counts,
@@ -361,7 +372,8 @@ def corpus_drift(
         Same tokenizer, view and max_len (checked); vocabulary widths may differ.
     rank : int, optional
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
-        at ``tolerance`` on the common positions.
+        at ``tolerance`` on the common positions (its signal rank when the tolerance is below
+        the stress floor of a cross-fitted geometry).
     encodings : sequence, optional
         Encodings to rank (default set when None).
     draws, seed : int
@@ -379,8 +391,8 @@ def corpus_drift(
     lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
-    ra = rank if rank is not None else effective_rank(lam_a, tolerance)
-    rb = rank if rank is not None else effective_rank(lam_b, tolerance)
+    ra = rank if rank is not None else _default_rank(lam_a, tolerance)
+    rb = rank if rank is not None else _default_rank(lam_b, tolerance)
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     sa = score_encodings(pa, encodings)

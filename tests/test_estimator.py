@@ -335,3 +335,11 @@ def test_verbose_stress_shows_the_plugin_figures(
     assert f"{plain['sinusoidal']:.4f}" in row
     header = next(line for line in cli(args).stdout.splitlines() if "encoding" in line)
     assert "stress" in header and "plug-in" not in header
+
+
+def test_drift_default_rank_falls_back_to_the_signal_rank() -> None:
+    from posdiag.drift import _default_rank
+
+    lam = np.array([4.0, 2.0, 1.0, 0.0, -1.0])  # floor sqrt(1/22) = 0.213
+    assert _default_rank(lam, 0.25) == 3
+    assert _default_rank(lam, 0.1) == 2  # not reached: the 2 eigenvalues above |-1|
