@@ -219,7 +219,8 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
 
 
 # Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
-# the interval, and 2 splits kept the calibration of 10 (benchmarks, "interval calibration").
+# the interval. With 2, mean width / (3.92 sd over 30 independent synthetic samples) was
+# 0.91-0.98 for fixed encodings, 0.93 for mds-2, 1.39 for learned-random (benchmarks/estimator.py).
 REPLICATE_SPLITS = 2
 
 
