@@ -1,5 +1,5 @@
 """The theory diagnostics: positional information, shift-equivariance, smoothness, monotonicity,
-noise floor and the recommendation (GEOMETRY.md section 8)."""
+noise floor and the recommendation (docs/geometry.md section 8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CLI: every core command, every bad input of issue 2 (exact text, exit code 2), --json."""
+"""CLI: every core command, every bad input (exact text, exit code 2), --json."""
 
 from __future__ import annotations
 

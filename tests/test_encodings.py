@@ -1,7 +1,7 @@
 """Every encoding's induced distances against a brute-force construction from its definition.
 
 RoPE variants: explicit rotation matrices (Hugging Face ``rotate_half`` layout, pair k with
-k + d/2) and frequencies recomputed pair by pair from ENCODINGS.md. Bias methods: explicit bias
+k + d/2) and frequencies recomputed pair by pair from docs/encodings.md. Bias methods: explicit bias
 matrices, read as Schoenberg distances where -b is conditionally negative definite.
 """
 
@@ -155,7 +155,7 @@ def yarn_theta_brute(d: int, b: float, s: float, big_l: int, fast: float, slow: 
 
 
 def test_yarn_worked_numbers() -> None:
-    # ENCODINGS.md: d=128, b=1e4, L=4096, s=4 gives k_lo=20, k_hi=46, m=1.139.
+    # docs/encodings.md: d=128, b=1e4, L=4096, s=4 gives k_lo=20, k_hi=46, m=1.139.
     assert yarn_correction_range(128, 1e4, 4096, 32, 1) == (20.0, 46.0)
     assert round(yarn_mscale(4.0), 3) == 1.139
     e = make_encoding("rope-yarn", 3, {"head_dim": 128})
@@ -366,7 +366,7 @@ def t5_bucket_brute(r: int, buckets: int, max_distance: int, bidirectional: bool
     return ret + min(big, nb - 1)
 
 
-# ENCODINGS.md tables: bucket -> [first, last] distance (last None = unbounded).
+# docs/encodings.md tables: bucket -> [first, last] distance (last None = unbounded).
 T5_BIDIRECTIONAL = {
     **{b: (b, b) for b in range(8)},
     8: (8, 11), 9: (12, 15), 10: (16, 22), 11: (23, 31),
@@ -530,7 +530,7 @@ def test_alibi_readings_from_explicit_bias_matrix() -> None:
 
 
 def test_t5_buckets_match_boundary_tables() -> None:
-    # ENCODINGS.md, bidirectional, per side: 0..7 exact; 8:[8,11] 9:[12,15] 10:[16,22] ...
+    # docs/encodings.md, bidirectional, per side: 0..7 exact; 8:[8,11] 9:[12,15] 10:[16,22] ...
     table = {
         8: (8, 11),
         9: (12, 15),
