@@ -343,3 +343,19 @@ def test_drift_default_rank_falls_back_to_the_signal_rank() -> None:
     lam = np.array([4.0, 2.0, 1.0, 0.0, -1.0])  # floor sqrt(1/22) = 0.213
     assert _default_rank(lam, 0.25) == 3
     assert _default_rank(lam, 0.1) == 2  # not reached: the 2 eigenvalues above |-1|
+
+
+def test_check_reports_a_rank_below_the_floor_as_not_reached(
+    cli: Callable[..., Result], bundled_corpus: Path
+) -> None:
+    args = [str(bundled_corpus), "--no-config", "--shards", "0", "--max-rank-for-stress"]
+    res = cli(["check", *args, "0.05:10"])
+    assert res.exit_code == 1
+    line = res.stdout.splitlines()[1]
+    assert line.startswith("FAIL  max-rank-for-stress[0.05]: MDS rank not reached > 10 (")
+    assert "not reached (floor 0.1" in line
+    doc = json.loads(cli(["check", *args, "0.05:10", "--json"]).stdout)
+    assert doc["rules"][0]["figure"] is None and doc["rules"][0]["passed"] is False
+    # Above the floor the rank is a number again.
+    res = cli(["check", *args, "0.2:10"])
+    assert res.exit_code == 0 and "MDS rank 3 <= 10" in res.stdout
