@@ -591,7 +591,12 @@ def _with_intervals(
         iv.stress_by_rank,
         tuple(float(x) for x in floor),
         unstable,
-        bias=iv.bias,
+        # A replicate refits mds-r in-sample, so its bias is measured from the in-sample figure
+        # (the headline of a held-out mds-r is a different quantity).
+        bias=tuple(
+            b + s.stress - s.in_sample if not math.isnan(s.in_sample) else b
+            for b, s in zip(iv.bias, scores, strict=True)
+        ),
     )
     return scores, unc
 

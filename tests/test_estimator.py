@@ -37,7 +37,7 @@ from posdiag.geometry import (
     stress_floor,
 )
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import corpus_counts_sharded
+from posdiag.uncertainty import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
 N_POS, VOCAB = 32, 5000
 
@@ -359,3 +359,40 @@ def test_check_reports_a_rank_below_the_floor_as_not_reached(
     # Above the floor the rank is a number again.
     res = cli(["check", *args, "0.2:10"])
     assert res.exit_code == 0 and "MDS rank 3 <= 10" in res.stdout
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 6), st.integers(2, 12), st.integers(0, 2**31 - 1))
+def test_crossfit_of_one_sample_with_itself_is_the_plugin(n: int, v: int, seed: int) -> None:
+    """With A = B the cross product is S S^T: the plug-in (whose diagonal is exactly 1)."""
+    counts = sp.csr_matrix(np.random.default_rng(seed).integers(0, 4, (n, v)) + 1)
+    np.testing.assert_allclose(crossfit_bc([(counts, counts)]), plugin_bc(counts), atol=1e-12)
+
+
+def test_bootstrap_bias_of_heldout_mds_is_measured_from_in_sample(tmp_path: Path) -> None:
+    """Replicates refit mds-r in-sample: its bias is replicate minus full-data in-sample figure
+    (not minus the held-out headline), and intervals stay centred on the headline."""
+    mu = zipf_drift_distributions(N_POS, VOCAB, 3, sharpness=2.0, seed=0)
+    total, shards = _sample(mu, 1000, seed=1)
+    counts = Counts(sp.csr_matrix(total), {}, None, tuple(sp.csr_matrix(s) for s in shards))
+    sharded = ShardedCounts(counts, counts.shards, 0)
+    report = stress_report(sharded, ["mds-3", "alibi"], min_count=10, replicates=30, seed=2)
+    assert report.uncertainty is not None and report.geometry is not None
+    scores = {e.name: e for e in report.encodings}
+    encs = [make_encoding("mds", N_POS, {"rank": 3}, mds=report.geometry.mds)]
+    encs.append(make_encoding("alibi", N_POS, {}))
+    direct = bootstrap_stress(
+        sharded,
+        N_POS,
+        encs,
+        [scores["mds-3"].in_sample, scores["alibi"].stress],
+        replicates=30,
+        seed=2,
+        estimator="crossfit",
+        full_eigenvalues=report.geometry.mds.eigenvalues,
+    )
+    bias = dict(zip([e.name for e in report.encodings], report.uncertainty.bias, strict=True))
+    assert bias["mds-3"] == pytest.approx(direct.bias[0], abs=1e-12)
+    assert bias["alibi"] == pytest.approx(direct.bias[1], abs=1e-12)
+    lo, hi = scores["mds-3"].ci_low, scores["mds-3"].ci_high
+    assert lo <= scores["mds-3"].stress <= hi
