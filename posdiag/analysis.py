@@ -255,6 +255,12 @@ def corpus_geometry(
         )
         # Negative eigenvalues are expected here: the spectrum reports them in one line.
         mds, notes = est.mds, []
+        if shards and est.method == "thinning":
+            notes.append(
+                f"{source}: a random half of the {len(shards)} shards left a position without "
+                "tokens, so the cross-fit split each position's counts instead (thinning); "
+                "fewer --shards or a larger --min-count keep the split by sequence"
+            )
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
         notes.append(

@@ -339,8 +339,13 @@ def _halves(
     splits: int,
     rng: np.random.Generator,
 ) -> tuple[str, list[tuple[sp.csr_matrix, sp.csr_matrix]]]:
+    """Halves by shard when there are shards, else (or when a random half of the shards leaves a
+    position without tokens: a thin corpus cut into many shards) by thinning."""
     if len(shards) >= 2:
-        return "shards", shard_halves(shards, n, splits, rng)
+        try:
+            return "shards", shard_halves(shards, n, splits, rng)
+        except PosdiagError:
+            pass
     return "thinning", thinned_halves(counts, n, splits, rng)
 
 
@@ -462,15 +467,19 @@ def split_half_grams(
     inner = max(2, check_int("splits", splits, 1) // 2)
     out = []
     for _ in range(repeats):
+        parts: list[list[tuple[sp.csr_matrix, sp.csr_matrix]]] = []
         if len(shards) >= 4:
             k = len(shards)
             pick = np.zeros(k, dtype=bool)
             pick[rng.choice(k, size=k // 2, replace=False)] = True
-            parts = [
-                shard_halves([shards[int(i)] for i in np.flatnonzero(side)], n, inner, rng)
-                for side in (pick, ~pick)
-            ]
-        else:
+            try:
+                parts = [
+                    shard_halves([shards[int(i)] for i in np.flatnonzero(side)], n, inner, rng)
+                    for side in (pick, ~pick)
+                ]
+            except PosdiagError:
+                parts = []  # a quarter of the shards missed a position: thin instead
+        if not parts:
             a, b = thinned_halves(c, n, 1, rng)[0]
             parts = [thinned_halves(a, n, inner, rng), thinned_halves(b, n, inner, rng)]
         g_p, g_q = (gram_from_bc(crossfit_bc(p)) for p in parts)

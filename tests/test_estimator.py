@@ -396,3 +396,14 @@ def test_bootstrap_bias_of_heldout_mds_is_measured_from_in_sample(tmp_path: Path
     assert bias["alibi"] == pytest.approx(direct.bias[1], abs=1e-12)
     lo, hi = scores["mds-3"].ci_low, scores["mds-3"].ci_high
     assert lo <= scores["mds-3"].stress <= hi
+
+
+def test_thin_corpus_in_many_shards_falls_back_to_thinning(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    corpus = tmp_path / "thin.txt"
+    corpus.write_text("a b c\nb c a\nc a b\na c b\n")  # 4 sequences in 20 shards
+    res = cli(["stress", str(corpus), "--min-count", "2", "--shards", "0", "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert any("the cross-fit split each position's counts instead" in w for w in doc["warnings"])
