@@ -344,7 +344,9 @@ def compare(
     dh, de = d_h[iu], delta_e[iu]
     denom = float(de @ de)
     c = float(dh @ de) / denom if denom > 0 else 0.0
-    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / np.sum(dh * dh)))
+    total = float(np.sum(dh * dh))
+    # All distances 0 happens with a cross-fitted estimate on a thin corpus (clipped at 0).
+    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / total)) if total > 0 else float("nan")
     if np.ptp(dh) == 0 or np.ptp(de) == 0:
         rho = float("nan")
     else:
