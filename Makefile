@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench mutate clean
+.PHONY: run test lint bench bench-estimator mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+bench-estimator: $(STAMP)
+	$(BIN)/python -m benchmarks.estimator
 
 # Mutation score of geometry, rope, bias, gate and its CI formats (tens of minutes; not part of
 # `make test`).
