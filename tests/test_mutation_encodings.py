@@ -583,3 +583,24 @@ def test_longrope_file_lengths_and_factor_at_their_bounds(tmp_path: Path) -> Non
         with pytest.raises(PosdiagError) as exc:
             longrope_config(path, 2)
         assert str(exc.value) == f"rope-longrope: factors {path}: {message}"
+
+
+def test_yarn_default_betas_matter_where_k_lo_is_just_above_an_integer() -> None:
+    # d = 128, b = 1e4, L = 3627: k(32) = 20.1 but k(33) = 19.9, so beta_fast = 32 is visible.
+    def kk(rho: float) -> float:
+        return 128 * math.log(3627 / (2 * math.pi * rho)) / (2 * math.log(1e4))
+
+    assert math.floor(kk(32)) != math.floor(kk(33)) and math.ceil(kk(1)) != math.ceil(kk(2))
+    assert yarn_correction_range(128, 1e4, 3627) == (math.floor(kk(32)), math.ceil(kk(1)))
+    _, theta = yarn_loop(128, 1e4, 4.0, 3627, 32.0, 1.0, True)
+    np.testing.assert_allclose(yarn_frequencies(128, 1e4, 4.0, 3627), theta, rtol=1e-14)
+
+
+def test_yarn_zero_width_ramp_at_the_first_pair() -> None:
+    # L = 6 < 2 pi: k(1) is just below 0, so k_lo = k_hi = 0 and HF widens the ramp to 0.001:
+    # pair 0 is kept, every other pair divided by s.
+    (lo, hi), theta = yarn_loop(8, 1e4, 2.0, 6, 32.0, 1.0, True)
+    assert (lo, hi) == (0, 0.001)
+    got = yarn_frequencies(8, 1e4, 2.0, 6)
+    np.testing.assert_allclose(got, theta, rtol=1e-15)
+    np.testing.assert_allclose(got / np.asarray(theta_loop(8, 1e4)), [1.0, 0.5, 0.5, 0.5])

@@ -135,7 +135,7 @@ def test_max_stress_figure_is_the_stress_and_judges_both_ways() -> None:
     expected = math.sqrt(1 - cos * cos)
     for thr, passed in ((expected + 1e-9, True), (expected - 1e-9, False)):
         cfg = build_config(encodings=["alibi"], max_stress=[thr], reading={"min_count": 10})
-        facts = measure(c, cfg)
+        facts = measure(c, cfg, estimator="plugin")
         assert facts.scores["alibi"].stress == pytest.approx(expected, rel=1e-9)
         lam = np.sort(np.linalg.eigvalsh(b_h))[::-1]
         np.testing.assert_allclose(facts.eigenvalues, lam, atol=1e-12)
@@ -456,7 +456,7 @@ def test_run_gate_passes_scores_and_seed_on() -> None:
     (r,) = run_gate(counts(), cfg, scores={"alibi": given}).results
     assert (r.figure, r.passed) == (0.75, False)
     rng = np.random.default_rng(2)
-    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(3))
+    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(4))
     sharded = ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
     (r,) = run_gate(sharded, cfg, replicates=20).results
@@ -468,7 +468,7 @@ def test_run_gate_passes_scores_and_seed_on() -> None:
 
 def test_run_gate_passes_level_and_progress_on() -> None:
     rng = np.random.default_rng(3)
-    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(3))
+    shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(4))
     sharded = ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
     calls: list[tuple[int, int]] = []
@@ -527,17 +527,18 @@ def sharded_counts(k: int, seed: int = 5) -> ShardedCounts:
 
 
 def test_measure_intervals_from_two_shards_with_the_default_seed() -> None:
+    # Two shards are enough for plug-in intervals (the cross-fit needs four).
     sharded = sharded_counts(2)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
-    s = measure(sharded, cfg, replicates=16).scores["alibi"]
-    ref = measure(sharded, cfg, replicates=16, seed=0).scores["alibi"]
+    s = measure(sharded, cfg, replicates=16, estimator="plugin").scores["alibi"]
+    ref = measure(sharded, cfg, replicates=16, seed=0, estimator="plugin").scores["alibi"]
     assert not math.isnan(s.ci_high) and (s.ci_low, s.ci_high) == (ref.ci_low, ref.ci_high)
 
 
 def test_measure_intervals_use_the_encoding_parameters_and_the_corpus_mds() -> None:
     # kerple-power with p = 2 is the line |i - j|, the same distances as alibi: same intervals
     # under the same seed (its default p = 1 would be sqrt|i - j|).
-    sharded = sharded_counts(3)
+    sharded = sharded_counts(4)
     cfg = build_config(
         encodings=["alibi", "kerple-power:p=2", "mds-1"],
         max_stress=[1.0],
@@ -548,3 +549,15 @@ def test_measure_intervals_use_the_encoding_parameters_and_the_corpus_mds() -> N
     assert kp.stress == pytest.approx(line.stress, rel=1e-12)
     assert (kp.ci_low, kp.ci_high) == pytest.approx((line.ci_low, line.ci_high), rel=1e-12)
     assert 0.0 <= scores["mds-1"].ci_low <= scores["mds-1"].ci_high <= 1.0
+
+
+def test_run_gate_passes_the_estimator_on() -> None:
+    sharded = sharded_counts(4, seed=8)
+    cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
+    for estimator in ("plugin", "crossfit"):
+        (r,) = run_gate(sharded, cfg, replicates=8, estimator=estimator).results
+        ref = measure(sharded, cfg, replicates=8, estimator=estimator).scores["alibi"]
+        assert r.figure == ref.stress
+    plug = measure(sharded, cfg, replicates=8, estimator="plugin").scores["alibi"].stress
+    cross = measure(sharded, cfg, replicates=8).scores["alibi"].stress  # the default
+    assert plug != cross

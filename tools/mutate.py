@@ -59,7 +59,9 @@ def run(module: str, children: int, resume: bool = False) -> None:
     dotted = MODULES[module].removesuffix(".py").replace("/", ".")
     names = [f"{dotted}.*"]
     codes = stored(MODULES[module])
-    if codes:
+    meta = ROOT / "mutants" / (MODULES[module] + ".meta")
+    # A source edited since mutmut last generated its mutants renumbers them: run them all.
+    if codes and (ROOT / MODULES[module]).stat().st_mtime < meta.stat().st_mtime:
         skip = equivalent_mutants()
         names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
         if not names:
