@@ -26,7 +26,6 @@ MODULES = {
     "rope": "posdiag/encodings/rope.py",
     "bias": "posdiag/encodings/bias.py",
     "gate": "posdiag/gate.py",
-    "render-gate": "posdiag/render/gate.py",
 }
 # mutmut exit codes that count as caught (killed, pytest internal error, timeout, crash).
 CAUGHT = {1, 3, 24, -24, 152, 255, 36, -11, -9, 37}
