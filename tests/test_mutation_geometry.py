@@ -444,3 +444,12 @@ def test_hellinger_of_duplicated_rows_is_finite_and_tiny(f: Callable[..., np.nda
     d = f(sp.csr_matrix(c))
     assert np.isfinite(d).all()
     assert (d[np.arange(100), np.arange(100, 200)] < 1e-7).all()
+
+
+def test_separation_orders_mixed_ties_by_distance_then_row_major() -> None:
+    # 30 points at 0, 30 at 0.5, one at 100: median 0.5, so with tol = 1 the 870 zero pairs and
+    # the 900 pairs at 0.5 collapse; an unstable sort would shuffle pairs of equal distance.
+    p = np.vstack([np.zeros((30, 1)), np.full((30, 1), 0.5), [[100.0]]])
+    s = separation(p, tol=1.0)
+    keys = [(dist, i, j) for i, j, dist in s.collapsed]
+    assert len(keys) == 1770 and keys == sorted(keys)
