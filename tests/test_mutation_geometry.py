@@ -453,3 +453,24 @@ def test_separation_orders_mixed_ties_by_distance_then_row_major() -> None:
     s = separation(p, tol=1.0)
     keys = [(dist, i, j) for i, j, dist in s.collapsed]
     assert len(keys) == 1770 and keys == sorted(keys)
+
+
+def test_kruskal_fits_the_scale_of_small_encodings() -> None:
+    # Kruskal stress fits c, so scaling delta by 0.1 (sum of squares < 1) changes nothing.
+    d_h = np.array([[0.0, 1.0, 3.0], [1.0, 0.0, 2.0], [3.0, 2.0, 0.0]])
+    b_h = gram_from_distances(d_h)
+    line = np.abs(np.subtract.outer(np.arange(3.0), np.arange(3.0)))
+    small = compare(d_h, b_h, 0.1 * line, gram_from_distances(0.1 * line)).kruskal
+    # c = (1 + 6 + 2) / (1 + 4 + 1) = 1.5 for the line: residuals -0.5, 0, 0.5 over sum 14.
+    assert small == pytest.approx(math.sqrt(0.5 / 14), rel=1e-12)
+
+
+def test_effective_rank_at_a_stress_equal_to_eps() -> None:
+    # Eigenvalues 2, 2, 0, 0: rank 1 has stress sqrt(4 / 8) = sqrt(0.5) exactly.
+    assert effective_rank(np.array([2.0, 2.0, 0.0, 0.0]), math.sqrt(0.5)) == 1
+
+
+def test_positional_information_of_a_single_token() -> None:
+    total, per = positional_information(np.array([[1, 0], [0, 0]]))
+    assert total == 0.0
+    np.testing.assert_array_equal(per, [0.0, 0.0])
