@@ -37,6 +37,7 @@ from .diagnostics import (
     spectrum,
     stress_report,
 )
+from .distributed import engine_from_options
 from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
@@ -151,6 +152,32 @@ VocabSizeOpt = Annotated[
     ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+        "cluster; needs posdiag\\[dask]; see docs/scale.md).",
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+        "\\[default: start a LocalCluster].",
+        show_default=False,
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="--engine dask without --scheduler: LocalCluster worker processes "
+        "\\[default: the CPU count].",
+        show_default=False,
+    ),
+]
 
 
 def _stdout() -> Console:
@@ -345,6 +372,9 @@ def stress(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
@@ -372,6 +402,7 @@ def stress(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     with _bootstrap_progress(quiet) as progress:
         report = stress_report(
@@ -416,6 +447,9 @@ def count(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
     from ._io import check_output
@@ -437,6 +471,7 @@ def count(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     save_counts(counts, output, force=force)
     info = {**dict(counts.meta), "output": str(output), "nnz": int(counts.matrix.nnz)}
@@ -480,6 +515,9 @@ def build_encoding(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -507,6 +545,7 @@ def build_encoding(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
@@ -681,6 +720,9 @@ def check(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
@@ -735,6 +777,7 @@ def check(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     with _bootstrap_progress(quiet) as progress:
         report = run_gate(
@@ -801,6 +844,9 @@ def diff(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
@@ -828,6 +874,7 @@ def diff(
             data_dir=data_dir,
             dtype=dtype,
             vocab_size=vocab_size,
+            engine=engine_from_options(engine, scheduler, workers),
         )
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
@@ -873,6 +920,9 @@ def plot_cmd(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
@@ -894,6 +944,7 @@ def plot_cmd(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
@@ -937,6 +988,9 @@ def report_cmd(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
@@ -959,6 +1013,7 @@ def report_cmd(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     geo = corpus_geometry(counts, min_count)
     _warn(geo.warnings)
@@ -1011,6 +1066,9 @@ def diagnose(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -1040,6 +1098,7 @@ def diagnose(
         data_dir=data_dir,
         dtype=dtype,
         vocab_size=vocab_size,
+        engine=engine_from_options(engine, scheduler, workers),
     )
     with _bootstrap_progress(quiet) as progress:
         result = run_diagnose(
@@ -1105,6 +1164,9 @@ def inspect(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    engine: EngineOpt = "local",
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
@@ -1127,6 +1189,7 @@ def inspect(
             data_dir=data_dir,
             dtype=dtype,
             vocab_size=vocab_size,
+            engine=engine_from_options(engine, scheduler, workers),
         )
         geo = corpus_geometry(counts, min_count)
         _warn(geo.warnings)

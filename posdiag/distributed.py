@@ -555,6 +555,8 @@ def _client(engine: Engine) -> Iterator[Any]:
             processes=True,
             dashboard_address=None,
             silence_logs=logging.ERROR,
+            # One thread per worker includes the tokenizers library's own thread pool.
+            env={"TOKENIZERS_PARALLELISM": "false"},
         ) as cluster,
         Client(cluster) as client,
     ):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +43,9 @@ from .diagnostics import (
 )
 from .errors import PosdiagError
 from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+
+if TYPE_CHECKING:
+    from .distributed import Engine
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -96,6 +99,7 @@ def count_pair(
     data_dir: str | None = None,
     dtype: str | None = None,
     vocab_size: int | None = None,
+    engine: Engine | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
@@ -105,6 +109,7 @@ def count_pair(
     ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
     :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
     ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
+    ``engine`` counts each side there (:class:`posdiag.distributed.Engine`).
     """
     from .sources import open_source
 
@@ -155,6 +160,7 @@ def count_pair(
             data_dir=data_dir,
             dtype=dtype,
             vocab_size=vocab_size if sources[name].is_ids else None,
+            engine=engine,
         )
         for name in (a, b)
     ]

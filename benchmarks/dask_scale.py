@@ -1,0 +1,123 @@
+"""Counting on Dask (issue 14): what a cluster costs against one machine, and tokens/s per worker.
+
+On a 2-core machine a cluster cannot show scale-out; this shows that it costs little
+(``--engine dask --workers 2`` against the single-machine path in the same run, target >= 0.9x)
+and how throughput divides among 1, 2 and 4 single-threaded workers. Both corpora are generated
+in a temporary folder: a >= 200 M-token ``.bin`` (>= 8 pieces) and a >= 50 MB text corpus in
+16 files (16 pieces).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posdiag.counts import corpus_counts
+from posdiag.distributed import TOKENS_PER_PIECE, Engine, plan_pieces
+from posdiag.sources import open_source
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "fixtures" / "corpus_en.txt"
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _cluster(workers: int) -> Any:
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+        env={"TOKENIZERS_PARALLELISM": "false"},
+    )
+
+
+def _row(
+    label: str, seconds: float, tokens: int, ratio: float | None = None, note: str = ""
+) -> None:
+    r = "" if ratio is None else f"{ratio:6.2f}x"
+    print(f"  {label:<50} {seconds:7.2f} s {tokens / seconds / 1e6:9.1f} M tok/s {r:>8}  {note}")
+
+
+def _same(a: Any, b: Any) -> None:
+    if (a.matrix != b.matrix).nnz or dict(a.meta) != dict(b.meta):
+        raise SystemExit("dask and single-process counts differ")
+
+
+def _compare(label: str, corpus: str, read: dict[str, Any], unit: str) -> None:
+    t_one, one = _timed(lambda: corpus_counts(corpus, **read))
+    toks = int(one.meta["tokens"])
+    _row(f"{label}: single machine ({unit})", t_one, toks)
+    t_e2e, d = _timed(lambda: corpus_counts(corpus, engine=Engine("dask", workers=2), **read))
+    _same(one, d)
+    _row(f"{label}: --engine dask --workers 2, end to end", t_e2e, toks, t_one / t_e2e,
+         "incl. LocalCluster start")  # fmt: skip
+    with _cluster(2) as cluster:
+        eng = Engine("dask", scheduler=cluster.scheduler_address)
+        t_warm, d = _timed(lambda: corpus_counts(corpus, engine=eng, **read))
+    _same(one, d)
+    _row(f"{label}: --engine dask, 2 workers running", t_warm, toks, t_one / t_warm,
+         "target >= 0.9x")  # fmt: skip
+
+
+def _per_worker(label: str, corpus: str, read: dict[str, Any]) -> None:
+    for workers in (1, 2, 4):
+        with _cluster(workers) as cluster:
+            eng = Engine("dask", scheduler=cluster.scheduler_address)
+            t, c = _timed(lambda e=eng: corpus_counts(corpus, engine=e, **read))
+        toks = int(c.meta["tokens"])
+        _row(f"{label}: {workers} worker{'s' if workers > 1 else ''}", t, toks, None,
+             f"{toks / t / workers / 1e6:.1f} M tok/s per worker")  # fmt: skip
+
+
+def bench_dask(tmp: Path, tokens: int, text_mb: int) -> None:
+    print(f"\n4. Dask (issue 14); uptime: {os.popen('uptime').read().strip()}")
+    n, v = 1024, 50_257
+    path = tmp / "ids.bin"
+    rng = np.random.default_rng(3)
+    # Zipf-like ids (as token ids of real text are): written in chunks, not held in memory.
+    chunk = 1 << 24
+    with open(path, "wb") as fh:
+        for start in range(0, tokens, chunk):
+            m = min(chunk, tokens - start)
+            (rng.zipf(1.2, size=m) % v).astype(np.uint16).tofile(fh)
+    pieces = len(plan_pieces(open_source(str(path)), n))
+    print(f"  .bin: {tokens / 1e6:.0f} M tokens, n = {n}, V = {v:,}, {pieces} pieces of "
+          f"{TOKENS_PER_PIECE // n * n / 1e6:.1f} M tokens")  # fmt: skip
+    read = {"max_len": n, "vocab_size": v}
+    _compare("bin", str(path), read, "count_ids, forked workers")
+    _per_worker("bin", str(path), read)
+    path.unlink()
+
+    folder = tmp / "texts"
+    folder.mkdir()
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    per_file = text_mb * 1_000_000 // 16
+    for k in range(16):
+        order = np.random.default_rng(k).permutation(len(lines))
+        body, size = [], 0
+        while size < per_file:
+            for i in order:
+                body.append(lines[i])
+                size += len(lines[i]) + 1
+                if size >= per_file:
+                    break
+        (folder / f"part{k:02d}.txt").write_text("\n".join(body) + "\n", encoding="utf-8")
+    mb = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
+    print(f"  text: {mb:.0f} MB in 16 files (16 pieces), whitespace tokenizer, n = 512")
+    read = {"max_len": 512}
+    _compare("text", str(folder), read, "count_source")
+    _per_worker("text", str(folder), read)
