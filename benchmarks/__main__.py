@@ -284,7 +284,7 @@ def main() -> None:
         if args.only in (None, "dask"):
             from .dask_scale import bench_dask
 
-            bench_dask(tmp, args.dask_tokens, args.dask_text_mb)
+            bench_dask(tmp, args.dask_tokens, args.dask_text_mb, args.repeat)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never 
 - a Hugging Face data set streamed with ``datasets``: one piece per stream shard
   (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
   folder: one piece per :data:`ROWS_PER_PIECE` rows;
-- a ``.bin`` / ``.npy`` token id file: one piece per range of whole windows of ``max_len``
-  tokens (:data:`TOKENS_PER_PIECE` tokens, rounded down to windows).
+- a ``.bin`` / ``.npy`` token id file: ranges of whole windows of ``max_len`` tokens, each
+  cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
+  position range, and its count matrix holds only its positions.
 
 Bit-identical to one process. Every piece is also a *unit* of the shard address: the ``i``-th
 sequence of unit ``u`` belongs to bootstrap / cross-fit shard
@@ -30,8 +31,9 @@ by the one tree-sum task that depends on it). A piece that fails for a data reas
 run with the file and the offset (line, row group and byte offset, token offset).
 
 Memory per worker: one count matrix (``max_len x V``; with ``K`` shards, ``K`` sparse ones)
-plus one batch of texts (or one block of :data:`BLOCK_TOKENS` ids); a tree-sum task holds two
-partial sums and their total.
+plus one batch of texts (id files: a dense block of its positions, at most
+:data:`PIECE_BLOCK_BYTES`, plus one block of :data:`BLOCK_TOKENS` ids); a tree-sum task holds
+two partial sums and their total.
 """
 
 from __future__ import annotations
@@ -85,9 +87,17 @@ ENGINES = ("local", "dask")
 # Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
 # the cluster size, because pieces are also shard-address units and must not depend on it.
 ROWS_PER_PIECE = 1 << 16
-# Tokens of an id file per piece (rounded down to whole windows): ~32 MB of uint16 to read,
-# a few seconds of counting; enough pieces for any cluster on files of billions of tokens.
+# Id files. Every piece ends by turning its dense (positions x V) block into a sparse matrix, a
+# scan of the whole block whatever the piece's length: a window range is made at least
+# RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
+# a small fraction of the counting, and the ranges are cut into position ranges for
+# parallelism (at least MIN_PIECES_PER_WORKER pieces per worker thread) and memory (a piece's
+# block at most PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster
+# size without changing the result.
 TOKENS_PER_PIECE = 1 << 24
+RANGE_PER_CELL = 8
+MIN_PIECES_PER_WORKER = 4
+PIECE_BLOCK_BYTES = 1 << 26
 # Ids read, checked and counted at a time inside a piece.
 BLOCK_TOKENS = 1 << 22
 
@@ -157,6 +167,8 @@ class Piece:
         The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
     offset : int
         ``rowgroup``: byte offset of the row group in the file (for error messages).
+    positions : (int, int)
+        ``ids``: the positions ``[lo, hi)`` this piece counts.
     """
 
     index: int
@@ -166,6 +178,7 @@ class Piece:
     stop: int = 0
     format: str = ""
     offset: int = 0
+    positions: tuple[int, int] = (0, 0)
 
     def describe(self) -> str:
         """Where the piece is, as error messages name it."""
@@ -176,7 +189,8 @@ class Piece:
         if self.kind == "rows":
             return f"{self.path}: rows {self.start:,} to {self.stop:,}"
         if self.kind == "ids":
-            return f"{self.path}: tokens {self.start:,} to {self.stop:,}"
+            lo, hi = self.positions
+            return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
         return self.path
 
 
@@ -238,13 +252,63 @@ class Partial:
     tokens: int
     vocab: tuple[str, ...] | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
+        # scipy matrix was ~3x slower to move between processes).
+        return (
+            _partial_from,
+            (
+                _csr_parts(self.matrix),
+                tuple(_csr_parts(s) for s in self.shards),
+                self.documents,
+                self.sequences,
+                self.tokens,
+                self.vocab,
+            ),
+        )
+
+
+_CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
+
+
+def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
+    return (m.data, m.indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
+
+
+def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
+    data, indices, indptr, shape = parts
+    return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+
+
+def _partial_from(
+    matrix: _CsrParts,
+    shards: tuple[_CsrParts, ...],
+    documents: int,
+    sequences: int,
+    tokens: int,
+    vocab: tuple[str, ...] | None,
+) -> Partial:
+    return Partial(
+        _csr_from(matrix),
+        tuple(_csr_from(s) for s in shards),
+        documents,
+        sequences,
+        tokens,
+        vocab,
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # Planning: the pieces of a source
 
 
-def plan_pieces(source: Source, max_len: int = 512) -> list[Piece]:
+def plan_pieces(
+    source: Source, max_len: int = 512, vocab_size: int | None = None, workers: int = 2
+) -> list[Piece]:
     """The pieces of ``source`` in reading order (see the module docstring).
+
+    ``vocab_size`` and ``workers`` (worker threads of the cluster) size the pieces of an id
+    file; text pieces follow the files alone.
 
     Raises
     ------
@@ -254,7 +318,8 @@ def plan_pieces(source: Source, max_len: int = 512) -> list[Piece]:
     if source.name == "-":
         raise PosdiagError("stdin cannot be cut into pieces; give the corpus files instead")
     if source.is_ids:
-        return _id_pieces(source, check_int("max_len", max_len, 1))
+        n = check_int("max_len", max_len, 1)
+        return _id_pieces(source, n, vocab_size or 1, max(1, workers))
     if source.format in ("hf", "disk"):
         return _dataset_pieces(source)
     from .sources import _format_of
@@ -276,15 +341,23 @@ def plan_pieces(source: Source, max_len: int = 512) -> list[Piece]:
     return pieces
 
 
-def _id_pieces(source: Source, n: int) -> list[Piece]:
+def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
     total = int(source.length if source.length is not None else source.token_ids().size)
     if source.limit is not None and source.sample is None:
         total = min(total, source.limit * n)
-    step = max(1, TOKENS_PER_PIECE // n) * n
+    step = max(TOKENS_PER_PIECE, RANGE_PER_CELL * n * v) // n * n or n
+    ranges = [(a, min(a + step, total)) for a in range(0, total, step)]
+    cuts = max(
+        -(-n * v * 4 // PIECE_BLOCK_BYTES),
+        -(-MIN_PIECES_PER_WORKER * workers // max(len(ranges), 1)),
+    )
+    bounds = np.linspace(0, n, min(n, cuts) + 1).astype(int)
     path = os.path.abspath(source.files[0])
     return [
-        Piece(i, "ids", path, start, min(start + step, total), source.format)
-        for i, start in enumerate(range(0, total, step))
+        Piece(i, "ids", path, a, b, source.format, positions=(int(lo), int(hi)))
+        for i, ((a, b), (lo, hi)) in enumerate(
+            itertools.product(ranges, zip(bounds[:-1], bounds[1:], strict=True))
+        )
     ]
 
 
@@ -424,14 +497,15 @@ def _id_array(piece: Piece, source: Source) -> np.ndarray:
 
 
 def _count_id_piece(piece: Piece, job: Job) -> Partial:
-    """Count the windows of ``[piece.start, piece.stop)`` of an id file (dense when it fits)."""
+    """Count positions ``piece.positions`` of the windows in ``[piece.start, piece.stop)``."""
     n, v = job.max_len, int(job.vocab_size or 0)
+    lo, hi = piece.positions
     src = job.source
     arr = _id_array(piece, src)
     total = int(arr.size)
     n_full = total // n
     windows = -(-total // n)
-    acc = CountAccumulator(n, vocab_size=v, dense_limit=job.dense_limit, threads=1)
+    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
     w0, w1 = piece.start // n, -(-piece.stop // n)
     if src.sample is not None:
         # The same seeded draw over all windows as count_ids, restricted to this piece.
@@ -444,34 +518,45 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
     seqs = toks = 0
     per_block = max(1, BLOCK_TOKENS // n)
     buf: np.ndarray | None = None
+    grid = arr[: n_full * n].reshape(n_full, n)
     for b0 in range(0, rows.size, per_block):
         part = rows[b0 : b0 + per_block]
         full = part[part < n_full]
         if full.size and full[-1] - full[0] + 1 == full.size:
-            block = np.asarray(arr[full[0] * n : (full[-1] + 1) * n]).reshape(-1, n)
+            block = grid[full[0] : full[-1] + 1, lo:hi]  # a view: read once, while transposing
         else:
-            block = np.asarray(arr[: n_full * n].reshape(n_full, n)[full])
-        _check_ids(block, full * n, v, src.name)
+            block = np.asarray(grid[full, lo:hi])
         if block.size:
             buf = acc.columns(block, buf)
+            _check_cols(buf, full * n + lo, v, src.name)
             toks += acc.add_columns(buf)
         seqs += full.size
         if full.size < part.size:  # the last, shorter window
-            tail = np.asarray(arr[n_full * n :]).reshape(1, -1)
-            _check_ids(tail, np.array([n_full * n]), v, src.name)
+            tail = np.asarray(arr[n_full * n + lo : n_full * n + hi]).reshape(1, -1)
+            _check_cols(tail.T, np.array([n_full * n + lo]), v, src.name)
             toks += acc.add_block(tail)
             seqs += 1
-    return Partial(acc.matrix(v), (), seqs, seqs, toks)
+    m = acc.matrix(v)
+    # Rows lo..hi of the full (n x V) matrix: pad the row pointer, the counts stay in place.
+    indptr = np.concatenate(
+        [np.zeros(lo, dtype=m.indptr.dtype), m.indptr, np.full(n - hi, m.indptr[-1])]
+    )
+    matrix = sp.csr_matrix((m.data, m.indices, indptr), shape=(n, v))
+    # Windows are counted once, by the pieces holding their first position.
+    return Partial(matrix, (), seqs if lo == 0 else 0, seqs if lo == 0 else 0, toks)
 
 
-def _check_ids(block: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
-    """Refuse ids outside [0, v) in ``block`` whose rows start at file ``offsets``."""
-    signed = block.dtype.kind == "i"
-    if block.size and (block.max() >= v or (signed and block.min() < 0)):
-        bad = (block >= v) | (block < 0) if signed else block >= v
-        r, c = divmod(int(np.argmax(bad)), block.shape[1])
+def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
+    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``."""
+    signed = cols.dtype.kind == "i"
+    if cols.size and (cols.max() >= v or (signed and cols.min() < 0)):
+        bad = (cols >= v) | (cols < 0) if signed else cols >= v
+        # The first bad id in file order: the smallest offset among the bad entries.
+        cs, rs = np.nonzero(bad)
+        k = int(np.argmin(offsets[rs] + cs))
+        c, r = int(cs[k]), int(rs[k])
         raise PosdiagError(
-            f"{name}: token id {int(block[r, c])} at offset {int(offsets[r]) + c:,} "
+            f"{name}: token id {int(cols[c, r])} at offset {int(offsets[r]) + c:,} "
             f"is outside [0, --vocab-size={v})"
         )
 
@@ -479,6 +564,21 @@ def _check_ids(block: np.ndarray, offsets: np.ndarray, v: int, name: str) -> Non
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
     """``m`` with columns appended up to ``width`` (ids past its vocabulary: no counts)."""
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], width))
+
+
+def _row_disjoint_sum(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix | None:
+    """``x + y`` by concatenation when every row of ``x`` is empty below the first non-empty
+    row of ``y`` (pieces of an id file hold consecutive positions); None otherwise."""
+    xi, yi = x.indptr, y.indptr
+    x_rows = np.flatnonzero(np.diff(xi))
+    y_rows = np.flatnonzero(np.diff(yi))
+    if x_rows.size == 0 or y_rows.size == 0 or x_rows[-1] >= y_rows[0]:
+        return None
+    cut = int(y_rows[0])
+    indptr = np.concatenate([xi[: cut + 1], yi[cut + 1 :] - yi[cut] + xi[cut]])
+    data = np.concatenate([x.data[: xi[cut]], y.data[yi[cut] :]])
+    indices = np.concatenate([x.indices[: xi[cut]], y.indices[yi[cut] :]])
+    return sp.csr_matrix((data, indices, indptr), shape=(x.shape[0], max(x.shape[1], y.shape[1])))
 
 
 def add_partials(a: Partial, b: Partial) -> Partial:
@@ -509,7 +609,11 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         )
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
-        return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
+        y = move(y)
+        stacked = _row_disjoint_sum(x, y) if remap is None else None
+        if stacked is not None:
+            return stacked
+        return sp.csr_matrix(_widen(x, width) + y, dtype=np.int64)
 
     return Partial(
         add(a.matrix, b.matrix),
@@ -635,16 +739,18 @@ def count_on_dask(
                 f"{given} selects documents in reading order across files; it is not available "
                 "with --engine dask for a text corpus (use --engine local)"
             )
-    pieces = plan_pieces(source, job.max_len)
-    if source.is_ids:
-        _start(progress, sum(p.stop - p.start for p in pieces), "tokens")
-    else:
-        _start(progress, source.expected, "documents")
-    if not pieces:
-        raise PosdiagError(f"{source.name}: no tokens to count")
+    pieces = [] if source.is_ids else plan_pieces(source, job.max_len)
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(_client(engine))
+        if source.is_ids:
+            threads = sum(client.nthreads().values())
+            pieces = plan_pieces(source, job.max_len, job.vocab_size, threads)
+            _start(progress, sum(p.stop - p.start for p in pieces if p.positions[0] == 0), "tokens")
+        else:
+            _start(progress, source.expected, "documents")
+        if not pieces:
+            raise PosdiagError(f"{source.name}: no tokens to count")
         part = run_pieces(client, pieces, job, progress=progress, task_fn=task_fn)
     if part.tokens == 0:
         if source.is_ids:

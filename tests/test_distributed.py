@@ -221,9 +221,13 @@ def test_bin_window_ranges_match_one_process(
 ) -> None:
     import posdiag.distributed as D
 
-    monkeypatch.setattr(D, "TOKENS_PER_PIECE", 4096)  # ~10 pieces of 64 windows
-    pieces = plan_pieces(open_source(str(bin_file)), 64)
-    assert len(pieces) >= 8 and all(p.start % 64 == 0 for p in pieces)
+    # 5 ranges of 128 windows x 4 ranges of 16 positions (dense blocks of 16 x 500 int32).
+    monkeypatch.setattr(D, "TOKENS_PER_PIECE", 8192)
+    monkeypatch.setattr(D, "RANGE_PER_CELL", 0)
+    monkeypatch.setattr(D, "PIECE_BLOCK_BYTES", 40_000)
+    pieces = plan_pieces(open_source(str(bin_file)), 64, 500)
+    assert len(pieces) == 20 and all(p.start % 64 == 0 for p in pieces)
+    assert [p.positions for p in pieces[:4]] == [(0, 16), (16, 32), (32, 48), (48, 64)]
     kw: dict[str, Any] = {"max_len": 64, "vocab_size": 500, **select}
     one = corpus_counts(str(bin_file), **kw)
     dask = corpus_counts(str(bin_file), engine=_engine(cluster), **kw)
@@ -260,7 +264,7 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(
 
 
 def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
-    text_dir: Path, bin_file: Path, cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    text_dir: Path, bin_file: Path, cluster: Any, tmp_path: Path
 ) -> None:
     bad = tmp_path / "texts"
     bad.mkdir()
@@ -272,9 +276,6 @@ def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
     ids = np.fromfile(bin_file, dtype=np.uint16)
     ids[30_001] = 600
     ids.tofile(tmp_path / "bad.bin")
-    import posdiag.distributed as D
-
-    monkeypatch.setattr(D, "TOKENS_PER_PIECE", 4096)
     with pytest.raises(PosdiagError, match=r"bad\.bin: token id 600 at offset 30,001 is outside"):
         corpus_counts(str(tmp_path / "bad.bin"), vocab_size=500, engine=_engine(cluster))
 
