@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from posdiag.counts import corpus_counts
-from posdiag.distributed import Engine, plan_pieces
+from posdiag.distributed import plan_pieces
 from posdiag.sources import open_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,18 +70,18 @@ def _compare(label: str, corpus: str, read: dict[str, Any], unit: str, repeat: i
     t_one = t_warm = float("inf")
     with _cluster(2) as cluster:
         _warm(cluster)
-        eng = Engine("dask", scheduler=cluster.scheduler_address)
+        on = {"engine": "dask", "scheduler": cluster.scheduler_address}
         for _ in range(repeat):
             t, one = _timed(lambda: corpus_counts(corpus, **read))
             t_one = min(t_one, t)
-            t, d = _timed(lambda: corpus_counts(corpus, engine=eng, **read))
+            t, d = _timed(lambda: corpus_counts(corpus, **on, **read))
             t_warm = min(t_warm, t)
             _same(one, d)
     toks = int(one.meta["tokens"])
     _row(f"{label}: single machine ({unit})", t_one, toks)
     _row(f"{label}: --engine dask, 2 workers running", t_warm, toks, t_one / t_warm,
          "target >= 0.9x")  # fmt: skip
-    t_e2e, d = _timed(lambda: corpus_counts(corpus, engine=Engine("dask", workers=2), **read))
+    t_e2e, d = _timed(lambda: corpus_counts(corpus, engine="dask", workers=2, **read))
     _same(one, d)
     _row(f"{label}: --engine dask --workers 2, end to end", t_e2e, toks, t_one / t_e2e,
          "incl. LocalCluster start")  # fmt: skip
@@ -92,9 +92,9 @@ def _per_worker(label: str, corpus: str, read: dict[str, Any], repeat: int) -> N
         t = float("inf")
         with _cluster(workers) as cluster:
             _warm(cluster)
-            eng = Engine("dask", scheduler=cluster.scheduler_address)
+            on = {"engine": "dask", "scheduler": cluster.scheduler_address}
             for _ in range(repeat):
-                dt, c = _timed(lambda e=eng: corpus_counts(corpus, engine=e, **read))
+                dt, c = _timed(lambda on=on: corpus_counts(corpus, **on, **read))
                 t = min(t, dt)
         toks = int(c.meta["tokens"])
         _row(f"{label}: {workers} worker{'s' if workers > 1 else ''}", t, toks, None,
@@ -114,8 +114,10 @@ def bench_dask(tmp: Path, tokens: int, text_mb: int, repeat: int = 2) -> None:
             (rng.zipf(1.2, size=m) % v).astype(np.uint16).tofile(fh)
     pieces = plan_pieces(open_source(str(path)), n, v, 2)
     ranges = len({p.start for p in pieces})
-    print(f"  .bin: {tokens / 1e6:.0f} M tokens, n = {n}, V = {v:,}: {len(pieces)} pieces "
-          f"({ranges} window range(s) x {len(pieces) // ranges} position ranges) on 2 workers")  # fmt: skip
+    print(
+        f"  .bin: {tokens / 1e6:.0f} M tokens, n = {n}, V = {v:,}: {len(pieces)} pieces "
+        f"({ranges} window range(s) x {len(pieces) // ranges} position ranges) on 2 workers"
+    )
     read = {"max_len": n, "vocab_size": v}
     _compare("bin", str(path), read, "count_ids, forked workers", repeat)
     _per_worker("bin", str(path), read, repeat)

@@ -21,12 +21,19 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._validate import check_float, check_int
+from .analysis import (
+    DEFAULT_MIN_COUNT,
+    CorpusGeometry,
+    CorpusSummary,
+    corpus_geometry,
+    score_encodings,
+)
 from .counts import (
     Counts,
     ProgressFn,
@@ -34,18 +41,9 @@ from .counts import (
     corpus_counts,
     is_counts_file,
 )
-from .diagnostics import (
-    DEFAULT_MIN_COUNT,
-    CorpusGeometry,
-    CorpusSummary,
-    corpus_geometry,
-    score_encodings,
-)
 from .errors import PosdiagError
 from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
-
-if TYPE_CHECKING:
-    from .distributed import Engine
+from .reading import Reading
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -53,10 +51,8 @@ __all__ = [
     "RankChange",
     "corpus_drift",
     "count_pair",
-    "drift_json",
     "fitted_stress",
     "no_drift_reference",
-    "print_drift",
     "position_hellinger",
 ]
 
@@ -86,30 +82,20 @@ def _check_compatible(a: Counts, b: Counts) -> None:
 def count_pair(
     a: str,
     b: str,
+    reading: Reading | None = None,
     *,
-    column: str | None = None,
-    tokenizer: str | None = None,
-    view_name: str | None = None,
-    max_len: int | None = None,
-    pad_token: str | None = None,
-    progress: ProgressFn | None = None,
-    limit: int | None = None,
-    sample: float | None = None,
     seed: int = 0,
-    data_dir: str | None = None,
-    dtype: str | None = None,
-    vocab_size: int | None = None,
-    engine: Engine | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Each side is counted as :func:`posdiag.counts.corpus_counts` would. A counts ``.npz`` fixes
-    tokenizer, view and max_len for the other side; ``whitespace`` ids, which depend on the corpus
-    they were counted from, are renumbered onto one vocabulary through the stored vocabularies.
-    ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
-    :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
-    ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
-    ``engine`` counts each side there (:class:`posdiag.distributed.Engine`).
+    Each side is counted as :func:`posdiag.counts.corpus_counts` would with ``reading`` (default:
+    every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for the
+    other side; ``whitespace`` ids, which depend on the corpus they were counted from, are
+    renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
+    ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.sources.open_source`;
+    token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
+    packed view, as by :func:`posdiag.counts.corpus_counts`.
     """
     from .sources import open_source
 
@@ -117,29 +103,38 @@ def count_pair(
         raise PosdiagError(
             "'-' (stdin) can be read only once; save it to a file to compare it with itself"
         )
-
+    r = reading if reading is not None else Reading()
     loaded: dict[str, Counts] = {}
     for name in (a, b):
         if is_counts_file(name) and name not in loaded:
             loaded[name] = corpus_counts(
                 name,
-                column=column,
-                tokenizer=tokenizer,
-                view_name=view_name,
-                max_len=max_len,
-                limit=limit,
-                sample=sample,
+                column=r.column,
+                tokenizer=r.tokenizer,
+                view_name=r.view,
+                max_len=r.max_len,
+                limit=r.limit,
+                sample=r.sample,
             )
     if loaded:
         meta = next(iter(loaded.values())).meta
-        tokenizer = tokenizer or str(meta.get("tokenizer"))
-        view_name = view_name or str(meta.get("view"))
-        max_len = max_len if max_len is not None else int(meta.get("max_len", 512))
+        r = replace(
+            r,
+            tokenizer=r.tokenizer or str(meta.get("tokenizer")),
+            view=r.view or str(meta.get("view")),
+            max_len=r.max_len if r.max_len is not None else int(meta.get("max_len", 512)),
+        )
     raw = [n for n in (a, b) if n not in loaded]
     # Both checked before any counting.
     sources = {
         n: open_source(
-            n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+            n,
+            r.column,
+            limit=r.limit,
+            sample=r.sample,
+            seed=seed,
+            data_dir=r.data_dir,
+            dtype=r.dtype,
         )
         for n in raw
     }
@@ -148,19 +143,10 @@ def count_pair(
         if name in loaded
         else corpus_counts(
             name,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            pad_token=pad_token,
             progress=progress,
-            limit=limit,
-            sample=sample,
             seed=seed,
-            data_dir=data_dir,
-            dtype=dtype,
-            vocab_size=vocab_size if sources[name].is_ids else None,
-            engine=engine,
+            # --vocab-size is the width of token id files only; text sides keep the tokenizer's.
+            **replace(r, vocab_size=r.vocab_size if sources[name].is_ids else None).kwargs(),
         )
         for name in (a, b)
     ]
@@ -237,9 +223,9 @@ def no_drift_reference(
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
 
-    The same number as :func:`posdiag.geometry.stress` (GEOMETRY.md section 4), computed so that
-    it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a corpus
-    against itself must show.
+    The same number as :func:`posdiag.geometry.stress` (docs/geometry.md section 4), computed so
+    that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
+    corpus against itself must show.
     """
     nh = float(np.linalg.norm(b_h))
     if nh == 0.0:
@@ -407,106 +393,3 @@ def corpus_drift(
         seed=seed,
         warnings=tuple(dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings))),
     )
-
-
-def drift_json(drift: Drift) -> dict[str, Any]:
-    """The ``--json`` document of ``posdiag diff``."""
-    from dataclasses import asdict
-
-    from .report import jsonable
-
-    d = np.asarray(drift.position_hellinger)
-    return jsonable(
-        {
-            "a": asdict(drift.a),
-            "b": asdict(drift.b),
-            "n": drift.n,
-            "tolerance": drift.tolerance,
-            "rank_a": drift.rank_a,
-            "rank_b": drift.rank_b,
-            "a_on_b": drift.a_on_b,
-            "b_optimum": drift.b_optimum,
-            "b_on_a": drift.b_on_a,
-            "a_optimum": drift.a_optimum,
-            "geometry_stress": drift.geometry_stress,
-            "position_hellinger": drift.position_hellinger,
-            "position_hellinger_mean": float(d.mean()),
-            "position_hellinger_max": float(d.max()),
-            "position_reference": drift.position_reference,
-            "position_reference_mean": float(np.mean(drift.position_reference)),
-            "above_reference": drift.above_reference,
-            "seed": drift.seed,
-            "rankings": [{**asdict(r), "changed": r.changed} for r in drift.rankings],
-            "changed": [r.name for r in drift.changed],
-            "warnings": drift.warnings,
-        }
-    )
-
-
-def print_drift(drift: Drift, console: Any) -> None:
-    """Human tables of a :class:`Drift` on a rich console."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    a, b = drift.a, drift.b
-    t = Table(title="Corpora", title_justify="left")
-    for col in ("", "source", "sequences", "n_eff"):
-        t.add_column(col)
-    t.add_row("A", escape(a.source), f"{a.sequences:,}", str(a.n_eff))
-    t.add_row("B", escape(b.source), f"{b.sequences:,}", str(b.n_eff))
-    console.print(t)
-    console.print(
-        f"tokenizer / view / max_len: {a.tokenizer} / {a.view} / {a.max_len}; "
-        f"compared on the common positions 0..{drift.n - 1} (n = min(n_eff A, n_eff B) = "
-        f"{drift.n}); min_count {a.min_count}"
-    )
-    t = Table(
-        title="Cross-stress (0 = the other corpus's geometry reproduced)", title_justify="left"
-    )
-    for col in ("encoding", "on", "rank", "stress", "optimum at rank", "excess"):
-        t.add_column(col, justify="right" if col not in ("encoding", "on") else "left")
-    t.add_row(
-        "MDS of A",
-        "B",
-        str(drift.rank_a),
-        f"{drift.a_on_b:.4f}",
-        f"{drift.b_optimum:.4f}",
-        f"{drift.a_on_b - drift.b_optimum:.4f}",
-    )
-    t.add_row(
-        "MDS of B",
-        "A",
-        str(drift.rank_b),
-        f"{drift.b_on_a:.4f}",
-        f"{drift.a_optimum:.4f}",
-        f"{drift.b_on_a - drift.a_optimum:.4f}",
-    )
-    console.print(t)
-    d = np.asarray(drift.position_hellinger)
-    worst = int(np.argmax(d))
-    console.print(
-        f"geometry stress (B_H of A vs B_H of B, symmetric): {drift.geometry_stress:.4f}; "
-        f"ranks chosen at stress <= {drift.tolerance:g} unless --rank"
-    )
-    ref = np.asarray(drift.position_reference)
-    console.print(
-        f"per-position Hellinger distance A vs B: mean {d.mean():.4f}, max {d[worst]:.4f} at "
-        f"position {worst}; without any drift (random re-splits of A+B, seed {drift.seed}) "
-        f"expect mean {ref.mean():.4f}: {len(drift.above_reference)} of {drift.n} positions "
-        "above that reference"
-    )
-    t = Table(title="Stress per encoding on the common positions", title_justify="left")
-    for col in ("encoding", "stress A", "stress B", "rank A", "rank B", ""):
-        t.add_column(col, justify="left" if col == "encoding" else "right")
-    for r in drift.rankings:
-        t.add_row(
-            r.name,
-            f"{r.stress_a:.4f}",
-            f"{r.stress_b:.4f}",
-            str(r.rank_a),
-            str(r.rank_b),
-            "changed" if r.changed else "",
-        )
-    console.print(t)
-    changed = ", ".join(f"{r.name} {r.rank_a}->{r.rank_b}" for r in drift.changed) or "none"
-    console.print(f"ranking changes: {changed}")

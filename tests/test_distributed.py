@@ -61,8 +61,9 @@ def client(cluster: Any) -> Iterator[Any]:
         yield c
 
 
-def _engine(cluster: Any) -> Engine:
-    return Engine("dask", scheduler=cluster.scheduler_address)
+def _engine(cluster: Any) -> dict[str, Any]:
+    """The keywords of corpus_counts that send the counting to ``cluster``."""
+    return {"engine": "dask", "scheduler": cluster.scheduler_address}
 
 
 def _same(a: Counts, b: Counts) -> None:
@@ -127,9 +128,7 @@ def test_text_folder_counts_and_shards_match_one_process_and_brute_force(
     source = open_source(str(text_dir))
     assert [p.kind for p in plan_pieces(source)] == ["file"] * 5
     one = corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11)
-    dask = corpus_counts(
-        str(text_dir), max_len=10, shards=4, shard_seed=11, engine=_engine(cluster)
-    )
+    dask = corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11, **_engine(cluster))
     _same(one, dask)
     with gzip.open(text_dir / "b.txt.gz", "rt") as fh:
         gz_lines = fh.read().splitlines()
@@ -150,7 +149,7 @@ def test_text_folder_counts_and_shards_match_one_process_and_brute_force(
         assert np.array_equal(got.toarray(), want)
     assert list(dask.vocab or ()) == vocab
     # Without shards the single-process pass streams the files in one piece; same counts.
-    plain = corpus_counts(str(text_dir), max_len=10, engine=_engine(cluster))
+    plain = corpus_counts(str(text_dir), max_len=10, **_engine(cluster))
     _same(corpus_counts(str(text_dir), max_len=10), plain)
     assert np.array_equal(plain.matrix.toarray(), total)
 
@@ -194,7 +193,7 @@ def test_parquet_row_groups_match_one_process(parquet_files: Path, cluster: Any)
     for shards in (0, 3):
         kw: dict[str, Any] = {"tokenizer": "bytes", "max_len": 16, "shards": shards}
         one = corpus_counts(pattern, **kw)
-        _same(one, corpus_counts(pattern, engine=_engine(cluster), **kw))
+        _same(one, corpus_counts(pattern, **_engine(cluster), **kw))
     assert one.meta["sequences"] == 121  # 125 rows, a null and a blank in each file
 
 
@@ -204,7 +203,7 @@ def test_streamed_data_set_shards_match_one_process(parquet_files: Path, cluster
     pieces = plan_pieces(open_source(name))
     assert [p.kind for p in pieces] == ["stream", "stream"]
     kw: dict[str, Any] = {"max_len": 12, "shards": 3, "shard_seed": 4}
-    _same(corpus_counts(name, **kw), corpus_counts(name, engine=_engine(cluster), **kw))
+    _same(corpus_counts(name, **kw), corpus_counts(name, **_engine(cluster), **kw))
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +229,7 @@ def test_bin_window_ranges_match_one_process(
     assert [p.positions for p in pieces[:4]] == [(0, 16), (16, 32), (32, 48), (48, 64)]
     kw: dict[str, Any] = {"max_len": 64, "vocab_size": 500, **select}
     one = corpus_counts(str(bin_file), **kw)
-    dask = corpus_counts(str(bin_file), engine=_engine(cluster), **kw)
+    dask = corpus_counts(str(bin_file), **_engine(cluster), **kw)
     _same(one, dask)
     if not select:
         ids = np.fromfile(bin_file, dtype=np.uint16).astype(np.int64)
@@ -255,7 +254,7 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(
     tok = load_tokenizer()
     job = job_for(source, tok, view_name="text", max_len=10, shards=4, seed=11)
     counts = count_on_dask(
-        source, job, _engine(client.cluster), tokenizer_name=tok.name, client=client,
+        source, job, Engine("dask"), tokenizer_name=tok.name, client=client,
         task_fn=functools.partial(kill_once, marker=marker),
     )  # fmt: skip
     assert marker.exists()  # a worker did die
@@ -272,12 +271,12 @@ def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
         (bad / f).write_bytes((text_dir / f).read_bytes())
     (bad / "c.txt").write_bytes(b"fine line\nbroken \xff line\n")
     with pytest.raises(PosdiagError, match=r"c\.txt: line 2 is not valid UTF-8"):
-        corpus_counts(str(bad), engine=_engine(cluster))
+        corpus_counts(str(bad), **_engine(cluster))
     ids = np.fromfile(bin_file, dtype=np.uint16)
     ids[30_001] = 600
     ids.tofile(tmp_path / "bad.bin")
     with pytest.raises(PosdiagError, match=r"bad\.bin: token id 600 at offset 30,001 is outside"):
-        corpus_counts(str(tmp_path / "bad.bin"), vocab_size=500, engine=_engine(cluster))
+        corpus_counts(str(tmp_path / "bad.bin"), vocab_size=500, **_engine(cluster))
 
 
 def test_progress_comes_from_finished_pieces(text_dir: Path, client: Any) -> None:
@@ -286,7 +285,7 @@ def test_progress_comes_from_finished_pieces(text_dir: Path, client: Any) -> Non
     tok = load_tokenizer()
     job = job_for(source, tok, view_name="text", max_len=10)
     counts = count_on_dask(
-        source, job, _engine(client.cluster), progress=lambda *a: seen.append(a), client=client
+        source, job, Engine("dask"), progress=lambda *a: seen.append(a), client=client
     )
     assert len(seen) == 5  # one report per finished piece
     assert seen[-1] == tuple(counts.meta[k] for k in ("documents", "sequences", "tokens"))
