@@ -272,6 +272,21 @@ def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
     (bad / "c.txt").write_bytes(b"fine line\nbroken \xff line\n")
     with pytest.raises(PosdiagError, match=r"c\.txt: line 2 is not valid UTF-8"):
         corpus_counts(str(bad), **_engine(cluster))
+    # A parquet file whose row group 1 is overwritten: its footer (read up front) is intact.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = tmp_path / "rg.parquet"
+    pq.write_table(pa.table({"text": _lines(np.random.default_rng(1), 60)}), pf, row_group_size=20)
+    col = pq.ParquetFile(pf).metadata.row_group(1).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    raw = bytearray(pf.read_bytes())
+    raw[start + 8 : start + col.total_compressed_size - 4] = b"\xab" * (
+        col.total_compressed_size - 12
+    )
+    pf.write_bytes(bytes(raw))
+    with pytest.raises(PosdiagError, match=rf"rg\.parquet: row group 1 \(byte offset {start:,}\)"):
+        corpus_counts(str(pf), **_engine(cluster))
     ids = np.fromfile(bin_file, dtype=np.uint16)
     ids[30_001] = 600
     ids.tofile(tmp_path / "bad.bin")
