@@ -206,6 +206,32 @@ def test_streamed_data_set_shards_match_one_process(parquet_files: Path, cluster
     _same(corpus_counts(name, **kw), corpus_counts(name, **_engine(cluster), **kw))
 
 
+def test_saved_data_set_row_ranges_match_one_process(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save_to_disk folder: one piece per ROWS_PER_PIECE rows (here 40 of 130)."""
+    import datasets
+
+    import posdiag.distributed as D
+
+    texts: list[str | None] = list(_lines(np.random.default_rng(2), 130))
+    texts[41] = None
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"))
+    monkeypatch.setattr(D, "ROWS_PER_PIECE", 40)
+    name = str(tmp_path / "saved")
+    pieces = plan_pieces(open_source(name))
+    assert [(p.kind, p.start, p.stop) for p in pieces] == [
+        ("rows", 0, 40),
+        ("rows", 40, 80),
+        ("rows", 80, 120),
+        ("rows", 120, 130),
+    ]
+    kw: dict[str, Any] = {"max_len": 12, "shards": 3, "shard_seed": 1}
+    one = corpus_counts(name, **kw)
+    _same(one, corpus_counts(name, **_engine(cluster), **kw))
+    assert one.meta["sequences"] == 129
+
+
 @pytest.fixture(scope="module")
 def bin_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("ids") / "ids.bin"
