@@ -57,6 +57,28 @@ def _same(a: Any, b: Any) -> None:
         raise SystemExit("dask and single-process counts differ")
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its waited-for children (count_ids' forks)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _cluster_cpu(client: Any) -> float:
+    """CPU seconds of every worker process and the scheduler (run there), and this process."""
+    return sum(client.run(_cpu).values()) + client.run_on_scheduler(_cpu) + _cpu()
+
+
+def _cpu_timed(fn: Callable[[], Any], client: Any = None) -> tuple[float, float, Any]:
+    """(wall seconds, CPU seconds, result): CPU time does not move with the machine's load."""
+    c0 = _cpu() if client is None else _cluster_cpu(client)
+    t, out = _timed(fn)
+    c1 = _cpu() if client is None else _cluster_cpu(client)
+    return t, c1 - c0, out
+
+
 def _warm(cluster: Any) -> None:
     """Import posdiag on every worker first: a running cluster has paid that once."""
     from distributed import Client
@@ -67,15 +89,17 @@ def _warm(cluster: Any) -> None:
 
 def _compare(label: str, corpus: str, read: dict[str, Any], unit: str, repeat: int) -> None:
     """Best of ``repeat`` runs each, interleaved (the machine is shared: load moves)."""
-    t_one = t_warm = float("inf")
-    with _cluster(2) as cluster:
+    from distributed import Client
+
+    t_one = t_warm = c_one = c_warm = float("inf")
+    with _cluster(2) as cluster, Client(cluster) as client:
         _warm(cluster)
         on = {"engine": "dask", "scheduler": cluster.scheduler_address}
         for _ in range(repeat):
-            t, one = _timed(lambda: corpus_counts(corpus, **read))
-            t_one = min(t_one, t)
-            t, d = _timed(lambda: corpus_counts(corpus, **on, **read))
-            t_warm = min(t_warm, t)
+            t, c, one = _cpu_timed(lambda: corpus_counts(corpus, **read))
+            t_one, c_one = min(t_one, t), min(c_one, c)
+            t, c, d = _cpu_timed(lambda: corpus_counts(corpus, **on, **read), client)
+            t_warm, c_warm = min(t_warm, t), min(c_warm, c)
             _same(one, d)
     toks = int(one.meta["tokens"])
     _row(f"{label}: single machine ({unit})", t_one, toks)
@@ -85,6 +109,9 @@ def _compare(label: str, corpus: str, read: dict[str, Any], unit: str, repeat: i
     _same(one, d)
     _row(f"{label}: --engine dask --workers 2, end to end", t_e2e, toks, t_one / t_e2e,
          "incl. LocalCluster start")  # fmt: skip
+    print(f"  {label}: CPU seconds, single {c_one:.2f} vs dask {c_warm:.2f} (workers, scheduler, "
+          f"client): {toks / c_one / 1e6:.1f} vs {toks / c_warm / 1e6:.1f} M tok per CPU-s, "
+          f"{c_one / c_warm:.2f}x")  # fmt: skip
 
 
 def _per_worker(label: str, corpus: str, read: dict[str, Any], repeat: int) -> None:

@@ -96,7 +96,7 @@ ROWS_PER_PIECE = 1 << 16
 # size without changing the result.
 TOKENS_PER_PIECE = 1 << 24
 RANGE_PER_CELL = 8
-MIN_PIECES_PER_WORKER = 4
+MIN_PIECES_PER_WORKER = 2
 PIECE_BLOCK_BYTES = 1 << 26
 # Ids read, checked and counted at a time inside a piece.
 BLOCK_TOKENS = 1 << 22
@@ -272,11 +272,16 @@ _CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
 
 
 def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
-    return (m.data, m.indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
+    data = m.data
+    # Counts travel as int32 when they fit (a third fewer bytes to move); int64 again on arrival.
+    if data.dtype == np.int64 and (data.size == 0 or data.max() <= np.iinfo(np.int32).max):
+        data = data.astype(np.int32)
+    return (data, m.indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
 
 
 def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
     data, indices, indptr, shape = parts
+    data = data.astype(np.int64, copy=False)
     return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
@@ -797,11 +802,11 @@ def job_for(
         spec = tokenizer.name
         if Path(spec).exists():
             spec = os.path.abspath(spec)
-    files = tuple(os.path.abspath(f) for f in source.files)
     dataset = source.dataset
     if dataset is not None and Path(dataset).exists():
         dataset = os.path.abspath(dataset)
-    src = dataclasses.replace(source, files=files, dataset=dataset)
+    # Pieces carry their own paths: the file list would be sent again with every piece.
+    src = dataclasses.replace(source, files=(), dataset=dataset)
     return Job(
         src,
         spec,
