@@ -341,6 +341,20 @@ def test_cli_count_on_a_running_scheduler(text_dir: Path, cluster: Any, tmp_path
     _same(corpus_counts(str(text_dir), max_len=10), load_counts(out))
 
 
+def test_cli_stress_intervals_are_the_same_on_dask(text_dir: Path, cluster: Any) -> None:
+    """Same shard sums, so the same bootstrap intervals, stress for stress."""
+    runner = CliRunner()
+    args = ["stress", str(text_dir), "-n", "8", "--min-count", "5", "--shards", "6"]
+    args += ["--replicates", "20", "--json", "--quiet", "-e", "sinusoidal", "-e", "mds-2"]
+    local = runner.invoke(app, args)
+    dask = runner.invoke(app, [*args, "--engine", "dask", "--scheduler", cluster.scheduler_address])
+    assert local.exit_code == dask.exit_code == 0, dask.output
+    a, b = json.loads(local.stdout), json.loads(dask.stdout)
+    assert a["uncertainty"]["shards"] == 6
+    assert a["encodings"] == b["encodings"] and a["uncertainty"] == b["uncertainty"]
+    assert all(e["ci_low"] <= e["stress"] <= e["ci_high"] for e in a["encodings"])
+
+
 @pytest.mark.parametrize(
     ("opts", "message"),
     [
