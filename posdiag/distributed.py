@@ -571,21 +571,6 @@ def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], width))
 
 
-def _row_disjoint_sum(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix | None:
-    """``x + y`` by concatenation when every row of ``x`` is empty below the first non-empty
-    row of ``y`` (pieces of an id file hold consecutive positions); None otherwise."""
-    xi, yi = x.indptr, y.indptr
-    x_rows = np.flatnonzero(np.diff(xi))
-    y_rows = np.flatnonzero(np.diff(yi))
-    if x_rows.size == 0 or y_rows.size == 0 or x_rows[-1] >= y_rows[0]:
-        return None
-    cut = int(y_rows[0])
-    indptr = np.concatenate([xi[: cut + 1], yi[cut + 1 :] - yi[cut] + xi[cut]])
-    data = np.concatenate([x.data[: xi[cut]], y.data[yi[cut] :]])
-    indices = np.concatenate([x.indices[: xi[cut]], y.indices[yi[cut] :]])
-    return sp.csr_matrix((data, indices, indptr), shape=(x.shape[0], max(x.shape[1], y.shape[1])))
-
-
 def add_partials(a: Partial, b: Partial) -> Partial:
     """``a + b`` for consecutive pieces (``a`` read first): a node of the tree sum.
 
@@ -614,11 +599,7 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         )
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
-        y = move(y)
-        stacked = _row_disjoint_sum(x, y) if remap is None else None
-        if stacked is not None:
-            return stacked
-        return sp.csr_matrix(_widen(x, width) + y, dtype=np.int64)
+        return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
 
     return Partial(
         add(a.matrix, b.matrix),
@@ -662,7 +643,7 @@ def _client(engine: Engine) -> Iterator[Any]:
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: 8787 may be taken
             silence_logs=logging.ERROR,
             # One thread per worker includes the tokenizers library's own thread pool.
             env={"TOKENIZERS_PARALLELISM": "false"},
@@ -693,28 +674,67 @@ def run_pieces(
     progress: ProgressFn | None = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
 ) -> Partial:
-    """Count ``pieces`` on the cluster of ``client`` and return their tree sum.
+    """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
-    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
-    run and its error is raised here (a worker's death is not a failure: Dask reruns the
-    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    Text pieces are added in one tree. Id pieces are added in one tree per position range (the
+    pieces of the same positions in successive window ranges); the client then stacks those
+    sums, which hold disjoint rows, so no partial moves between workers only to be copied
+    next to another. Progress is reported as Dask marks each piece's task finished. A failing
+    piece cancels the run and its error is raised here (a worker's death is not a failure:
+    Dask reruns the pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
     """
     from distributed import as_completed
 
     futures = client.map(task_fn, pieces, job=job, pure=False)
     stats = [client.submit(_stats, f, pure=False) for f in futures]
-    total = _tree_sum(client, futures)
-    del futures  # the tree sum holds what it still needs; finished pieces can be freed
+    groups: dict[tuple[int, int], list[Any]] = {}
+    for piece, fut in zip(pieces, futures, strict=True):
+        groups.setdefault(piece.positions if piece.kind == "ids" else (0, 0), []).append(fut)
+    totals = [_tree_sum(client, fs) for fs in groups.values()]
+    del futures, groups  # the sums hold what they still need; finished pieces can be freed
     docs = seqs = toks = 0
     try:
         for _, (d, s, t) in as_completed(stats, with_results=True):
             docs, seqs, toks = docs + d, seqs + s, toks + t
             if progress is not None:
                 progress(docs, seqs, toks)
-        return total.result()
+        parts = client.gather(totals)
     except BaseException:
-        client.cancel([total, *stats])
+        client.cancel([*totals, *stats])
         raise
+    return parts[0] if len(parts) == 1 else _stack_rows(parts)
+
+
+def _stack_rows(parts: Sequence[Partial]) -> Partial:
+    """The sum of partials whose non-empty rows are disjoint and in order (id position ranges)."""
+    n, width = parts[0].matrix.shape
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    data, indices = [], []
+    nnz = 0
+    for p in parts:
+        m = p.matrix
+        rows = np.flatnonzero(np.diff(m.indptr))
+        if rows.size == 0:
+            continue
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        a, b = int(m.indptr[lo]), int(m.indptr[hi])
+        indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + nnz
+        indptr[hi + 1 :] = nnz + b - a
+        data.append(m.data[a:b])
+        indices.append(m.indices[a:b])
+        nnz += b - a
+    if not data:
+        return Partial(sp.csr_matrix((n, width), dtype=np.int64), (), 0, 0, 0)
+    matrix = sp.csr_matrix(
+        (np.concatenate(data), np.concatenate(indices), indptr), shape=(n, width), copy=False
+    )
+    return Partial(
+        matrix,
+        (),
+        sum(p.documents for p in parts),
+        sum(p.sequences for p in parts),
+        sum(p.tokens for p in parts),
+    )
 
 
 def count_on_dask(
