@@ -20,14 +20,15 @@ sequence of unit ``u`` belongs to bootstrap / cross-fit shard
 ``posdiag._shardkey.shard_of(seed, u, i)``, in the single-process pass too
 (:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
 reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
-the order of first appearance in the corpus, the order one process assigns. The packed view of
-a text corpus carries windows across files, so it cannot be cut into pieces: it is refused
-(pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a text corpus,
-which select documents in reading order across pieces.
+the order of first appearance in the corpus, the order one process assigns. (Id pieces are
+added in one tree per position range and the client stacks the rows of those sums.) The
+packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
+is refused (pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a
+text corpus, which select documents in reading order across pieces.
 
 Robustness: a worker that dies loses the results it held; the scheduler recomputes exactly
 those pieces (every piece is a pure function of its descriptor, and each result is summed once,
-by the one tree-sum task that depends on it). A piece that fails for a data reason fails the
+by the one sum task that depends on it). A piece that fails for a data reason fails the
 run with the file and the offset (line, row group and byte offset, token offset).
 
 Memory per worker: one count matrix (``max_len x V``; with ``K`` shards, ``K`` sparse ones)
