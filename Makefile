@@ -29,7 +29,7 @@ bench: $(STAMP)
 bench-estimator: $(STAMP)
 	$(BIN)/python -m benchmarks.estimator
 
-# Mutation score of geometry, rope, bias and gate (tens of minutes; not part of `make test`).
+# Mutation score of geometry, the estimator, rope, bias and gate (tens of minutes; not part of `make test`).
 # MUTATE_CHILDREN=2 uses two cores; docs/mutation.md lists the mutants judged equivalent.
 mutate: $(STAMP)
 	$(BIN)/python tools/mutate.py

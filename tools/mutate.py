@@ -4,7 +4,7 @@ Runs mutmut once per module (``--max-children`` from ``MUTATE_CHILDREN``, defaul
 machines are shared), each mutant against the tests that cover it, then prints killed / total
 per module and the score with the mutants listed in ``docs/mutation.md`` as equivalent set aside.
 
-    python tools/mutate.py                 # run all four modules, then report
+    python tools/mutate.py                 # run all five modules, then report
     python tools/mutate.py --report        # report the stored results only
     python tools/mutate.py geometry gate   # run some modules
     python tools/mutate.py --resume        # skip the mutants an earlier run killed
@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {
     "geometry": "posdiag/geometry.py",
+    "estimator": "posdiag/estimator.py",
     "rope": "posdiag/encodings/rope.py",
     "bias": "posdiag/encodings/bias.py",
     "gate": "posdiag/gate.py",
