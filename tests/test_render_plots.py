@@ -138,11 +138,53 @@ def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> 
     png_bytes(fig)
 
 
-def test_rendering_is_deterministic(synth_corpus: Path) -> None:
+def test_hellinger_heatmap_shows_the_brute_force_distances(tmp_path: Path) -> None:
+    """Each cell of the rendered heatmap has the viridis colour of d_H(i, j), computed here
+    from token frequencies per position (docs/geometry.md section 2), not by posdiag."""
+    from collections import Counter
+
+    import matplotlib
+    import numpy as np
+
     from posdiag.render.plots import plot_hellinger
 
-    geo = corpus_geometry(corpus_counts(str(synth_corpus)))
-    assert png_bytes(plot_hellinger(geo)) == png_bytes(plot_hellinger(geo))
+    lines = ["a b c d", "b a c a", "a c c b", "b b a d", "c a b b"] * 20
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    geo = corpus_geometry(corpus_counts(str(corpus)), 1, estimator="plugin")
+    n = 4
+    assert geo.n_eff == n
+    freq = [Counter(line.split()[i] for line in lines) for i in range(n)]
+    expected = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            bc = sum((freq[i][v] * freq[j][v]) ** 0.5 for v in "abcd") / len(lines)
+            expected[i, j] = max(0.0, 1.0 - bc) ** 0.5
+    assert expected[0, 1] == pytest.approx(0.0)  # positions 0 and 1 hold the same tokens
+    # position 0: a, b 2/5 each, c 1/5; position 3: b, d 2/5 each, a 1/5
+    assert expected[0, 3] == pytest.approx((1 - (0.4 * 0.2) ** 0.5 - 0.4) ** 0.5)
+
+    fig = plot_hellinger(geo)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.images[0].get_array(), expected, atol=1e-12)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("position j", "position i")
+    assert fig.get_suptitle().startswith(
+        "Hellinger distance between positional token distributions\ncorpus "
+    )
+    assert fig.get_suptitle().endswith(f"n_eff {n} of {geo.summary.max_len}")
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    height = rgba.shape[0]
+    box = ax.get_window_extent()
+    cmap = matplotlib.colormaps["viridis"]
+    for i in range(n):
+        for j in range(n):
+            x = box.x0 + (j + 0.5) * box.width / n
+            y = box.y1 - (i + 0.5) * box.height / n  # row 0 at the top (origin="upper")
+            pixel = rgba[int(height - y), int(x), :3].astype(int)
+            colour = np.round(np.array(cmap(expected[i, j])[:3]) * 255).astype(int)
+            assert np.abs(pixel - colour).max() <= 2, (i, j, pixel, colour)
+    assert png_size(png_bytes(fig)) == PIXELS
 
 
 def test_core_does_not_import_matplotlib() -> None:
