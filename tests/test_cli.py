@@ -13,7 +13,9 @@ import scipy.sparse as sp
 from click.testing import Result
 from safetensors.numpy import load_file, save_file
 
+import posdiag
 from posdiag.analysis import saving_phrase
+from posdiag.encodings import REGISTRY
 
 
 def run(cli: Callable[..., Result], *args: str, input: str | None = None):  # type: ignore[no-untyped-def]
@@ -73,9 +75,52 @@ def test_stress_table_and_selected_encodings(
         "mds-2",
     )
     assert r.exit_code == 0, r.output
-    assert "rope" in r.stdout and "head_dim=8, base=10000" in r.stdout and "mds-2" in r.stdout
     assert "sinusoidal" not in r.stdout
-    assert "effective rank (crossfit geometry):" in r.stdout
+    doc = json.loads(
+        run(
+            cli,
+            "stress",
+            str(synth_corpus),
+            "--min-count",
+            "50",
+            "-e",
+            "rope:head_dim=8",
+            "-e",
+            "mds-2",
+            "--json",
+        ).stdout
+    )
+    row = {e["name"]: e for e in doc["encodings"]}
+    # mds-2 stores r(n + d) = 2 (12 + 512) numbers; RoPE has no parameters.
+    assert (row["mds-2"]["n_params"], row["rope"]["n_params"]) == (1048, 0)
+    # The table rows, best first, carry the JSON figures at the printed precision.
+    cells = [
+        [c.strip() for c in line.strip("│").split("│")]
+        for line in r.stdout.splitlines()
+        if line.startswith("│ mds-2 ") or line.startswith("│ rope ")
+    ]
+    assert cells == [
+        [
+            name,
+            params,
+            f"{e['stress']:.4f}",
+            f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}]",
+            f"{e['raw']:.3f}",
+            f"{e['kruskal']:.4f}",
+            f"{e['spearman']:.3f}",
+            f"{e['n_params']:,}",
+        ]
+        for name, params, e in [
+            ("mds-2", "rank=2, dim=512", row["mds-2"]),
+            ("rope", "head_dim=8, base=10000", row["rope"]),
+        ]
+    ]
+    assert row["mds-2"]["stress"] < row["rope"]["stress"]
+    ranks = doc["spectrum"]["effective_rank"]
+    assert (
+        "effective rank (crossfit geometry): "
+        f"{ranks['0.1']} at stress <= 0.1, {ranks['0.05']} at stress <= 0.05;" in r.stdout
+    )
 
 
 def test_stdin_and_counts_file_give_same_report(
@@ -167,9 +212,15 @@ def test_build_encoding_safetensors_and_npy(
 
 def test_encodings_lists_registry(cli: Callable[..., Result]) -> None:
     r = run(cli, "encodings", "--json")
-    names = [e["name"] for e in json.loads(r.stdout)]
-    assert {"nope", "sinusoidal", "rope", "alibi", "t5", "mds", "learned"} <= set(names)
-    assert run(cli, "--version").stdout.startswith("posdiag ")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    # Every registered encoding once, in registry order, with its defaults as parameters.
+    assert [e["name"] for e in rows] == list(REGISTRY)
+    by_name = {e["name"]: e for e in rows}
+    assert by_name["sinusoidal"]["params"] == {"d": 512, "base": 10000.0}
+    assert by_name["sinusoidal"]["types"] == {"d": "int", "base": "float"}
+    assert (by_name["nope"]["params"], by_name["nope"]["n_params"]) == ({}, "0")
+    assert run(cli, "--version").stdout == f"posdiag {posdiag.__version__}\n"
 
 
 def test_bad_corpus_inputs(cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path) -> None:
@@ -295,11 +346,36 @@ def test_learned_from_safetensors_checkpoint(
     rng = np.random.default_rng(0)
     save_file({"transformer.wpe.weight": rng.normal(size=(64, 8)).astype(np.float32)}, str(st))
     r = run(
-        cli, "stress", str(synth_corpus), "--min-count", "50", "-e", f"learned:path={st}", "--json"
+        cli,
+        "stress",
+        str(synth_corpus),
+        "--min-count",
+        "50",
+        "-e",
+        f"learned:path={st}",
+        "--estimator",
+        "plugin",
+        "--json",
     )
     assert r.exit_code == 0, r.output
     (row,) = json.loads(r.stdout)["encodings"]
-    assert row["name"] == "learned" and row["n_params"] == 12 * 8 and 0 < row["stress"] < 1
+    assert row["name"] == "learned" and row["n_params"] == 12 * 8
+    # Brute force (docs/geometry.md sections 2 and 4): token frequencies per position, B_H =
+    # -1/2 J (D_H o D_H) J, B_E = (JP)(JP)^T of the first 12 rows, stress from their cosine.
+    lines = [line.split() for line in synth_corpus.read_text().splitlines()]
+    vocab = sorted({t for line in lines for t in line})
+    mu = np.zeros((12, len(vocab)))
+    for line in lines:
+        for i, t in enumerate(line):
+            mu[i, vocab.index(t)] += 1
+    mu /= mu.sum(axis=1, keepdims=True)
+    d2 = 1 - np.sqrt(mu) @ np.sqrt(mu).T
+    j = np.eye(12) - 1 / 12
+    b_h = -0.5 * j @ d2 @ j
+    p = j @ load_file(str(st))["transformer.wpe.weight"][:12].astype(np.float64)
+    b_e = p @ p.T
+    cos = max(0.0, float(np.sum(b_h * b_e))) / (np.linalg.norm(b_h) * np.linalg.norm(b_e))
+    assert row["stress"] == pytest.approx(np.sqrt(1 - cos**2), rel=1e-6)
 
 
 def test_build_encoding_bad_inputs(
