@@ -35,6 +35,7 @@ from posdiag.geometry import (
     smoothness,
     stress,
     stress_by_rank,
+    stress_floor,
     supported_prefix,
     violation_rate,
 )
@@ -474,3 +475,56 @@ def test_positional_information_of_a_single_token() -> None:
     total, per = positional_information(np.array([[1, 0], [0, 0]]))
     assert total == 0.0
     np.testing.assert_array_equal(per, [0.0, 0.0])
+
+
+def test_significant_negative_at_the_exact_bound_and_a_small_top_eigenvalue() -> None:
+    # -1e-10 * 1.0 is exactly -1e-10: an eigenvalue on the bound is not below it.
+    assert -1e-10 * 1.0 == -1e-10
+    assert significant_negative(np.array([1.0, -1e-10])) is None
+    assert significant_negative(np.array([1.0, -1.5e-10])) == -1.5e-10
+    # All zero: 0 is not below -1e-10 * max(0, 0) = -0.0.
+    assert significant_negative(np.zeros(3)) is None
+    # l_1 = 0.5 < 1: the bound scales with l_1 itself (-5e-11), not with 1.
+    assert significant_negative(np.array([0.5, -6e-11])) == -6e-11
+    assert significant_negative(np.array([0.5, -4e-11])) is None
+
+
+def test_positional_information_is_never_negative_for_independent_rows() -> None:
+    # Proportional rows: every mu_i equals the pooled distribution, so I = 0 and each KL = 0.
+    # In floating point the per-row sums come out as +-1e-16 before the clip at 0.
+    c = np.array(
+        [
+            [2.48457170727911, 1.7744291839030122],
+            [5.940913632887841, 4.2428763470014115],
+            [2.284612783536747, 1.6316226998595929],
+        ]
+    )
+    mu = c / c.sum(axis=1, keepdims=True)
+    pooled = c.sum(axis=0) / c.sum()
+    raw = (mu * np.log2(mu / pooled)).sum(axis=1)
+    assert raw.min() < 0  # the case the clip exists for
+    bits, kl = positional_information(c)
+    assert kl.min() >= 0.0 and bits >= 0.0
+    np.testing.assert_allclose(kl, 0.0, atol=1e-15)
+    assert bits == pytest.approx(0.0, abs=1e-15)
+
+
+def test_classical_mds_warning_points_at_the_caller() -> None:
+    # Not Euclidean: a triangle that violates the triangle inequality.
+    d = np.array([[0.0, 1.0, 3.0], [1.0, 0.0, 1.0], [3.0, 1.0, 0.0]])
+    with pytest.warns(PosdiagWarning, match="not exactly Euclidean") as rec:
+        classical_mds(d)
+    # stacklevel=2 names the caller's frame. Under mutmut the public name is a trampoline
+    # (it has __wrapped__), which is then the caller of the function body.
+    caller = (
+        classical_mds.__code__.co_filename if hasattr(classical_mds, "__wrapped__") else __file__
+    )
+    assert [r.filename for r in rec] == [caller]
+
+
+def test_stress_floor_of_zero_and_of_unit_total() -> None:
+    # Hand values: sqrt(sum of negative squares / sum of all squares).
+    assert stress_floor(np.zeros(3)) == 0.0  # no geometry at all: no floor
+    assert stress_floor(np.array([0.0, -1.0])) == 1.0  # total exactly 1, all of it negative
+    assert stress_floor(np.array([1.0, -1.0])) == pytest.approx(math.sqrt(0.5), rel=1e-15)
+    assert stress_floor(np.array([2.0, 1.0])) == 0.0
