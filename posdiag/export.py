@@ -1,4 +1,4 @@
-"""The low-rank MDS encoding ``P = A B^T`` and its files (GEOMETRY.md section 7).
+"""The low-rank MDS encoding ``P = A B^T`` and its files (docs/geometry.md section 7).
 
 ``A = X_r`` (n x r) are the rank-r MDS coordinates, ``B`` (d x r) has orthonormal columns, so
 ``P`` (n x d) has exactly the pairwise distances of ``X_r`` with ``r(n+d)`` parameters instead of
@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__
 from ._io import atomic_outputs
 from ._validate import check_int
-from .diagnostics import CorpusGeometry
+from .analysis import CorpusGeometry
 from .errors import PosdiagError
 from .geometry import stress_by_rank
 

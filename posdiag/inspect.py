@@ -1,6 +1,7 @@
 """Inspect an encoding file: separation, norms, effective rank, and, with a corpus, its stress and
 monotonicity against the corpus geometry next to a random initialisation of the same shape
-(GEOMETRY.md section 8; the paper's comparison of a trained BERT table with its initialisation).
+(docs/geometry.md section 8; the paper's comparison of a trained BERT table with its
+initialisation).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ._validate import check_float, check_int
-from .diagnostics import CorpusGeometry, CorpusSummary
+from .analysis import CorpusGeometry, CorpusSummary
 from .encodings import read_position_table
 from .errors import PosdiagError
 from .geometry import (

@@ -5,17 +5,17 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
-from posdiag.cli import app
+from posdiag.analysis import corpus_geometry, stress_report
 from posdiag.counts import corpus_counts
-from posdiag.diagnostics import corpus_geometry, stress_report
 from posdiag.errors import PosdiagError
-from posdiag.plots import (
+from posdiag.render.plots import (
     CORPUS_PLOTS,
     PIXELS,
     check_plot_dir,
@@ -25,7 +25,6 @@ from posdiag.plots import (
     write_plots,
 )
 
-runner = CliRunner()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -39,16 +38,16 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def test_pixels_are_figsize_times_dpi() -> None:
-    from posdiag.plots import DPI, FIGSIZE
+    from posdiag.render.plots import DPI, FIGSIZE
 
     assert PIXELS == (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI)) == (800, 600)
 
 
 def test_plot_command_writes_every_png_of_the_expected_size(
-    synth_corpus: Path, tmp_path: Path
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "plots"
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out)])
+    res = cli(["plot", str(synth_corpus), "-o", str(out)])
     assert res.exit_code == 0, res.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(CORPUS_PLOTS)
     for name in CORPUS_PLOTS:
@@ -58,38 +57,42 @@ def test_plot_command_writes_every_png_of_the_expected_size(
         assert f"  {out / name}" in res.stdout
     # Existing plots are not overwritten without --force, and nothing else is written.
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out)])
+    res = cli(["plot", str(synth_corpus), "-o", str(out)])
     assert res.exit_code == 2
     assert (
         res.stderr.strip()
         == f"Error: {out / 'hellinger.png'}: already exists; pass --force to overwrite"
     )
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
-    assert runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out), "-f"]).exit_code == 0
+    assert cli(["plot", str(synth_corpus), "-o", str(out), "-f"]).exit_code == 0
 
 
-def test_stress_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
+def test_stress_plot_option(cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "p"
-    res = runner.invoke(app, ["stress", str(synth_corpus), "--plot", str(out), "-e", "rope"])
+    res = cli(["stress", str(synth_corpus), "--plot", str(out), "-e", "rope"])
     assert res.exit_code == 0, res.stderr
     assert "wrote 6 plots" in res.stderr
     assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
 
 
-def test_diagnose_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
+def test_diagnose_plot_option(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "d"
     args = ["diagnose", str(synth_corpus), "--replicates", "10", "--plot", str(out), "-e", "rope"]
-    res = runner.invoke(app, args)
+    res = cli(args)
     assert res.exit_code == 0, res.stderr
     assert "wrote 6 plots" in res.stderr
     assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
-    again = runner.invoke(app, args)
+    again = cli(args)
     assert again.exit_code == 2 and "pass --force to overwrite" in again.stderr
 
 
-def test_plot_dir_whose_parent_is_missing(synth_corpus: Path, tmp_path: Path) -> None:
+def test_plot_dir_whose_parent_is_missing(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "no" / "plots"
-    res = runner.invoke(app, ["stress", str(synth_corpus), "--plot", str(out)])
+    res = cli(["stress", str(synth_corpus), "--plot", str(out)])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"Error: {out}: folder {str(out.parent)!r} does not exist"
     assert res.stdout == ""  # refused before the analysis
@@ -136,7 +139,7 @@ def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> 
 
 
 def test_rendering_is_deterministic(synth_corpus: Path) -> None:
-    from posdiag.plots import plot_hellinger
+    from posdiag.render.plots import plot_hellinger
 
     geo = corpus_geometry(corpus_counts(str(synth_corpus)))
     assert png_bytes(plot_hellinger(geo)) == png_bytes(plot_hellinger(geo))
@@ -144,20 +147,20 @@ def test_rendering_is_deterministic(synth_corpus: Path) -> None:
 
 def test_core_does_not_import_matplotlib() -> None:
     code = (
-        "import sys, posdiag, posdiag.cli, posdiag.gate, posdiag.drift, posdiag.html, "
-        "posdiag.plots; print('matplotlib' in sys.modules)"
+        "import sys, posdiag, posdiag.cli, posdiag.gate, posdiag.drift, posdiag.render.html, "
+        "posdiag.render.plots; print('matplotlib' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_missing_matplotlib_is_one_clear_error(
-    synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     with pytest.raises(PosdiagError, match=r"pip install 'posdiag\[plot\]'"):
         check_plot_dir(tmp_path / "p", False)
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(tmp_path / "p")])
+    res = cli(["plot", str(synth_corpus), "-o", str(tmp_path / "p")])
     assert res.exit_code == 2
     assert res.stderr.strip() == (
         "Error: plots need matplotlib, which is not installed: pip install 'posdiag[plot]'"
