@@ -15,18 +15,15 @@ from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
 from .errors import PosdiagError
+from .fastscore import corpus_side, score_encoding
 from .geometry import (
     MDS,
     classical_mds,
-    compare,
-    double_center,
-    effective_rank,
     hellinger_distances,
     parameter_saving,
     positional_information,
     shift_equivariance,
     smoothness,
-    stress_by_rank,
     supported_prefix,
 )
 from .uncertainty import (
@@ -168,7 +165,7 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mds = classical_mds(d_h)
+        mds = classical_mds(d_h, tolerances=EFFECTIVE_RANK_TOLERANCES)
     notes = [str(w.message) for w in caught]
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
@@ -196,12 +193,13 @@ class Spectrum:
 def spectrum(
     geometry: CorpusGeometry, tolerances: Sequence[float] = EFFECTIVE_RANK_TOLERANCES
 ) -> Spectrum:
-    lam = geometry.mds.eigenvalues
+    mds = geometry.mds
+    # mds.stress_by_rank() is exact for a partial spectrum too (tail = ||B_H||^2 - head).
     return Spectrum(
-        eigenvalues=tuple(float(x) for x in lam),
-        stress_by_rank=tuple(float(x) for x in stress_by_rank(lam)),
-        effective_rank={float(t): effective_rank(lam, t) for t in tolerances},
-        min_eigenvalue=float(lam[-1]),
+        eigenvalues=tuple(float(x) for x in mds.eigenvalues),
+        stress_by_rank=tuple(float(x) for x in mds.stress_by_rank()),
+        effective_rank={float(t): mds.effective_rank(t) for t in tolerances},
+        min_eigenvalue=mds.min_eigenvalue,
     )
 
 
@@ -240,9 +238,12 @@ def _scored(
     resolved = _resolve(specs, geometry.n_eff)
     encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
     b_h = geometry.mds.gram
+    # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
+    # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
+    side = corpus_side(geometry.distances, b_h)
     out = []
     for enc in encs:
-        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
+        m = score_encoding(side, geometry.distances, b_h, enc)
         score = EncodingScore(
             enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
         )
@@ -308,19 +309,22 @@ def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
     return np.asarray(mask)
 
 
-def _noise_gram(floor: np.ndarray) -> np.ndarray:
-    """``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to ``B_H``.
+def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
+    """The diagonal of ``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to
+    ``B_H`` (its trace is the sum of this), without the ``n x n`` matrix.
 
-    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share").
+    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share");
+    ``(J diag(e) J)_ii = e_i (1 - 2/n) + sum(e) / n^2``.
     """
     e = np.nan_to_num(np.asarray(floor, dtype=np.float64)) ** 2 / 4.0
-    return double_center(np.diag(e))
+    n = e.size
+    return np.asarray(e * (1.0 - 2.0 / n) + e.sum() / (n * n))
 
 
 def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """Share of each position's squared distance to the centroid (``B_H[i, i]``) due to noise."""
     diag = np.diag(gram)
-    noise = np.diag(_noise_gram(floor))
+    noise = _noise_gram_diagonal(floor)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(diag > 0, noise / diag, np.inf)
 
@@ -624,7 +628,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     unstable = _unstable(mask, position_share)
     sup = geo.summary.supports
     last = n - 1
-    share = float(np.trace(_noise_gram(f)) / np.trace(geo.mds.gram))
+    share = float(np.sum(_noise_gram_diagonal(f)) / np.trace(geo.mds.gram))
     reading = (
         f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
@@ -685,7 +689,7 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
 
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
-    r = effective_rank(geo.mds.eigenvalues, target)
+    r = geo.mds.effective_rank(target)
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
     iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)

@@ -42,7 +42,7 @@ from .counts import (
     is_counts_file,
 )
 from .errors import PosdiagError
-from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+from .geometry import classical_mds, gram_from_vectors
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -365,11 +365,10 @@ def corpus_drift(
     ga, gb = corpus_geometry(a, min_count), corpus_geometry(b, min_count)
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
-    lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
-    ra = rank if rank is not None else effective_rank(lam_a, tolerance)
-    rb = rank if rank is not None else effective_rank(lam_b, tolerance)
+    ra = rank if rank is not None else pa.mds.effective_rank(tolerance)
+    rb = rank if rank is not None else pb.mds.effective_rank(tolerance)
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     sa = score_encodings(pa, encodings)
@@ -387,9 +386,9 @@ def corpus_drift(
         rank_b=rb,
         tolerance=tolerance,
         a_on_b=a_on_b,
-        b_optimum=float(stress_by_rank(lam_b)[ra - 1]),
+        b_optimum=float(pb.mds.stress_by_rank()[ra - 1]),
         b_on_a=b_on_a,
-        a_optimum=float(stress_by_rank(lam_a)[rb - 1]),
+        a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=tuple(rows),

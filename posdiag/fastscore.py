@@ -25,12 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .geometry import StressMeasures
+from .encodings import Encoding
+from .geometry import StressMeasures, compare
 
 __all__ = [
     "CorpusSide",
     "corpus_side",
     "diagonal_sums",
+    "score_encoding",
     "score_profile",
     "score_vectors",
     "upper_distances",
@@ -243,3 +245,17 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
     else:
         rho = float(stats.pearsonr(side.d_ranks, stats.rankdata(de)).statistic)
     return StressMeasures(stress=stress, raw=raw, kruskal=kruskal, spearman=rho)
+
+
+def score_encoding(
+    side: CorpusSide, d_h: np.ndarray, b_h: np.ndarray, enc: Encoding
+) -> StressMeasures:
+    """The measures of :func:`~posdiag.geometry.compare` by the cheapest exact route.
+
+    A lag profile first (exact closed form), then position vectors, else the dense matrices.
+    """
+    if enc.profile is not None:
+        return score_profile(side, enc.profile)
+    if enc.vectors is not None:
+        return score_vectors(side, b_h, enc.vectors)
+    return compare(d_h, b_h, enc.delta, enc.gram())

@@ -8,6 +8,7 @@ Everything here works on the ``n_eff`` supported positions; no function densifie
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from scipy import stats
 
 from ._validate import check_float, check_int
 from .errors import PosdiagWarning
+from .fastgram import cross_product
 
 __all__ = [
     "MDS",
@@ -23,6 +25,7 @@ __all__ = [
     "ShiftFit",
     "StressMeasures",
     "classical_mds",
+    "mds_of_gram",
     "compare",
     "double_center",
     "effective_rank",
@@ -97,7 +100,8 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     s = sp.diags(1.0 / supports) @ c
     s = sp.csr_matrix(s)
     s.data = np.sqrt(s.data)
-    bc = np.asarray((s @ s.T).todense())
+    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones).
+    bc = cross_product(s, s)
     bc = (bc + bc.T) / 2.0
     d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
     np.fill_diagonal(d, 0.0)
@@ -150,36 +154,53 @@ class MDS:
 
     Attributes
     ----------
-    eigenvalues : ndarray of shape (n,)
+    eigenvalues : ndarray of shape (n,) or (k,)
         Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
-    vectors : ndarray of shape (n, n)
+        Only the ``k`` largest when ``total`` is set (a partial spectrum, long contexts).
+    vectors : ndarray of shape (n, n) or (n, k)
         Matching unit eigenvectors (columns), signs fixed so each column's entry of largest
         magnitude is positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
+    total : float or None
+        ``||B||_F^2`` (the sum of all squared eigenvalues) for a partial spectrum; None when
+        ``eigenvalues`` is complete.
+    bottom : float or None
+        The smallest eigenvalue of a partial spectrum (Lanczos, relative accuracy 1e-6).
     """
 
     eigenvalues: np.ndarray
     vectors: np.ndarray
     gram: np.ndarray
+    total: float | None = None
+    bottom: float | None = None
 
     @property
     def n(self) -> int:
-        return int(self.eigenvalues.shape[0])
+        return int(self.gram.shape[0])
 
     @property
     def min_eigenvalue(self) -> float:
-        return float(self.eigenvalues[-1])
+        return float(self.eigenvalues[-1]) if self.bottom is None else self.bottom
 
     @property
     def positive_rank(self) -> int:
-        """Number of eigenvalues above the rounding tolerance."""
+        """Number of eigenvalues above the rounding tolerance (among those computed)."""
         tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
         return int(np.sum(self.eigenvalues > tol))
 
+    def stress_by_rank(self) -> np.ndarray:
+        """:func:`stress_by_rank` for the ranks whose eigenvalue is known (all, or ``k``)."""
+        return stress_by_rank(self.eigenvalues, total=self.total)
+
+    def effective_rank(self, eps: float) -> int:
+        """:func:`effective_rank` over the known ranks."""
+        return effective_rank(self.eigenvalues, eps, total=self.total)
+
     def coordinates(self, rank: int) -> np.ndarray:
         """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""
-        rank = check_int("rank", rank, 1, self.n - 1, hi_label="n-1")
+        top = min(self.n - 1, self.eigenvalues.shape[0])
+        rank = check_int("rank", rank, 1, top, hi_label="n-1")
         lam = np.clip(self.eigenvalues[:rank], 0.0, None)
         return self.vectors[:, :rank] * np.sqrt(lam)[None, :]
 
@@ -191,12 +212,14 @@ def _fix_signs(u: np.ndarray) -> np.ndarray:
     return u * signs[None, :]
 
 
-def classical_mds(distances: np.ndarray) -> MDS:
+def classical_mds(distances: np.ndarray, *, tolerances: Sequence[float] = ()) -> MDS:
     """Classical MDS of a symmetric distance matrix (docs/geometry.md section 3).
 
     Parameters
     ----------
     distances : ndarray of shape (n, n)
+    tolerances : sequence of float
+        Stress levels whose effective rank a partial spectrum must resolve (long contexts).
 
     Returns
     -------
@@ -205,19 +228,45 @@ def classical_mds(distances: np.ndarray) -> MDS:
         ``-1e-10 * l_1`` (the configuration is then not exactly Euclidean).
     """
     b = gram_from_distances(distances)
-    lam, u = np.linalg.eigh(b)
-    order = np.argsort(lam)[::-1]
-    lam, u = lam[order], _fix_signs(u[:, order])
+    return mds_of_gram(b, tolerances=tolerances)
+
+
+def mds_of_gram(
+    b: np.ndarray, *, tolerances: Sequence[float] = (), full_max: int | None = None
+) -> MDS:
+    """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
+
+    Up to ``full_max`` positions (default :data:`posdiag.spectral.FULL_EIGH_MAX`) the full
+    ``eigh``; beyond, :func:`posdiag.spectral.partial_spectrum` grown until each stress
+    tolerance in ``tolerances`` is reached (or shown unreachable), with ``total = ||B||_F^2``
+    and the smallest eigenvalue by Lanczos, so the stress tail stays exact.
+    """
+    from .spectral import FULL_EIGH_MAX, partial_spectrum, smallest_eigenvalue
+
+    limit = FULL_EIGH_MAX if full_max is None else full_max
+    n = b.shape[0]
+    total: float | None = None
+    bottom: float | None = None
+    if n <= limit:
+        lam, u = np.linalg.eigh(b)
+        order = np.argsort(lam)[::-1]
+        lam, u = lam[order], u[:, order]
+    else:
+        spec = partial_spectrum(b, tolerances, full_max=limit)
+        lam, u, total = spec.eigenvalues, spec.vectors, spec.total
+        bottom = smallest_eigenvalue(b)
+    u = _fix_signs(u)
     top = float(lam[0]) if lam.size else 0.0
-    if significant_negative(lam) is not None:
+    low = float(lam[-1]) if bottom is None else bottom
+    if low < -NEGATIVE_EIGENVALUE_TOL * max(top, 0.0):
         warnings.warn(
-            f"classical MDS: most negative eigenvalue {lam[-1]:.3e} is below "
+            f"classical MDS: most negative eigenvalue {low:.3e} is below "
             f"-1e-10 * l_1 = {-NEGATIVE_EIGENVALUE_TOL * top:.3e} (l_1 = {top:.3e}); "
             "the distances are not exactly Euclidean",
             PosdiagWarning,
             stacklevel=2,
         )
-    return MDS(eigenvalues=lam, vectors=u, gram=b)
+    return MDS(eigenvalues=lam, vectors=u, gram=b, total=total, bottom=bottom)
 
 
 def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
@@ -235,7 +284,7 @@ def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     return float(np.sqrt(max(0.0, 1.0 - cos * cos)))
 
 
-def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
+def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.ndarray:
     """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
 
     ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
@@ -243,23 +292,33 @@ def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     eigenvalues : ndarray of shape (n,)
-        Descending eigenvalues of ``B_H``.
+        Descending eigenvalues of ``B_H``; with ``total``, only the ``k`` largest.
+    total : float, optional
+        ``sum_k l_k^2 = ||B_H||_F^2`` when ``eigenvalues`` is partial: the tail after rank r is
+        then ``total - sum_{k<=r} l_k^2`` exactly (no eigenvalue beyond ``k`` is needed).
 
     Returns
     -------
-    ndarray of shape (n-1,)
+    ndarray of shape (n-1,), or (k,) for a partial spectrum
     """
     sq = np.asarray(eigenvalues, dtype=np.float64) ** 2
+    if total is not None:
+        if total <= 0:
+            return np.zeros(sq.size)
+        return np.sqrt(np.clip((total - np.cumsum(sq)) / total, 0.0, 1.0))
     total = sq.sum()
     # tail[r] = sum_{k>=r} sq[k]; reversed cumsum keeps tiny tails accurate.
     tail = np.cumsum(sq[::-1])[::-1]
     return np.sqrt(np.clip(tail[1:] / total, 0.0, 1.0))
 
 
-def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
-    """Smallest rank r with ``stress(MDS_r) <= eps``."""
+def effective_rank(eigenvalues: np.ndarray, eps: float, total: float | None = None) -> int:
+    """Smallest rank r with ``stress(MDS_r) <= eps`` (the last known rank when none reaches it).
+
+    ``total`` as in :func:`stress_by_rank`, for a partial spectrum.
+    """
     eps = check_float("eps", eps, 0.0, 1.0)
-    by_rank = stress_by_rank(eigenvalues)
+    by_rank = stress_by_rank(eigenvalues, total)
     hits = np.flatnonzero(by_rank <= eps)
     return int(hits[0] + 1) if hits.size else len(by_rank)
 
@@ -457,43 +516,9 @@ def parameter_saving(rank: int, n: int, d: int) -> float:
     return 1.0 - rank * (n + d) / (n * d)
 
 
-# Columns present in more than this fraction of rows go through a dense BLAS product.
-_DENSE_COLUMN_FRACTION = 0.05
-# Below this many rows the plain sparse product is faster (slicing columns costs more).
-_HYBRID_FROM_ROWS = 192
-
-
 def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
-    """:func:`hellinger_distances` with a hybrid product, for repeated use (the bootstrap).
+    """Same as :func:`hellinger_distances`, which now uses the hybrid product itself.
 
-    ``BC = S S^T`` splits over columns: frequent tokens (in > 5% of rows) form a small dense block
-    multiplied with BLAS, rare ones stay sparse. A sparse-sparse product costs the sum of squared
-    column counts, which frequent tokens dominate; on a 512 x 30,000 Zipf matrix this is ~3x
-    faster. Same result to rounding.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
-
-    Returns
-    -------
-    ndarray of shape (n_positions, n_positions)
+    Kept for callers of the old name; see :func:`posdiag.fastgram.cross_product`.
     """
-    c = sp.csr_matrix(counts, dtype=np.float64)
-    n = c.shape[0]
-    if n < _HYBRID_FROM_ROWS:
-        return hellinger_distances(c)
-    supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports <= 0):
-        raise ValueError("every row of the count matrix needs a positive sum")
-    s = sp.csr_matrix(sp.diags(1.0 / supports) @ c)
-    s.data = np.sqrt(s.data)
-    col_nnz = np.bincount(s.indices, minlength=s.shape[1])
-    dense = col_nnz > _DENSE_COLUMN_FRACTION * n
-    block = s[:, np.flatnonzero(dense)].toarray()
-    rest = s[:, np.flatnonzero(~dense & (col_nnz > 0))]
-    bc = block @ block.T + np.asarray((rest @ rest.T).todense())
-    bc = (bc + bc.T) / 2.0
-    d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
-    np.fill_diagonal(d, 0.0)
-    return d
+    return hellinger_distances(counts)

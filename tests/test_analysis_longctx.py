@@ -1,0 +1,99 @@
+"""The analysis path takes the long-context routes (structured scores, partial spectra, O(n)
+noise terms) and agrees with the dense computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from posdiag import analysis, fastscore, spectral
+from posdiag.analysis import corpus_geometry, score_encodings, spectrum
+from posdiag.counts import Counts, count_texts
+from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
+from posdiag.geometry import classical_mds, compare, double_center, gram_from_distances
+from posdiag.synthetic import drift_distributions, sample_texts
+from posdiag.tokenize import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def counts() -> Counts:
+    """40 positions drifting smoothly (rank 3), 400 sequences."""
+    mu = drift_distributions(40, 60, rank=3, seed=4)
+    return count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)
+
+
+def test_default_scores_never_build_dense_encoding_matrices(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    geo = corpus_geometry(counts, min_count=1)
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the dense compare() ran")
+
+    monkeypatch.setattr(fastscore, "compare", refuse)
+    fast = {s.name: s for s in score_encodings(geo)}
+    monkeypatch.undo()
+    assert len(fast) == len(DEFAULT_SET)
+    b_h = geo.mds.gram
+    for spec in DEFAULT_SET:
+        name, params = parse_encoding(spec)
+        enc = make_encoding(name, geo.n_eff, params, mds=geo.mds)
+        assert "_delta" not in enc.__dict__  # nothing dense was built by the factory
+        want = compare(geo.distances, b_h, enc.delta, enc.gram())
+        got = fast[enc.name]
+        assert got.stress == pytest.approx(want.stress, abs=1e-10)
+        assert got.raw == pytest.approx(want.raw, abs=1e-10)
+        assert got.kruskal == pytest.approx(want.kruskal, abs=1e-10)
+        if math.isnan(want.spearman):
+            assert math.isnan(got.spearman)
+        else:
+            assert got.spearman == pytest.approx(want.spearman, abs=1e-7)
+
+
+def test_partial_spectrum_in_the_geometry_matches_full_eigh(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full_geo = corpus_geometry(counts, min_count=1)
+    full = spectrum(full_geo)
+    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 8)
+    monkeypatch.setattr(spectral, "START_RANK", 4)
+    geo = corpus_geometry(counts, min_count=1)
+    assert geo.mds.total is not None  # the partial solver ran
+    k = geo.mds.eigenvalues.size
+    assert 3 <= k < geo.n_eff - 1
+    part = spectrum(geo)
+    np.testing.assert_allclose(part.eigenvalues, full.eigenvalues[:k], atol=1e-7)
+    np.testing.assert_allclose(part.stress_by_rank, full.stress_by_rank[:k], atol=1e-7)
+    assert part.effective_rank == full.effective_rank
+    assert part.min_eigenvalue == pytest.approx(full.min_eigenvalue, abs=1e-6)
+    # mds-r coordinates from the partial vectors give the same scores.
+    got = {s.name: s.stress for s in score_encodings(geo)}
+    want = {s.name: s.stress for s in score_encodings(full_geo)}
+    for name in ("mds-1", "mds-2", "mds-3"):
+        assert got[name] == pytest.approx(want[name], abs=1e-7)
+
+
+def test_noise_gram_diagonal_without_the_matrix() -> None:
+    floor = np.array([0.3, np.nan, 0.1, 0.25, 0.05])
+    e = np.nan_to_num(floor) ** 2 / 4
+    want = np.diag(double_center(np.diag(e)))
+    np.testing.assert_allclose(analysis._noise_gram_diagonal(floor), want, rtol=1e-14)
+
+
+def test_classical_mds_partial_warns_on_negative_bottom() -> None:
+    # A non-Euclidean dissimilarity (a triangle-inequality violation) has a negative eigenvalue.
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.5, 1.0, (30, 30))
+    d = (d + d.T) / 2
+    np.fill_diagonal(d, 0)
+    lam_full = np.linalg.eigvalsh(gram_from_distances(d))
+    with pytest.warns(UserWarning, match="most negative eigenvalue"):
+        from posdiag.geometry import mds_of_gram
+
+        mds = mds_of_gram(gram_from_distances(d), full_max=5)
+    assert mds.bottom == pytest.approx(lam_full[0], rel=1e-6)
+    assert mds.min_eigenvalue == mds.bottom
+    with pytest.warns(UserWarning):
+        assert classical_mds(d).min_eigenvalue == pytest.approx(lam_full[0], rel=1e-12)
