@@ -168,8 +168,9 @@ def cross_product(
     -------
     ndarray of shape (n_A, n_B), float64
     """
+    same = a is b
     a = sp.csr_matrix(a, dtype=np.float64)
-    b = sp.csr_matrix(b, dtype=np.float64)
+    b = a if same else sp.csr_matrix(b, dtype=np.float64)
     if a.shape[1] != b.shape[1]:
         raise PosdiagError(
             f"cross product: vocabularies differ ({a.shape[1]} vs {b.shape[1]} columns)"
@@ -185,7 +186,8 @@ def cross_product(
             out[lo:hi] = (a[lo:hi] @ bt).toarray()
         return out
     ad, a_s = _split_columns(a, dense, dtype)
-    bd, b_s = _split_columns(b, dense, dtype)
+    # The plug-in multiplies a matrix by itself: split it once.
+    bd, b_s = (ad, a_s) if same else _split_columns(b, dense, dtype)
     # B's rare part by column: row j lists the rows of B holding token j.
     bst = sp.csr_matrix(b_s.T)
     kernel = _rare_kernel()
@@ -220,8 +222,11 @@ def _split_columns(
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
     is_dense = dense[m.indices]
     position = np.cumsum(dense) - 1
-    block = np.zeros((m.shape[0], int(dense.sum())), dtype=dtype)
-    block[rows[is_dense], position[m.indices[is_dense]]] = m.data[is_dense]
+    k = int(dense.sum())
+    block = np.zeros((m.shape[0], k), dtype=dtype)
+    # One flat scatter: 2-d fancy indexing took 0.6 s for 2.7 M entries.
+    flat = rows[is_dense] * k + position[m.indices[is_dense]]
+    block.reshape(-1)[flat] = m.data[is_dense]
     keep = ~is_dense
     indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=m.shape[0]))))
     rest = sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)

@@ -51,6 +51,9 @@ __all__ = [
 DEFAULT_SHARDS = 20
 DEFAULT_REPLICATES = 200
 DEFAULT_LEVEL = 0.95
+# From this many positions the noise floor draws all rows at once (same law, another random
+# stream): the per-row loop costs ~2.5 ms a row at ~3,000 types, 40 s at n = 16,384.
+VECTORISED_FLOOR_FROM = 1024
 
 
 @dataclass(frozen=True)
@@ -350,6 +353,34 @@ def noise_floor(
     """
     repeats = check_int("repeats", repeats, 1)
     c = sp.csr_matrix(counts)
+    c.sum_duplicates()
+    if c.shape[0] < VECTORISED_FLOOR_FROM:
+        return _noise_floor_by_row(c, repeats, seed)
+    rng = np.random.default_rng(seed)
+    totals = np.asarray(c.sum(axis=1)).ravel().astype(np.int64)
+    out = np.full(c.shape[0], np.nan)
+    rows = np.flatnonzero(totals >= 2)
+    if rows.size == 0:
+        return out
+    acc = np.zeros(rows.size)
+    for _ in range(repeats):
+        a = _half_draw(c, rows, totals[rows], rng)
+        data = c.data.astype(np.float64)
+        total = totals[rows].astype(np.float64)
+        half = np.floor(total / 2.0)
+        per_entry_row = np.repeat(np.arange(c.shape[0]), np.diff(c.indptr))
+        keep = np.isin(per_entry_row, rows)
+        pos = np.searchsorted(rows, per_entry_row[keep])
+        b = data[keep] - a[keep]
+        terms = np.sqrt(a[keep] / half[pos] * b / (total[pos] - half[pos]))
+        bc = np.bincount(pos, weights=terms, minlength=rows.size)
+        acc += np.sqrt(np.clip(1.0 - bc, 0.0, None))
+    out[rows] = acc / repeats
+    return out
+
+
+def _noise_floor_by_row(c: sp.csr_matrix, repeats: int, seed: int) -> np.ndarray:
+    """:func:`noise_floor` one row at a time (numpy's multivariate hypergeometric per row)."""
     rng = np.random.default_rng(seed)
     out = np.full(c.shape[0], np.nan)
     for i in range(c.shape[0]):
@@ -365,6 +396,42 @@ def noise_floor(
             bc = float(np.sum(np.sqrt(a / half * b / (total - half))))
             acc += float(np.sqrt(max(0.0, 1.0 - bc)))
         out[i] = acc / repeats
+    return out
+
+
+def _half_draw(
+    c: sp.csr_matrix, rows: np.ndarray, totals: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """For every row in ``rows``: a multivariate hypergeometric draw of ``floor(N_i/2)`` of its
+    ``N_i`` tokens, as counts aligned with ``c.data`` (0 outside ``rows``).
+
+    Drawn as the chain of conditional hypergeometrics (entry t gets
+    ``Hypergeometric(c_t, rest_t - c_t, still needed)``), which is exactly the multivariate law,
+    vectorised across rows: one numpy call per entry index instead of one Python call per row
+    (n = 16,384 rows of ~3,000 types: ~3 s instead of ~40 s).
+    """
+    lengths = np.diff(c.indptr)[rows]
+    order = np.argsort(-lengths, kind="stable")
+    srows, slen = rows[order], lengths[order]
+    start = c.indptr[srows]
+    need = (totals[order] // 2).astype(np.int64)
+    rest = totals[order].astype(np.int64)
+    out = np.zeros(c.data.size, dtype=np.int64)
+    data = c.data.astype(np.int64)
+    for t in range(int(slen[0]) if slen.size else 0):
+        # Rows sorted by length, descending: those longer than t are a prefix.
+        active = int(np.searchsorted(-slen, -t, side="left"))
+        idx = start[:active] + t
+        good = data[idx]
+        left = rest[:active]
+        want = need[:active]
+        draw = np.zeros(active, dtype=np.int64)
+        live = want > 0
+        if live.any():
+            draw[live] = rng.hypergeometric(good[live], left[live] - good[live], want[live])
+        out[idx] = draw
+        need[:active] -= draw
+        rest[:active] -= good
     return out
 
 

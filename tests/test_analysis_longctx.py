@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from posdiag import analysis, fastscore, spectral
 from posdiag.analysis import corpus_geometry, score_encodings, spectrum
@@ -97,3 +98,38 @@ def test_classical_mds_partial_warns_on_negative_bottom() -> None:
     assert mds.min_eigenvalue == mds.bottom
     with pytest.warns(UserWarning):
         assert classical_mds(d).min_eigenvalue == pytest.approx(lam_full[0], rel=1e-12)
+
+
+def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag import uncertainty
+
+    rng = np.random.default_rng(7)
+    m = rng.poisson(rng.uniform(0.2, 30, (6, 40))).astype(np.int64)
+    m[2] = 0
+    m[2, 5] = 1  # N = 1: NaN on both paths
+    m[4] = 0
+    m[4, 3] = 9  # one type: floor exactly 0
+    by_row = uncertainty.noise_floor(m, repeats=400, seed=1)
+    calls: list[int] = []
+    real = uncertainty._half_draw
+
+    def spy(*args: object) -> np.ndarray:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "VECTORISED_FLOOR_FROM", 1)
+    monkeypatch.setattr(uncertainty, "_half_draw", spy)
+    vec = uncertainty.noise_floor(m, repeats=400, seed=1)
+    assert len(calls) == 400  # the vectorised path ran
+    assert np.isnan(vec[2]) and np.isnan(by_row[2])
+    assert vec[4] == 0.0 and by_row[4] == 0.0
+    ok = ~np.isnan(by_row)
+    np.testing.assert_allclose(vec[ok], by_row[ok], atol=0.01)
+    # Every draw takes exactly floor(N_i / 2) tokens and never more than a type holds.
+    c = sp.csr_matrix(m)
+    rows = np.flatnonzero(m.sum(axis=1) >= 2)
+    a = real(c, rows, m.sum(axis=1)[rows], np.random.default_rng(3))
+    assert np.all(a <= c.data) and np.all(a >= 0)
+    sums = np.add.reduceat(a, c.indptr[:-1])[np.diff(c.indptr) > 0]
+    full = m.sum(axis=1)[np.diff(c.indptr) > 0]
+    np.testing.assert_array_equal(sums[full >= 2], full[full >= 2] // 2)
