@@ -344,11 +344,13 @@ def interval_scores(
     replicates: int,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
+    mds: MDS | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
     ``scored`` pairs each score with the encoding it was computed from, on positions
-    ``0..n_eff-1``; ``sharded`` needs at least 2 shards.
+    ``0..n_eff-1``; ``sharded`` needs at least 2 shards; ``mds`` (the full data's, when
+    at hand) spares the bootstrap recomputing it.
     """
     iv = bootstrap_stress(
         sharded,
@@ -359,6 +361,7 @@ def interval_scores(
         replicates=replicates,
         seed=seed,
         progress=progress,
+        mds=mds,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -387,7 +390,9 @@ def _with_intervals(
         note = f"no intervals: {sharded.why_no_shards}"
         unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
         return [s for s, _ in scored], unc
-    scores, iv = interval_scores(sharded, n, scored, level, replicates, seed, progress)
+    scores, iv = interval_scores(
+        sharded, n, scored, level, replicates, seed, progress, geometry.mds
+    )
     unc = Uncertainty(
         iv.level,
         iv.shards,
@@ -692,7 +697,9 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
     r = geo.mds.effective_rank(target)
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
-    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    # At long contexts the intervals cover the known (top) ranks only.
+    known = len(unc.stress_by_rank) >= r
+    iv = unc.stress_by_rank[r - 1] if known else (math.nan, math.nan)
     saving = parameter_saving(r, n, dim)
     reading = (
         f"rank {r} reaches stress {st:.3f} <= {target:g}; as P = A B^T it costs r(n+d) = "

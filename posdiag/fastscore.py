@@ -30,6 +30,7 @@ from .geometry import StressMeasures, compare
 
 __all__ = [
     "CorpusSide",
+    "GramScorer",
     "corpus_side",
     "diagonal_sums",
     "score_encoding",
@@ -259,3 +260,48 @@ def score_encoding(
     if enc.vectors is not None:
         return score_vectors(side, b_h, enc.vectors)
     return compare(d_h, b_h, enc.delta, enc.gram())
+
+
+class GramScorer:
+    """The stress of one fixed encoding against many corpus Gram matrices (bootstrap replicates).
+
+    Precomputes the encoding side once: for a lag profile the weights of ``<B, B_E>`` over the
+    diagonal sums of ``B`` (so a replicate costs one O(n^2) pass shared by every Toeplitz
+    encoding), for position vectors ``JP`` (``<B, B_E> = sum((B JP) o JP)``), else the dense
+    ``B_E``. ``||B_E||_F`` is computed once in every case.
+    """
+
+    def __init__(self, enc: Encoding) -> None:
+        self.weights: np.ndarray | None = None
+        self.jp: np.ndarray | None = None
+        self.dense: np.ndarray | None = None
+        if enc.profile is not None:
+            g2 = np.asarray(enc.profile, dtype=np.float64) ** 2
+            n = g2.size
+            lags = np.arange(n)
+            self.weights = -0.5 * np.where(lags == 0, 1.0, 2.0) * g2
+            count = np.where(lags == 0, n, 2 * (n - lags)).astype(np.float64)
+            prefix = np.cumsum(g2)
+            rows = prefix + prefix[::-1] - g2[0]
+            total = float(rows.sum())
+            jgj = float(np.sum(count * g2 * g2)) - 2.0 / n * float(rows @ rows) + total**2 / n**2
+            self.norm = 0.5 * float(np.sqrt(max(0.0, jgj)))
+        elif enc.vectors is not None:
+            p = np.asarray(enc.vectors, dtype=np.float64)
+            self.jp = p - p.mean(axis=0, keepdims=True)
+            self.norm = float(np.linalg.norm(self.jp.T @ self.jp))
+        else:
+            self.dense = enc.gram()
+            self.norm = float(np.linalg.norm(self.dense))
+
+    def stress(self, b: np.ndarray, b_norm: float, b_lags: np.ndarray) -> float:
+        """Scale-fitted stress against ``b`` (double-centred), given ``||b||`` and its diagonal
+        sums (:func:`diagonal_sums`)."""
+        if self.weights is not None:
+            inner = float(self.weights @ b_lags)
+        elif self.jp is not None:
+            inner = float(np.sum((b @ self.jp) * self.jp))
+        else:
+            assert self.dense is not None
+            inner = float(np.vdot(b, self.dense))
+        return _stress_from(inner, b_norm, self.norm)[0]

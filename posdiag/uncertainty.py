@@ -21,12 +21,18 @@ from ._validate import check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
+from .fastgram import cross_product, sqrt_rows
+from .fastscore import GramScorer, diagonal_sums
 from .geometry import (
+    MDS,
+    double_center,
     gram_from_distances,
     hellinger_distances,
-    hellinger_distances_fast,
+    mds_of_gram,
     positional_information,
+    stress_by_rank,
 )
+from .spectral import top_eigenpairs
 from .tokenize import Tokenizer
 
 __all__ = [
@@ -230,6 +236,7 @@ def bootstrap_stress(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    mds: MDS | None = None,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -252,6 +259,15 @@ def bootstrap_stress(
         Full-data stress of each encoding, where the intervals are centred.
     progress : callable, optional
         Called after each replicate with (done, replicates).
+    mds : MDS, optional
+        The full data's MDS (recomputed when not given): the centre of the rank intervals and,
+        for a partial spectrum (long contexts), the warm start of every replicate's.
+
+    Cost per replicate (issue 13): one hybrid product (float32 dense block), ``B`` and the
+    diagonal sums of ``B`` shared by every Toeplitz encoding, ``B JP`` for encodings given by
+    vectors; no ``n x n`` matrix per encoding. At long contexts the replicate's eigenvalues
+    are the full data's ``k`` known ranks, warm-started; the rank intervals then cover those
+    ``k`` ranks.
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -260,8 +276,10 @@ def bootstrap_stress(
     n = check_int("n_eff", n_eff, 2)
     k = sharded.k
     stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
-    fixed = [(None if _mds_rank(e) is not None else e.gram(), _mds_rank(e)) for e in encodings]
-    norms = [float(np.linalg.norm(g)) if g is not None else 0.0 for g, _ in fixed]
+    ranks_of = [_mds_rank(e) for e in encodings]
+    scorers = [
+        None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
+    ]
     h = k // 2
     rng = np.random.default_rng(seed)
     weights = np.zeros((replicates, k))
@@ -275,6 +293,7 @@ def bootstrap_stress(
     d_sum = np.zeros((n, n))
     d_sq = np.zeros((n, n))
     used = 0
+    full_mds = mds if mds is not None else mds_of_gram(_full_gram(sharded, n))
     for done, w in enumerate(weights, 1):
         if progress is not None:
             progress(done, replicates)
@@ -282,20 +301,19 @@ def bootstrap_stress(
         c = select @ stack
         if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
             continue
-        d = hellinger_distances_fast(c)
-        b = gram_from_distances(d)
+        b, d = _replicate_geometry(c)
         nb = float(np.linalg.norm(b))
         if nb == 0.0:
             continue
-        lam = np.sort(np.linalg.eigvalsh(b))[::-1]
-        by_rank = _tail_stress(lam)
+        by_rank = _replicate_tail(b, full_mds)
         rank_samples.append(by_rank)
-        for idx, ((g, rank), ne) in enumerate(zip(fixed, norms, strict=True)):
+        lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
+        for idx, (scorer, rank) in enumerate(zip(scorers, ranks_of, strict=True)):
             if rank is not None:
                 enc_samples[idx].append(float(by_rank[rank - 1]))
             else:
-                assert g is not None
-                enc_samples[idx].append(_stress_against(b, nb, g, ne))
+                assert scorer is not None
+                enc_samples[idx].append(scorer.stress(b, nb, lags))
         d_sum += d
         d_sq += d * d
         used += 1
@@ -307,8 +325,8 @@ def bootstrap_stress(
     mean = d_sum / used
     sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
     ranks = np.array(rank_samples)
-    full_lam = np.sort(np.linalg.eigvalsh(gram_from_distances(_full_distances(sharded, n))))[::-1]
-    full_by_rank = _tail_stress(full_lam)
+    full_by_rank = full_mds.stress_by_rank()
+    known = min(ranks.shape[1], full_by_rank.size)
     return StressIntervals(
         level=level,
         shards=k,
@@ -319,7 +337,7 @@ def bootstrap_stress(
             for est, s in zip(estimates, enc_samples, strict=True)
         ),
         stress_by_rank=tuple(
-            _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(n - 1)
+            _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(known)
         ),
         distance_sd=sd,
         bias=tuple(
@@ -328,8 +346,36 @@ def bootstrap_stress(
     )
 
 
-def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
-    return hellinger_distances(sharded.counts.matrix[:n])
+def _replicate_geometry(c: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, D)`` of a replicate: ``B = 1/2 J BC J`` (= ``-1/2 J D^2 J``), ``D = sqrt(1 - BC)``.
+
+    The product's dense block runs in float32 (:mod:`posdiag.fastgram`): its error on each
+    stress is below 1e-6, far inside the replicate-to-replicate spread an interval measures.
+    """
+    s = sqrt_rows(c)
+    bc = cross_product(s, s, dtype=np.float32)
+    bc = (bc + bc.T) / 2.0
+    np.fill_diagonal(bc, 1.0)
+    np.clip(bc, 0.0, 1.0, out=bc)
+    d = np.sqrt(1.0 - bc)
+    b = 0.5 * double_center(bc)
+    return (b + b.T) / 2.0, d
+
+
+def _replicate_tail(b: np.ndarray, full: MDS) -> np.ndarray:
+    """Stress by rank of a replicate: every rank (full ``eigh``) when the full geometry has
+    every eigenvalue, else its ``k`` known ranks, warm-started from the full data's eigenvectors
+    (replicates move them little: a few block passes instead of a cold Lanczos run).
+    """
+    if full.total is None:
+        return _tail_stress(np.sort(np.linalg.eigvalsh(b))[::-1])
+    k = full.eigenvalues.size
+    lam, _, _, _ = top_eigenpairs(b, k, start=full.vectors)
+    return stress_by_rank(lam, total=float(np.vdot(b, b)))
+
+
+def _full_gram(sharded: ShardedCounts, n: int) -> np.ndarray:
+    return gram_from_distances(hellinger_distances(sharded.counts.matrix[:n]))
 
 
 def noise_floor(
