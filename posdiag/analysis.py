@@ -180,7 +180,9 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
 class Spectrum:
     """The MDS eigen spectrum and what it says about rank.
 
-    ``stress_by_rank[r-1]`` is the stress of the rank-r MDS encoding; ``effective_rank`` maps a
+    ``stress_by_rank[r-1]`` is the stress of the rank-r MDS encoding (at long contexts only the
+    top ranks are computed; an effective rank of ``len(stress_by_rank) + 1`` then means "more
+    than that", see :func:`rank_text`); ``effective_rank`` maps a
     tolerance to the smallest rank reaching it.
     """
 
@@ -201,6 +203,12 @@ def spectrum(
         effective_rank={float(t): mds.effective_rank(t) for t in tolerances},
         min_eigenvalue=mds.min_eigenvalue,
     )
+
+
+def rank_text(spectrum: Spectrum, rank: int) -> str:
+    """``"12"``, or ``"> 128"`` when the rank lies beyond the computed top of the spectrum."""
+    known = len(spectrum.stress_by_rank)
+    return f"> {known}" if rank > known else str(rank)
 
 
 @dataclass(frozen=True)
@@ -694,7 +702,7 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
 
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
-    r = geo.mds.effective_rank(target)
+    r = min(geo.mds.effective_rank(target), len(sp_.stress_by_rank))
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
     # At long contexts the intervals cover the known (top) ranks only.

@@ -196,8 +196,13 @@ class MDS:
         return stress_by_rank(self.eigenvalues, total=self.total)
 
     def effective_rank(self, eps: float) -> int:
-        """:func:`effective_rank` over the known ranks."""
-        return effective_rank(self.eigenvalues, eps, total=self.total)
+        """:func:`effective_rank` over the known ranks; for a partial spectrum that does not
+        reach ``eps`` within its ``k`` ranks, ``k + 1`` (read: more than ``k``)."""
+        by_rank = self.stress_by_rank()
+        hits = np.flatnonzero(by_rank <= check_float("eps", eps, 0.0, 1.0))
+        if hits.size:
+            return int(hits[0] + 1)
+        return len(by_rank) + (1 if self.total is not None else 0)
 
     def coordinates(self, rank: int) -> np.ndarray:
         """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""

@@ -133,3 +133,19 @@ def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPa
     sums = np.add.reduceat(a, c.indptr[:-1])[np.diff(c.indptr) > 0]
     full = m.sum(axis=1)[np.diff(c.indptr) > 0]
     np.testing.assert_array_equal(sums[full >= 2], full[full >= 2] // 2)
+
+
+def test_unreached_rank_of_a_partial_spectrum_reads_more_than_k(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag.analysis import rank_text
+
+    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 8)
+    monkeypatch.setattr(spectral, "START_RANK", 4)
+    monkeypatch.setattr(spectral, "DEFAULT_MAX_RANK", 4)
+    geo = corpus_geometry(counts, min_count=1)
+    sp_ = spectrum(geo, (1e-6,))
+    assert len(sp_.stress_by_rank) == 4
+    assert sp_.stress_by_rank[-1] > 1e-6  # not reached within the 4 computed ranks
+    assert sp_.effective_rank[1e-6] == 5
+    assert rank_text(sp_, 5) == "> 4" and rank_text(sp_, 3) == "3"

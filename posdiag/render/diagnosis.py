@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import Diagnosis, Uncertainty
+from ..analysis import Diagnosis, Uncertainty, rank_text
 from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges
 from .stress import print_summary
 
@@ -125,7 +125,9 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         )
     console.print()
     console.print(t)
-    eff = ", ".join(f"{r} at {eps:g}" for eps, r in rk.spectrum.effective_rank.items())
+    eff = ", ".join(
+        f"{rank_text(rk.spectrum, r)} at {eps:g}" for eps, r in rk.spectrum.effective_rank.items()
+    )
     console.print(f"  effective rank: {eff}")
     console.print(f"  -> {rk.reading}")
     t = Table(title="Stress, best first", title_justify="left")

@@ -134,7 +134,8 @@ def render_html(
         )
     for eps, r in sp.effective_rank.items():
         diag.append((f"effective rank at stress <= {eps:g}", str(r)))
-    neg = significant_negative(np.asarray(sp.eigenvalues))
+    # First and smallest eigenvalue: at long contexts the spectrum holds only the top ranks.
+    neg = significant_negative(np.array([sp.eigenvalues[0], sp.min_eigenvalue]))
     if neg is not None:
         diag.append(("most negative MDS eigenvalue (below -1e-10 l_1)", f"{neg:.3g}"))
     diag += list((diagnostics or {}).items())

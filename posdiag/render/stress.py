@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import CorpusSummary, StressReport, saving_phrase
+from ..analysis import CorpusSummary, StressReport, rank_text, saving_phrase
 from ..export import LowRankEncoding
 from ..geometry import significant_negative
 from ._format import SHOWN_RANKS, fmt, jsonable, params, ranges, summary_rows
@@ -93,9 +93,12 @@ def print_stress(report: StressReport, console: Console) -> None:
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
-    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
+    eff = ", ".join(
+        f"{rank_text(sp, r)} at stress <= {eps:g}" for eps, r in sp.effective_rank.items()
+    )
     line = f"effective rank: {eff}"
-    neg = significant_negative(np.asarray(sp.eigenvalues))
+    # First and smallest eigenvalue: at long contexts the spectrum holds only the top ranks.
+    neg = significant_negative(np.array([sp.eigenvalues[0], sp.min_eigenvalue]))
     if neg is not None:
         line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
     console.print(line)
