@@ -32,6 +32,7 @@ __all__ = [
     "CorpusSide",
     "GramScorer",
     "corpus_side",
+    "average_ranks",
     "diagonal_sums",
     "score_encoding",
     "score_profile",
@@ -54,6 +55,26 @@ def diagonal_sums(m: np.ndarray) -> np.ndarray:
 
 def _spread(x: np.ndarray) -> float:
     return float(np.ptp(x)) if x.size else 0.0
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..m with ties averaged (``scipy.stats.rankdata(x)``), with one argsort and about
+    half of rankdata's temporaries."""
+    m = x.size
+    if m == 0:
+        return np.zeros(0)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    new = np.empty(m, dtype=bool)
+    new[0] = True
+    np.not_equal(xs[1:], xs[:-1], out=new[1:])
+    del xs
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], m)
+    avg = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
+    out = np.empty(m)
+    out[order] = np.repeat(avg, ends - starts)
+    return out
 
 
 def _upper_segments(n: int) -> np.ndarray:
@@ -139,9 +160,12 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
         Their Gram matrix; must be double-centred (rows and columns sum to 0).
     """
     n = d_h.shape[0]
-    iu = np.triu_indices(n, k=1)
-    dh = d_h[iu]
-    ranks = stats.rankdata(dh) if dh.size else dh
+    start = _upper_segments(n)
+    # Row by row: np.triu_indices would hold two int64 index arrays of n^2/2 (2 GB at 16k).
+    dh = np.empty(int(start[-1]))
+    for i in range(n - 1):
+        dh[start[i] : start[i + 1]] = d_h[i, i + 1 :]
+    ranks = average_ranks(dh)
     mean = (dh.size + 1) / 2.0
     return CorpusSide(
         n=n,
@@ -244,7 +268,7 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
     if side.rank_ss == 0.0 or _spread(de) == 0:
         rho = float("nan")
     else:
-        rho = float(stats.pearsonr(side.d_ranks, stats.rankdata(de)).statistic)
+        rho = float(stats.pearsonr(side.d_ranks, average_ranks(de)).statistic)
     return StressMeasures(stress=stress, raw=raw, kruskal=kruskal, spearman=rho)
 
 

@@ -116,3 +116,24 @@ def test_property_any_profile(n: int, levels: list[int], seed: int) -> None:
     delta = toeplitz(lambda lag: g[lag.astype(int)], n)
     side = corpus_side(d, b)
     assert_same(score_profile(side, g), compare(d, b, delta, gram_from_distances(delta)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=0, max_size=60))
+def test_average_ranks_equal_rankdata(values: list[int]) -> None:
+    from scipy.stats import rankdata
+
+    from posdiag.fastscore import average_ranks
+
+    x = np.array(values, dtype=float)
+    np.testing.assert_array_equal(average_ranks(x), rankdata(x) if x.size else x)
+
+
+def test_symmetrize_in_place_any_block() -> None:
+    from posdiag.geometry import symmetrize
+
+    m = np.random.default_rng(0).standard_normal((37, 37))
+    want = (m + m.T) / 2
+    for block in (1, 5, 37, 100):
+        got = symmetrize(m.copy(), block=block)
+        np.testing.assert_array_equal(got, want)
