@@ -286,6 +286,11 @@ def score_encoding(
     return compare(d_h, b_h, enc.delta, enc.gram())
 
 
+# Up to this n a table's dense B_E (<= 32 MB) is kept: one vdot per replicate, where the small
+# product B JP cost ~7 ms at n = 76 on the loaded machine (BLAS threads spinning).
+DENSE_SCORER_MAX = 2048
+
+
 class GramScorer:
     """The stress of one fixed encoding against many corpus Gram matrices (bootstrap replicates).
 
@@ -310,7 +315,7 @@ class GramScorer:
             total = float(rows.sum())
             jgj = float(np.sum(count * g2 * g2)) - 2.0 / n * float(rows @ rows) + total**2 / n**2
             self.norm = 0.5 * float(np.sqrt(max(0.0, jgj)))
-        elif enc.vectors is not None:
+        elif enc.vectors is not None and enc.vectors.shape[0] > DENSE_SCORER_MAX:
             p = np.asarray(enc.vectors, dtype=np.float64)
             self.jp = p - p.mean(axis=0, keepdims=True)
             self.norm = float(np.linalg.norm(self.jp.T @ self.jp))

@@ -137,3 +137,20 @@ def test_symmetrize_in_place_any_block() -> None:
     for block in (1, 5, 37, 100):
         got = symmetrize(m.copy(), block=block)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dense_max", [0, 10_000])
+@pytest.mark.parametrize("spec", ["learned-random", "alibi", "t5", "nope"])
+def test_gram_scorer_matches_compare(
+    geo: tuple[np.ndarray, np.ndarray], spec: str, dense_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag import fastscore
+    from posdiag.fastscore import GramScorer
+
+    monkeypatch.setattr(fastscore, "DENSE_SCORER_MAX", dense_max)
+    d, b = geo
+    enc = make_encoding(spec, d.shape[0])
+    scorer = GramScorer(enc)
+    assert (scorer.jp is not None) == (dense_max == 0 and spec == "learned-random")
+    got = scorer.stress(b, float(np.linalg.norm(b)), diagonal_sums(b))
+    assert got == pytest.approx(compare(d, b, enc.delta, enc.gram()).stress, abs=1e-12)
