@@ -42,7 +42,9 @@ from .counts import (
     is_counts_file,
 )
 from .errors import PosdiagError
-from .geometry import classical_mds, gram_from_vectors
+from .estimator import DEFAULT_ESTIMATOR, restrict
+from .geometry import classical_mds, gram_from_vectors, reached_rank, stress_by_rank
+from .reading import Reading
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -81,28 +83,20 @@ def _check_compatible(a: Counts, b: Counts) -> None:
 def count_pair(
     a: str,
     b: str,
+    reading: Reading | None = None,
     *,
-    column: str | None = None,
-    tokenizer: str | None = None,
-    view_name: str | None = None,
-    max_len: int | None = None,
-    pad_token: str | None = None,
-    progress: ProgressFn | None = None,
-    limit: int | None = None,
-    sample: float | None = None,
     seed: int = 0,
-    data_dir: str | None = None,
-    dtype: str | None = None,
-    vocab_size: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Each side is counted as :func:`posdiag.counts.corpus_counts` would. A counts ``.npz`` fixes
-    tokenizer, view and max_len for the other side; ``whitespace`` ids, which depend on the corpus
-    they were counted from, are renumbered onto one vocabulary through the stored vocabularies.
-    ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
-    :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
-    ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
+    Each side is counted as :func:`posdiag.counts.corpus_counts` would with ``reading`` (default:
+    every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for the
+    other side; ``whitespace`` ids, which depend on the corpus they were counted from, are
+    renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
+    ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.sources.open_source`;
+    token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
+    packed view, as by :func:`posdiag.counts.corpus_counts`.
     """
     from .sources import open_source
 
@@ -110,29 +104,38 @@ def count_pair(
         raise PosdiagError(
             "'-' (stdin) can be read only once; save it to a file to compare it with itself"
         )
-
+    r = reading if reading is not None else Reading()
     loaded: dict[str, Counts] = {}
     for name in (a, b):
         if is_counts_file(name) and name not in loaded:
             loaded[name] = corpus_counts(
                 name,
-                column=column,
-                tokenizer=tokenizer,
-                view_name=view_name,
-                max_len=max_len,
-                limit=limit,
-                sample=sample,
+                column=r.column,
+                tokenizer=r.tokenizer,
+                view_name=r.view,
+                max_len=r.max_len,
+                limit=r.limit,
+                sample=r.sample,
             )
     if loaded:
         meta = next(iter(loaded.values())).meta
-        tokenizer = tokenizer or str(meta.get("tokenizer"))
-        view_name = view_name or str(meta.get("view"))
-        max_len = max_len if max_len is not None else int(meta.get("max_len", 512))
+        r = replace(
+            r,
+            tokenizer=r.tokenizer or str(meta.get("tokenizer")),
+            view=r.view or str(meta.get("view")),
+            max_len=r.max_len if r.max_len is not None else int(meta.get("max_len", 512)),
+        )
     raw = [n for n in (a, b) if n not in loaded]
     # Both checked before any counting.
     sources = {
         n: open_source(
-            n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+            n,
+            r.column,
+            limit=r.limit,
+            sample=r.sample,
+            seed=seed,
+            data_dir=r.data_dir,
+            dtype=r.dtype,
         )
         for n in raw
     }
@@ -141,18 +144,10 @@ def count_pair(
         if name in loaded
         else corpus_counts(
             name,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            pad_token=pad_token,
             progress=progress,
-            limit=limit,
-            sample=sample,
             seed=seed,
-            data_dir=data_dir,
-            dtype=dtype,
-            vocab_size=vocab_size if sources[name].is_ids else None,
+            # --vocab-size is the width of token id files only; text sides keep the tokenizer's.
+            **replace(r, vocab_size=r.vocab_size if sources[name].is_ids else None).kwargs(),
         )
         for name in (a, b)
     ]
@@ -245,11 +240,16 @@ def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
     """The geometry of positions ``0..n-1``: distances are a sub-matrix, MDS is recomputed."""
     if n == geo.n_eff:
         return geo
+    summary = replace(geo.summary, n_eff=n)
+    if geo.estimate is not None and geo.plain is not None:
+        # The BC block re-centred: the same estimator on fewer positions.
+        est = restrict(geo.estimate, n)
+        plain = restrict(geo.plain, n)
+        return CorpusGeometry(summary, est.distances, est.mds, (), est, plain, geo.counts, {})
     d = geo.distances[:n, :n]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mds = classical_mds(d)
-    summary = replace(geo.summary, n_eff=n)
     return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
 
 
@@ -335,6 +335,17 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
+def _default_rank(eigenvalues: np.ndarray, tolerance: float) -> int:
+    """Effective rank at ``tolerance``; below the cross-fit's stress floor (not reached), the
+    signal rank: the eigenvalues above the magnitude of the most negative one."""
+    lam = np.asarray(eigenvalues)
+    hit = reached_rank(lam, tolerance)
+    if hit is not None:
+        return hit
+    signal = int(np.sum(lam > abs(min(0.0, float(lam[-1])))))
+    return max(1, min(signal, lam.size - 1))
+
+
 def corpus_drift(
     a: Counts,
     b: Counts,
@@ -345,6 +356,7 @@ def corpus_drift(
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
 
@@ -354,21 +366,27 @@ def corpus_drift(
         Same tokenizer, view and max_len (checked); vocabulary widths may differ.
     rank : int, optional
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
-        at ``tolerance`` on the common positions.
+        at ``tolerance`` on the common positions (its signal rank when the tolerance is below
+        the stress floor of a cross-fitted geometry).
     encodings : sequence, optional
         Encodings to rank (default set when None).
     draws, seed : int
-        Random re-splits behind the no-drift reference, and their seed.
+        Random re-splits behind the no-drift reference, and their seed (also of the
+        cross-fit's splits).
+    estimator : {"crossfit", "plugin"}
+        Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
-    ga, gb = corpus_geometry(a, min_count), corpus_geometry(b, min_count)
+    ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed)
+    gb = corpus_geometry(b, min_count, estimator=estimator, seed=seed)
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
+    lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
-    ra = rank if rank is not None else pa.mds.effective_rank(tolerance)
-    rb = rank if rank is not None else pb.mds.effective_rank(tolerance)
+    ra = rank if rank is not None else _default_rank(lam_a, tolerance)
+    rb = rank if rank is not None else _default_rank(lam_b, tolerance)
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     sa = score_encodings(pa, encodings)
@@ -386,9 +404,9 @@ def corpus_drift(
         rank_b=rb,
         tolerance=tolerance,
         a_on_b=a_on_b,
-        b_optimum=float(pb.mds.stress_by_rank()[ra - 1]),
+        b_optimum=float(stress_by_rank(lam_b)[ra - 1]),
         b_on_a=b_on_a,
-        a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
+        a_optimum=float(stress_by_rank(lam_a)[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=tuple(rows),

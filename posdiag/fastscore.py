@@ -190,6 +190,8 @@ def _stress_from(inner: float, nh: float, ne: float) -> tuple[float, float]:
 
 
 def _kruskal(side: CorpusSide, s_he: float, s_ee: float) -> float:
+    if side.d_sq == 0.0:
+        return float("nan")  # every corpus distance is 0, as compare() says
     c = s_he / s_ee if s_ee > 0 else 0.0
     resid = side.d_sq - 2.0 * c * s_he + c * c * s_ee
     return float(np.sqrt(max(0.0, resid) / side.d_sq))

@@ -26,6 +26,7 @@ __all__ = [
     "StressMeasures",
     "classical_mds",
     "mds_of_gram",
+    "symmetrize",
     "compare",
     "double_center",
     "effective_rank",
@@ -33,15 +34,18 @@ __all__ = [
     "gram_from_vectors",
     "hellinger_distances",
     "hellinger_distances_fast",
+    "mds_from_gram",
     "pairwise_distances",
     "parameter_saving",
     "positional_information",
+    "reached_rank",
     "significant_negative",
     "stress",
     "separation",
     "shift_equivariance",
     "smoothness",
     "stress_by_rank",
+    "stress_floor",
     "supported_prefix",
     "violation_rate",
 ]
@@ -100,9 +104,9 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     s = sp.diags(1.0 / supports) @ c
     s = sp.csr_matrix(s)
     s.data = np.sqrt(s.data)
-    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones).
-    # float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6; the
-    # float32 block errs by ~2e-6 on l_1 at n = 1,024 (measured), fine only for intervals.
+    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones),
+    # float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6 (the
+    # float32 block erred by ~2e-6 on l_1 at n = 1,024).
     d = symmetrize(cross_product(s, s, dtype=np.float64))
     # d = sqrt(clip(1 - BC)) in place: no temporary the size of the result.
     np.subtract(1.0, d, out=d)
@@ -138,8 +142,7 @@ def gram_from_distances(delta: np.ndarray) -> np.ndarray:
     b -= row[:, None]
     b += grand
     b *= -0.5
-    symmetrize(b)
-    return b
+    return symmetrize(b)
 
 
 def symmetrize(m: np.ndarray, block: int = 1024) -> np.ndarray:
@@ -178,19 +181,13 @@ class MDS:
 
     Attributes
     ----------
-    eigenvalues : ndarray of shape (n,) or (k,)
+    eigenvalues : ndarray of shape (n,)
         Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
-        Only the ``k`` largest when ``total`` is set (a partial spectrum, long contexts).
-    vectors : ndarray of shape (n, n) or (n, k)
+    vectors : ndarray of shape (n, n)
         Matching unit eigenvectors (columns), signs fixed so each column's entry of largest
         magnitude is positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
-    total : float or None
-        ``||B||_F^2`` (the sum of all squared eigenvalues) for a partial spectrum; None when
-        ``eigenvalues`` is complete.
-    bottom : float or None
-        The smallest eigenvalue of a partial spectrum (Lanczos, relative accuracy 1e-6).
     """
 
     eigenvalues: np.ndarray
@@ -207,24 +204,15 @@ class MDS:
     def min_eigenvalue(self) -> float:
         return float(self.eigenvalues[-1]) if self.bottom is None else self.bottom
 
-    @property
-    def positive_rank(self) -> int:
-        """Number of eigenvalues above the rounding tolerance (among those computed)."""
-        tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
-        return int(np.sum(self.eigenvalues > tol))
-
     def stress_by_rank(self) -> np.ndarray:
         """:func:`stress_by_rank` for the ranks whose eigenvalue is known (all, or ``k``)."""
         return stress_by_rank(self.eigenvalues, total=self.total)
 
-    def effective_rank(self, eps: float) -> int:
-        """:func:`effective_rank` over the known ranks; for a partial spectrum that does not
-        reach ``eps`` within its ``k`` ranks, ``k + 1`` (read: more than ``k``)."""
-        by_rank = self.stress_by_rank()
-        hits = np.flatnonzero(by_rank <= check_float("eps", eps, 0.0, 1.0))
-        if hits.size:
-            return int(hits[0] + 1)
-        return len(by_rank) + (1 if self.total is not None else 0)
+    @property
+    def positive_rank(self) -> int:
+        """Number of eigenvalues above the rounding tolerance."""
+        tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
+        return int(np.sum(self.eigenvalues > tol))
 
     def coordinates(self, rank: int) -> np.ndarray:
         """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""
@@ -241,14 +229,12 @@ def _fix_signs(u: np.ndarray) -> np.ndarray:
     return u * signs[None, :]
 
 
-def classical_mds(distances: np.ndarray, *, tolerances: Sequence[float] = ()) -> MDS:
+def classical_mds(distances: np.ndarray) -> MDS:
     """Classical MDS of a symmetric distance matrix (docs/geometry.md section 3).
 
     Parameters
     ----------
     distances : ndarray of shape (n, n)
-    tolerances : sequence of float
-        Stress levels whose effective rank a partial spectrum must resolve (long contexts).
 
     Returns
     -------
@@ -256,8 +242,34 @@ def classical_mds(distances: np.ndarray, *, tolerances: Sequence[float] = ()) ->
         Warns with :class:`PosdiagWarning` when the most negative eigenvalue is below
         ``-1e-10 * l_1`` (the configuration is then not exactly Euclidean).
     """
-    b = gram_from_distances(distances)
-    return mds_of_gram(b, tolerances=tolerances)
+    mds = mds_from_gram(gram_from_distances(distances))
+    lam = mds.eigenvalues
+    top = float(lam[0]) if lam.size else 0.0
+    if significant_negative(lam) is not None:
+        warnings.warn(
+            f"classical MDS: most negative eigenvalue {lam[-1]:.3e} is below "
+            f"-1e-10 * l_1 = {-NEGATIVE_EIGENVALUE_TOL * top:.3e} (l_1 = {top:.3e}); "
+            "the distances are not exactly Euclidean",
+            PosdiagWarning,
+            stacklevel=2,
+        )
+    return mds
+
+
+def mds_from_gram(gram: np.ndarray) -> MDS:
+    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning).
+
+    An estimated ``B_H`` (the cross-fit, posdiag.estimator) has negative eigenvalues by design;
+    :meth:`MDS.coordinates` uses the positive ones only.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (n, n)
+    """
+    b = np.asarray(gram, dtype=np.float64)
+    lam, u = np.linalg.eigh(b)
+    order = np.argsort(lam)[::-1]
+    return MDS(eigenvalues=lam[order], vectors=_fix_signs(u[:, order]), gram=b)
 
 
 def mds_of_gram(
@@ -268,34 +280,21 @@ def mds_of_gram(
     Up to ``full_max`` positions (default :data:`posdiag.spectral.FULL_EIGH_MAX`) the full
     ``eigh``; beyond, :func:`posdiag.spectral.partial_spectrum` grown until each stress
     tolerance in ``tolerances`` is reached (or shown unreachable), with ``total = ||B||_F^2``
-    and the smallest eigenvalue by Lanczos, so the stress tail stays exact.
+    and the smallest eigenvalue by Lanczos, so the stress tail stays exact. No warning.
     """
     from .spectral import FULL_EIGH_MAX, partial_spectrum, smallest_eigenvalue
 
     limit = FULL_EIGH_MAX if full_max is None else full_max
-    n = b.shape[0]
-    total: float | None = None
-    bottom: float | None = None
-    if n <= limit:
-        lam, u = np.linalg.eigh(b)
-        order = np.argsort(lam)[::-1]
-        lam, u = lam[order], u[:, order]
-    else:
-        spec = partial_spectrum(b, tolerances, full_max=limit)
-        lam, u, total = spec.eigenvalues, spec.vectors, spec.total
-        bottom = smallest_eigenvalue(b)
-    u = _fix_signs(u)
-    top = float(lam[0]) if lam.size else 0.0
-    low = float(lam[-1]) if bottom is None else bottom
-    if low < -NEGATIVE_EIGENVALUE_TOL * max(top, 0.0):
-        warnings.warn(
-            f"classical MDS: most negative eigenvalue {low:.3e} is below "
-            f"-1e-10 * l_1 = {-NEGATIVE_EIGENVALUE_TOL * top:.3e} (l_1 = {top:.3e}); "
-            "the distances are not exactly Euclidean",
-            PosdiagWarning,
-            stacklevel=2,
-        )
-    return MDS(eigenvalues=lam, vectors=u, gram=b, total=total, bottom=bottom)
+    if b.shape[0] <= limit:
+        return mds_from_gram(b)
+    spec = partial_spectrum(b, tolerances, full_max=limit)
+    return MDS(
+        eigenvalues=spec.eigenvalues,
+        vectors=_fix_signs(spec.vectors),
+        gram=b,
+        total=spec.total,
+        bottom=smallest_eigenvalue(b),
+    )
 
 
 def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
@@ -317,37 +316,66 @@ def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.nd
     """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
 
     ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
+    A configuration's Gram is positive semi-definite, so the rank-r encoding keeps only the
+    positive eigenvalues among ``l_1..l_r``: negative eigenvalues (an estimated ``B_H``) stay in
+    every tail, and stress levels off at :func:`stress_floor` from the last positive rank on.
 
     Parameters
     ----------
     eigenvalues : ndarray of shape (n,)
-        Descending eigenvalues of ``B_H``; with ``total``, only the ``k`` largest.
-    total : float, optional
-        ``sum_k l_k^2 = ||B_H||_F^2`` when ``eigenvalues`` is partial: the tail after rank r is
-        then ``total - sum_{k<=r} l_k^2`` exactly (no eigenvalue beyond ``k`` is needed).
+        Descending eigenvalues of ``B_H``.
 
     Returns
     -------
-    ndarray of shape (n-1,), or (k,) for a partial spectrum
+    ndarray of shape (n-1,)
     """
-    sq = np.asarray(eigenvalues, dtype=np.float64) ** 2
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    sq = lam**2
     if total is not None:
+        # A partial spectrum (the k largest) with total = ||B||_F^2 = sum of all l^2: the tail
+        # after rank r is total minus the positive squares kept, exactly (posdiag.spectral).
         if total <= 0:
             return np.zeros(sq.size)
-        return np.sqrt(np.clip((total - np.cumsum(sq)) / total, 0.0, 1.0))
+        kept = np.cumsum(np.where(lam > 0, sq, 0.0))
+        return np.sqrt(np.clip((total - kept) / total, 0.0, 1.0))
     total = sq.sum()
-    # tail[r] = sum_{k>=r} sq[k]; reversed cumsum keeps tiny tails accurate.
-    tail = np.cumsum(sq[::-1])[::-1]
+    # Squares the rank-r encoding cannot absorb: every negative eigenvalue wherever it sits.
+    fitted = np.where(lam > 0, sq, 0.0)
+    # tail[r] = sum_{k>=r} sq[k] + (negatives before r); reversed cumsum keeps tiny tails accurate.
+    tail = np.cumsum(fitted[::-1])[::-1] + np.sum(sq[lam <= 0])
     return np.sqrt(np.clip(tail[1:] / total, 0.0, 1.0))
 
 
-def effective_rank(eigenvalues: np.ndarray, eps: float, total: float | None = None) -> int:
-    """Smallest rank r with ``stress(MDS_r) <= eps`` (the last known rank when none reaches it).
+def stress_floor(eigenvalues: np.ndarray) -> float:
+    """Lowest stress any MDS rank reaches: the share of the negative eigenvalues.
 
-    ``total`` as in :func:`stress_by_rank`, for a partial spectrum.
+    A rank-r configuration has a positive semi-definite Gram, so the negative eigenvalues of an
+    estimated ``B_H`` stay in every tail: ``sqrt(sum_{l_k<0} l_k^2 / sum_k l_k^2)``; 0 when
+    there are none.
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    total = float(np.sum(lam**2))
+    if total == 0.0:
+        return 0.0
+    return float(np.sqrt(np.sum(lam[lam < 0] ** 2) / total))
+
+
+def reached_rank(eigenvalues: np.ndarray, eps: float) -> int | None:
+    """Smallest rank r with ``stress(MDS_r) <= eps``, or None when no rank reaches it.
+
+    Unlike :func:`effective_rank` this does not fall back to ``n-1``: with negative eigenvalues
+    (an estimated ``B_H``) stress has a floor (:func:`stress_floor`) and a tolerance below it is
+    "not reached".
     """
     eps = check_float("eps", eps, 0.0, 1.0)
-    by_rank = stress_by_rank(eigenvalues, total)
+    hits = np.flatnonzero(stress_by_rank(eigenvalues) <= eps)
+    return int(hits[0] + 1) if hits.size else None
+
+
+def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
+    """Smallest rank r with ``stress(MDS_r) <= eps``."""
+    eps = check_float("eps", eps, 0.0, 1.0)
+    by_rank = stress_by_rank(eigenvalues)
     hits = np.flatnonzero(by_rank <= eps)
     return int(hits[0] + 1) if hits.size else len(by_rank)
 
@@ -383,7 +411,9 @@ def compare(
     dh, de = d_h[iu], delta_e[iu]
     denom = float(de @ de)
     c = float(dh @ de) / denom if denom > 0 else 0.0
-    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / np.sum(dh * dh)))
+    total = float(np.sum(dh * dh))
+    # All distances 0 happens with a cross-fitted estimate on a thin corpus (clipped at 0).
+    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / total)) if total > 0 else float("nan")
     if np.ptp(dh) == 0 or np.ptp(de) == 0:
         rho = float("nan")
     else:

@@ -17,6 +17,7 @@ from posdiag.cli import app
 from posdiag.counts import count_texts, save_counts
 from posdiag.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.geometry import stress
+from posdiag.reading import Reading
 from posdiag.synthetic import drift_distributions, sample_texts
 from posdiag.tokenize import load_tokenizer
 
@@ -83,8 +84,9 @@ def test_one_tokenizer_instance_makes_ids_agree(synth_corpus: Path, tmp_path: Pa
 def test_drift_matches_brute_force(tmp_path: Path) -> None:
     pa = _corpus(tmp_path / "a.txt", 12, seed=1)
     pb = _corpus(tmp_path / "b.txt", 10, seed=5)
-    a, b = count_pair(str(pa), str(pb), max_len=16)
-    d = corpus_drift(a, b, min_count=50, rank=2)
+    a, b = count_pair(str(pa), str(pb), Reading(max_len=16))
+    # The brute force below is the plug-in geometry.
+    d = corpus_drift(a, b, min_count=50, rank=2, estimator="plugin")
     assert (d.a.n_eff, d.b.n_eff, d.n) == (12, 10, 10)
     ca, cb = _dense([pa, pb], 10)
     sa = np.sqrt(ca / ca.sum(axis=1, keepdims=True))

@@ -154,3 +154,16 @@ def test_gram_scorer_matches_compare(
     assert (scorer.jp is not None) == (dense_max == 0 and spec == "learned-random")
     got = scorer.stress(b, float(np.linalg.norm(b)), diagonal_sums(b))
     assert got == pytest.approx(compare(d, b, enc.delta, enc.gram()).stress, abs=1e-12)
+
+
+def test_all_zero_corpus_distances_give_nan_kruskal_like_compare() -> None:
+    n = 6
+    d = np.zeros((n, n))
+    b = np.random.default_rng(0).standard_normal((n, n))
+    b = b + b.T
+    b = b - b.mean(0) - b.mean(1)[:, None] + b.mean()
+    enc = make_encoding("alibi", n)
+    got = score_profile(corpus_side(d, b), enc.profile)
+    want = compare(d, b, enc.delta, enc.gram())
+    assert math.isnan(got.kruskal) and math.isnan(want.kruskal)
+    assert got.stress == pytest.approx(want.stress, abs=1e-12)
