@@ -25,7 +25,7 @@ from posdiag.counts import CountAccumulator, count_ids, count_texts
 from posdiag.sources import Source, open_source
 from posdiag.tokenize import FileTokenizer, Tokenizer, WhitespaceTokenizer
 
-from .longctx import SIZES, bench_longctx
+from .longctx import PEER_MAX_N, SIZES, bench_longctx
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"
@@ -274,6 +274,9 @@ def main() -> None:
     ap.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="long-context n values, comma-separated"
     )
+    ap.add_argument(
+        "--peer-max", type=int, default=PEER_MAX_N, help="largest n the peer pipeline runs at"
+    )
     args = ap.parse_args()
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
     with tempfile.TemporaryDirectory(prefix="posdiag-bench-") as d:
@@ -287,7 +290,7 @@ def main() -> None:
                 _train_tokenizer(tmp / "tokenizer.json", CORPUS.read_text().splitlines())
             bench_memory(tmp)
         if args.only in (None, "longctx"):
-            bench_longctx(tmp, tuple(int(x) for x in args.sizes.split(",")))
+            bench_longctx(tmp, tuple(int(x) for x in args.sizes.split(",")), args.peer_max)
 
 
 if __name__ == "__main__":
