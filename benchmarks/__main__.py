@@ -270,7 +270,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1 << 30, help="ids counted by count_ids")
     ap.add_argument("--naive-tokens", type=int, default=64 << 20, help="ids for the naive run")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
-    ap.add_argument("--only", choices=("text", "ids", "memory", "longctx"), help="run one section")
+    ap.add_argument(
+        "--only", choices=("text", "ids", "memory", "dask", "longctx"), help="run one section"
+    )
+    ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
+    ap.add_argument("--dask-text-mb", type=int, default=50, help="text corpus MB (dask)")
     ap.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="long-context n values, comma-separated"
     )
@@ -289,6 +293,10 @@ def main() -> None:
             if not (tmp / "tokenizer.json").exists():
                 _train_tokenizer(tmp / "tokenizer.json", CORPUS.read_text().splitlines())
             bench_memory(tmp)
+        if args.only in (None, "dask"):
+            from .dask_scale import bench_dask
+
+            bench_dask(tmp, args.dask_tokens, args.dask_text_mb, args.repeat)
         if args.only in (None, "longctx"):
             bench_longctx(tmp, tuple(int(x) for x in args.sizes.split(",")), args.peer_max)
 
