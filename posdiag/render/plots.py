@@ -21,7 +21,6 @@ from .._io import atomic_outputs, check_output
 from ..analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary, StressReport
 from ..analysis import spectrum as spectrum_of
 from ..errors import PosdiagError
-from ..geometry import stress_by_rank
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -122,7 +121,7 @@ def plot_spectrum(
 ) -> Figure:
     """MDS eigenvalues (left) and the stress of the rank-r MDS encoding against r (right)."""
     lam = np.asarray(geometry.mds.eigenvalues)
-    by_rank = stress_by_rank(lam)
+    by_rank = geometry.mds.stress_by_rank()
     shown = min(max_rank, len(by_rank))
     fig = _figure()
     left, right = fig.subplots(1, 2)
