@@ -37,6 +37,7 @@ from posdiag.geometry import (
     stress_by_rank,
     stress_floor,
     supported_prefix,
+    symmetrize,
     violation_rate,
 )
 
@@ -528,3 +529,32 @@ def test_stress_floor_of_zero_and_of_unit_total() -> None:
     assert stress_floor(np.array([0.0, -1.0])) == 1.0  # total exactly 1, all of it negative
     assert stress_floor(np.array([1.0, -1.0])) == pytest.approx(math.sqrt(0.5), rel=1e-15)
     assert stress_floor(np.array([2.0, 1.0])) == 0.0
+
+
+def test_gram_from_integer_distances() -> None:
+    # Hand value: delta o delta = [[0, 1], [1, 0]], J M J = M - 1/2, times -1/2.
+    b = gram_from_distances(np.array([[0, 1], [1, 0]]))
+    np.testing.assert_array_equal(b, [[0.25, -0.25], [-0.25, 0.25]])
+
+
+def test_stress_by_rank_of_a_partial_spectrum() -> None:
+    # total = ||B||_F^2 covers eigenvalues not listed; tail = (total - kept positives) / total.
+    np.testing.assert_allclose(
+        stress_by_rank(np.array([3.0, 1.0]), total=11.0),
+        [math.sqrt(2 / 11), math.sqrt(1 / 11)],
+        rtol=1e-15,
+    )
+    # total below 1 (B_H is small): the negative eigenvalue is never kept.
+    np.testing.assert_allclose(
+        stress_by_rank(np.array([0.6, -0.2]), total=0.5), [math.sqrt(0.28)] * 2, rtol=1e-14
+    )
+    np.testing.assert_array_equal(stress_by_rank(np.zeros(2), total=0.0), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 1024])
+def test_symmetrize_averages_every_block_pair(block: int) -> None:
+    m = np.arange(25.0).reshape(5, 5) ** 1.5
+    expected = (m + m.T) / 2.0  # computed before: symmetrize works in place
+    out = symmetrize(m, block=block)
+    assert out is m
+    np.testing.assert_array_equal(out, expected)

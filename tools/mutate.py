@@ -53,26 +53,58 @@ def stored(path: str) -> dict[str, int | None]:
     return codes
 
 
-def run(module: str, children: int, resume: bool = False) -> None:
-    """mutmut on one module; the mutants docs/mutation.md lists as equivalent are not re-run
-    (they survive by construction and would each cost the whole covering test set)."""
-    dotted = MODULES[module].removesuffix(".py").replace("/", ".")
-    names = [f"{dotted}.*"]
-    codes = stored(MODULES[module])
-    meta = ROOT / "mutants" / (MODULES[module] + ".meta")
-    # A source edited since mutmut last generated its mutants renumbers them: run them all.
-    if codes and (ROOT / MODULES[module]).stat().st_mtime < meta.stat().st_mtime:
-        skip = equivalent_mutants()
-        names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
-        if not names:
-            return
+def refresh_copies() -> None:
+    """Drop mutmut's copies of the modules it does not mutate when the source changed since.
+
+    mutmut copies the package into ``mutants/`` once and never refreshes a file that exists
+    there (a merge would leave old helpers beside new mutated modules); a removed copy is
+    copied again on the next run. The mutated modules themselves mutmut regenerates, keeping
+    the results of every function whose source is unchanged.
+    """
+    mutated = {ROOT / p for p in MODULES.values()}
+    base = ROOT / "mutants"
+    for copy in (base / "posdiag").rglob("*.py"):
+        source = ROOT / copy.relative_to(base)
+        if source in mutated:
+            continue
+        if not source.is_file() or source.stat().st_mtime != copy.stat().st_mtime:
+            copy.unlink()
+
+
+def mutmut(children: int, names: list[str], generate_only: bool = False) -> None:
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
-    print("$", " ".join(cmd[:6]), f"... ({len(names)} mutants)", flush=True)
+    print("$", " ".join(cmd[:6]), f"... ({len(names)} names)", flush=True)
     # mutmut's progress line is long and redrawn; keep only its summary on failure.
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if generate_only and "nothing matches" in res.stdout + res.stderr:
+        return  # mutants generated and tests traced; the filter matched no mutant, as meant
     if res.returncode != 0:
         sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
-        raise SystemExit(f"mutmut failed on {module} (exit {res.returncode})")
+        raise SystemExit(f"mutmut failed (exit {res.returncode}): {' '.join(names[:3])}")
+
+
+def run(module: str, children: int, resume: bool = False) -> None:
+    """mutmut on one module; the mutants docs/mutation.md lists as equivalent are not re-run
+    (they survive by construction and would each cost the whole covering test set).
+
+    mutmut re-runs every mutant named on its command line, so once results are stored the
+    names are listed one by one: with ``--resume`` only those not caught yet.
+    """
+    dotted = MODULES[module].removesuffix(".py").replace("/", ".")
+    refresh_copies()
+    meta = ROOT / "mutants" / (MODULES[module] + ".meta")
+    if not meta.is_file():
+        mutmut(children, [f"{dotted}.*"])
+        return
+    if (ROOT / MODULES[module]).stat().st_mtime >= meta.stat().st_mtime:
+        # Edited since: let mutmut regenerate the mutants (renumbered; results of unchanged
+        # functions kept) without running any, then pick the names below.
+        mutmut(children, [f"{dotted}.x__no_such_function__*"], generate_only=True)
+    codes = stored(MODULES[module])
+    skip = equivalent_mutants()
+    names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
+    if names:
+        mutmut(children, names)
 
 
 def report() -> int:
