@@ -558,3 +558,36 @@ def test_symmetrize_averages_every_block_pair(block: int) -> None:
     out = symmetrize(m, block=block)
     assert out is m
     np.testing.assert_array_equal(out, expected)
+
+
+def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag import spectral
+    from posdiag.geometry import mds_of_gram
+
+    rng = np.random.default_rng(3)
+    d = rng.uniform(0.5, 1.0, (40, 40))
+    d = (d + d.T) / 2
+    np.fill_diagonal(d, 0)
+    j = np.eye(40) - 1 / 40
+    b = -0.5 * j @ (d * d) @ j  # not Euclidean: negative eigenvalues too
+    lam, u = np.linalg.eigh(b)
+    lam, u = lam[::-1], u[:, ::-1]
+    # Up to full_max positions (default 1,024, and at n = full_max): every eigenpair.
+    for full in (mds_of_gram(b), mds_of_gram(b, full_max=40)):
+        np.testing.assert_allclose(full.eigenvalues, lam, atol=1e-12)
+        assert full.total is None and full.bottom is None and full.gram is b
+    # Beyond: the top eigenpairs until stress 0.5 is resolved, with the exact total and bottom.
+    monkeypatch.setattr(spectral, "START_RANK", 5)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=39)
+    k = part.eigenvalues.size
+    tail = np.sqrt(1 - np.cumsum(np.where(lam > 0, lam**2, 0)) / np.sum(lam**2))
+    needed = int(np.argmax(tail <= 0.5)) + 1
+    assert tail[needed - 1] <= 0.5 and needed <= k < 40
+    np.testing.assert_allclose(part.eigenvalues, lam[:k], atol=1e-8)
+    assert part.total == pytest.approx(float(np.sum(b * b)), rel=1e-12)
+    assert part.bottom == pytest.approx(lam[-1], abs=1e-8)
+    assert part.gram is b
+    v = part.vectors
+    np.testing.assert_allclose(np.abs(v), np.abs(u[:, :k]), atol=1e-6)
+    top = np.argmax(np.abs(v), axis=0)
+    assert np.all(v[top, np.arange(k)] > 0)  # signs fixed: largest entry positive
