@@ -29,6 +29,7 @@ from posdiag.geometry import (
     pairwise_distances,
     parameter_saving,
     positional_information,
+    reached_rank,
     separation,
     shift_equivariance,
     significant_negative,
@@ -587,7 +588,43 @@ def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.Mon
     assert part.total == pytest.approx(float(np.sum(b * b)), rel=1e-12)
     assert part.bottom == pytest.approx(lam[-1], abs=1e-8)
     assert part.gram is b
+    # The partial MDS's stress tail uses the exact total, not the sum over its k eigenvalues.
+    np.testing.assert_allclose(part.stress_by_rank(), tail[:k], atol=1e-8)
     v = part.vectors
     np.testing.assert_allclose(np.abs(v), np.abs(u[:, :k]), atol=1e-6)
     top = np.argmax(np.abs(v), axis=0)
     assert np.all(v[top, np.arange(k)] > 0)  # signs fixed: largest entry positive
+
+
+def test_reached_rank_bounds_and_the_exact_tolerance() -> None:
+    for eps in (-0.1, 1.5):
+        with pytest.raises(PosdiagError) as err:
+            reached_rank(np.array([2.0, 1.0]), eps)
+        assert str(err.value) == f"'eps' must be a float in [0, 1]; got {eps!r}"
+    # Hand value: rank 1 of eigenvalues (4, 3) leaves sqrt(9 / 25) = 0.6 (exact in binary here).
+    lam = np.array([4.0, 3.0, 0.0])
+    assert stress_by_rank(lam)[0] == 0.6
+    assert reached_rank(lam, 0.6) == 1  # stress <= eps counts as reached
+    assert reached_rank(lam, 0.59) == 2
+
+
+def test_compare_edge_cases_give_values_without_numpy_warnings() -> None:
+    b_h = np.array([[1.0, -1.0], [-1.0, 1.0]]) / 2
+    line = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.0, 1.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0/0 or a constant-input Spearman would warn
+        # All corpus distances 0 (a cross-fit clipped on a thin corpus): Kruskal undefined.
+        m = compare(np.zeros((2, 2)), b_h, np.array([[0.0, 1.0], [1.0, 0.0]]), b_h)
+        assert math.isnan(m.kruskal) and math.isnan(m.spearman)
+        # Constant corpus distances, varying encoding: Spearman undefined, Kruskal a number.
+        flat = np.where(np.eye(3) == 1, 0.0, 0.3)
+        m = compare(flat, gram_from_distances(flat), line, gram_from_distances(line))
+        assert math.isnan(m.spearman)
+        # Hand value: dh = (.3, .3, .3), de = (1, 2, 1), c = 1.2 / 6 = 0.2,
+        # residuals (.1, -.1, .1), total = 0.27 (< 1).
+        assert m.kruskal == pytest.approx(math.sqrt(0.03 / 0.27), rel=1e-12)
+    # Corpus distances spanning exactly 1 (0 and 1): Spearman is computed.
+    d = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    m = compare(d, gram_from_distances(d), line, gram_from_distances(line))
+    dh, de = np.array([0.0, 1.0, 1.0]), np.array([1.0, 2.0, 1.0])
+    assert m.spearman == pytest.approx(spearmanr(dh, de).statistic, rel=1e-12)
