@@ -561,3 +561,16 @@ def test_run_gate_passes_the_estimator_on() -> None:
     plug = measure(sharded, cfg, replicates=8, estimator="plugin").scores["alibi"].stress
     cross = measure(sharded, cfg, replicates=8).scores["alibi"].stress  # the default
     assert plug != cross
+
+
+def test_rank_below_the_floor_is_not_reached_and_names_the_floor() -> None:
+    # Hand values: eigenvalues (4, 2, 1, 0, -1): floor sqrt(1 / 22) = 0.2132, above eps = 0.1.
+    lam = (4.0, 2.0, 1.0, 0.0, -1.0)
+    facts = GateFacts(measure(counts(), build_config(min_support=1)).corpus, {}, lam, 0.0)
+    (r,) = evaluate(build_config(max_rank_for_stress=["0.1:4"]), facts).results
+    assert (r.figure, r.passed) == (math.inf, False)
+    assert r.note == (
+        "smallest rank whose MDS encoding has stress <= 0.1: not reached (floor "
+        f"{math.sqrt(1 / 22):.3f})"
+    )
+    assert f"{math.sqrt(1 / 22):.3f}" == "0.213"
