@@ -12,7 +12,6 @@ import json
 import mmap
 import multiprocessing
 import os
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import scipy.sparse as sp
 
 from . import __version__
 from ._io import atomic_outputs
+from ._memory import require
 from ._validate import check_int
 from .errors import PosdiagError
 from .sources import Source
@@ -58,6 +58,10 @@ def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
     start = getattr(progress, "start", None)
     if start is not None:
         start(total, unit)
+
+
+# Positions are int32 row indices of the counts matrix.
+MAX_POSITIONS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,14 @@ class CountAccumulator:
         dense_limit: int = DENSE_LIMIT,
         threads: int | None = None,
     ) -> None:
-        self.n = check_int("max_len", n, 1)
+        self.n = check_int("max_len", n, 1, MAX_POSITIONS)
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        dense_bytes = self.n * (self.vocab_size or 0) * 4
+        # The matrix's row pointers (n + 1) are built however sparse the counts are.
+        require(
+            f"counting {self.n:,} positions (--max-len)",
+            16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
+        )
         self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
@@ -426,7 +436,7 @@ def count_ids(
     PosdiagError
         When an id is negative or ``>= vocab_size`` (naming the first offending offset).
     """
-    n = check_int("max_len", max_len, 1)
+    n = check_int("max_len", max_len, 1, MAX_POSITIONS)
     v = check_int("vocab_size", vocab_size, 1)
     arr = source.token_ids()
     total = int(arr.size)
@@ -780,22 +790,39 @@ def is_counts_file(path: str | Path) -> bool:
 
 
 def load_counts(path: str | Path) -> Counts:
-    """Read a counts file written by :func:`save_counts`."""
+    """Read a counts file written by :func:`save_counts`, validating all of it first.
+
+    Member sizes are checked against the memory budget before anything is decompressed, and the
+    CSR structure and metadata are checked before any computation (see :mod:`posdiag._npz`).
+
+    Raises
+    ------
+    PosdiagError
+        When the file is missing, damaged, inconsistent, or would not fit in memory.
+    """
+    from ._npz import read_counts_arrays, validate_csr
+
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise PosdiagError(f"{path}: no such file")
+    if not p.is_file():
+        raise PosdiagError(f"{path}: not a regular file")
     try:
-        with np.load(p, allow_pickle=False) as z:
-            if "posdiag_meta" not in z.files:
-                raise PosdiagError(f"{path}: not a posdiag counts file (no 'posdiag_meta' entry)")
-            meta = json.loads(str(z["posdiag_meta"]))
-            m = sp.csr_matrix(
-                (z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"])
-            )
-            vocab = tuple(str(t) for t in z["vocab"].tolist()) if "vocab" in z.files else None
-    except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
-        raise PosdiagError(f"{path}: not a posdiag counts file ({exc})") from None
-    return Counts(m.astype(np.int64), meta, vocab)
+        arrays, _ = read_counts_arrays(p)
+    except PermissionError:
+        raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
+    rows, cols, meta = validate_csr(str(path), arrays)
+    m = sp.csr_matrix(
+        (
+            arrays["data"].astype(np.int64),
+            arrays["indices"].astype(np.int32 if cols < 2**31 else np.int64),
+            arrays["indptr"].astype(np.int64),
+        ),
+        shape=(rows, cols),
+    )
+    m.sum_duplicates()  # a row listing a column twice (valid CSR) means their sum
+    vocab = tuple(str(t) for t in arrays["vocab"].tolist()) if "vocab" in arrays else None
+    return Counts(m, meta, vocab)
 
 
 def corpus_counts(
@@ -853,7 +880,7 @@ def corpus_counts(
     source = open_source(
         corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
     )
-    max_len = check_int("max_len", 512 if max_len is None else max_len, 1)
+    max_len = check_int("max_len", 512 if max_len is None else max_len, 1, MAX_POSITIONS)
     if source.is_ids:
         if view_name not in (None, "packed"):
             raise PosdiagError(

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._memory import require
 from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
@@ -156,6 +157,8 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
             f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
         )
+    # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays.
+    require(f"{source}: the geometry of {n_eff:,} positions", 6 * 8 * n_eff * n_eff)
     d_h = hellinger_distances(counts.matrix[:n_eff])
     largest = float(d_h.max())
     if largest < IDENTICAL_TOL:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._memory import require
 from ._validate import check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -256,6 +257,11 @@ def bootstrap_stress(
     replicates = check_int("replicates", replicates, 2)
     n = check_int("n_eff", n_eff, 2)
     k = sharded.k
+    # Replicate weights and samples, plus the running sums and one replicate's geometry.
+    require(
+        f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
+        8 * replicates * (k + len(encodings) + n) + 8 * 8 * n * n,
+    )
     stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
     fixed = [(None if _mds_rank(e) is not None else e.gram(), _mds_rank(e)) for e in encodings]
     norms = [float(np.linalg.norm(g)) if g is not None else 0.0 for g, _ in fixed]
