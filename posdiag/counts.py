@@ -12,6 +12,7 @@ import json
 import mmap
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +63,14 @@ def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
 
 # Positions are int32 row indices of the counts matrix.
 MAX_POSITIONS = 2**31 - 1
+
+
+def check_max_len(value: Any) -> int:
+    """``max_len`` as an int in [1, 2**31-1] (a larger one cannot index the counts' rows)."""
+    n = check_int("max_len", value, 1)
+    if n > MAX_POSITIONS:
+        check_int("max_len", n, 1, MAX_POSITIONS)
+    return n
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,7 @@ class CountAccumulator:
         dense_limit: int = DENSE_LIMIT,
         threads: int | None = None,
     ) -> None:
-        self.n = check_int("max_len", n, 1, MAX_POSITIONS)
+        self.n = check_max_len(n)
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
         dense_bytes = self.n * (self.vocab_size or 0) * 4
         # The matrix's row pointers (n + 1) are built however sparse the counts are.
@@ -436,7 +445,7 @@ def count_ids(
     PosdiagError
         When an id is negative or ``>= vocab_size`` (naming the first offending offset).
     """
-    n = check_int("max_len", max_len, 1, MAX_POSITIONS)
+    n = check_max_len(max_len)
     v = check_int("vocab_size", vocab_size, 1)
     arr = source.token_ids()
     total = int(arr.size)
@@ -549,6 +558,27 @@ def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
+def _die_with_parent(parent: int) -> None:
+    """In a forked worker: die when the parent does, and leave signals to the parent.
+
+    SIGTERM gets its default action back (the parent's handler would turn it into an exception
+    in the worker) and SIGINT is ignored (Ctrl-C reaches the whole process group; the parent
+    stops its workers). On Linux the kernel also sends SIGKILL when the parent dies, however
+    it dies, so no worker outlives an interrupted ``count``.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's finally-block still terminates its workers
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
 def _forked_count(
     blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     n: int,
@@ -570,7 +600,10 @@ def _forked_count(
     done = _shared((workers,), np.int64)
     bounds = np.linspace(0, n, workers + 1).astype(int)
 
+    parent = os.getpid()
+
     def work(k: int) -> None:
+        _die_with_parent(parent)
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         one = dense.dtype.type(1)
         buf: np.ndarray | None = None
@@ -880,7 +913,7 @@ def corpus_counts(
     source = open_source(
         corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
     )
-    max_len = check_int("max_len", 512 if max_len is None else max_len, 1, MAX_POSITIONS)
+    max_len = check_max_len(512 if max_len is None else max_len)
     if source.is_ids:
         if view_name not in (None, "packed"):
             raise PosdiagError(

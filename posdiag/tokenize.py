@@ -425,7 +425,7 @@ def view(
         how many input texts this batch consumed (in the packed view not one per sequence).
     """
     check_choice("view", view, VIEWS)
-    max_len = check_int("max_len", max_len, 1, 2**31 - 1)
+    max_len = check_int("max_len", max_len, 1)
     batch_size = check_int("batch_size", batch_size, 1)
     if view == "text":
         for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
