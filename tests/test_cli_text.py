@@ -12,8 +12,8 @@ import pytest
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
+from posdiag.analysis import saving_phrase
 from posdiag.cli import app
-from posdiag.diagnostics import saving_phrase
 
 runner = CliRunner()
 
