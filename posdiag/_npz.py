@@ -228,7 +228,7 @@ def validate_csr(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, int, di
             name, f"metadata vocab_size={meta['vocab_size']} but the matrix has {cols} columns"
         )
     if "max_len" in meta and meta["max_len"] != rows:
-        raise _bad(name, f"metadata max_len={meta['max_len']} but {rows} rows")
+        raise _bad(name, f"metadata max_len={meta['max_len']} but the matrix has {rows} rows")
     if "vocab" in arrays and arrays["vocab"].shape[0] != cols:
         raise _bad(name, f"'vocab' lists {arrays['vocab'].shape[0]:,} tokens for {cols:,} columns")
     return rows, cols, meta
