@@ -603,6 +603,9 @@ def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 def _die_with_parent(parent: int) -> None:
     """In a forked worker: die when the parent does, and leave signals to the parent.
 
@@ -613,6 +616,7 @@ def _die_with_parent(parent: int) -> None:
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while forking
     try:
         import ctypes
 
@@ -678,8 +682,14 @@ def _forked_count(
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
     try:
-        for p in procs:
-            p.start()
+        # Signals wait while the workers are forked: one arriving inside fork's bookkeeping
+        # would be swallowed ("Exception ignored") and the parent would wait for ever.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         while any(p.is_alive() for p in procs):
             procs[0].join(0.1)
             if progress is not None:
