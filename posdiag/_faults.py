@@ -106,7 +106,16 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, OSError):
         reason = _OS_MESSAGES.get(exc.errno or -1) or exc.strerror or _first_line(exc)
         where = exc.filename if exc.filename is not None else None
-        if where is None and exc.errno in (errno.EPIPE, errno.EBADF):
+        # Files posdiag writes name themselves (posdiag._io); an unnamed write error is the
+        # report going to standard output (a full /dev/full, a closed pipe).
+        if where is None and exc.errno in (
+            errno.EPIPE,
+            errno.EBADF,
+            errno.ENOSPC,
+            errno.EFBIG,
+            errno.EIO,
+            errno.EDQUOT,
+        ):
             where = "standard output"
         prefix = f"{where}: " if where is not None else ""
         return f"{prefix}cannot complete: {reason}", 2

@@ -161,7 +161,11 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
             f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
         )
     # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays.
-    require(f"{source}: the geometry of {n_eff:,} positions", 6 * 8 * n_eff * n_eff)
+    # and a few per-column arrays of the vocabulary (totals, column selections).
+    require(
+        f"{source}: the geometry of {n_eff:,} positions x {counts.vocab_size:,} token ids",
+        6 * 8 * n_eff * n_eff + 24 * counts.vocab_size,
+    )
     d_h = hellinger_distances(counts.matrix[:n_eff])
     largest = float(d_h.max())
     if largest < IDENTICAL_TOL:

@@ -374,6 +374,9 @@ def count_texts(
         shard counts.
     """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
+    if k:
+        # One sparse accumulator per shard, each with its own row pointers when built.
+        require(f"{k:,} shards (--shards)", k * (16 * (check_max_len(max_len) + 1) + 4096))
     run_ids = tokenizer.fingerprint == "run"
     if k:
         # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
@@ -560,6 +563,8 @@ def count_ids(
     """
     n = check_max_len(max_len)
     v = check_int("vocab_size", vocab_size, 1)
+    # Per-column arrays (token totals, the geometry's column selections) of the vocabulary.
+    require(f"a vocabulary of {v:,} ids (--vocab-size)", 24 * v)
     arr = source.token_ids()
     sel = _select_windows(int(arr.size), n, source)
     acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)

@@ -391,6 +391,31 @@ def test_huge_requests_are_refused_with_the_estimate_under_a_memory_limit(
     assert "GiB" in line
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["stress", "ids.bin", "--vocab-size", "1000000000000", "-n", "16"],
+            "a vocabulary of 1,000,000,000,000 ids (--vocab-size) needs about 21.8 TiB",
+        ),
+        (
+            ["stress", str(BUNDLED), "-n", "16", "--shards", "1000000000"],
+            "1,000,000,000 shards (--shards) needs about 4.0 TiB",
+        ),
+        (
+            ["build-encoding", str(BUNDLED), "-n", "16", "-o", "x.npy", "--dim", "1000000000"],
+            "an encoding of dimension 1,000,000,000 (--dim) needs about",
+        ),
+    ],
+)
+def test_more_sizes_from_options_are_estimated_first(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    """Were: a C++ std::bad_alloc, a hang creating 1e9 shard counters, a 22 GiB MemoryError."""
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "ids.bin")
+    check_refused(tmp_path, *args, needles=(needle,), preexec=limit_memory(3), timeout=60)
+
+
 def test_synth_100m_positions_is_refused_before_writing(tmp_path: Path) -> None:
     check_refused(
         tmp_path,
@@ -502,7 +527,7 @@ def test_stdout_on_a_full_device_is_an_error(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-    refused(r, "no space left on the device")
+    refused(r, "standard output: cannot complete: no space left on the device")
 
 
 def test_unwritable_folder_is_an_error_naming_the_output(tmp_path: Path) -> None:
