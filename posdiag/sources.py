@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from ._memory import available_memory, require
 from ._validate import check_choice, check_float, check_int
 from .errors import PosdiagError
 
@@ -461,7 +462,7 @@ def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
             if fmt == "json":
                 yield from _json_texts(fh, name, column or DEFAULT_COLUMN)
                 return
-            lines = _decoded_lines(fh, name)
+            lines = _decoded_lines(_bounded_lines(fh, name), name)
             if fmt == "txt":
                 for _, line in lines:
                     text = line.strip()
@@ -476,6 +477,31 @@ def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
 
 
 _BOM = b"\xef\xbb\xbf"
+# Memory per byte of one line while it is decoded and tokenized (text, ids, pieces).
+_BYTES_PER_CHAR = 16
+
+
+def _line_cap() -> int:
+    """Longest line (bytes) that fits the memory budget; at least 1 MiB."""
+    budget, _ = available_memory()
+    return max(1 << 20, budget // _BYTES_PER_CHAR)
+
+
+def _bounded_lines(fh: Any, name: str) -> Iterator[bytes]:
+    """Lines of ``fh``, refusing one too long for memory (a .gz of zeros has no newline)."""
+    cap = _line_cap()
+    lineno = 0
+    while True:
+        raw = fh.readline(cap)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) == cap and not raw.endswith(b"\n"):
+            require(
+                f"{name or 'input'}: line {lineno} of more than {cap:,} bytes",
+                2 * _BYTES_PER_CHAR * cap,
+            )
+        yield raw
 
 
 def _decoded_lines(fh: Iterable[bytes], name: str) -> Iterator[tuple[int, str]]:
@@ -529,7 +555,10 @@ def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
         rest = _ChainLines(head, fh)
         yield from _jsonl_texts(_decoded_lines(rest, name), name, column)
         return
-    data = head + fh.read()
+    cap = _line_cap()
+    data = head + fh.read(cap + 1)  # a .json.gz may inflate far beyond its size on disk
+    if len(data) > cap + len(head):
+        require(f"{name}: a JSON array of more than {cap:,} bytes", 2 * _BYTES_PER_CHAR * cap)
     try:
         records = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -547,10 +576,10 @@ class _ChainLines:
         self._head, self._fh = head, fh
 
     def __iter__(self) -> Iterator[bytes]:
-        first = self._head + self._fh.readline()
+        first = self._head + self._fh.readline(_line_cap())
         parts = first.splitlines(keepends=True)
         yield from parts
-        yield from self._fh
+        yield from _bounded_lines(self._fh, "")
 
 
 def _csv_texts(

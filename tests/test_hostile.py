@@ -445,11 +445,24 @@ def test_max_len_within_int32_but_beyond_memory_is_refused(tmp_path: Path) -> No
         tmp_path,
         "--max-memory",
         "1G",
+        "count",
+        str(BUNDLED),
+        "-n",
+        "2000000000",
+        "-o",
+        "c.npz",
+        needles=("counting 2,000,000,000 positions (--max-len) needs about 29.8 GiB",),
+    )
+    # stress keeps 20 shards by default: their row pointers are the first thing refused
+    check_refused(
+        tmp_path,
+        "--max-memory",
+        "1G",
         "stress",
         str(BUNDLED),
         "-n",
         "2000000000",
-        needles=("counting 2,000,000,000 positions (--max-len) needs about 29.8 GiB",),
+        needles=("20 shards (--shards) needs about 596.0 GiB",),
     )
 
 
@@ -465,6 +478,30 @@ def test_a_20_mb_line_counts_within_a_1_5_gib_address_space(tmp_path: Path) -> N
     c = load_counts(tmp_path / "c.npz")
     assert c.meta["vocab_size"] == 1003 and c.meta["tokens"] == 16  # all words seen, 16 counted
     assert [c.vocab[i] for i in c.matrix.indices[:3]] == ["w0", "w1", "w2"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("name", "head"), [("zeros.txt.gz", b""), ("zeros.json.gz", b'[{"text": "')]
+)
+def test_gzip_bomb_without_newline_is_refused_while_reading(
+    name: str, head: bytes, tmp_path: Path
+) -> None:
+    """64 MiB in 1 MB of gzip, one line: read in bounded pieces, refused past the budget."""
+    import gzip
+
+    with gzip.open(tmp_path / name, "wb") as fh:
+        fh.write(head)
+        chunk = b"a" * (1 << 24)
+        for _ in range(4):
+            fh.write(chunk)
+    check_refused(
+        tmp_path,
+        "--max-memory",
+        "128M",
+        "stress",
+        name,
+        needles=(f"{name}: ", "of more than 8,388,608 bytes needs about 256.0 MiB"),
+    )
 
 
 def test_max_memory_option_lowers_the_budget_and_bad_values_are_errors(tmp_path: Path) -> None:
