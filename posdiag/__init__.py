@@ -28,6 +28,7 @@ from .counts import (  # noqa: E402
 from .drift import Drift, corpus_drift  # noqa: E402
 from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding  # noqa: E402
 from .errors import PosdiagError, PosdiagWarning  # noqa: E402
+from .estimator import HellingerEstimate, estimate_hellinger  # noqa: E402
 from .export import LowRankEncoding, low_rank_encoding, write_encoding  # noqa: E402
 from .gate import GateReport, build_config, run_gate  # noqa: E402
 from .geometry import (  # noqa: E402
@@ -44,6 +45,8 @@ from .tokenize import load_tokenizer  # noqa: E402
 from .uncertainty import ShardedCounts, bootstrap_stress, corpus_counts_sharded  # noqa: E402
 
 __all__ = [
+    "HellingerEstimate",
+    "estimate_hellinger",
     "Diagnosis",
     "Drift",
     "GateReport",

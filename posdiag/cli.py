@@ -25,6 +25,7 @@ from ._cli_options import (
     READING,
     CiOpt,
     CorpusArg,
+    EstimatorOpt,
     ForceOpt,
     JsonOpt,
     MinCountOpt,
@@ -59,6 +60,7 @@ from .analysis import (
 from .counts import save_counts
 from .encodings import describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
+from .estimator import DEFAULT_ESTIMATOR
 from .export import low_rank_encoding, write_encoding
 from .reading import Reading
 from .render.stress import encoding_json, print_encoding, print_stress, stress_json
@@ -167,6 +169,16 @@ def stress(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also show each encoding's plug-in stress and mds-r's in-sample stress.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     chosen = [parse_encoding(e) for e in encoding or ()]
@@ -184,9 +196,14 @@ def stress(
             replicates=replicates,
             seed=seed,
             progress=bar,
+            estimator=estimator,
         )
     warn(report.warnings)
-    emit(as_json, lambda: stress_json(report), lambda out: print_stress(report, out))
+    emit(
+        as_json,
+        lambda: stress_json(report),
+        lambda out: print_stress(report, out, verbose=verbose),
+    )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
 
@@ -229,6 +246,7 @@ def build_encoding(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -242,7 +260,8 @@ def build_encoding(
     if output.suffix == ".npy":
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
-    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+    counted = counts(corpus, reading, quiet, seed=seed)
+    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
     warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
@@ -362,6 +381,7 @@ def check(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
@@ -389,7 +409,15 @@ def check(
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
-        report = run_gate(counted, cfg, level=ci, replicates=replicates, seed=seed, progress=bar)
+        report = run_gate(
+            counted,
+            cfg,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+            estimator=estimator,
+        )
     if junit is not None:
         write_junit(report, junit, force=force)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
@@ -429,6 +457,7 @@ def diff(
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
@@ -441,7 +470,14 @@ def diff(
     with progress(quiet) as bar:
         a, b = count_pair(corpus_a, corpus_b, reading, seed=seed, progress=bar)
     drift = corpus_drift(
-        a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
+        a,
+        b,
+        min_count=min_count,
+        rank=rank,
+        tolerance=tolerance,
+        encodings=specs,
+        seed=seed,
+        estimator=estimator,
     )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
@@ -462,13 +498,15 @@ def plot_cmd(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     seed: SampleSeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
     from .render.plots import write_plots as write
 
     specs = _specs(encoding)
     check_plots(output, force)
-    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+    counted = counts(corpus, reading, quiet, seed=seed)
+    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
     warn(geo.warnings)
     written = write(output, geometry=geo, report=geometry_report(geo, specs), force=force)
     w, h = written.pixels
@@ -497,6 +535,7 @@ def report_cmd(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     seed: SampleSeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
     from ._io import check_output
@@ -505,7 +544,7 @@ def report_cmd(
     specs = _specs(encoding)
     check_output(output, force)
     counted = counts(corpus, reading, quiet, seed=seed)
-    geo = corpus_geometry(counted, min_count)
+    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
     warn(geo.warnings)
     page = build_report(counted, specs, min_count=min_count, plots=not no_plots, geometry=geo)
     write_html(page, output, force=force)
@@ -540,6 +579,7 @@ def diagnose(
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -563,6 +603,7 @@ def diagnose(
             replicates=replicates,
             seed=seed,
             progress=bar,
+            estimator=estimator,
         )
     warn(result.warnings)
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
@@ -606,6 +647,7 @@ def inspect(
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
@@ -614,7 +656,8 @@ def inspect(
     table, used = read_encoding_file(encoding_file, tensor)
     geo = None
     if corpus is not None:
-        geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+        counted = counts(corpus, reading, quiet, seed=seed)
+        geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
         warn(geo.warnings)
     result = inspect_table(
         table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed

@@ -673,7 +673,7 @@ def test_unexpected_exceptions_become_one_error_line(
     code = (
         "import posdiag.analysis as a\n"
         f"def boom(*args, **kw):\n    raise {raise_}\n"
-        "a.hellinger_distances = boom\n"
+        "a.estimate_hellinger = boom\n"
     )
     p = _patched(tmp_path, code, "stress", str(BUNDLED), "-n", "16", "--min-count", "50")
     out, err = p.communicate(timeout=120)

@@ -17,8 +17,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
 from .._io import atomic_outputs
 from ..analysis import (
@@ -27,9 +25,10 @@ from ..analysis import (
     StressReport,
     corpus_geometry,
     geometry_report,
+    rank_text,
 )
 from ..counts import Counts
-from ..geometry import positional_information, significant_negative
+from ..geometry import positional_information
 from ._format import SHOWN_RANKS, fmt, params, summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
@@ -132,11 +131,11 @@ def render_html(
                 f"{positional_info:.4f} bits (positions 0..{c.n_eff - 1})",
             )
         )
+    diag.append(("geometry estimator", sp.estimator))
     for eps, r in sp.effective_rank.items():
-        diag.append((f"effective rank at stress <= {eps:g}", str(r)))
-    neg = significant_negative(np.asarray(sp.eigenvalues))
-    if neg is not None:
-        diag.append(("most negative MDS eigenvalue (below -1e-10 l_1)", f"{neg:.3g}"))
+        diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor)))
+    if sp.negative:
+        diag.append(("negative eigenvalues", sp.negative))
     diag += list((diagnostics or {}).items())
     for w in report.warnings:
         diag.append(("warning", w))

@@ -136,10 +136,9 @@ def plot_spectrum(
     sp = spectrum_of(geometry, tolerances)
     for k, (eps, r) in enumerate(sp.effective_rank.items()):
         colour = OKABE_ITO[(k + 1) % len(OKABE_ITO)]
-        right.axhline(
-            eps, color=colour, linestyle="--", linewidth=1, label=f"stress {eps:g}: rank {r}"
-        )
-        if r <= shown:
+        label = f"stress {eps:g}: " + (f"rank {r}" if r is not None else "not reached")
+        right.axhline(eps, color=colour, linestyle="--", linewidth=1, label=label)
+        if r is not None and r <= shown:
             right.axvline(r, color=colour, linestyle=":", linewidth=1)
     right.set_ylim(0.0, 1.02)
     right.set_xlabel("rank r")

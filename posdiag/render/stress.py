@@ -5,17 +5,22 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import CorpusSummary, StressReport, saving_phrase
+from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
 from ..export import LowRankEncoding
-from ..geometry import significant_negative
 from ._format import SHOWN_RANKS, fmt, jsonable, params, ranges, summary_rows
 
-__all__ = ["encoding_json", "print_encoding", "print_stress", "print_summary", "stress_json"]
+__all__ = [
+    "encoding_json",
+    "print_encoding",
+    "print_stress",
+    "print_summary",
+    "spectrum_line",
+    "stress_json",
+]
 
 
 def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
@@ -33,6 +38,10 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 "stress_by_rank": sp.stress_by_rank,
                 "effective_rank": sp.effective_rank,
                 "min_eigenvalue": sp.min_eigenvalue,
+                "floor": sp.floor,
+                "signal_rank": sp.signal_rank,
+                "negative": sp.negative,
+                "estimator": sp.estimator,
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
@@ -50,8 +59,12 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
     console.print(t)
 
 
-def print_stress(report: StressReport, console: Console) -> None:
-    """Corpus summary, stress table (best first) and MDS spectrum."""
+def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
+    """Corpus summary, stress table (best first) and MDS spectrum.
+
+    ``verbose`` adds the plug-in stress of every encoding and the in-sample stress of ``mds-r``
+    (scored held-out in the stress column).
+    """
     print_summary(report.corpus, console)
     t = Table(
         title="Stress (0 = corpus geometry reproduced, 1 = no positional information)",
@@ -60,11 +73,16 @@ def print_stress(report: StressReport, console: Console) -> None:
     for col in ("encoding", "parameters"):
         t.add_column(col)
     unc = report.uncertainty
-    cols = ("stress", "interval", "raw", "kruskal", "spearman", "params")
-    for col in cols if unc and unc.shards else tuple(c for c in cols if c != "interval"):
+    cols: tuple[str, ...] = ("stress", "interval", "raw", "kruskal", "spearman", "params")
+    if not (unc and unc.shards):
+        cols = tuple(c for c in cols if c != "interval")
+    if verbose:
+        cols = (*cols[:-1], "in-sample", "plug-in", cols[-1])
+    for col in cols:
         t.add_column(col, justify="right")
     for e in report.encodings:
         ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
+        more = [fmt(e.in_sample) if e.name.startswith("mds") else "", fmt(e.plain)]
         t.add_row(
             e.name,
             escape(params(e.params)),
@@ -73,9 +91,16 @@ def print_stress(report: StressReport, console: Console) -> None:
             fmt(e.raw, 3),
             fmt(e.kruskal),
             fmt(e.spearman, 3),
+            *(more if verbose else []),
             f"{e.n_params:,}",
         )
     console.print(t)
+    estimator = report.spectrum.estimator
+    if estimator == "crossfit":
+        console.print(
+            "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
+            "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
+        )
     if unc is not None:
         line = unc.note or (
             f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
@@ -93,12 +118,16 @@ def print_stress(report: StressReport, console: Console) -> None:
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
-    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
-    line = f"effective rank: {eff}"
-    neg = significant_negative(np.asarray(sp.eigenvalues))
-    if neg is not None:
-        line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
-    console.print(line)
+    console.print(spectrum_line(sp))
+
+
+def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
+    """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
+    eff = ", ".join(f"{rank_text(r, sp.floor)}{sep}{eps:g}" for eps, r in sp.effective_rank.items())
+    line = f"effective rank ({sp.estimator} geometry): {eff}"
+    if sp.negative:
+        line += f"; {sp.negative}"
+    return line
 
 
 def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
