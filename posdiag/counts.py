@@ -376,7 +376,8 @@ def count_texts(
     k = 0 if shards == 0 else check_int("shards", shards, 2)
     if k:
         # One sparse accumulator per shard, each with its own row pointers when built.
-        require(f"{k:,} shards (--shards)", k * (16 * (check_max_len(max_len) + 1) + 4096))
+        n = check_max_len(max_len)
+        require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
     run_ids = tokenizer.fingerprint == "run"
     if k:
         # One sparse accumulator per shard: K dense max_len x V blocks would not fit.

@@ -400,7 +400,7 @@ def test_huge_requests_are_refused_with_the_estimate_under_a_memory_limit(
         ),
         (
             ["stress", str(BUNDLED), "-n", "16", "--shards", "1000000000"],
-            "1,000,000,000 shards (--shards) needs about 4.0 TiB",
+            "1,000,000,000 shards of 16 positions (--shards, --max-len) needs about 4.0 TiB",
         ),
         (
             ["build-encoding", str(BUNDLED), "-n", "16", "-o", "x.npy", "--dim", "1000000000"],
@@ -441,29 +441,27 @@ def test_max_len_2_pow_63_is_an_error_not_a_traceback(tmp_path: Path) -> None:
 
 
 def test_max_len_within_int32_but_beyond_memory_is_refused(tmp_path: Path) -> None:
-    check_refused(
-        tmp_path,
-        "--max-memory",
-        "1G",
-        "count",
-        str(BUNDLED),
-        "-n",
-        "2000000000",
-        "-o",
-        "c.npz",
-        needles=("counting 2,000,000,000 positions (--max-len) needs about 29.8 GiB",),
-    )
-    # stress keeps 20 shards by default: their row pointers are the first thing refused
-    check_refused(
-        tmp_path,
-        "--max-memory",
-        "1G",
-        "stress",
-        str(BUNDLED),
-        "-n",
-        "2000000000",
-        needles=("20 shards (--shards) needs about 596.0 GiB",),
-    )
+    from posdiag._memory import set_max_memory
+    from posdiag.counts import CountAccumulator
+
+    set_max_memory("1G")
+    try:
+        with pytest.raises(PosdiagError, match=r"counting 2,000,000,000 positions \(--max-len\)"):
+            CountAccumulator(2_000_000_000)
+    finally:
+        set_max_memory(None)
+    # The commands keep 20 shard counters by default: their row pointers are refused first.
+    for command in (["stress"], ["count", "-o", "c.npz"]):
+        check_refused(
+            tmp_path,
+            "--max-memory",
+            "1G",
+            *command,
+            str(BUNDLED),
+            "-n",
+            "2000000000",
+            needles=("20 shards of 2,000,000,000 positions (--shards, --max-len) needs about 596",),
+        )
 
 
 def test_a_20_mb_line_counts_within_a_1_5_gib_address_space(tmp_path: Path) -> None:
