@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._memory import require
 from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
@@ -234,6 +235,12 @@ def corpus_geometry(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
             f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
         )
+    # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
+    # and a few per-column arrays of the vocabulary (totals, column selections).
+    require(
+        f"{source}: the geometry of {n_eff:,} positions x {counts.vocab_size:,} token ids",
+        6 * 8 * n_eff * n_eff + 24 * counts.vocab_size,
+    )
     plain = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
     largest = float(plain.distances.max())
     if largest < IDENTICAL_TOL:

@@ -9,12 +9,14 @@ that does so.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from . import __version__
 from ._cli_options import (
@@ -69,19 +71,38 @@ __all__ = ["app", "main"]
 
 
 class _Group(TyperGroup):
-    """Turns every PosdiagError into ``Error: <message>`` and its exit code."""
+    """Turns every exception into ``Error: <message>`` and its exit code (see posdiag._faults)."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        from ._faults import (
+            check_stdout,
+            debug,
+            error_message,
+            signals_as_interrupts,
+            silence_stdout,
+        )
+
         try:
-            with warnings.catch_warnings():
+            with signals_as_interrupts(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PosdiagWarning)
-                return super().invoke(ctx)
-        except PosdiagError as exc:
-            message = str(exc)
+                check_stdout()  # every command reports on standard output
+                result = super().invoke(ctx)
+                if sys.stdout is not None:
+                    sys.stdout.flush()  # a full disk or closed pipe fails here, not at exit
+                return result
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # typer's own exits and usage errors keep their codes
+        except BaseException as exc:
+            found = error_message(exc)
+            if found is None or (debug() and not isinstance(exc, PosdiagError)):
+                raise
+            message, code = found
             if isinstance(exc, HubUnavailable) and ctx.invoked_subcommand:
                 message = message.replace("posdiag <command>", f"posdiag {ctx.invoked_subcommand}")
+            if isinstance(exc, OSError) and exc.filename is None:  # standard output failed
+                silence_stdout()
             typer.echo(f"Error: {message}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(code) from None
 
 
 app = typer.Typer(
@@ -731,8 +752,20 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            help="Memory budget, e.g. 4G: requests estimated above it are refused before they "
+            "start \\[default: what the machine has available; $POSDIAG_MAX_MEMORY].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
+    from ._memory import set_max_memory
+
+    set_max_memory(max_memory)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import json
 import mmap
 import multiprocessing
 import os
-import zipfile
+import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from . import __version__
 from ._io import atomic_outputs
+from ._memory import require
 from ._shardkey import shard_of
 from ._validate import check_int
 from .errors import PosdiagError
@@ -63,6 +64,18 @@ def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
     start = getattr(progress, "start", None)
     if start is not None:
         start(total, unit)
+
+
+# Positions are int32 row indices of the counts matrix.
+MAX_POSITIONS = 2**31 - 1
+
+
+def check_max_len(value: Any) -> int:
+    """``max_len`` as an int in [1, 2**31-1] (a larger one cannot index the counts' rows)."""
+    n = check_int("max_len", value, 1)
+    if n > MAX_POSITIONS:
+        check_int("max_len", n, 1, MAX_POSITIONS)
+    return n
 
 
 @dataclass(frozen=True)
@@ -142,8 +155,14 @@ class CountAccumulator:
         dense_limit: int = DENSE_LIMIT,
         threads: int | None = None,
     ) -> None:
-        self.n = check_int("max_len", n, 1)
+        self.n = check_max_len(n)
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        dense_bytes = self.n * (self.vocab_size or 0) * 4
+        # The matrix's row pointers (n + 1) are built however sparse the counts are.
+        require(
+            f"counting {self.n:,} positions (--max-len)",
+            16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
+        )
         self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
@@ -443,6 +462,10 @@ def _count_text_units(
         ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
     """
     k = shards
+    if k:
+        # One sparse accumulator per shard, each with its own row pointers when built.
+        n = check_max_len(max_len)
+        require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
     run_ids = tokenizer.fingerprint == "run"
     if k:
         # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
@@ -619,8 +642,10 @@ def count_ids(
     PosdiagError
         When an id is negative or ``>= vocab_size`` (naming the first offending offset).
     """
-    n = check_int("max_len", max_len, 1)
+    n = check_max_len(max_len)
     v = check_int("vocab_size", vocab_size, 1)
+    # Per-column arrays (token totals, the geometry's column selections) of the vocabulary.
+    require(f"a vocabulary of {v:,} ids (--vocab-size)", 24 * v)
     arr = source.token_ids()
     sel = _select_windows(int(arr.size), n, source)
     acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
@@ -664,6 +689,31 @@ def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked worker: die when the parent does, and leave signals to the parent.
+
+    SIGTERM gets its default action back (the parent's handler would turn it into an exception
+    in the worker) and SIGINT is ignored (Ctrl-C reaches the whole process group; the parent
+    stops its workers). On Linux the kernel also sends SIGKILL when the parent dies, however
+    it dies, so no worker outlives an interrupted ``count``.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while forking
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's finally-block still terminates its workers
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
 def _forked_count(
     blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     n: int,
@@ -685,7 +735,10 @@ def _forked_count(
     done = _shared((workers,), np.int64)
     bounds = np.linspace(0, n, workers + 1).astype(int)
 
+    parent = os.getpid()
+
     def work(k: int) -> None:
+        _die_with_parent(parent)
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         one = dense.dtype.type(1)
         buf: np.ndarray | None = None
@@ -715,8 +768,14 @@ def _forked_count(
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
     try:
-        for p in procs:
-            p.start()
+        # Signals wait while the workers are forked: one arriving inside fork's bookkeeping
+        # would be swallowed ("Exception ignored") and the parent would wait for ever.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         while any(p.is_alive() for p in procs):
             procs[0].join(0.1)
             if progress is not None:
@@ -924,22 +983,39 @@ def is_counts_file(path: str | Path) -> bool:
 
 
 def load_counts(path: str | Path) -> Counts:
-    """Read a counts file written by :func:`save_counts`."""
+    """Read a counts file written by :func:`save_counts`, validating all of it first.
+
+    Member sizes are checked against the memory budget before anything is decompressed, and the
+    CSR structure and metadata are checked before any computation (see :mod:`posdiag._npz`).
+
+    Raises
+    ------
+    PosdiagError
+        When the file is missing, damaged, inconsistent, or would not fit in memory.
+    """
+    from ._npz import read_counts_arrays, validate_csr
+
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise PosdiagError(f"{path}: no such file")
+    if not p.is_file():
+        raise PosdiagError(f"{path}: not a regular file")
     try:
-        with np.load(p, allow_pickle=False) as z:
-            if "posdiag_meta" not in z.files:
-                raise PosdiagError(f"{path}: not a posdiag counts file (no 'posdiag_meta' entry)")
-            meta = json.loads(str(z["posdiag_meta"]))
-            m = sp.csr_matrix(
-                (z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"])
-            )
-            vocab = tuple(str(t) for t in z["vocab"].tolist()) if "vocab" in z.files else None
-    except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
-        raise PosdiagError(f"{path}: not a posdiag counts file ({exc})") from None
-    return Counts(m.astype(np.int64), meta, vocab)
+        arrays, _ = read_counts_arrays(p)
+    except PermissionError:
+        raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
+    rows, cols, meta = validate_csr(str(path), arrays)
+    m = sp.csr_matrix(
+        (
+            arrays["data"].astype(np.int64),
+            arrays["indices"].astype(np.int32 if cols < 2**31 else np.int64),
+            arrays["indptr"].astype(np.int64),
+        ),
+        shape=(rows, cols),
+    )
+    m.sum_duplicates()  # a row listing a column twice (valid CSR) means their sum
+    vocab = tuple(str(t) for t in arrays["vocab"].tolist()) if "vocab" in arrays else None
+    return Counts(m, meta, vocab)
 
 
 def corpus_counts(
@@ -1007,7 +1083,7 @@ def corpus_counts(
     source = open_source(
         corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
     )
-    max_len = check_int("max_len", 512 if max_len is None else max_len, 1)
+    max_len = check_max_len(512 if max_len is None else max_len)
     if source.is_ids:
         if view_name not in (None, "packed"):
             raise PosdiagError(

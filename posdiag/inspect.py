@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._memory import require
 from ._validate import check_float, check_int
 from .analysis import CorpusGeometry, CorpusSummary
 from .encodings import read_position_table
@@ -65,6 +66,9 @@ def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, 
     table = read.rows
     if table.shape[0] < 2:
         raise PosdiagError(f"{path}: an encoding table needs >= 2 rows; got {table.shape[0]}")
+    # Distances, Gram matrix and the MDS of the table and of its random baseline: n x n each.
+    rows = int(table.shape[0])
+    require(f"{path}: inspecting {rows:,} positions", 8 * 8 * rows * rows)
     return table, read.tensor  # the name found (a checkpoint's known name), "" for .npy
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
+from ._memory import require
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -280,6 +281,11 @@ def bootstrap_stress(
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     k = sharded.k
+    # Replicate weights and samples, plus the running sums and one replicate's geometry.
+    require(
+        f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
+        8 * replicates * (k + len(encodings) + n) + 8 * 8 * n * n,
+    )
     if estimator == "crossfit" and k < 4:
         raise PosdiagError(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
+from .._memory import require
 from .._validate import check_float, check_int
 from ..errors import PosdiagError
 from ..geometry import MDS, gram_from_distances
@@ -303,7 +304,23 @@ def make_encoding(
     if missing:
         raise PosdiagError(f"encoding {name!r}: parameter {missing[0]!r} is required")
     check_int("n", n, 1)
+    _require_memory(name, n, full)
     return spec.factory(n, Context(mds=mds), **full)
+
+
+# Integer parameters that size an encoding's arrays (a table n x width, or one n x n per head).
+_WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
+
+
+def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
+    """Refuse parameters whose arrays cannot fit (``sinusoidal:d=1000000000``) before building."""
+    ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    width = max([abs(ints[k]) for k in _WIDTHS if k in ints] or [1])
+    heads = abs(ints.get("heads", 1))
+    # A few n x width tables (angles, sin, cos, the table) and n x n matrices per head.
+    need = 8 * n * (4 * width + (4 + heads) * n)
+    shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))
+    require(f"encoding {name!r} on {n:,} positions ({shown})", need)
 
 
 def describe(name: str | None = None) -> list[dict[str, Any]]:
