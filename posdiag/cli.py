@@ -641,7 +641,8 @@ def check(
         typer.Option(
             "--config",
             help="Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
-            "\\[default: ./posdiag.toml, else ./pyproject.toml with \\[tool.posdiag]].",
+            "\\[default: the nearest posdiag.toml, else pyproject.toml with \\[tool.posdiag], "
+            "from the working directory up to the repository root].",
             show_default=False,
         ),
     ] = None,
@@ -699,6 +700,8 @@ def check(
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
     file = None if no_config else (config if config is not None else find_config("."))
+    if file is not None and (as_json or fmt != "text"):
+        typer.echo(f"posdiag check: rules from {file}", err=True)  # text: in the header
     cfg = build_config(
         file=file,
         encodings=encoding or (),

@@ -14,7 +14,8 @@ A rule is a threshold on one figure posdiag measures:
     must have at least this many sequences.
 
 Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
-top level of ``posdiag.toml``); options override the file key by key. Evaluation is split from
+top level of ``posdiag.toml``, searched from the working directory up to the repository root, see
+:mod:`posdiag.config_file`); options override the file key by key. Evaluation is split from
 measurement (:func:`measure` then :func:`evaluate`) so the verdicts are a pure function of the
 figures.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ import numpy as np
 
 from ._io import atomic_outputs
 from ._validate import check_choice, check_float, check_int
+from .config_file import CONFIG_FILES, find_config, read_toml
 from .counts import Counts
 from .diagnostics import (
     DEFAULT_MIN_COUNT,
@@ -49,11 +50,6 @@ from .encodings import make_encoding, parse_encoding
 from .errors import PosdiagError
 from .geometry import effective_rank, positional_information
 from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts, bootstrap_stress
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "CONFIG_FILES",
@@ -75,7 +71,6 @@ __all__ = [
     "write_junit",
 ]
 
-CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
 FORMATS = ("text", "github")
 
 # Keys of the config table; reading options use the CLI's option names.
@@ -134,24 +129,6 @@ class GateConfig:
         )
 
 
-def find_config(directory: str | Path = ".") -> Path | None:
-    """The config file in ``directory``: ``posdiag.toml``, else a ``pyproject.toml`` that has a
-    ``[tool.posdiag]`` table; None when neither exists."""
-    d = Path(directory)
-    own = d / "posdiag.toml"
-    if own.is_file():
-        return own
-    py = d / "pyproject.toml"
-    if py.is_file():
-        try:
-            data = tomllib.loads(py.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            return None  # not ours to judge: a broken pyproject without posdiag keys is ignored
-        if isinstance(data.get("tool"), dict) and "posdiag" in data["tool"]:
-            return py
-    return None
-
-
 def _parse_rank_rule(text: str) -> tuple[float, int]:
     eps_s, colon, rank_s = str(text).partition(":")
     if not colon:
@@ -179,12 +156,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise PosdiagError(f"{path}: no such config file")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise PosdiagError(f"{path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PosdiagError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(p)
     if p.name == "pyproject.toml":
         tool = data.get("tool", {})
         table = tool.get("posdiag") if isinstance(tool, dict) else None
