@@ -56,6 +56,10 @@ __all__ = ["app", "main"]
 class _Group(TyperGroup):
     """Turns every PosdiagError into ``Error: <message>`` and its exit code."""
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["posdiag_argv"] = list(args)  # the command line, for messages that repeat it
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
         try:
             with warnings.catch_warnings():
@@ -63,8 +67,8 @@ class _Group(TyperGroup):
                 return super().invoke(ctx)
         except PosdiagError as exc:
             message = str(exc)
-            if isinstance(exc, HubUnavailable) and ctx.invoked_subcommand:
-                message = message.replace("posdiag <command>", f"posdiag {ctx.invoked_subcommand}")
+            if isinstance(exc, HubUnavailable):
+                message = exc.message_for(ctx.meta.get("posdiag_argv"))
             typer.echo(f"Error: {message}", err=True)
             raise typer.Exit(exc.exit_code) from None
 
