@@ -1,20 +1,12 @@
 """posdiag: which positional encoding fits the geometry of my corpus?
 
 The public API, in pipeline order: sources -> tokenize -> counts -> geometry -> encodings ->
-diagnostics -> export / report. The CLI (``posdiag.cli``) is a thin layer over these names.
+analysis -> export / render. The CLI (``posdiag.cli``) is a thin layer over these names.
 """
 
 __version__ = "0.1.0"
 
-from .counts import (  # noqa: E402
-    Counts,
-    corpus_counts,
-    count_texts,
-    load_counts,
-    merge_counts,
-    save_counts,
-)
-from .diagnostics import (  # noqa: E402
+from .analysis import (  # noqa: E402
     DEFAULT_MIN_COUNT,
     CorpusGeometry,
     Diagnosis,
@@ -24,6 +16,14 @@ from .diagnostics import (  # noqa: E402
     diagnose,
     score_encodings,
     stress_report,
+)
+from .counts import (  # noqa: E402
+    Counts,
+    corpus_counts,
+    count_texts,
+    load_counts,
+    merge_counts,
+    save_counts,
 )
 from .drift import Drift, corpus_drift  # noqa: E402
 from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding  # noqa: E402

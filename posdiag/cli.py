@@ -28,8 +28,7 @@ from rich.progress import (
 from typer.core import TyperGroup
 
 from . import __version__
-from .counts import Counts, save_counts
-from .diagnostics import (
+from .analysis import (
     DEFAULT_MIN_COUNT,
     StressReport,
     corpus_geometry,
@@ -37,10 +36,11 @@ from .diagnostics import (
     spectrum,
     stress_report,
 )
-from .encodings import MODEL_PRESETS, describe, expand_preset, parse_encoding
+from .counts import Counts, save_counts
+from .encodings import describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
-from .report import encoding_json, print_encoding, print_stress, stress_json
+from .render.stress import encoding_json, print_encoding, print_stress, stress_json
 from .sources import HubUnavailable
 from .uncertainty import (
     DEFAULT_LEVEL,
@@ -358,7 +358,7 @@ def stress(
     specs = chosen or None
     _check_ci(ci, replicates)
     if plot is not None:
-        from .plots import CORPUS_PLOTS, check_plot_dir
+        from .render.plots import CORPUS_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, CORPUS_PLOTS)
     counts = _sharded(
@@ -393,7 +393,7 @@ def stress(
     else:
         print_stress(report, _stdout())
     if plot is not None:
-        from .plots import write_plots
+        from .render.plots import write_plots
 
         written = write_plots(plot, geometry=report.geometry, report=report, force=force)
         typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
@@ -534,66 +534,27 @@ def encodings(
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
-    from rich.markup import escape
-    from rich.table import Table
+    from .render.encodings import (
+        presets_json,
+        print_encoding_detail,
+        print_encodings,
+        print_presets,
+    )
 
-    def shown(v: Any) -> str:
-        return "(required)" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
-
-    out = _stdout()
     if presets:
-        preset_rows: list[dict[str, Any]] = [
-            {
-                "name": p.name,
-                "description": p.description,
-                "encodings": [{"name": e, "params": dict(ps)} for e, ps in p.encodings],
-            }
-            for p in MODEL_PRESETS.values()
-        ]
+        preset_rows = presets_json()
         if as_json:
             typer.echo(json.dumps(preset_rows, indent=2))
-            return
-        t = Table(title="Model presets (use as --model-preset NAME)", title_justify="left")
-        t.add_column("preset")
-        t.add_column("encodings", overflow="fold")
-        t.add_column("model")
-        for r in preset_rows:
-            encs = "; ".join(
-                e["name"] + ":" + ",".join(f"{k}={shown(v)}" for k, v in e["params"].items())
-                for e in r["encodings"]
-            )
-            t.add_row(r["name"], encs, r["description"])
-        out.print(t)
+        else:
+            print_presets(preset_rows, _stdout())
         return
     rows = describe(name)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return
-    if name is not None:
-        r = rows[0]
-        out.print(f"[bold]{r['name']}[/bold] ({r['kind']}): {escape(r['summary'])}")
-        out.print(f"trainable parameters: {r['n_params']}")
-        t = Table(title_justify="left")
-        for col in ("parameter", "type", "default", "meaning"):
-            t.add_column(col)
-        for k, v in r["params"].items():
-            t.add_row(k, r["types"][k], shown(v), escape(r["docs"][k]))
-        out.print(t)
-        return
-    t = Table(title="Encodings (use as --encoding NAME[:key=value,...])", title_justify="left")
-    for col in ("name", "kind", escape("parameters [defaults]"), "params", "definition"):
-        t.add_column(col)
-    for r in rows:
-        ps = ", ".join(f"{k}={shown(v)}" for k, v in r["params"].items())
-        t.add_row(r["name"], r["kind"], ps or "-", r["n_params"], escape(r["summary"]))
-    out.print(t)
-    out.print(
-        "One encoding's parameters: posdiag encodings NAME; "
-        f"model presets ({', '.join(MODEL_PRESETS)}): posdiag encodings --presets"
-    )
-
-
-# ---- issue 6: CI gate, drift, plots, HTML report ---------------------------------------------
+    elif name is not None:
+        print_encoding_detail(rows[0], _stdout())
+    else:
+        print_encodings(rows, _stdout())
 
 
 @app.command()
@@ -689,16 +650,8 @@ def check(
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
-    from .gate import (
-        build_config,
-        check_format,
-        find_config,
-        gate_json,
-        github_annotations,
-        run_gate,
-        text_lines,
-        write_junit,
-    )
+    from .gate import build_config, find_config, run_gate
+    from .render.gate import check_format, gate_json, github_annotations, text_lines, write_junit
 
     check_format(fmt)
     if config is not None and no_config:
@@ -811,12 +764,13 @@ def diff(
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
-    from .drift import corpus_drift, count_pair, drift_json, print_drift
+    from .drift import corpus_drift, count_pair
+    from .render.drift import drift_json, print_drift
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     if plot is not None:
-        from .plots import DRIFT_PLOTS, check_plot_dir
+        from .render.plots import DRIFT_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, DRIFT_PLOTS)
     with _progress(quiet) as progress:
@@ -845,7 +799,7 @@ def diff(
     else:
         print_drift(drift, _stdout())
     if plot is not None:
-        from .plots import write_plots
+        from .render.plots import write_plots
 
         written = write_plots(plot, drift=drift, force=force)
         typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
@@ -883,7 +837,7 @@ def plot_cmd(
     seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
-    from .plots import CORPUS_PLOTS, check_plot_dir, write_plots
+    from .render.plots import CORPUS_PLOTS, check_plot_dir, write_plots
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     check_plot_dir(output, force, CORPUS_PLOTS)
@@ -948,7 +902,7 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
     from ._io import check_output
-    from .html import build_report, write_html
+    from .render.html import build_report, write_html
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     check_output(output, force)
@@ -1021,15 +975,15 @@ def diagnose(
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
-    from .diagnostics import diagnose as run_diagnose
-    from .theory_report import diagnosis_json, print_diagnosis
+    from .analysis import diagnose as run_diagnose
+    from .render.diagnosis import diagnosis_json, print_diagnosis
 
     specs = [parse_encoding(e) for e in encoding] if encoding else None
     _check_ci(ci, replicates)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     if plot is not None:
-        from .plots import CORPUS_PLOTS, check_plot_dir
+        from .render.plots import CORPUS_PLOTS, check_plot_dir
 
         check_plot_dir(plot, force, CORPUS_PLOTS)
     counts = _sharded(
@@ -1066,7 +1020,7 @@ def diagnose(
     else:
         print_diagnosis(result, _stdout())
     if plot is not None:
-        from .plots import write_plots
+        from .render.plots import write_plots
 
         geo = result.geometry
         assert geo is not None
@@ -1115,7 +1069,7 @@ def inspect(
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
-    from .theory_report import inspection_json, print_inspection
+    from .render.inspection import inspection_json, print_inspection
 
     table, used = read_encoding_file(encoding_file, tensor)
     geo = None
@@ -1229,37 +1183,13 @@ def merge(
 @app.command()
 def corpora(as_json: JsonOpt = False) -> None:
     """List the Hugging Face data set presets (use the name as the corpus)."""
-    from .sources import PRESETS
+    from .render.corpora import corpora_json, print_corpora
 
-    rows = [
-        {
-            "name": p.name,
-            "dataset": p.dataset,
-            "config": p.config,
-            "split": p.split,
-            "column": p.column,
-            "summary": p.summary,
-        }
-        for p in PRESETS.values()
-    ]
+    rows = corpora_json()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return
-    from rich.table import Table
-
-    t = Table(
-        # \\[ keeps rich from reading [SPLIT] as markup.
-        title="Presets (corpus NAME\\[@SPLIT]; "
-        "any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
-        title_justify="left",
-    )
-    for col in ("name", "dataset", "config", "split", "column", "description"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(
-            r["name"], r["dataset"], r["config"] or "-", r["split"], r["column"], r["summary"]
-        )
-    _stdout().print(t)
+    else:
+        print_corpora(rows, _stdout())
 
 
 def _version(value: bool) -> None:

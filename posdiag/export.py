@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__
 from ._io import atomic_outputs
 from ._validate import check_int
-from .diagnostics import CorpusGeometry
+from .analysis import CorpusGeometry
 from .errors import PosdiagError
 from .geometry import stress_by_rank
 

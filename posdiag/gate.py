@@ -1,4 +1,4 @@
-"""The CI gate behind ``posdiag check``: rules, the config file, evaluation, and CI output formats.
+"""The CI gate behind ``posdiag check``: rules, the config file, measurement and evaluation.
 
 A rule is a threshold on one figure posdiag measures:
 
@@ -22,9 +22,7 @@ figures.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,28 +30,25 @@ from typing import Any
 
 import numpy as np
 
-from ._io import atomic_outputs
-from ._validate import check_choice, check_float, check_int
-from .config_file import CONFIG_FILES, find_config, read_toml
-from .counts import Counts
-from .diagnostics import (
+from ._validate import check_float, check_int
+from .analysis import (
     DEFAULT_MIN_COUNT,
-    CorpusGeometry,
     CorpusSummary,
-    EncodingScore,
     corpus_geometry,
     corpus_summary,
+    interval_scores,
     score_encodings,
     spectrum,
 )
+from .config_file import CONFIG_FILES, find_config, read_toml
+from .counts import Counts
 from .encodings import make_encoding, parse_encoding
 from .errors import PosdiagError
 from .geometry import effective_rank, positional_information
-from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts, bootstrap_stress
+from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
 
 __all__ = [
     "CONFIG_FILES",
-    "FORMATS",
     "GateConfig",
     "GateFacts",
     "GateReport",
@@ -61,17 +56,10 @@ __all__ = [
     "build_config",
     "evaluate",
     "find_config",
-    "gate_json",
-    "github_annotations",
-    "junit_xml",
     "load_config",
     "measure",
     "run_gate",
-    "text_lines",
-    "write_junit",
 ]
-
-FORMATS = ("text", "github")
 
 # Keys of the config table; reading options use the CLI's option names.
 _RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
@@ -320,36 +308,6 @@ class GateFacts:
     positional_info: float
 
 
-def _with_intervals(
-    geo: CorpusGeometry,
-    sharded: ShardedCounts,
-    scored: Mapping[str, EncodingScore],
-    level: float,
-    replicates: int,
-    seed: int,
-    progress: Callable[[int, int], None] | None,
-) -> dict[str, EncodingScore]:
-    """``scored`` (spec -> score) with bootstrap intervals, on the geometry already computed."""
-    encs = []
-    for key in scored:
-        name, params = parse_encoding(key)
-        encs.append(make_encoding(name, geo.n_eff, params, mds=geo.mds))
-    iv = bootstrap_stress(
-        sharded,
-        geo.n_eff,
-        encs,
-        [s.stress for s in scored.values()],
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
-    )
-    return {
-        key: dataclasses.replace(s, ci_low=lo, ci_high=hi)
-        for (key, s), (lo, hi) in zip(scored.items(), iv.encodings, strict=True)
-    }
-
-
 def measure(
     counts: Counts | ShardedCounts,
     config: GateConfig,
@@ -364,8 +322,8 @@ def measure(
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
     ``min_count`` defaults to the config file's ``min-count``, else
-    :data:`~posdiag.diagnostics.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
-    :class:`~posdiag.diagnostics.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    :data:`~posdiag.analysis.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
+    :class:`~posdiag.analysis.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
     ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
     counts (>= 2 shards) those get bootstrap intervals of coverage ``level`` too, on the same
     geometry (``progress(done, replicates)`` follows the bootstrap).
@@ -388,7 +346,12 @@ def measure(
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
     if fresh and sharded is not None and sharded.k >= 2:
-        fresh = _with_intervals(geo, sharded, fresh, level, replicates, seed, progress)
+        pairs = []
+        for key, score in fresh.items():
+            name, params = parse_encoding(key)
+            pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
+        with_ci, _ = interval_scores(sharded, geo.n_eff, pairs, level, replicates, seed, progress)
+        fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
     total, _ = positional_information(total_counts.matrix[: geo.n_eff])
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
@@ -415,23 +378,6 @@ class RuleResult:
     @property
     def id(self) -> str:
         return f"{self.rule}[{self.target}]" if self.target else self.rule
-
-    def line(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
-        op = self.comparison if self.passed else {"<=": ">", ">=": "<"}[self.comparison]
-        note = f" ({self.note})" if self.note else ""
-        whole = self.rule in _INTEGER_RULES
-        return (
-            f"{verdict}  {self.id}: {self.measure} {_num(self.figure, whole)}{self.unit} {op} "
-            f"{_num(self.threshold, whole)}{self.unit}{note}"
-        )
-
-
-_INTEGER_RULES = ("max-rank-for-stress", "min-support")
-
-
-def _num(x: float, whole: bool) -> str:
-    return f"{int(x)}" if whole else f"{x:.4f}"
 
 
 @dataclass(frozen=True)
@@ -547,125 +493,3 @@ def run_gate(
         progress=progress,
     )
     return evaluate(config, facts)
-
-
-# ---- output formats -------------------------------------------------------------------------
-
-
-def _header(report: GateReport) -> str:
-    c = report.corpus
-    cfg = f"; rules from {report.config_file}" if report.config_file else ""
-    return (
-        f"posdiag check {c.source} ({c.tokenizer} / {c.view}, n={c.max_len}, n_eff={c.n_eff}, "
-        f"min_count={c.min_count}{', strict' if report.strict else ''}{cfg})"
-    )
-
-
-def _footer(report: GateReport) -> str:
-    n = len(report.results)
-    rules = "rule" if n == 1 else "rules"
-    return f"{n - report.failures} passed, {report.failures} failed of {n} {rules}"
-
-
-def text_lines(report: GateReport) -> list[str]:
-    """Header, one PASS/FAIL line per rule, and a count."""
-    return [_header(report), *(r.line() for r in report.results), _footer(report)]
-
-
-def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(s: str) -> str:
-    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
-
-
-def github_annotations(report: GateReport) -> list[str]:
-    """GitHub Actions workflow commands: ``::error`` per failing rule, ``::notice`` per pass."""
-    lines = []
-    for r in report.results:
-        level = "notice" if r.passed else "error"
-        title = _escape_property(f"posdiag {r.id}")
-        lines.append(f"::{level} title={title}::{_escape_data(r.line())}")
-    summary = f"{_footer(report)} on {report.corpus.source}"
-    lines.append(f"::{'notice' if report.passed else 'error'}::{_escape_data(summary)}")
-    return lines
-
-
-def gate_json(report: GateReport) -> dict[str, Any]:
-    """The ``--json`` document of ``posdiag check``."""
-    from dataclasses import asdict
-
-    from .report import jsonable
-
-    return jsonable(
-        {
-            "corpus": asdict(report.corpus),
-            "config_file": report.config_file,
-            "strict": report.strict,
-            "passed": report.passed,
-            "failures": report.failures,
-            "rules": [
-                {
-                    "id": r.id,
-                    "rule": r.rule,
-                    "target": r.target,
-                    "measure": r.measure,
-                    "figure": r.figure,
-                    "comparison": r.comparison,
-                    "threshold": r.threshold,
-                    "passed": r.passed,
-                    "note": r.note,
-                    "unit": r.unit.strip(),
-                }
-                for r in report.results
-            ],
-        }
-    )
-
-
-def junit_xml(report: GateReport) -> bytes:
-    """A JUnit XML report: one ``testcase`` per rule, ``failure`` on the failing ones."""
-    suites = ET.Element("testsuites", name="posdiag check")
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=f"posdiag check {report.corpus.source}",
-        tests=str(len(report.results)),
-        failures=str(report.failures),
-        errors="0",
-        skipped="0",
-    )
-    props = ET.SubElement(suite, "properties")
-    c = report.corpus
-    for k, v in (
-        ("corpus", c.source),
-        ("tokenizer", c.tokenizer),
-        ("view", c.view),
-        ("max_len", c.max_len),
-        ("n_eff", c.n_eff),
-        ("min_count", c.min_count),
-        ("strict", report.strict),
-    ):
-        ET.SubElement(props, "property", name=k, value=str(v))
-    for r in report.results:
-        case = ET.SubElement(suite, "testcase", classname=f"posdiag.{r.rule}", name=r.id)
-        if not r.passed:
-            fail = ET.SubElement(case, "failure", message=r.line(), type=r.rule)
-            fail.text = r.line()
-        else:
-            out = ET.SubElement(case, "system-out")
-            out.text = r.line()
-    ET.indent(suites)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
-
-
-def write_junit(report: GateReport, path: str | Path, *, force: bool = False) -> Path:
-    """Write :func:`junit_xml` atomically."""
-    with atomic_outputs([path], force) as (tmp,):
-        tmp.write_bytes(junit_xml(report))
-    return Path(path)
-
-
-def check_format(fmt: str) -> str:
-    return check_choice("format", fmt, FORMATS)

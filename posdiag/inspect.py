@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ._validate import check_float, check_int
-from .diagnostics import CorpusGeometry, CorpusSummary
+from .analysis import CorpusGeometry, CorpusSummary
 from .encodings import read_position_table
 from .errors import PosdiagError
 from .geometry import (

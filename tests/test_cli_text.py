@@ -12,8 +12,8 @@ import pytest
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
+from posdiag.analysis import saving_phrase
 from posdiag.cli import app
-from posdiag.diagnostics import saving_phrase
 
 runner = CliRunner()
 
@@ -32,7 +32,7 @@ def _help(command: str) -> str:
         ("stress", "hub data sets [default: $POSDIAG_DATA_DIR]."),
         ("count", "hub data sets [default: $POSDIAG_DATA_DIR]."),
         ("synth", "bump width in tokens [default: n/2]."),
-        ("check", "[default: ./posdiag.toml, else ./pyproject.toml with [tool.posdiag]]"),
+        ("check", "[default: the nearest posdiag.toml, else pyproject.toml with [tool.posdiag],"),
         ("diff", "[default: each corpus's effective rank at --tolerance]"),
     ],
 )

@@ -10,8 +10,8 @@ import pytest
 from safetensors.numpy import load_file
 from scipy.spatial.distance import pdist
 
+from posdiag.analysis import corpus_geometry
 from posdiag.counts import count_texts
-from posdiag.diagnostics import corpus_geometry
 from posdiag.errors import PosdiagError
 from posdiag.export import low_rank_encoding, write_encoding
 from posdiag.geometry import stress_by_rank

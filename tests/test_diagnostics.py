@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from scipy.linalg import toeplitz
 from typer.testing import CliRunner
 
+from posdiag.analysis import diagnose
 from posdiag.cli import app
 from posdiag.counts import Counts, count_texts
-from posdiag.diagnostics import diagnose
 from posdiag.geometry import (
     hellinger_distances,
     pairwise_distances,
@@ -235,7 +235,7 @@ def test_noise_dominated_positions_are_flagged_unstable() -> None:
 
 
 def test_ranges_formats_runs() -> None:
-    from posdiag.report import ranges
+    from posdiag.render._format import ranges
 
     assert ranges((0, 1, 2, 3, 7, 9, 10)) == "0-3, 7, 9-10"
     assert ranges((4,)) == "4" and ranges(()) == "none"

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from posdiag.analysis import corpus_geometry, score_encodings
 from posdiag.cli import app
 from posdiag.counts import count_texts, save_counts
-from posdiag.diagnostics import corpus_geometry, score_encodings
 from posdiag.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.geometry import stress
 from posdiag.synthetic import drift_distributions, sample_texts

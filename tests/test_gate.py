@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from posdiag.analysis import corpus_geometry, score_encodings
 from posdiag.cli import app
 from posdiag.counts import corpus_counts
-from posdiag.diagnostics import corpus_geometry, score_encodings
 from posdiag.errors import PosdiagError
 from posdiag.gate import (
     GateConfig,
@@ -22,10 +22,9 @@ from posdiag.gate import (
     build_config,
     evaluate,
     find_config,
-    github_annotations,
-    junit_xml,
     measure,
 )
+from posdiag.render.gate import github_annotations, junit_xml, rule_line
 
 runner = CliRunner()
 
@@ -342,7 +341,7 @@ def test_strict_judges_the_upper_bound(synth_corpus: Path) -> None:
     assert not strict.passed  # ... the strict one fails on the upper bound
     r = strict.results[0]
     assert r.figure == 0.95 and r.measure == "stress upper bound"
-    assert r.line() == (
+    assert rule_line(r) == (
         f"FAIL  max-stress[rope]: stress upper bound 0.9500 > 0.9000 "
         f"(strict; stress {s:.4f}, interval [{s - 0.01:.4f}, 0.9500])"
     )
@@ -370,7 +369,7 @@ def test_strict_without_interval_says_so(synth_corpus: Path) -> None:
 
 
 def test_check_computes_bootstrap_intervals_for_strict(synth_corpus: Path) -> None:
-    from posdiag.diagnostics import stress_report
+    from posdiag.analysis import stress_report
     from posdiag.uncertainty import corpus_counts_sharded
 
     sharded = corpus_counts_sharded(str(synth_corpus), shards=10, seed=0)

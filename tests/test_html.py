@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from posdiag.analysis import stress_report
 from posdiag.cli import app
 from posdiag.counts import corpus_counts
-from posdiag.diagnostics import stress_report
 from posdiag.geometry import positional_information
-from posdiag.html import build_report
+from posdiag.render.html import build_report
 
 from .test_plots import PIXELS, png_size
 
@@ -92,7 +92,7 @@ def test_report_refuses_to_overwrite(synth_corpus: Path, tmp_path: Path) -> None
 def test_stress_table_shows_intervals_when_scores_have_them(synth_corpus: Path) -> None:
     from dataclasses import replace
 
-    from posdiag.html import render_html
+    from posdiag.render.html import render_html
 
     report = stress_report(corpus_counts(str(synth_corpus)), ["rope", "nope"])
     assert "<th>interval</th>" not in render_html(report)

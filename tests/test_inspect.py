@@ -11,9 +11,9 @@ import pytest
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
+from posdiag.analysis import corpus_geometry
 from posdiag.cli import app
 from posdiag.counts import count_texts
-from posdiag.diagnostics import corpus_geometry
 from posdiag.geometry import separation, stress_by_rank
 from posdiag.inspect import inspect_table, read_encoding_file
 from posdiag.synthetic import SynthSpec, synth_texts

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from posdiag.analysis import corpus_geometry, stress_report
 from posdiag.cli import app
 from posdiag.counts import corpus_counts
-from posdiag.diagnostics import corpus_geometry, stress_report
 from posdiag.errors import PosdiagError
-from posdiag.plots import (
+from posdiag.render.plots import (
     CORPUS_PLOTS,
     PIXELS,
     check_plot_dir,
@@ -39,7 +39,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def test_pixels_are_figsize_times_dpi() -> None:
-    from posdiag.plots import DPI, FIGSIZE
+    from posdiag.render.plots import DPI, FIGSIZE
 
     assert PIXELS == (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI)) == (800, 600)
 
@@ -136,7 +136,7 @@ def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> 
 
 
 def test_rendering_is_deterministic(synth_corpus: Path) -> None:
-    from posdiag.plots import plot_hellinger
+    from posdiag.render.plots import plot_hellinger
 
     geo = corpus_geometry(corpus_counts(str(synth_corpus)))
     assert png_bytes(plot_hellinger(geo)) == png_bytes(plot_hellinger(geo))
@@ -144,8 +144,8 @@ def test_rendering_is_deterministic(synth_corpus: Path) -> None:
 
 def test_core_does_not_import_matplotlib() -> None:
     code = (
-        "import sys, posdiag, posdiag.cli, posdiag.gate, posdiag.drift, posdiag.html, "
-        "posdiag.plots; print('matplotlib' in sys.modules)"
+        "import sys, posdiag, posdiag.cli, posdiag.gate, posdiag.drift, posdiag.render.html, "
+        "posdiag.render.plots; print('matplotlib' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from posdiag.analysis import corpus_geometry, diagnose, score_encodings
 from posdiag.cli import app
 from posdiag.counts import count_texts
-from posdiag.diagnostics import corpus_geometry, diagnose, score_encodings
 from posdiag.geometry import classical_mds, hellinger_distances, stress_by_rank
 from posdiag.synthetic import (
     SynthSpec,

@@ -11,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
+from posdiag.analysis import stress_report
 from posdiag.cli import app
 from posdiag.counts import count_texts, save_counts
-from posdiag.diagnostics import stress_report
 from posdiag.errors import PosdiagError
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.tokenize import load_tokenizer

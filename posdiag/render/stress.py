@@ -1,9 +1,7 @@
-"""Human tables (rich) and JSON documents for every report."""
+"""The stress table: ``posdiag stress`` (and ``build-encoding``) as rich tables and JSON."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -12,32 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .diagnostics import CorpusSummary, StressReport, saving_phrase
-from .export import LowRankEncoding
-from .geometry import significant_negative
+from ..analysis import CorpusSummary, StressReport, saving_phrase
+from ..export import LowRankEncoding
+from ..geometry import significant_negative
+from ._format import SHOWN_RANKS, fmt, jsonable, params, ranges, summary_rows
 
-__all__ = [
-    "encoding_json",
-    "jsonable",
-    "print_encoding",
-    "print_stress",
-    "stress_json",
-    "summary_rows",
-]
-
-# Ranks shown in the human spectrum table; JSON carries all of them.
-SHOWN_RANKS = 10
-
-
-def jsonable(x: Any) -> Any:
-    """Plain JSON values: NaN/inf become null, tuples lists, mapping keys strings."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [jsonable(v) for v in x]
-    return x
+__all__ = ["encoding_json", "print_encoding", "print_stress", "print_summary", "stress_json"]
 
 
 def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
@@ -61,54 +39,6 @@ def stress_json(report: StressReport) -> dict[str, Any]:
             "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,
         }
     )
-
-
-def _params(p: Mapping[str, Any]) -> str:
-    """Parameters for a rich table, escaped: a path like ``ckpt[1].safetensors`` is not markup."""
-    return escape(
-        ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
-    )
-
-
-def _fmt(x: float, digits: int = 4) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-
-
-def ranges(positions: tuple[int, ...]) -> str:
-    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
-    if not positions:
-        return "none"
-    parts, start, prev = [], positions[0], positions[0]
-    for p in (*positions[1:], None):
-        if p is not None and p == prev + 1:
-            prev = p
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if p is not None:
-            start = prev = p
-    return ", ".join(parts)
-
-
-def _span(positions: tuple[int, ...]) -> str:
-    if not positions:
-        return "none"
-    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
-
-
-def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
-    """The corpus summary as (label, value) rows, shared by the terminal and HTML reports."""
-    sup = c.supports
-    return [
-        ("source", c.source),
-        ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
-        ("documents / sequences", f"{c.documents:,} / {c.sequences:,}"),
-        ("tokens", f"{c.tokens:,}"),
-        ("vocabulary seen / size", f"{c.vocab_seen:,} / {c.vocab_size:,}"),
-        ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
-        ("min_count", str(c.min_count)),
-        ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
-        ("dropped positions", _span(c.dropped)),
-    ]
 
 
 def print_summary(c: CorpusSummary, console: Console) -> None:
@@ -137,12 +67,12 @@ def print_stress(report: StressReport, console: Console) -> None:
         ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
         t.add_row(
             e.name,
-            _params(e.params),
-            _fmt(e.stress),
+            escape(params(e.params)),
+            fmt(e.stress),
             *ci,
-            _fmt(e.raw, 3),
-            _fmt(e.kruskal),
-            _fmt(e.spearman, 3),
+            fmt(e.raw, 3),
+            fmt(e.kruskal),
+            fmt(e.spearman, 3),
             f"{e.n_params:,}",
         )
     console.print(t)
@@ -161,7 +91,7 @@ def print_stress(report: StressReport, console: Console) -> None:
     t.add_column("eigenvalue", justify="right")
     t.add_column("stress of mds-r", justify="right")
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
-        t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", _fmt(sp.stress_by_rank[r - 1]))
+        t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
     eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
     line = f"effective rank: {eff}"

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from ._io import atomic_outputs
-from .counts import Counts
-from .diagnostics import (
+from .. import __version__
+from .._io import atomic_outputs
+from ..analysis import (
     DEFAULT_MIN_COUNT,
     CorpusGeometry,
     StressReport,
@@ -30,12 +29,11 @@ from .diagnostics import (
     score_encodings,
     spectrum,
 )
-from .geometry import positional_information, significant_negative
-from .report import summary_rows
+from ..counts import Counts
+from ..geometry import positional_information, significant_negative
+from ._format import SHOWN_RANKS, fmt, params, summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
-
-SHOWN_RANKS = 10
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #111; }
@@ -61,10 +59,6 @@ class HtmlReport:
     plots_omitted: str | None = None
 
 
-def _fmt(x: float, digits: int = 4) -> str:
-    return "n/a" if isinstance(x, float) and math.isnan(x) else f"{x:.{digits}f}"
-
-
 def _table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str, numeric: Sequence[bool]
 ) -> str:
@@ -79,10 +73,6 @@ def _table(
     return (
         f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     )
-
-
-def _params(p: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
 
 
 def render_html(
@@ -119,17 +109,17 @@ def render_html(
     headers += ["raw", "kruskal", "spearman", "params"]
     rows = []
     for e in report.encodings:
-        row: list[Any] = [e.name, _params(e.params), _fmt(e.stress)]
+        row: list[Any] = [e.name, params(e.params), fmt(e.stress)]
         if has_ci:
             lo = float(getattr(e, "ci_low", float("nan")))
             hi = float(getattr(e, "ci_high", float("nan")))
-            row.append(f"[{_fmt(lo)}, {_fmt(hi)}]")
-        row += [_fmt(e.raw, 3), _fmt(e.kruskal), _fmt(e.spearman, 3), f"{e.n_params:,}"]
+            row.append(f"[{fmt(lo)}, {fmt(hi)}]")
+        row += [fmt(e.raw, 3), fmt(e.kruskal), fmt(e.spearman, 3), f"{e.n_params:,}"]
         rows.append(row)
     numeric = [h not in ("encoding", "parameters") for h in headers]
     stress_table = _table(headers, rows, "stress", numeric)
     spec_rows = [
-        (str(r), f"{sp.eigenvalues[r - 1]:.4g}", _fmt(sp.stress_by_rank[r - 1]))
+        (str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
         for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
     ]
     spec_table = _table(

@@ -1,5 +1,5 @@
-"""Tables (rich) and JSON documents of ``posdiag diagnose``, ``posdiag inspect`` and
-``posdiag synth``."""
+"""``posdiag diagnose`` as rich tables and JSON: one block per diagnostic, then the
+recommendation."""
 
 from __future__ import annotations
 
@@ -11,25 +11,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .diagnostics import Diagnosis, Uncertainty
-from .inspect import Inspection, TableFigures
-from .report import _fmt, _params, jsonable, print_summary, ranges
+from ..analysis import Diagnosis, Uncertainty
+from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges
+from .stress import print_summary
 
-__all__ = [
-    "diagnosis_json",
-    "inspection_json",
-    "print_diagnosis",
-    "print_inspection",
-    "uncertainty_json",
-    "ci_text",
-]
-
-SHOWN_RANKS = 10
-
-
-def ci_text(lo: float, hi: float) -> str:
-    """``[lo, hi]`` or ``n/a`` when no interval was computed."""
-    return "n/a" if math.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
+__all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
 
 
 def uncertainty_json(u: Uncertainty) -> dict[str, Any]:
@@ -120,8 +106,8 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     sh = d.shift
     console.print("\n[bold]Shift-equivariance and smoothness[/bold]")
     console.print(
-        f"  R^2 = {_fmt(sh.r2, 3)}; mean d_H of neighbours {sh.neighbour_mean:.3f} vs all "
-        f"pairs {sh.all_mean:.3f} (ratio {_fmt(sh.smoothness, 3)})"
+        f"  R^2 = {fmt(sh.r2, 3)}; mean d_H of neighbours {sh.neighbour_mean:.3f} vs all "
+        f"pairs {sh.all_mean:.3f} (ratio {fmt(sh.smoothness, 3)})"
     )
     console.print(f"  -> {sh.reading}")
     rk = d.rank
@@ -134,7 +120,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         t.add_row(
             str(r),
             f"{rk.spectrum.eigenvalues[r - 1]:.4g}",
-            _fmt(rk.spectrum.stress_by_rank[r - 1]),
+            fmt(rk.spectrum.stress_by_rank[r - 1]),
             ci_text(lo, hi),
         )
     console.print()
@@ -150,8 +136,8 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     for e in d.encodings:
         t.add_row(
             e.name,
-            _params(e.params),
-            _fmt(e.stress),
+            escape(params(e.params)),
+            fmt(e.stress),
             ci_text(e.ci_low, e.ci_high),
             f"{e.n_params:,}",
         )
@@ -159,73 +145,3 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print(t)
     console.print(f"  {_uncertainty_line(d.uncertainty)}")
     console.print(f"\n[bold]Recommendation:[/bold] {d.recommendation.text}")
-
-
-def _figures_json(f: TableFigures) -> dict[str, Any]:
-    out = asdict(f)
-    out["separation"]["collapsed"] = [list(p) for p in f.separation.collapsed]
-    return out
-
-
-def inspection_json(x: Inspection) -> dict[str, Any]:
-    """The ``--json`` document of ``posdiag inspect``."""
-    return jsonable(
-        {
-            "path": x.path,
-            "tensor": x.tensor,
-            "table": _figures_json(x.table),
-            "baseline": {"seed": x.baseline_seed, **_figures_json(x.baseline)},
-            "corpus": asdict(x.corpus) if x.corpus is not None else None,
-            "fit": asdict(x.fit) if x.fit is not None else None,
-        }
-    )
-
-
-def print_inspection(x: Inspection, console: Console) -> None:
-    """Table figures next to the random baseline; the corpus fit when a corpus was given."""
-    t = Table(
-        # Escaped: '[tensor.name]' and paths with brackets are not rich markup.
-        title=escape(
-            f"{x.path}{f' [{x.tensor}]' if x.tensor else ''}: {x.table.rows} x {x.table.dim}"
-        ),
-        title_justify="left",
-    )
-    t.add_column("figure", style="bold")
-    t.add_column("this table", justify="right")
-    t.add_column(f"random N(0, 0.02^2), seed {x.baseline_seed}", justify="right")
-
-    def both(label: str, fn: Any) -> None:
-        t.add_row(label, fn(x.table), fn(x.baseline))
-
-    both("min / median distance", lambda f: f"{f.separation.ratio:.4f}")
-    both("min distance", lambda f: f"{f.separation.min_distance:.4g}")
-    both("median distance", lambda f: f"{f.separation.median_distance:.4g}")
-    both(
-        f"collapsed pairs (<= {x.table.separation.tol:g} x median)",
-        lambda f: str(len(f.separation.collapsed)),
-    )
-    both(
-        "row norm min / mean / max",
-        lambda f: f"{f.norm_min:.3g} / {f.norm_mean:.3g} / {f.norm_max:.3g}",
-    )
-    for eps in x.table.effective_rank:
-        both(
-            f"effective rank at stress {eps:g}",
-            lambda f, e=eps: str(f.effective_rank.get(e, "n/a")),
-        )
-    if x.fit is not None:
-        t.add_row("stress vs corpus", _fmt(x.fit.stress), _fmt(x.fit.baseline_stress))
-        t.add_row(
-            "monotonicity violations (1-tau)/2",
-            _fmt(x.fit.violations),
-            _fmt(x.fit.baseline_violations),
-        )
-    console.print(t)
-    if x.table.separation.collapsed:
-        shown = ", ".join(f"({i},{j}) {d:.3g}" for i, j, d in x.table.separation.collapsed[:20])
-        console.print(f"collapsed pairs: {shown}")
-    if x.fit is not None and x.corpus is not None:
-        console.print(
-            f"compared on positions 0..{x.fit.n - 1} of {x.corpus.source} "
-            f"(n_eff {x.corpus.n_eff}, view {x.corpus.view})"
-        )

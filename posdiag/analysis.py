@@ -33,6 +33,7 @@ from .uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
     ShardedCounts,
+    StressIntervals,
     bootstrap_stress,
     information_null,
     noise_floor,
@@ -57,6 +58,7 @@ __all__ = [
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
+    "interval_scores",
     "score_encodings",
     "stress_report",
 ]
@@ -329,6 +331,37 @@ def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.flatnonzero(bad))
 
 
+def interval_scores(
+    sharded: ShardedCounts,
+    n_eff: int,
+    scored: Sequence[tuple[EncodingScore, Encoding]],
+    level: float,
+    replicates: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[EncodingScore], StressIntervals]:
+    """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
+
+    ``scored`` pairs each score with the encoding it was computed from, on positions
+    ``0..n_eff-1``; ``sharded`` needs at least 2 shards.
+    """
+    iv = bootstrap_stress(
+        sharded,
+        n_eff,
+        [e for _, e in scored],
+        [s.stress for s, _ in scored],
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+    )
+    scores = [
+        dataclasses.replace(s, ci_low=lo, ci_high=hi)
+        for (s, _), (lo, hi) in zip(scored, iv.encodings, strict=True)
+    ]
+    return scores, iv
+
+
 def _with_intervals(
     geometry: CorpusGeometry,
     counts: Counts | ShardedCounts,
@@ -345,25 +378,11 @@ def _with_intervals(
         _indistinguishable(geometry.distances, floor),
         _position_noise_share(geometry.mds.gram, floor),
     )
-    scores = [s for s, _ in scored]
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
         unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
-        return scores, unc
-    iv = bootstrap_stress(
-        sharded,
-        n,
-        [e for _, e in scored],
-        [s.stress for s in scores],
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
-    )
-    scores = [
-        dataclasses.replace(s, ci_low=lo, ci_high=hi)
-        for s, (lo, hi) in zip(scores, iv.encodings, strict=True)
-    ]
+        return [s for s, _ in scored], unc
+    scores, iv = interval_scores(sharded, n, scored, level, replicates, seed, progress)
     unc = Uncertainty(
         iv.level,
         iv.shards,

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._io import atomic_outputs, check_output
-from .diagnostics import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary, StressReport
-from .diagnostics import spectrum as spectrum_of
-from .errors import PosdiagError
-from .geometry import stress_by_rank
+from .._io import atomic_outputs, check_output
+from ..analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary, StressReport
+from ..analysis import spectrum as spectrum_of
+from ..errors import PosdiagError
+from ..geometry import stress_by_rank
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .drift import Drift
+    from ..drift import Drift
 
 __all__ = [
     "DPI",
@@ -194,7 +194,7 @@ def _kind(name: str, registry: Mapping[str, Any]) -> str:
 def plot_stress(report: StressReport) -> Figure:
     """Horizontal bars of each encoding's stress, best on top, with confidence intervals
     where they were computed (``ci_low``/``ci_high`` on the scores)."""
-    from .encodings import REGISTRY
+    from ..encodings import REGISTRY
 
     scores = list(report.encodings)
     names = [s.name for s in scores]

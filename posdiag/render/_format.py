@@ -1,0 +1,78 @@
+"""The number and text formats every renderer shares (terminal, JSON, HTML, CI formats)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..analysis import CorpusSummary
+
+__all__ = ["SHOWN_RANKS", "ci_text", "fmt", "jsonable", "params", "ranges", "span", "summary_rows"]
+
+# Ranks shown in the human spectrum tables; JSON carries all of them.
+SHOWN_RANKS = 10
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON values: NaN/inf become null, tuples lists, mapping keys strings."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    return x
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    """``x`` with ``digits`` decimals, ``n/a`` for NaN (an undefined figure, e.g. spearman)."""
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def params(p: Mapping[str, Any]) -> str:
+    """``key=value, ...`` with floats in ``%g``; not escaped (each output escapes its own way)."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+
+
+def ci_text(lo: float, hi: float) -> str:
+    """``[lo, hi]`` or ``n/a`` when no interval was computed."""
+    return "n/a" if math.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
+
+
+def ranges(positions: tuple[int, ...]) -> str:
+    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
+    if not positions:
+        return "none"
+    parts, start, prev = [], positions[0], positions[0]
+    for p in (*positions[1:], None):
+        if p is not None and p == prev + 1:
+            prev = p
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if p is not None:
+            start = prev = p
+    return ", ".join(parts)
+
+
+def span(positions: tuple[int, ...]) -> str:
+    """``first..last (count)`` of sorted positions (``none`` when empty)."""
+    if not positions:
+        return "none"
+    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
+
+
+def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """The corpus summary as (label, value) rows, shared by the terminal and HTML reports."""
+    sup = c.supports
+    return [
+        ("source", c.source),
+        ("tokenizer / view", f"{c.tokenizer} / {c.view}"),
+        ("documents / sequences", f"{c.documents:,} / {c.sequences:,}"),
+        ("tokens", f"{c.tokens:,}"),
+        ("vocabulary seen / size", f"{c.vocab_seen:,} / {c.vocab_size:,}"),
+        ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
+        ("min_count", str(c.min_count)),
+        ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
+        ("dropped positions", span(c.dropped)),
+    ]

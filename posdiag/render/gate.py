@@ -1,0 +1,159 @@
+"""``posdiag check`` verdicts in the CI formats: text lines, GitHub annotations, JSON, JUnit XML."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_outputs
+from .._validate import check_choice
+from ..gate import GateReport, RuleResult
+from ._format import jsonable
+
+__all__ = [
+    "FORMATS",
+    "check_format",
+    "gate_json",
+    "github_annotations",
+    "junit_xml",
+    "rule_line",
+    "text_lines",
+    "write_junit",
+]
+
+FORMATS = ("text", "github")
+# Rules whose figure and threshold are counts, shown without decimals.
+_INTEGER_RULES = ("max-rank-for-stress", "min-support")
+
+
+def _num(x: float, whole: bool) -> str:
+    return f"{int(x)}" if whole else f"{x:.4f}"
+
+
+def rule_line(r: RuleResult) -> str:
+    """``PASS  id: measure figure <= threshold (note)``, or FAIL with the violated comparison."""
+    verdict = "PASS" if r.passed else "FAIL"
+    op = r.comparison if r.passed else {"<=": ">", ">=": "<"}[r.comparison]
+    note = f" ({r.note})" if r.note else ""
+    whole = r.rule in _INTEGER_RULES
+    return (
+        f"{verdict}  {r.id}: {r.measure} {_num(r.figure, whole)}{r.unit} {op} "
+        f"{_num(r.threshold, whole)}{r.unit}{note}"
+    )
+
+
+def _header(report: GateReport) -> str:
+    c = report.corpus
+    cfg = f"; rules from {report.config_file}" if report.config_file else ""
+    return (
+        f"posdiag check {c.source} ({c.tokenizer} / {c.view}, n={c.max_len}, n_eff={c.n_eff}, "
+        f"min_count={c.min_count}{', strict' if report.strict else ''}{cfg})"
+    )
+
+
+def _footer(report: GateReport) -> str:
+    n = len(report.results)
+    rules = "rule" if n == 1 else "rules"
+    return f"{n - report.failures} passed, {report.failures} failed of {n} {rules}"
+
+
+def text_lines(report: GateReport) -> list[str]:
+    """Header, one PASS/FAIL line per rule, and a count."""
+    return [_header(report), *(rule_line(r) for r in report.results), _footer(report)]
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: GateReport) -> list[str]:
+    """GitHub Actions workflow commands: ``::error`` per failing rule, ``::notice`` per pass."""
+    lines = []
+    for r in report.results:
+        level = "notice" if r.passed else "error"
+        title = _escape_property(f"posdiag {r.id}")
+        lines.append(f"::{level} title={title}::{_escape_data(rule_line(r))}")
+    summary = f"{_footer(report)} on {report.corpus.source}"
+    lines.append(f"::{'notice' if report.passed else 'error'}::{_escape_data(summary)}")
+    return lines
+
+
+def gate_json(report: GateReport) -> dict[str, Any]:
+    """The ``--json`` document of ``posdiag check``."""
+    return jsonable(
+        {
+            "corpus": asdict(report.corpus),
+            "config_file": report.config_file,
+            "strict": report.strict,
+            "passed": report.passed,
+            "failures": report.failures,
+            "rules": [
+                {
+                    "id": r.id,
+                    "rule": r.rule,
+                    "target": r.target,
+                    "measure": r.measure,
+                    "figure": r.figure,
+                    "comparison": r.comparison,
+                    "threshold": r.threshold,
+                    "passed": r.passed,
+                    "note": r.note,
+                    "unit": r.unit.strip(),
+                }
+                for r in report.results
+            ],
+        }
+    )
+
+
+def junit_xml(report: GateReport) -> bytes:
+    """A JUnit XML report: one ``testcase`` per rule, ``failure`` on the failing ones."""
+    suites = ET.Element("testsuites", name="posdiag check")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"posdiag check {report.corpus.source}",
+        tests=str(len(report.results)),
+        failures=str(report.failures),
+        errors="0",
+        skipped="0",
+    )
+    props = ET.SubElement(suite, "properties")
+    c = report.corpus
+    for k, v in (
+        ("corpus", c.source),
+        ("tokenizer", c.tokenizer),
+        ("view", c.view),
+        ("max_len", c.max_len),
+        ("n_eff", c.n_eff),
+        ("min_count", c.min_count),
+        ("strict", report.strict),
+    ):
+        ET.SubElement(props, "property", name=k, value=str(v))
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", classname=f"posdiag.{r.rule}", name=r.id)
+        if not r.passed:
+            fail = ET.SubElement(case, "failure", message=rule_line(r), type=r.rule)
+            fail.text = rule_line(r)
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = rule_line(r)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(report: GateReport, path: str | Path, *, force: bool = False) -> Path:
+    """Write :func:`junit_xml` atomically."""
+    with atomic_outputs([path], force) as (tmp,):
+        tmp.write_bytes(junit_xml(report))
+    return Path(path)
+
+
+def check_format(fmt: str) -> str:
+    return check_choice("format", fmt, FORMATS)
