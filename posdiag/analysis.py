@@ -13,7 +13,7 @@ import numpy as np
 
 from ._validate import check_float, check_int
 from .counts import Counts
-from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
+from .encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
 from .errors import PosdiagError
 from .geometry import (
     MDS,
@@ -221,29 +221,62 @@ class EncodingScore:
     n_params: int
     ci_low: float = float("nan")
     ci_high: float = float("nan")
+    preset: str = ""
+
+    @property
+    def label(self) -> str:
+        """The row's name: ``learned-random (gpt2)`` for a row from a model preset."""
+        return f"{self.name} ({self.preset})" if self.preset else self.name
+
+
+# An encoding as asked for: "NAME[:k=v,...]", (name, params), or (name, params, preset) for the
+# rows of a model preset (see posdiag.encodings.preset_specs).
+EncodingRequest = str | tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str]
 
 
 def _resolve(
-    specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None, n_eff: int
-) -> list[tuple[str, dict[str, Any]]]:
+    specs: Sequence[EncodingRequest] | None, n_eff: int, dim: int | None = None
+) -> list[tuple[str, dict[str, Any], str]]:
+    """(name, params, preset) of every encoding; ``dim`` sets the model dimension of each
+    encoding that has one and was not given it explicitly."""
     if specs is None:
         out = [parse_encoding(s) for s in DEFAULT_SET]
-        # The default MDS ranks only make sense below n_eff.
-        return [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= n_eff - 1]
-    return [parse_encoding(s) if isinstance(s, str) else (s[0], dict(s[1])) for s in specs]
+        # The default MDS ranks only make sense below n_eff and within the model dimension.
+        top = min(n_eff - 1, dim if dim is not None else n_eff)
+        out = [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= top]
+        return [(nm, with_dim(nm, p, dim), "") for nm, p in out]
+    resolved = []
+    for s in specs:
+        if isinstance(s, str):
+            nm, p = parse_encoding(s)
+            preset = ""
+        else:
+            nm, p, preset = s[0], dict(s[1]), str(s[2]) if len(s) > 2 else ""
+        resolved.append((nm, with_dim(nm, p, dim), preset))
+    return resolved
 
 
 def _scored(
-    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None
+    geometry: CorpusGeometry, specs: Sequence[EncodingRequest] | None, dim: int | None = None
 ) -> list[tuple[EncodingScore, Encoding]]:
-    resolved = _resolve(specs, geometry.n_eff)
-    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
+    resolved = _resolve(specs, geometry.n_eff, dim)
+    encs = [
+        (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)
+        for nm, p, preset in resolved
+    ]
     b_h = geometry.mds.gram
     out = []
-    for enc in encs:
+    for enc, preset in encs:
         m = compare(geometry.distances, b_h, enc.delta, enc.gram())
         score = EncodingScore(
-            enc.name, dict(enc.params), m.stress, m.raw, m.kruskal, m.spearman, enc.n_params
+            enc.name,
+            dict(enc.params),
+            m.stress,
+            m.raw,
+            m.kruskal,
+            m.spearman,
+            enc.n_params,
+            preset=preset,
         )
         out.append((score, enc))
     # Stable sort: ties keep the order the user asked for.
@@ -251,17 +284,24 @@ def _scored(
 
 
 def score_encodings(
-    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None
+    geometry: CorpusGeometry,
+    specs: Sequence[EncodingRequest] | None = None,
+    *,
+    dim: int | None = None,
 ) -> list[EncodingScore]:
     """Score encodings against the corpus geometry, best (lowest stress) first.
 
     Parameters
     ----------
     specs : sequence, optional
-        ``"NAME[:key=value,...]"`` strings or ``(name, params)`` pairs; default
+        ``"NAME[:key=value,...]"`` strings, ``(name, params)`` pairs or ``(name, params,
+        preset)`` triples (the row then names its model preset); default
         :data:`~posdiag.encodings.DEFAULT_SET`.
+    dim : int, optional
+        Model dimension of every encoding that has one (``d`` / ``dim``) and was not given it
+        explicitly; None keeps the registry default (:data:`~posdiag.encodings.DEFAULT_DIM`).
     """
-    return [s for s, _ in _scored(geometry, specs)]
+    return [s for s, _ in _scored(geometry, specs, dim)]
 
 
 @dataclass(frozen=True)
@@ -414,9 +454,10 @@ class StressReport:
 
 def stress_report(
     counts: Counts | ShardedCounts,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
+    dim: int | None = None,
     level: float | None = None,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
@@ -427,10 +468,11 @@ def stress_report(
     With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
     bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
     skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
+    ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
     """
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
-    scored = _scored(geo, encodings)
+    scored = _scored(geo, encodings, dim)
     if level is None and not isinstance(counts, ShardedCounts):
         return StressReport(
             geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
@@ -446,7 +488,6 @@ def stress_report(
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
 DEFAULT_TARGET_STRESS = 0.1
-DEFAULT_DIM = 768
 # z-score above the independence null from which positional information counts as real.
 INFORMATION_Z = 3.0
 # Shift-equivariance R^2 from which relative encodings are recommended.
@@ -769,7 +810,7 @@ def _recommend(
 
 def diagnose(
     counts: Counts | ShardedCounts,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
     target: float = DEFAULT_TARGET_STRESS,
@@ -788,7 +829,8 @@ def diagnose(
     target : float
         Stress the recommended MDS rank must reach, in (0, 1).
     dim : int
-        Model dimension ``d`` for the parameter saving ``r(n+d)`` vs ``n d``.
+        Model dimension ``d``: of the parameter saving ``r(n+d)`` vs ``n d``, and of every
+        encoding that has one and was not given it explicitly (``sinusoidal:d=512`` keeps 512).
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
     """
@@ -796,7 +838,7 @@ def diagnose(
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
-    scored = _scored(geo, encodings)
+    scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
     noise = _noise(geo, unc.noise_floor)

@@ -37,7 +37,7 @@ from .analysis import (
     stress_report,
 )
 from .counts import Counts, save_counts
-from .encodings import describe, expand_preset, parse_encoding
+from .encodings import DEFAULT_DIM, describe, parse_encoding, preset_specs
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
 from .render.stress import encoding_json, print_encoding, print_stress, stress_json
@@ -240,6 +240,18 @@ ReplicatesOpt = Annotated[
 ]
 
 
+EncodingDimOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--dim",
+        "-d",
+        help="Model dimension d of every encoding that has one (sinusoidal, scaled-sinusoidal, "
+        f"learned-random, mds) unless given as d=/dim= \\[default: {DEFAULT_DIM}].",
+        show_default=False,
+    ),
+]
+
+
 def _check_ci(ci: float, replicates: int) -> None:
     """Check the interval options before a pass over the corpus, not after."""
     from ._validate import check_int
@@ -349,12 +361,13 @@ def stress(
     data_dir: DataDirOpt = None,
     dtype: DtypeOpt = None,
     vocab_size: VocabSizeOpt = None,
+    dim: EncodingDimOpt = None,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     # Parse encodings first: a typo should not cost a pass over the corpus.
-    chosen = [parse_encoding(e) for e in encoding or ()]
+    chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
-        chosen += expand_preset(preset)
+        chosen += preset_specs(preset)  # each row keeps the preset's name
     specs = chosen or None
     _check_ci(ci, replicates)
     if plot is not None:
@@ -382,6 +395,7 @@ def stress(
             counts,
             specs,
             min_count=min_count,
+            dim=dim,
             level=ci,
             replicates=replicates,
             seed=seed,
@@ -946,7 +960,13 @@ def diagnose(
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
     ] = 0.1,
     dim: Annotated[
-        int, typer.Option("--dim", "-d", help="Model dimension d for the parameter saving.")
+        int,
+        typer.Option(
+            "--dim",
+            "-d",
+            help="Model dimension d: of the parameter saving, and of every encoding that has "
+            "one (sinusoidal, scaled-sinusoidal, learned-random, mds) unless given as d=/dim=.",
+        ),
     ] = 768,
     column: ColumnOpt = None,
     tokenizer: TokenizerOpt = None,

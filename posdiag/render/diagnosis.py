@@ -135,7 +135,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         t.add_column(col, justify="right")
     for e in d.encodings:
         t.add_row(
-            e.name,
+            e.label,
             escape(params(e.params)),
             fmt(e.stress),
             ci_text(e.ci_low, e.ci_high),

@@ -109,7 +109,7 @@ def render_html(
     headers += ["raw", "kruskal", "spearman", "params"]
     rows = []
     for e in report.encodings:
-        row: list[Any] = [e.name, params(e.params), fmt(e.stress)]
+        row: list[Any] = [e.label, params(e.params), fmt(e.stress)]
         if has_ci:
             lo = float(getattr(e, "ci_low", float("nan")))
             hi = float(getattr(e, "ci_high", float("nan")))

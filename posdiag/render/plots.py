@@ -197,7 +197,7 @@ def plot_stress(report: StressReport) -> Figure:
     from ..encodings import REGISTRY
 
     scores = list(report.encodings)
-    names = [s.name for s in scores]
+    names = [s.label for s in scores]
     values = np.array([s.stress for s in scores])
     lo_hi = np.array([_interval(s) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)

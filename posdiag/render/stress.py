@@ -66,7 +66,7 @@ def print_stress(report: StressReport, console: Console) -> None:
     for e in report.encodings:
         ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
         t.add_row(
-            e.name,
+            e.label,
             escape(params(e.params)),
             fmt(e.stress),
             *ci,
