@@ -201,7 +201,8 @@ def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
     base = ["stress", c, "--min-count", "50", "-e"]
     fails(
         [*base, "sinusoid"],
-        "unknown encoding 'sinusoid'; did you mean 'sinusoidal'? encodings: nope, sinusoidal, scaled-sinusoidal, "
+        "unknown encoding 'sinusoid'; did you mean 'sinusoidal'? encodings: nope, sinusoidal, "
+        "scaled-sinusoidal, "
         "learned-random, learned, rope, rope-linear, rope-ntk, rope-dynamic, rope-yarn, "
         "rope-llama3, rope-longrope, xpos, alibi, alibi-kernel, t5, kerple-log, kerple-power, "
         "shaw, mds",
