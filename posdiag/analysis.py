@@ -58,6 +58,7 @@ __all__ = [
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
+    "geometry_report",
     "interval_scores",
     "score_encodings",
     "stress_report",
@@ -452,6 +453,20 @@ class StressReport:
     geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
 
 
+def geometry_report(
+    geometry: CorpusGeometry,
+    encodings: Sequence[EncodingRequest] | None = None,
+    *,
+    dim: int | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
+    intervals; ``dim`` as in :func:`score_encodings`."""
+    scores = tuple(score_encodings(geometry, encodings, dim=dim))
+    return StressReport(
+        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
+    )
+
+
 def stress_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[EncodingRequest] | None = None,
@@ -472,11 +487,9 @@ def stress_report(
     """
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(total, min_count)
-    scored = _scored(geo, encodings, dim)
     if level is None and not isinstance(counts, ShardedCounts):
-        return StressReport(
-            geo.summary, spectrum(geo), tuple(s for s, _ in scored), geo.warnings, geometry=geo
-        )
+        return geometry_report(geo, encodings, dim=dim)
+    scored = _scored(geo, encodings, dim)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)

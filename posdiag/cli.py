@@ -1,54 +1,67 @@
-"""The ``posdiag`` command line: parses arguments, calls the library, prints reports.
+"""The ``posdiag`` command line: each command parses, calls the library, and emits the result.
 
-No analysis happens here. Library errors (:class:`PosdiagError`) become one ``Error: ...`` line
-on stderr and their exit code in :class:`_Group`, the only place that does so.
+No analysis happens here and no report is laid out here (see :mod:`posdiag.render`); the options
+the commands share live in :mod:`posdiag._cli_options`. Library errors (:class:`PosdiagError`)
+become one ``Error: ...`` line on stderr and their exit code in :class:`_Group`, the only place
+that does so.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from typer.core import TyperGroup
 
 from . import __version__
+from ._cli_options import (
+    ENCODINGS,
+    OUTPUT,
+    READING,
+    CiOpt,
+    CorpusArg,
+    ForceOpt,
+    JsonOpt,
+    MinCountOpt,
+    PlotForceOpt,
+    PlotOpt,
+    QuietOpt,
+    ReplicatesOpt,
+    SampleSeedOpt,
+    SeedOpt,
+    ShardsOpt,
+    bootstrap_progress,
+    check_ci,
+    check_plots,
+    counts,
+    emit,
+    encoding_option,
+    output_option,
+    progress,
+    reads_corpus,
+    sharded,
+    warn,
+    write_plots,
+)
 from .analysis import (
     DEFAULT_MIN_COUNT,
     StressReport,
     corpus_geometry,
-    score_encodings,
+    geometry_report,
     spectrum,
     stress_report,
 )
-from .counts import Counts, save_counts
+from .counts import save_counts
 from .encodings import DEFAULT_DIM, describe, parse_encoding, preset_specs
 from .errors import PosdiagError, PosdiagWarning
 from .export import low_rank_encoding, write_encoding
+from .reading import Reading
 from .render.stress import encoding_json, print_encoding, print_stress, stress_json
 from .sources import HubUnavailable
-from .uncertainty import (
-    DEFAULT_LEVEL,
-    DEFAULT_REPLICATES,
-    DEFAULT_SHARDS,
-    ShardedCounts,
-    corpus_counts_sharded,
-)
+from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS
 
 __all__ = ["app", "main"]
 
@@ -82,162 +95,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-CorpusArg = Annotated[
-    str,
-    typer.Argument(
-        help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
-        "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
-        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG]\\[@SPLIT], token ids (.npy, "
-        ".bin), or a counts .npz from 'posdiag count'.",
-        show_default=False,
-    ),
-]
-ColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--column",
-        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
-        "(default: text; presets: their own).",
-    ),
-]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tokenizer",
-        "-t",
-        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
-        "(default: whitespace).",
-    ),
-]
-ViewOpt = Annotated[
-    str | None, typer.Option("--view", help="text | model | packed (default: text).")
-]
-MaxLenOpt = Annotated[
-    int | None, typer.Option("--max-len", "-n", help="Positions counted, n (default: 512).")
-]
-PadOpt = Annotated[
-    str | None, typer.Option("--pad-token", help="Pad token for --view model, if not found.")
-]
-MinCountOpt = Annotated[
-    int,
-    typer.Option("--min-count", help="Positions with fewer sequences are dropped (and listed)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
-LimitOpt = Annotated[
-    int | None,
-    typer.Option("--limit", help="Analyse only the first N documents (token ids: windows)."),
-]
-SampleOpt = Annotated[
-    float | None,
-    typer.Option("--sample", help="Analyse a seeded random fraction F in (0, 1] of the documents."),
-]
-SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
-# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
-DataDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--data-dir",
-        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
-    ),
-]
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--dtype", help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16)."
-    ),
-]
-VocabSizeOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--vocab-size",
-        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
-    ),
-]
-ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output file.")]
+
+# Repeatable options: None when not given.
+Names = list[str] | None
+# Help panel of `posdiag check`'s rule options.
+RULES = "Rules"
 
 
-def _stdout() -> Console:
-    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=160)
+def _rule(decl: str, help: str, **kw: Any) -> Any:
+    """An option of ``posdiag check`` that sets a rule, in the Rules help panel."""
+    return typer.Option(decl, help=help, rich_help_panel=RULES, **kw)
 
 
-class _Bar:
-    """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
-
-    def __init__(self, prog: Progress) -> None:
-        self._prog = prog
-        self._unit = "documents"
-        self._task = prog.add_task("counting", total=None, seqs=0, toks=0, rate=0.0)
-
-    def start(self, total: int | None, unit: str) -> None:
-        self._unit = unit
-        self._prog.update(self._task, total=total)
-
-    def __call__(self, docs: int, seqs: int, toks: int) -> None:
-        task = self._prog.tasks[0]
-        rate = toks / (task.elapsed or 1e-9)
-        done = toks if self._unit == "tokens" else docs
-        self._prog.update(self._task, completed=done, seqs=seqs, toks=toks, rate=rate)
-
-
-def _columns() -> tuple[Any, ...]:
-    return (
-        SpinnerColumn(),
-        TextColumn("counting"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
-        TextColumn("{task.fields[rate]:,.0f} tok/s"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-
-
-@contextmanager
-def _progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
-    """A rich progress bar on a terminal's stderr; nothing when piped or quiet."""
-    err = Console(stderr=True)
-    if quiet or not err.is_terminal:
-        yield None
-        return
-    with Progress(*_columns(), console=err, transient=True) as prog:
-        yield _Bar(prog)
-
-
-def _counts(
-    corpus: str,
-    column: str | None,
-    tokenizer: str | None,
-    view: str | None,
-    max_len: int | None,
-    pad_token: str | None,
-    quiet: bool,
-    **read: Any,
-) -> Counts:
-    """``read``: limit, sample, seed, data_dir, dtype, vocab_size (see ``corpus_counts``)."""
-    seed = read.pop("seed", 0)
-    return _sharded(
-        corpus, 0, seed, column, tokenizer, view, max_len, pad_token, quiet, **read
-    ).counts
-
-
-ShardsOpt = Annotated[
-    int,
-    typer.Option(
-        "--shards",
-        help="Random shards counted for the bootstrap intervals (0: no intervals).",
-    ),
-]
-CiOpt = Annotated[float, typer.Option("--ci", help="Coverage of the bootstrap intervals.")]
-SeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed of --sample, shards, bootstrap and splits.")
-]
-ReplicatesOpt = Annotated[
-    int, typer.Option("--replicates", help="Bootstrap replicates (each recomputes the geometry).")
-]
+def _specs(encoding: Names) -> list[tuple[str, dict[str, Any]]] | None:
+    """The parsed ``--encoding`` values (None: the default set), parsed before any counting: a
+    typo should not cost a pass over the corpus."""
+    return [parse_encoding(e) for e in encoding] if encoding else None
 
 
 EncodingDimOpt = Annotated[
@@ -248,256 +121,112 @@ EncodingDimOpt = Annotated[
         help="Model dimension d of every encoding that has one (sinusoidal, scaled-sinusoidal, "
         f"learned-random, mds) unless given as d=/dim= \\[default: {DEFAULT_DIM}].",
         show_default=False,
+        rich_help_panel=ENCODINGS,
     ),
 ]
 
 
-def _check_ci(ci: float, replicates: int) -> None:
-    """Check the interval options before a pass over the corpus, not after."""
-    from ._validate import check_int
-    from .uncertainty import check_level
-
-    check_level(ci)
-    check_int("replicates", replicates, 2)
-
-
-def _sharded(
-    corpus: str,
-    shards: int,
-    seed: int,
-    column: str | None,
-    tokenizer: str | None,
-    view: str | None,
-    max_len: int | None,
-    pad_token: str | None,
-    quiet: bool,
-    **read: Any,
-) -> ShardedCounts:
-    """``seed`` seeds both the shards and ``--sample``; ``read`` as in :func:`_counts`."""
-    with _progress(quiet) as progress:
-        return corpus_counts_sharded(
-            corpus,
-            shards=shards,
-            seed=seed,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view,
-            max_len=max_len,
-            pad_token=pad_token,
-            progress=progress,
-            **read,
-        )
-
-
-@contextmanager
-def _bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar of the bootstrap replicates on a terminal's stderr."""
-    err = Console(stderr=True)
-    if quiet or not err.is_terminal:
-        yield None
-        return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("bootstrap"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err, transient=True) as prog:
-        task = prog.add_task("bootstrap", total=None)
-
-        def update(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
-
-        yield update
-
-
-def _warn(messages: tuple[str, ...]) -> None:
-    for m in messages:
-        typer.echo(f"Warning: {m}", err=True)
-
-
-@app.command()
-def stress(
-    corpus: CorpusArg,
-    encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="NAME[:key=value,...], repeatable (see 'posdiag encodings'); "
-            "default: a standard set.",
-        ),
-    ] = None,
-    model_preset: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--model-preset",
-            help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
-            "repeatable; see 'posdiag encodings --presets'.",
-        ),
-    ] = None,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
-    as_json: JsonOpt = False,
-    quiet: QuietOpt = False,
-    plot: Annotated[
-        Path | None,
-        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
-    ] = False,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
-    seed: SeedOpt = 0,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
-    dim: EncodingDimOpt = None,
-) -> None:
-    """Stress of every standard encoding against the corpus geometry, best first."""
-    # Parse encodings first: a typo should not cost a pass over the corpus.
-    chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
-    for preset in model_preset or ():
-        chosen += preset_specs(preset)  # each row keeps the preset's name
-    specs = chosen or None
-    _check_ci(ci, replicates)
-    if plot is not None:
-        from .render.plots import CORPUS_PLOTS, check_plot_dir
-
-        check_plot_dir(plot, force, CORPUS_PLOTS)
-    counts = _sharded(
-        corpus,
-        shards,
-        seed,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        limit=limit,
-        sample=sample,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    with _bootstrap_progress(quiet) as progress:
-        report = stress_report(
-            counts,
-            specs,
-            min_count=min_count,
-            dim=dim,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=progress,
-        )
-    _warn(report.warnings)
-    if as_json:
-        typer.echo(json.dumps(stress_json(report), indent=2))
-    else:
-        print_stress(report, _stdout())
-    if plot is not None:
-        from .render.plots import write_plots
-
-        written = write_plots(plot, geometry=report.geometry, report=report, force=force)
-        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
-
-
-@app.command()
-def count(
-    corpus: CorpusArg,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Counts file to write (.npz).", show_default=False),
-    ],
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
-    pad_token: PadOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    sample_seed: SampleSeedOpt = 0,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
-) -> None:
-    """Count tokens per position once; analyse the .npz many times."""
+def _npz_output(output: Path, force: bool) -> None:
     from ._io import check_output
 
     if not str(output).endswith(".npz"):
         raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
     check_output(output, force)  # refuse before a long pass, not after
-    counts = _counts(
-        corpus,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        limit=limit,
-        sample=sample,
-        seed=sample_seed,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    save_counts(counts, output, force=force)
-    info = {**dict(counts.meta), "output": str(output), "nnz": int(counts.matrix.nnz)}
-    if as_json:
-        typer.echo(json.dumps(info, indent=2))
-    else:
-        typer.echo(
-            f"wrote {output}: {info['sequences']:,} sequences, {info['tokens']:,} tokens, "
-            f"{counts.n} x {counts.vocab_size:,} counts ({info['nnz']:,} non-zero)"
+
+
+@app.command()
+@reads_corpus
+def stress(
+    corpus: CorpusArg,
+    reading: Reading,
+    encoding: Annotated[
+        Names,
+        encoding_option(
+            "NAME[:key=value,...], repeatable (see 'posdiag encodings'); default: a standard set."
+        ),
+    ] = None,
+    model_preset: Annotated[
+        Names,
+        typer.Option(
+            "--model-preset",
+            help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
+            "repeatable; see 'posdiag encodings --presets'.",
+            rich_help_panel=ENCODINGS,
+        ),
+    ] = None,
+    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    plot: PlotOpt = None,
+    force: PlotForceOpt = False,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
+    dim: EncodingDimOpt = None,
+) -> None:
+    """Stress of every standard encoding against the corpus geometry, best first."""
+    chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
+    for preset in model_preset or ():
+        chosen += preset_specs(preset)  # each row keeps the preset's name
+    check_ci(ci, replicates)
+    check_plots(plot, force)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        report = stress_report(
+            counted,
+            chosen or None,
+            min_count=min_count,
+            dim=dim,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
         )
+    warn(report.warnings)
+    emit(as_json, lambda: stress_json(report), lambda out: print_stress(report, out))
+    write_plots(plot, force, geometry=report.geometry, report=report)
+
+
+@app.command()
+@reads_corpus
+def count(
+    corpus: CorpusArg,
+    reading: Reading,
+    output: Annotated[Path, output_option("Counts file to write (.npz).")],
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    sample_seed: SampleSeedOpt = 0,
+) -> None:
+    """Count tokens per position once; analyse the .npz many times."""
+    _npz_output(output, force)
+    counted = counts(corpus, reading, quiet, seed=sample_seed)
+    save_counts(counted, output, force=force)
+    info = {**dict(counted.meta), "output": str(output), "nnz": int(counted.matrix.nnz)}
+    emit(
+        as_json,
+        info,
+        f"wrote {output}: {info['sequences']:,} sequences, {info['tokens']:,} tokens, "
+        f"{counted.n} x {counted.vocab_size:,} counts ({info['nnz']:,} non-zero)",
+    )
 
 
 @app.command("build-encoding")
+@reads_corpus
 def build_encoding(
     corpus: CorpusArg,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Encoding file: .safetensors or .npy (+ .json).",
-            show_default=False,
-        ),
-    ],
+    reading: Reading,
+    output: Annotated[Path, output_option("Encoding file: .safetensors or .npy (+ .json).")],
     rank: Annotated[int, typer.Option("--rank", "-r", help="MDS rank r, in [1, n_eff-1].")] = 3,
     dim: Annotated[int, typer.Option("--dim", "-d", help="Model dimension d (>= rank).")] = 768,
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the orthonormal factor B and of --sample.")
     ] = 0,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -511,29 +240,11 @@ def build_encoding(
     if output.suffix == ".npy":
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
-    counts = _counts(
-        corpus,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        limit=limit,
-        sample=sample,
-        seed=seed,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    geo = corpus_geometry(counts, min_count)
-    _warn(geo.warnings)
+    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+    warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
-    if as_json:
-        typer.echo(json.dumps(encoding_json(enc, files), indent=2))
-    else:
-        print_encoding(enc, files, _stdout())
+    emit(as_json, lambda: encoding_json(enc, files), lambda out: print_encoding(enc, files, out))
 
 
 @app.command()
@@ -548,107 +259,101 @@ def encodings(
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
-    from .render.encodings import (
-        presets_json,
-        print_encoding_detail,
-        print_encodings,
-        print_presets,
-    )
+    from .render import encodings as table
 
     if presets:
-        preset_rows = presets_json()
-        if as_json:
-            typer.echo(json.dumps(preset_rows, indent=2))
-        else:
-            print_presets(preset_rows, _stdout())
+        preset_rows = table.presets_json()
+        emit(as_json, preset_rows, lambda out: table.print_presets(preset_rows, out))
         return
     rows = describe(name)
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-    elif name is not None:
-        print_encoding_detail(rows[0], _stdout())
+    if name is not None:
+        emit(as_json, rows, lambda out: table.print_encoding_detail(rows[0], out))
     else:
-        print_encodings(rows, _stdout())
+        emit(as_json, rows, lambda out: table.print_encodings(rows, out))
 
 
 @app.command()
+@reads_corpus
 def check(
     corpus: CorpusArg,
+    reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding",
-            "-e",
-            help="Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
+        Names,
+        encoding_option(
+            "Encoding of a max-stress rule, NAME[:key=value,...]; repeatable, paired in "
             "order with --max-stress.",
+            RULES,
         ),
     ] = None,
     max_stress: Annotated[
         list[float] | None,
-        typer.Option(
-            "--max-stress",
-            help="Largest acceptable stress of the matching --encoding (one value: all).",
+        _rule(
+            "--max-stress", "Largest acceptable stress of the matching --encoding (one value: all)."
         ),
     ] = None,
     max_rank_for_stress: Annotated[
         list[str] | None,
-        typer.Option(
+        _rule(
             "--max-rank-for-stress",
-            help="EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
+            "EPS:RANK: the MDS rank needed to reach stress EPS must be <= RANK; repeatable.",
         ),
     ] = None,
     min_positional_info: Annotated[
-        float | None,
-        typer.Option("--min-positional-info", help="Smallest I(position; token), in bits."),
+        float | None, _rule("--min-positional-info", "Smallest I(position; token), in bits.")
     ] = None,
     min_support: Annotated[
         int | None,
-        typer.Option(
-            "--min-support", help="Smallest support N_i over the counted positions 0..n-1."
-        ),
+        _rule("--min-support", "Smallest support N_i over the counted positions 0..n-1."),
     ] = None,
     strict: Annotated[
         bool | None,
-        typer.Option(
+        _rule(
             "--strict/--no-strict",
-            help="Judge max-stress by the upper confidence bound where one exists.",
+            "Judge max-stress by the upper confidence bound where one exists.",
             show_default=False,
         ),
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option(
+        _rule(
             "--config",
-            help="Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
+            "Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
             "\\[default: the nearest posdiag.toml, else pyproject.toml with \\[tool.posdiag], "
             "from the working directory up to the repository root].",
             show_default=False,
         ),
     ] = None,
     no_config: Annotated[
-        bool, typer.Option("--no-config", help="Ignore config files; rules from options only.")
+        bool, _rule("--no-config", "Ignore config files; rules from options only.")
     ] = False,
     fmt: Annotated[
-        str, typer.Option("--format", help="text | github (workflow annotations).")
+        str,
+        typer.Option(
+            "--format", help="text | github (workflow annotations).", rich_help_panel=OUTPUT
+        ),
     ] = "text",
     junit: Annotated[
         Path | None,
-        typer.Option("--junit", help="Also write a JUnit XML report here.", show_default=False),
+        typer.Option(
+            "--junit",
+            help="Also write a JUnit XML report here.",
+            show_default=False,
+            rich_help_panel=OUTPUT,
+        ),
     ] = None,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
     min_count: Annotated[
         int | None,
         typer.Option(
             "--min-count",
             help=f"Positions with fewer sequences are dropped \\[default: {DEFAULT_MIN_COUNT}].",
+            rich_help_panel=READING,
         ),
     ] = None,
-    pad_token: PadOpt = None,
     force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite an existing --junit file.")
+        bool,
+        typer.Option(
+            "--force", "-f", help="Overwrite an existing --junit file.", rich_help_panel=OUTPUT
+        ),
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -656,15 +361,10 @@ def check(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ._io import check_output
-    from .gate import build_config, find_config, run_gate
+    from .gate import READING_KEYS, build_config, find_config, run_gate
     from .render.gate import check_format, gate_json, github_annotations, text_lines, write_junit
 
     check_format(fmt)
@@ -673,6 +373,7 @@ def check(
     file = None if no_config else (config if config is not None else find_config("."))
     if file is not None and (as_json or fmt != "text"):
         typer.echo(f"posdiag check: rules from {file}", err=True)  # text: in the header
+    options = {**dataclasses.asdict(reading), "min_count": min_count}
     cfg = build_config(
         file=file,
         encodings=encoding or (),
@@ -681,62 +382,31 @@ def check(
         min_positional_info=min_positional_info,
         min_support=min_support,
         strict=strict,
-        reading={
-            "column": column,
-            "tokenizer": tokenizer,
-            "view": view,
-            "max_len": max_len,
-            "min_count": min_count,
-            "pad_token": pad_token,
-        },
+        reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
         check_output(junit, force)  # refuse before a pass over the corpus
-    _check_ci(ci, replicates)
-    r = cfg.reading
-    sharded = _sharded(
-        corpus,
-        shards,
-        seed,
-        r.get("column"),
-        r.get("tokenizer"),
-        r.get("view"),
-        r.get("max_len"),
-        r.get("pad_token"),
-        quiet,
-        limit=limit,
-        sample=sample,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    with _bootstrap_progress(quiet) as progress:
-        report = run_gate(
-            sharded, cfg, level=ci, replicates=replicates, seed=seed, progress=progress
-        )
+    check_ci(ci, replicates)
+    # The config file's reading keys, overridden by the options given (build_config merged them).
+    counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        report = run_gate(counted, cfg, level=ci, replicates=replicates, seed=seed, progress=bar)
     if junit is not None:
         write_junit(report, junit, force=force)
-    if as_json:
-        typer.echo(json.dumps(gate_json(report), indent=2))
-    elif fmt == "github":
-        for line in github_annotations(report):
-            typer.echo(line)
-    else:
-        for line in text_lines(report):
-            typer.echo(line)
+    lines = github_annotations(report) if fmt == "github" else text_lines(report)
+    emit(as_json, lambda: gate_json(report), "\n".join(lines))
     if not report.passed:
         raise typer.Exit(1)
 
 
 @app.command()
+@reads_corpus
 def diff(
     corpus_a: Annotated[str, typer.Argument(help="Corpus A (file or counts .npz).")],
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
+    reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoding", "-e", help="Encodings to rank, repeatable; default: a standard set."
-        ),
+        Names, encoding_option("Encodings to rank, repeatable; default: a standard set.")
     ] = None,
     rank: Annotated[
         int | None,
@@ -755,206 +425,106 @@ def diff(
         int,
         typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
-    plot: Annotated[
-        Path | None,
-        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
-    ] = False,
+    plot: PlotOpt = None,
+    force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
     from .drift import corpus_drift, count_pair
     from .render.drift import drift_json, print_drift
 
-    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    specs = _specs(encoding)
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
-    if plot is not None:
-        from .render.plots import DRIFT_PLOTS, check_plot_dir
-
-        check_plot_dir(plot, force, DRIFT_PLOTS)
-    with _progress(quiet) as progress:
-        a, b = count_pair(
-            corpus_a,
-            corpus_b,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view,
-            max_len=max_len,
-            pad_token=pad_token,
-            progress=progress,
-            limit=limit,
-            sample=sample,
-            seed=seed,
-            data_dir=data_dir,
-            dtype=dtype,
-            vocab_size=vocab_size,
-        )
+    check_plots(plot, force, drift=True)
+    with progress(quiet) as bar:
+        a, b = count_pair(corpus_a, corpus_b, progress=bar, seed=seed, **reading.kwargs())
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
     )
-    _warn(drift.warnings)
-    if as_json:
-        typer.echo(json.dumps(drift_json(drift), indent=2))
-    else:
-        print_drift(drift, _stdout())
-    if plot is not None:
-        from .render.plots import write_plots
-
-        written = write_plots(plot, drift=drift, force=force)
-        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+    warn(drift.warnings)
+    emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
+    write_plots(plot, force, drift=drift)
 
 
 @app.command("plot")
+@reads_corpus
 def plot_cmd(
     corpus: CorpusArg,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", help="Folder for the PNGs (created if missing).", show_default=False
-        ),
-    ],
+    reading: Reading,
+    output: Annotated[Path, output_option("Folder for the PNGs (created if missing).")],
     encoding: Annotated[
-        list[str] | None,
-        typer.Option("--encoding", "-e", help="Encodings of the stress chart, repeatable."),
+        Names, encoding_option("Encodings of the stress chart, repeatable.")
     ] = None,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
-    force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
-    ] = False,
+    force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
-    from .render.plots import CORPUS_PLOTS, check_plot_dir, write_plots
+    from .render.plots import write_plots as write
 
-    specs = [parse_encoding(e) for e in encoding] if encoding else None
-    check_plot_dir(output, force, CORPUS_PLOTS)
-    counts = _counts(
-        corpus,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        seed=seed,
-        limit=limit,
-        sample=sample,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
+    specs = _specs(encoding)
+    check_plots(output, force)
+    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+    warn(geo.warnings)
+    written = write(output, geometry=geo, report=geometry_report(geo, specs), force=force)
+    w, h = written.pixels
+    lines = [f"  {f}" for f in written.files]
+    emit(
+        as_json,
+        {"directory": written.directory, "files": written.files, "pixels": written.pixels},
+        "\n".join([f"wrote {len(written.files)} plots ({w} x {h} px):", *lines]),
     )
-    geo = corpus_geometry(counts, min_count)
-    _warn(geo.warnings)
-    report = StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, specs)), geo.warnings
-    )
-    written = write_plots(output, geometry=geo, report=report, force=force)
-    if as_json:
-        info = {"directory": written.directory, "files": written.files, "pixels": written.pixels}
-        typer.echo(json.dumps(info, indent=2))
-    else:
-        w, h = written.pixels
-        typer.echo(f"wrote {len(written.files)} plots ({w} x {h} px):")
-        for f in written.files:
-            typer.echo(f"  {f}")
 
 
 @app.command("report")
+@reads_corpus
 def report_cmd(
     corpus: CorpusArg,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="HTML file to write.", show_default=False),
-    ],
+    reading: Reading,
+    output: Annotated[Path, output_option("HTML file to write.")],
     encoding: Annotated[
-        list[str] | None,
-        typer.Option("--encoding", "-e", help="Encodings of the stress table, repeatable."),
+        Names, encoding_option("Encodings of the stress table, repeatable.")
     ] = None,
-    no_plots: Annotated[bool, typer.Option("--no-plots", help="Leave the plots out.")] = False,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
+    no_plots: Annotated[
+        bool, typer.Option("--no-plots", help="Leave the plots out.", rich_help_panel=OUTPUT)
+    ] = False,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
     seed: SampleSeedOpt = 0,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
     from ._io import check_output
     from .render.html import build_report, write_html
 
-    specs = [parse_encoding(e) for e in encoding] if encoding else None
+    specs = _specs(encoding)
     check_output(output, force)
-    counts = _counts(
-        corpus,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        seed=seed,
-        limit=limit,
-        sample=sample,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    geo = corpus_geometry(counts, min_count)
-    _warn(geo.warnings)
-    page = build_report(counts, specs, min_count=min_count, plots=not no_plots, geometry=geo)
+    counted = counts(corpus, reading, quiet, seed=seed)
+    geo = corpus_geometry(counted, min_count)
+    warn(geo.warnings)
+    page = build_report(counted, specs, min_count=min_count, plots=not no_plots, geometry=geo)
     write_html(page, output, force=force)
-    if as_json:
-        info = {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted}
-        typer.echo(json.dumps(info, indent=2))
-    else:
-        extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
-        typer.echo(
-            f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}"
-        )
+    extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
+    emit(
+        as_json,
+        {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted},
+        f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}",
+    )
 
 
 @app.command()
+@reads_corpus
 def diagnose(
     corpus: CorpusArg,
+    reading: Reading,
     encoding: Annotated[
-        list[str] | None,
-        typer.Option("--encoding", "-e", help="NAME[:key=value,...], repeatable; default set."),
+        Names, encoding_option("NAME[:key=value,...], repeatable; default set.")
     ] = None,
     target: Annotated[
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
@@ -966,65 +536,33 @@ def diagnose(
             "-d",
             help="Model dimension d: of the parameter saving, and of every encoding that has "
             "one (sinusoidal, scaled-sinusoidal, learned-random, mds) unless given as d=/dim=.",
+            rich_help_panel=ENCODINGS,
         ),
-    ] = 768,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
+    ] = DEFAULT_DIM,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    plot: Annotated[
-        Path | None,
-        typer.Option("--plot", help="Also write PNG plots into this folder.", show_default=False),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite existing plot files.")
-    ] = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
+    plot: PlotOpt = None,
+    force: PlotForceOpt = False,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
     from .analysis import diagnose as run_diagnose
     from .render.diagnosis import diagnosis_json, print_diagnosis
 
-    specs = [parse_encoding(e) for e in encoding] if encoding else None
-    _check_ci(ci, replicates)
+    specs = _specs(encoding)
+    check_ci(ci, replicates)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
-    if plot is not None:
-        from .render.plots import CORPUS_PLOTS, check_plot_dir
-
-        check_plot_dir(plot, force, CORPUS_PLOTS)
-    counts = _sharded(
-        corpus,
-        shards,
-        seed,
-        column,
-        tokenizer,
-        view,
-        max_len,
-        pad_token,
-        quiet,
-        limit=limit,
-        sample=sample,
-        data_dir=data_dir,
-        dtype=dtype,
-        vocab_size=vocab_size,
-    )
-    with _bootstrap_progress(quiet) as progress:
+    check_plots(plot, force)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
         result = run_diagnose(
-            counts,
+            counted,
             specs,
             min_count=min_count,
             target=target,
@@ -1032,24 +570,19 @@ def diagnose(
             level=ci,
             replicates=replicates,
             seed=seed,
-            progress=progress,
+            progress=bar,
         )
-    _warn(result.warnings)
-    if as_json:
-        typer.echo(json.dumps(diagnosis_json(result), indent=2))
-    else:
-        print_diagnosis(result, _stdout())
+    warn(result.warnings)
+    emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
     if plot is not None:
-        from .render.plots import write_plots
-
         geo = result.geometry
         assert geo is not None
         report = StressReport(result.corpus, spectrum(geo), result.encodings, result.warnings)
-        written = write_plots(plot, geometry=geo, report=report, force=force)
-        typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+        write_plots(plot, force, geometry=geo, report=report)
 
 
 @app.command()
+@reads_corpus
 def inspect(
     encoding_file: Annotated[
         str,
@@ -1059,9 +592,14 @@ def inspect(
             show_default=False,
         ),
     ],
+    reading: Reading,
     corpus: Annotated[
         str | None,
-        typer.Option("--corpus", help="Corpus (or counts .npz) to compare the table with."),
+        typer.Option(
+            "--corpus",
+            help="Corpus (or counts .npz) to compare the table with.",
+            rich_help_panel=READING,
+        ),
     ] = None,
     tensor: Annotated[
         str, typer.Option("--tensor", help="Tensor name inside a .safetensors file.")
@@ -1073,19 +611,9 @@ def inspect(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
     ] = 0,
-    column: ColumnOpt = None,
-    tokenizer: TokenizerOpt = None,
-    view: ViewOpt = None,
-    max_len: MaxLenOpt = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    pad_token: PadOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    data_dir: DataDirOpt = None,
-    dtype: DtypeOpt = None,
-    vocab_size: VocabSizeOpt = None,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
     from .inspect import inspect_table, read_encoding_file
@@ -1094,38 +622,17 @@ def inspect(
     table, used = read_encoding_file(encoding_file, tensor)
     geo = None
     if corpus is not None:
-        counts = _counts(
-            corpus,
-            column,
-            tokenizer,
-            view,
-            max_len,
-            pad_token,
-            quiet,
-            seed=seed,
-            limit=limit,
-            sample=sample,
-            data_dir=data_dir,
-            dtype=dtype,
-            vocab_size=vocab_size,
-        )
-        geo = corpus_geometry(counts, min_count)
-        _warn(geo.warnings)
+        geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+        warn(geo.warnings)
     result = inspect_table(
         table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed
     )
-    if as_json:
-        typer.echo(json.dumps(inspection_json(result), indent=2))
-    else:
-        print_inspection(result, _stdout())
+    emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
 
 @app.command()
 def synth(
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Corpus file to write (.txt).", show_default=False),
-    ],
+    output: Annotated[Path, output_option("Corpus file to write (.txt).")],
     mode: Annotated[
         str, typer.Option("--mode", help="drift (low-rank smooth drift) | shift (Toeplitz).")
     ] = "drift",
@@ -1145,25 +652,22 @@ def synth(
 ) -> None:
     """Write the paper's synthetic corpus: smooth low-rank drift, or a shift-equivariant one."""
     from ._io import atomic_outputs, check_output
+    from ._validate import check_int
     from .synthetic import SynthSpec, synth_distributions, synth_texts
 
     spec = SynthSpec(mode, positions, vocab, rank, sequences, seed, sharpness, width)
     synth_distributions(spec)  # validates every parameter before anything is written
-    from ._validate import check_int
-
     check_int("sequences", sequences, 1)
     check_output(output, force)
     with atomic_outputs([output], force) as (tmp,), open(tmp, "w", encoding="utf-8") as fh:
         for line in synth_texts(spec):
             fh.write(line + "\n")
-    info = {"output": str(output), **{k: getattr(spec, k) for k in spec.__dataclass_fields__}}
-    if as_json:
-        typer.echo(json.dumps(info, indent=2))
-    else:
-        typer.echo(
-            f"wrote {output}: {sequences:,} sequences of {positions} tokens, mode {mode}, "
-            f"vocabulary {vocab}, seed {seed}"
-        )
+    emit(
+        as_json,
+        {"output": str(output), **{k: getattr(spec, k) for k in spec.__dataclass_fields__}},
+        f"wrote {output}: {sequences:,} sequences of {positions} tokens, mode {mode}, "
+        f"vocabulary {vocab}, seed {seed}",
+    )
 
 
 @app.command()
@@ -1172,32 +676,25 @@ def merge(
         list[Path],
         typer.Argument(help="Counts files (.npz) from 'posdiag count'.", show_default=False),
     ],
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Merged counts file (.npz).", show_default=False),
-    ],
+    output: Annotated[Path, output_option("Merged counts file (.npz).")],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Sum counts files of the same tokenizer, view, max_len and vocabulary."""
-    from ._io import check_output
     from .counts import load_counts, merge_counts
 
-    if not str(output).endswith(".npz"):
-        raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
-    check_output(output, force)
+    _npz_output(output, force)
     names = [str(p) for p in inputs]
     merged = merge_counts([load_counts(p) for p in inputs], names)
     save_counts(merged, output, force=force)
     info = {**dict(merged.meta), "output": str(output), "nnz": int(merged.matrix.nnz)}
-    if as_json:
-        typer.echo(json.dumps(info, indent=2))
-    else:
-        typer.echo(
-            f"wrote {output}: {len(names)} files, {info['sequences']:,} sequences, "
-            f"{info['tokens']:,} tokens, {merged.n} x {merged.vocab_size:,} counts "
-            f"({info['nnz']:,} non-zero)"
-        )
+    emit(
+        as_json,
+        info,
+        f"wrote {output}: {len(names)} files, {info['sequences']:,} sequences, "
+        f"{info['tokens']:,} tokens, {merged.n} x {merged.vocab_size:,} counts "
+        f"({info['nnz']:,} non-zero)",
+    )
 
 
 @app.command()
@@ -1206,10 +703,7 @@ def corpora(as_json: JsonOpt = False) -> None:
     from .render.corpora import corpora_json, print_corpora
 
     rows = corpora_json()
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        print_corpora(rows, _stdout())
+    emit(as_json, rows, lambda out: print_corpora(rows, out))
 
 
 def _version(value: bool) -> None:

@@ -49,6 +49,7 @@ from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
 
 __all__ = [
     "CONFIG_FILES",
+    "READING_KEYS",
     "GateConfig",
     "GateFacts",
     "GateReport",
@@ -64,6 +65,8 @@ __all__ = [
 # Keys of the config table; reading options use the CLI's option names.
 _RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
 _READ_KEYS = ("column", "tokenizer", "view", "max-len", "min-count", "pad-token")
+# The same keys as GateConfig.reading and build_config's ``reading`` spell them.
+READING_KEYS = tuple(k.replace("-", "_") for k in _READ_KEYS)
 
 
 def _encoding_key(spec: str) -> str:

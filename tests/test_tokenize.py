@@ -13,7 +13,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, processors
 from typer.testing import CliRunner
 
-from posdiag.cli import _Bar, app
+from posdiag._cli_options import CountingBar, counting_columns
+from posdiag.cli import app
 from posdiag.errors import PosdiagError
 from posdiag.sources import HubUnavailable
 from posdiag.tokenize import load_tokenizer, view
@@ -85,10 +86,8 @@ def test_hub_tokenizer_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.Mo
 def test_progress_bar_shows_sequences_tokens_rate_and_eta() -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=200)
-    from posdiag import cli
-
-    with Progress(*cli._columns(), console=console, auto_refresh=False) as prog:
-        bar = _Bar(prog)
+    with Progress(*counting_columns(), console=console, auto_refresh=False) as prog:
+        bar = CountingBar(prog)
         bar.start(100, "documents")
         bar(50, 60, 1234)
         prog.refresh()

@@ -26,8 +26,7 @@ from ..analysis import (
     CorpusGeometry,
     StressReport,
     corpus_geometry,
-    score_encodings,
-    spectrum,
+    geometry_report,
 )
 from ..counts import Counts
 from ..geometry import positional_information, significant_negative
@@ -200,9 +199,7 @@ def build_report(
 ) -> HtmlReport:
     """Analyse ``counts`` and render its page (plots inline when matplotlib is installed)."""
     geo = geometry if geometry is not None else corpus_geometry(counts, min_count)
-    report = StressReport(
-        geo.summary, spectrum(geo), tuple(score_encodings(geo, encodings)), geo.warnings
-    )
+    report = geometry_report(geo, encodings)
     info, _ = positional_information(counts.matrix[: geo.n_eff])
     pngs: dict[str, bytes] = {}
     omitted = None

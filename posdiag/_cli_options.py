@@ -1,0 +1,381 @@
+"""What the ``posdiag`` commands share: option types grouped into help panels, the reading
+options as one :class:`~posdiag.reading.Reading`, progress bars, and one way to emit a result.
+
+Only :mod:`posdiag.cli` imports this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from .counts import Counts
+from .reading import READING_FIELDS, Reading
+from .uncertainty import ShardedCounts, corpus_counts_sharded
+
+# Help panels of `posdiag COMMAND --help`.
+READING = "Reading the corpus"
+ENCODINGS = "Encodings"
+UNCERTAINTY = "Uncertainty"
+OUTPUT = "Output"
+
+CorpusArg = Annotated[
+    str,
+    typer.Argument(
+        help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
+        "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
+        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG]\\[@SPLIT], token ids (.npy, "
+        ".bin), or a counts .npz from 'posdiag count'.",
+        show_default=False,
+    ),
+]
+
+# ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
+ColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--column",
+        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+        "(default: text; presets: their own).",
+        rich_help_panel=READING,
+    ),
+]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        "-t",
+        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+        "(default: whitespace).",
+        rich_help_panel=READING,
+    ),
+]
+ViewOpt = Annotated[
+    str | None,
+    typer.Option("--view", help="text | model | packed (default: text).", rich_help_panel=READING),
+]
+MaxLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-len", "-n", help="Positions counted, n (default: 512).", rich_help_panel=READING
+    ),
+]
+PadOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pad-token", help="Pad token for --view model, if not found.", rich_help_panel=READING
+    ),
+]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        help="Analyse only the first N documents (token ids: windows).",
+        rich_help_panel=READING,
+    ),
+]
+SampleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sample",
+        help="Analyse a seeded random fraction F in (0, 1] of the documents.",
+        rich_help_panel=READING,
+    ),
+]
+DataDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-dir",
+        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
+        rich_help_panel=READING,
+    ),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16).",
+        rich_help_panel=READING,
+    ),
+]
+VocabSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--vocab-size",
+        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+        rich_help_panel=READING,
+    ),
+]
+_READING_OPTIONS: dict[str, Any] = {
+    "column": ColumnOpt,
+    "tokenizer": TokenizerOpt,
+    "view": ViewOpt,
+    "max_len": MaxLenOpt,
+    "pad_token": PadOpt,
+    "limit": LimitOpt,
+    "sample": SampleOpt,
+    "data_dir": DataDirOpt,
+    "dtype": DtypeOpt,
+    "vocab_size": VocabSizeOpt,
+}
+assert tuple(_READING_OPTIONS) == READING_FIELDS
+
+MinCountOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-count",
+        help="Positions with fewer sequences are dropped (and listed).",
+        rich_help_panel=READING,
+    ),
+]
+# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
+SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
+
+# ---- uncertainty ------------------------------------------------------------------------------
+ShardsOpt = Annotated[
+    int,
+    typer.Option(
+        "--shards",
+        help="Random shards counted for the bootstrap intervals (0: no intervals).",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+CiOpt = Annotated[
+    float,
+    typer.Option("--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY),
+]
+SeedOpt = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        help="Seed of --sample, shards, bootstrap and splits.",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+ReplicatesOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicates",
+        help="Bootstrap replicates (each recomputes the geometry).",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+
+# ---- output -----------------------------------------------------------------------------------
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON object instead of tables.", rich_help_panel=OUTPUT),
+]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", "-f", help="Overwrite an existing output file.", rich_help_panel=OUTPUT
+    ),
+]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        help="Also write PNG plots into this folder.",
+        show_default=False,
+        rich_help_panel=OUTPUT,
+    ),
+]
+PlotForceOpt = Annotated[
+    bool,
+    typer.Option("--force", "-f", help="Overwrite existing plot files.", rich_help_panel=OUTPUT),
+]
+
+
+def encoding_option(help: str, panel: str = ENCODINGS) -> Any:
+    """The repeatable ``--encoding/-e`` option, with the command's own help text."""
+    return typer.Option("--encoding", "-e", help=help, rich_help_panel=panel)
+
+
+def output_option(help: str) -> Any:
+    """The required ``--output/-o`` option, with the command's own help text."""
+    return typer.Option("--output", "-o", help=help, show_default=False, rich_help_panel=OUTPUT)
+
+
+def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` the ten reading options; it receives them as one ``reading: Reading``.
+
+    typer reads a command's options from its signature, so the wrapper shows the command's own
+    parameters (without ``reading``) followed by the reading options.
+    """
+    sig = inspect.signature(command, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != "reading"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
+        for name, option in _READING_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        reading = Reading(**{name: kwargs.pop(name) for name in READING_FIELDS})
+        return command(*args, reading=reading, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def stdout() -> Console:
+    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+def emit(as_json: bool, document: Any, text: str | Callable[[Console], None]) -> None:
+    """Print ``document`` as indented JSON, or else ``text`` (a line, or a printer of tables).
+
+    ``document`` may be a callable that builds it, so text output never builds it.
+    """
+    if as_json:
+        doc = document() if callable(document) else document
+        typer.echo(json.dumps(doc, indent=2))
+    elif isinstance(text, str):
+        typer.echo(text)
+    else:
+        text(stdout())
+
+
+def warn(messages: Sequence[str]) -> None:
+    for m in messages:
+        typer.echo(f"Warning: {m}", err=True)
+
+
+def check_ci(ci: float, replicates: int) -> None:
+    """Check the interval options before a pass over the corpus, not after."""
+    from ._validate import check_int
+    from .uncertainty import check_level
+
+    check_level(ci)
+    check_int("replicates", replicates, 2)
+
+
+def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:
+    """Refuse an unusable plot folder before a pass over the corpus (nothing when None).
+
+    ``drift``: the folder will get the drift plots, not the corpus plots.
+    """
+    if plot is None:
+        return
+    from .render.plots import CORPUS_PLOTS, DRIFT_PLOTS, check_plot_dir
+
+    check_plot_dir(plot, force, DRIFT_PLOTS if drift else CORPUS_PLOTS)
+
+
+def write_plots(plot: Path | None, force: bool, **what: Any) -> None:
+    """Write the ``--plot`` PNGs of ``what`` and say so on stderr (nothing when None)."""
+    if plot is None:
+        return
+    from .render.plots import write_plots as write
+
+    written = write(plot, force=force, **what)
+    typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+
+
+class CountingBar:
+    """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
+
+    def __init__(self, prog: Progress) -> None:
+        self._prog = prog
+        self._unit = "documents"
+        self._task = prog.add_task("counting", total=None, seqs=0, toks=0, rate=0.0)
+
+    def start(self, total: int | None, unit: str) -> None:
+        self._unit = unit
+        self._prog.update(self._task, total=total)
+
+    def __call__(self, docs: int, seqs: int, toks: int) -> None:
+        task = self._prog.tasks[0]
+        rate = toks / (task.elapsed or 1e-9)
+        done = toks if self._unit == "tokens" else docs
+        self._prog.update(self._task, completed=done, seqs=seqs, toks=toks, rate=rate)
+
+
+def counting_columns() -> tuple[Any, ...]:
+    return (
+        SpinnerColumn(),
+        TextColumn("counting"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
+        TextColumn("{task.fields[rate]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+
+
+@contextmanager
+def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A rich progress bar of the counting on a terminal's stderr; nothing when piped or quiet."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress(*counting_columns(), console=err, transient=True) as prog:
+        yield CountingBar(prog)
+
+
+@contextmanager
+def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar of the bootstrap replicates on a terminal's stderr."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("bootstrap"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("bootstrap", total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
+def sharded(
+    corpus: str, reading: Reading, quiet: bool, *, shards: int = 0, seed: int = 0
+) -> ShardedCounts:
+    """Count ``corpus`` as ``reading`` says, in ``shards`` seeded shards (0: one), with a bar.
+
+    ``seed`` seeds both the shards and ``--sample``.
+    """
+    with progress(quiet) as bar:
+        return corpus_counts_sharded(
+            corpus, shards=shards, seed=seed, progress=bar, **reading.kwargs()
+        )
+
+
+def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:
+    """Count ``corpus`` as ``reading`` says, with a bar; ``seed`` seeds ``--sample``."""
+    return sharded(corpus, reading, quiet, seed=seed).counts
