@@ -142,7 +142,8 @@ MinCountOpt = Annotated[
     int,
     typer.Option(
         "--min-count",
-        help="Positions with fewer sequences are dropped (and listed).",
+        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+        "dropped (and listed).",
         rich_help_panel=READING,
     ),
 ]

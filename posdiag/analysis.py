@@ -29,6 +29,7 @@ from .geometry import (
     stress_by_rank,
     supported_prefix,
 )
+from .padding import padding_warnings
 from .uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
@@ -80,8 +81,11 @@ UNSTABLE_SHARE = 0.5
 class CorpusSummary:
     """What was analysed: the corpus, how it was read, and which positions are covered.
 
-    ``supports`` has shape (max_len,); ``dropped`` lists positions at or after ``n_eff`` that
-    have any support (they are reported, never mixed in).
+    ``supports`` has shape (max_len,): sequences reaching each position. ``real_supports``, same
+    shape, counts the real (non-pad) tokens there: in the model view every sequence is padded to
+    ``max_len``, so ``supports`` is flat and ``min_count`` counts ``real_supports`` instead
+    (``support_unit`` says which: ``"sequences"`` or ``"real tokens"``). ``dropped`` lists
+    positions at or after ``n_eff`` that have any such support (reported, never mixed in).
     """
 
     source: str
@@ -97,6 +101,22 @@ class CorpusSummary:
     n_eff: int
     supports: tuple[int, ...]
     dropped: tuple[int, ...]
+    real_supports: tuple[int, ...] = ()
+    support_unit: str = "sequences"
+
+    @property
+    def counted_supports(self) -> tuple[int, ...]:
+        """What ``min_count`` (and ``check --min-support``) count at each position."""
+        return self.real_supports or self.supports
+
+    @property
+    def real_share(self) -> tuple[float, ...]:
+        """Share of real (non-pad) tokens among the sequences at each position (1 without
+        padding; NaN where no sequence reaches)."""
+        return tuple(
+            r / s if s else math.nan
+            for r, s in zip(self.counted_supports, self.supports, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -128,9 +148,12 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     """What ``counts`` holds and which prefix ``0..n_eff-1`` has support >= ``min_count``."""
     min_count = check_int("min_count", min_count, 1)
     supports = counts.supports
-    n_eff = supported_prefix(supports, min_count)
+    padded = counts.pad_id is not None
+    # In the model view every sequence reaches every position: count real tokens instead.
+    counted = counts.real_supports if padded else supports
+    n_eff = supported_prefix(counted, min_count)
     meta = counts.meta
-    nonzero = np.flatnonzero(supports > 0)
+    nonzero = np.flatnonzero(counted > 0)
     last = int(nonzero[-1]) if nonzero.size else -1
     return CorpusSummary(
         source=str(meta.get("source", "<counts>")),
@@ -146,6 +169,8 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
         n_eff=n_eff,
         supports=tuple(int(s) for s in supports),
         dropped=tuple(range(n_eff, last + 1)),
+        real_supports=tuple(int(s) for s in counted) if padded else (),
+        support_unit="real tokens" if padded else "sequences",
     )
 
 
@@ -154,10 +179,11 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
     if n_eff < 2:
-        head = ", ".join(str(s) for s in summary.supports[:5])
+        head = ", ".join(str(s) for s in summary.counted_supports[:5])
+        what = "supports" if summary.support_unit == "sequences" else "real-token supports"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
-            f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
+            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
         )
     d_h = hellinger_distances(counts.matrix[:n_eff])
     largest = float(d_h.max())
@@ -170,6 +196,7 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
         warnings.simplefilter("always")
         mds = classical_mds(d_h)
     notes = [str(w.message) for w in caught]
+    notes += padding_warnings(summary)
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
         notes.append(

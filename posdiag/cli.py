@@ -303,7 +303,11 @@ def check(
     ] = None,
     min_support: Annotated[
         int | None,
-        _rule("--min-support", "Smallest support N_i over the counted positions 0..n-1."),
+        _rule(
+            "--min-support",
+            "Smallest support N_i over the counted positions 0..n-1: sequences, or real "
+            "(non-pad) tokens with --view model.",
+        ),
     ] = None,
     strict: Annotated[
         bool | None,
@@ -345,7 +349,8 @@ def check(
         int | None,
         typer.Option(
             "--min-count",
-            help=f"Positions with fewer sequences are dropped \\[default: {DEFAULT_MIN_COUNT}].",
+            help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+            f"dropped \\[default: {DEFAULT_MIN_COUNT}].",
             rich_help_panel=READING,
         ),
     ] = None,

@@ -98,6 +98,27 @@ class Counts:
         return np.asarray(self.matrix.sum(axis=1)).ravel().astype(np.int64)
 
     @property
+    def pad_id(self) -> int | None:
+        """The id the model view padded with (from the metadata; None for other views and for
+        counts files of older versions)."""
+        pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
+        return None if pad is None else int(pad)
+
+    @property
+    def real_supports(self) -> np.ndarray:
+        """Real (non-pad) tokens at each position, of shape (n_positions,).
+
+        In the model view every sequence reaches every position, padded to ``max_len``, so
+        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
+        the pad token. Equal to :attr:`supports` when nothing was padded.
+        """
+        sup = self.supports
+        pad = self.pad_id
+        if pad is None or pad >= self.vocab_size:
+            return sup
+        return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
+
+    @property
     def vocab_seen(self) -> int:
         """Number of distinct token ids that occur anywhere."""
         return int(np.unique(self.matrix.indices).size)
@@ -388,6 +409,9 @@ def count_texts(
     meta = _meta(
         source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
     )
+    if view_name == "model":
+        # Which id is padding, so supports can count real tokens (Counts.real_supports).
+        meta["pad_id"] = tokenizer.pad_id()
     vocab = tokenizer.vocabulary()
     mats = tuple(acc.matrix(v) for acc in accs)
     if not k:

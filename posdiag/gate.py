@@ -11,7 +11,7 @@ A rule is a threshold on one figure posdiag measures:
     ``I(position; token)`` over the analysed positions, in bits, must reach a minimum;
 ``min-support``
     every counted position ``0..max_len-1`` (the model's context, not only the analysed prefix)
-    must have at least this many sequences.
+    must have at least this many sequences (in the model view: real, non-pad tokens).
 
 Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
 top level of ``posdiag.toml``, searched from the working directory up to the repository root, see
@@ -456,7 +456,8 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
             )
         )
     if config.min_support is not None:
-        low, pos = _support_figure(facts.corpus.supports)
+        # Model view: real (non-pad) tokens, since every sequence is padded to every position.
+        low, pos = _support_figure(facts.corpus.counted_supports)
         out.append(
             RuleResult(
                 "min-support",
@@ -467,7 +468,7 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
                 low >= config.min_support,
                 "smallest support",
                 f"at position {pos} of 0..{facts.corpus.max_len - 1}",
-                " sequences",
+                f" {facts.corpus.support_unit}",
             )
         )
     return GateReport(facts.corpus, tuple(out), config.strict, config.source)

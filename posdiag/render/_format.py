@@ -74,5 +74,20 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
         ("min_count", str(c.min_count)),
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
+        *_real_rows(c),
         ("dropped positions", span(c.dropped)),
+    ]
+
+
+def _real_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """The model view's real (non-pad) tokens: what min_count counted there."""
+    if not c.real_supports:
+        return []
+    real, share, last = c.real_supports, c.real_share, c.n_eff - 1
+    return [
+        (
+            "real (non-pad) tokens",
+            f"{real[0]:,} ({share[0]:.1%}) .. {real[last]:,} ({share[last]:.1%}); "
+            "min_count counts these",
+        )
     ]
