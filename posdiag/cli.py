@@ -616,21 +616,58 @@ def inspect(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
     ] = 0,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    min_count: Annotated[
+        int | None,
+        typer.Option(
+            "--min-count",
+            help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+            "dropped \\[default: the encoding file's, else 100].",
+            rich_help_panel=READING,
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
+    """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity.
+
+    A file from 'posdiag build-encoding' says how its corpus was read (tokenizer, view, max-len,
+    min-count): the corpus is read the same way unless an option says otherwise.
+    """
+    from .counts import is_counts_file
+    from .encoding_meta import inspect_reading, read_encoding_meta, row_notes
     from .inspect import inspect_table, read_encoding_file
     from .render.inspection import inspection_json, print_inspection
 
     table, used = read_encoding_file(encoding_file, tensor)
-    geo = None
+    meta = read_encoding_meta(encoding_file)
+    geo, notes, from_file = None, tuple[str, ...](), dict[str, str]()
     if corpus is not None:
-        geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
-        warn(geo.warnings)
+        plan = inspect_reading(
+            encoding_file,
+            meta,
+            reading,
+            min_count,
+            DEFAULT_MIN_COUNT,
+            counts_file=is_counts_file(corpus),
+        )
+        geo = corpus_geometry(counts(corpus, plan.reading, quiet, seed=seed), plan.min_count)
+        from_file = {k: meta[k] for k in plan.from_file}
+        npz = corpus if is_counts_file(corpus) else None
+        notes = (
+            *plan.notes,
+            *row_notes(encoding_file, table.shape[0], meta, geo.summary, counts_file=npz),
+        )
+        warn((*geo.warnings, *notes))
     result = inspect_table(
-        table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed
+        table,
+        geo,
+        path=encoding_file,
+        tensor=used,
+        collapse_tol=collapse_tol,
+        seed=seed,
+        from_file=from_file,
+        warnings=notes,
     )
     emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
