@@ -1,4 +1,4 @@
-"""Throughput and peak memory of counting (issue 3 targets).
+"""Throughput and peak memory of counting, against the targets below.
 
 1. Text corpora: tokenize + view + count vs the same tokenizer's ``encode_batch`` alone on the
    same texts and batches (target: ratio >= 0.9).

@@ -234,7 +234,7 @@ def spectrum(
 
 @dataclass(frozen=True)
 class EncodingScore:
-    """One row of the stress table (GEOMETRY.md section 4); ``spearman`` may be NaN.
+    """One row of the stress table (docs/geometry.md section 4); ``spearman`` may be NaN.
 
     ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
     no interval was computed.
@@ -523,7 +523,7 @@ def stress_report(
 
 
 # ---------------------------------------------------------------------------------------------
-# posdiag diagnose: the theory's checks on one corpus (GEOMETRY.md section 8, docs/theory.md)
+# posdiag diagnose: the theory's checks on one corpus (docs/geometry.md section 8, docs/theory.md)
 # ---------------------------------------------------------------------------------------------
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
@@ -860,7 +860,7 @@ def diagnose(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Diagnosis:
-    """Run every theory diagnostic on a corpus (GEOMETRY.md section 8, docs/theory.md).
+    """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
     Parameters
     ----------

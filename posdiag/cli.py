@@ -445,7 +445,7 @@ def diff(
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
-        a, b = count_pair(corpus_a, corpus_b, progress=bar, seed=seed, **reading.kwargs())
+        a, b = count_pair(corpus_a, corpus_b, reading, seed=seed, progress=bar)
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
     )

@@ -421,6 +421,119 @@ def count_texts(
     return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
 
 
+@dataclass(frozen=True)
+class _Windows:
+    """Which ``n``-token windows of an id file are counted (``--limit`` / ``--sample``).
+
+    ``n_full`` windows are whole and a shorter tail of ``rem`` tokens follows when ``rem > 0``.
+    Without ``chosen`` the first ``windows`` windows are read in file order; with it, exactly
+    the windows it lists (sorted). ``sequences`` and ``tokens`` are what will be counted.
+    """
+
+    n: int
+    n_full: int
+    rem: int
+    windows: int
+    chosen: np.ndarray | None
+    sequences: int
+    tokens: int
+
+
+def _select_windows(total: int, n: int, source: Source) -> _Windows:
+    """The windows of a ``total``-token id file that ``source``'s limit and sample select."""
+    n_full, rem = divmod(total, n)
+    windows = n_full + (1 if rem else 0)
+    if source.sample is None:
+        windows = windows if source.limit is None else min(windows, source.limit)
+        return _Windows(n, n_full, rem, windows, None, windows, min(total, windows * n))
+    rng = np.random.default_rng(source.seed)
+    chosen = np.flatnonzero(rng.random(windows) < source.sample)
+    if source.limit is not None:
+        chosen = chosen[: source.limit]
+    tokens = int(np.count_nonzero(chosen < n_full)) * n + (rem if n_full in chosen else 0)
+    return _Windows(n, n_full, rem, windows, chosen, int(chosen.size), tokens)
+
+
+def _id_blocks(
+    arr: np.ndarray, sel: _Windows, per_block: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(block of windows, file offset of each window), in file order, ``per_block`` at a time."""
+    n, n_full = sel.n, sel.n_full
+    full = arr[: n_full * n].reshape(n_full, n)
+    tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
+    if sel.chosen is None:
+        last_full = min(n_full, sel.windows)
+        for w0 in range(0, last_full, per_block):
+            w1 = min(w0 + per_block, last_full)
+            yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
+        if sel.windows > n_full:
+            yield tail
+    else:
+        for c0 in range(0, sel.chosen.size, per_block):
+            part = sel.chosen[c0 : c0 + per_block]
+            rows = part[part < n_full]
+            yield np.asarray(full[rows]), rows * n
+            if rows.size < part.size:
+                yield tail
+
+
+def _first_bad_id(block: np.ndarray, v: int) -> tuple[int, int] | None:
+    """(row, column) of the first id of ``block`` outside ``[0, v)``, in row-major order."""
+    signed = block.dtype.kind == "i"
+    if not block.size or (block.max() < v and not (signed and block.min() < 0)):
+        return None
+    bad = (block >= v) | (block < 0) if signed else block >= v
+    r, c = divmod(int(np.argmax(bad)), block.shape[1])
+    return r, c
+
+
+def _bad_id_error(name: str, token: int, offset: int, v: int) -> PosdiagError:
+    return PosdiagError(
+        f"{name}: token id {token} at offset {offset:,} is outside [0, --vocab-size={v})"
+    )
+
+
+def _pipelined_count(
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]],
+    acc: CountAccumulator,
+    v: int,
+    name: str,
+    progress: ProgressFn | None,
+) -> tuple[int, int]:
+    """Count ``blocks`` into the dense ``acc``; returns (windows, tokens) counted.
+
+    Two stages: a helper thread reads, checks and transposes block k+1 while this thread counts
+    block k (``np.add.at`` holds the GIL; the copies release it).
+    """
+    buffers: list[np.ndarray | None] = [None, None]
+
+    def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+        block, offsets = item
+        bad = _first_bad_id(block, v)
+        if bad is not None:
+            r, c = bad
+            raise _bad_id_error(name, int(block[r, c]), int(offsets[r]) + c, v)
+        cols = acc.columns(block, buffers[k])
+        buffers[k] = cols
+        return cols
+
+    seqs = toks = 0
+    with ThreadPoolExecutor(1) as pool:
+        first = next(blocks, None)
+        pending = None if first is None else pool.submit(prepare, first, 0)
+        k = 0
+        while pending is not None:
+            cols = pending.result()
+            nxt = next(blocks, None)
+            k ^= 1
+            pending = None if nxt is None else pool.submit(prepare, nxt, k)
+            toks += acc.add_columns(cols) if cols.size else 0
+            seqs += cols.shape[1]
+            if progress is not None:
+                progress(seqs, seqs, toks)
+    return seqs, toks
+
+
 def count_ids(
     source: Source,
     *,
@@ -453,102 +566,34 @@ def count_ids(
     n = check_int("max_len", max_len, 1)
     v = check_int("vocab_size", vocab_size, 1)
     arr = source.token_ids()
-    total = int(arr.size)
-    n_full, rem = divmod(total, n)
-    windows = n_full + (1 if rem else 0)
+    sel = _select_windows(int(arr.size), n, source)
     acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
     per_block = max(1, block_tokens // n)
-    if source.sample is not None:
-        rng = np.random.default_rng(source.seed)
-        chosen: np.ndarray | None = np.flatnonzero(rng.random(windows) < source.sample)
-        if source.limit is not None:
-            chosen = chosen[: source.limit]  # type: ignore[index]
-        n_seqs = int(chosen.size)  # type: ignore[union-attr]
-        n_toks = int(np.count_nonzero(chosen < n_full)) * n + (rem if n_full in chosen else 0)  # type: ignore[operator]
-    else:
-        chosen = None
-        windows = windows if source.limit is None else min(windows, source.limit)
-        n_seqs, n_toks = windows, min(total, windows * n)
-    _start(progress, n_toks, "tokens")
-    full = arr[: n_full * n].reshape(n_full, n)
-    seqs = toks = 0
-
-    def check(block: np.ndarray, offsets: np.ndarray) -> None:
-        """Refuse ids outside [0, v) in ``block`` whose rows start at file ``offsets``."""
-        signed = block.dtype.kind == "i"
-        if block.size and (block.max() >= v or (signed and block.min() < 0)):
-            bad = (block >= v) | (block < 0) if signed else block >= v
-            r, c = divmod(int(np.argmax(bad)), block.shape[1])
-            raise PosdiagError(
-                f"{source.name}: token id {int(block[r, c])} at offset {int(offsets[r]) + c:,} "
-                f"is outside [0, --vocab-size={v})"
-            )
-
-    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(block of windows, file offset of each window), in file order."""
-        tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
-        if chosen is None:
-            last_full = min(n_full, windows)
-            for w0 in range(0, last_full, per_block):
-                w1 = min(w0 + per_block, last_full)
-                yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
-            if windows > n_full:
-                yield tail
-        else:
-            for c0 in range(0, chosen.size, per_block):
-                part = chosen[c0 : c0 + per_block]
-                rows = part[part < n_full]
-                yield np.asarray(full[rows]), rows * n
-                if rows.size < part.size:
-                    yield tail
-
+    _start(progress, sel.tokens, "tokens")
     if workers is None:
         workers = min(os.cpu_count() or 1, 4)
     if (
         acc.dense
         and workers > 1
         and n >= 2
-        and n_toks >= parallel_min_tokens
+        and sel.tokens >= parallel_min_tokens
         and "fork" in multiprocessing.get_all_start_methods()
     ):
-        big = n_seqs > CountAccumulator._INT32_MAX
+        big = sel.sequences > CountAccumulator._INT32_MAX
         acc._dense = _forked_count(
-            blocks, n, v, min(workers, n), np.int64 if big else np.int32, source.name, progress
+            lambda: _id_blocks(arr, sel, per_block),
+            n,
+            v,
+            min(workers, n),
+            np.int64 if big else np.int32,
+            source.name,
+            progress,
         )
-        if n_toks == 0:
-            raise PosdiagError(f"{source.name}: no tokens to count")
-        meta = _meta(
-            source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, n_seqs, n_seqs, n_toks
+        seqs, toks = sel.sequences, sel.tokens
+    else:
+        seqs, toks = _pipelined_count(
+            _id_blocks(arr, sel, per_block), acc, v, source.name, progress
         )
-        meta.update(_selection_meta(source))
-        return Counts(acc.matrix(v), meta)
-
-    buffers: list[np.ndarray | None] = [None, None]
-
-    def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
-        """Read, check and transpose one block (in the helper thread: it releases the GIL)."""
-        block, offsets = item
-        check(block, offsets)
-        cols = acc.columns(block, buffers[k])
-        buffers[k] = cols
-        return cols
-
-    # Two stages: a helper thread reads, checks and transposes block k+1 while this thread
-    # counts block k (np.add.at holds the GIL; the copies release it).
-    with ThreadPoolExecutor(1) as pool:
-        it = iter(blocks())
-        first = next(it, None)
-        pending = None if first is None else pool.submit(prepare, first, 0)
-        k = 0
-        while pending is not None:
-            cols = pending.result()
-            nxt = next(it, None)
-            k ^= 1
-            pending = None if nxt is None else pool.submit(prepare, nxt, k)
-            toks += acc.add_columns(cols) if cols.size else 0
-            seqs += cols.shape[1]
-            if progress is not None:
-                progress(seqs, seqs, toks)
     if toks == 0:
         raise PosdiagError(f"{source.name}: no tokens to count")
     meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)
@@ -594,10 +639,9 @@ def _forked_count(
                 w, m = part.shape
                 if w == 0 or m == 0:
                     continue
-                signed = part.dtype.kind == "i"
-                if part.max() >= v or (signed and part.min() < 0):
-                    bad = (part >= v) | (part < 0) if signed else part >= v
-                    r, c = divmod(int(np.argmax(bad)), m)
+                bad = _first_bad_id(part, v)
+                if bad is not None:
+                    r, c = bad
                     status[k] = (1, int(offsets[r]) + lo + c, int(part[r, c]))
                     return
                 if buf is None or buf.dtype != part.dtype or buf.size < w * m:
@@ -633,10 +677,7 @@ def _forked_count(
     bad = [k for k in range(workers) if status[k, 0] == 1]
     if bad:
         k = min(bad, key=lambda j: int(status[j, 1]))
-        raise PosdiagError(
-            f"{name}: token id {int(status[k, 2])} at offset {int(status[k, 1]):,} "
-            f"is outside [0, --vocab-size={v})"
-        )
+        raise _bad_id_error(name, int(status[k, 2]), int(status[k, 1]), v)
     return dense
 
 

@@ -43,6 +43,7 @@ from .counts import (
 )
 from .errors import PosdiagError
 from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+from .reading import Reading
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -81,28 +82,20 @@ def _check_compatible(a: Counts, b: Counts) -> None:
 def count_pair(
     a: str,
     b: str,
+    reading: Reading | None = None,
     *,
-    column: str | None = None,
-    tokenizer: str | None = None,
-    view_name: str | None = None,
-    max_len: int | None = None,
-    pad_token: str | None = None,
-    progress: ProgressFn | None = None,
-    limit: int | None = None,
-    sample: float | None = None,
     seed: int = 0,
-    data_dir: str | None = None,
-    dtype: str | None = None,
-    vocab_size: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Each side is counted as :func:`posdiag.counts.corpus_counts` would. A counts ``.npz`` fixes
-    tokenizer, view and max_len for the other side; ``whitespace`` ids, which depend on the corpus
-    they were counted from, are renumbered onto one vocabulary through the stored vocabularies.
-    ``limit``, ``sample``, ``seed`` and ``data_dir`` apply to both sides, as in
-    :func:`posdiag.sources.open_source`; token id files (``.npy``, ``.bin``) are counted with
-    ``dtype`` and ``vocab_size`` in the packed view, as by :func:`posdiag.counts.corpus_counts`.
+    Each side is counted as :func:`posdiag.counts.corpus_counts` would with ``reading`` (default:
+    every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for the
+    other side; ``whitespace`` ids, which depend on the corpus they were counted from, are
+    renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
+    ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.sources.open_source`;
+    token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
+    packed view, as by :func:`posdiag.counts.corpus_counts`.
     """
     from .sources import open_source
 
@@ -110,29 +103,38 @@ def count_pair(
         raise PosdiagError(
             "'-' (stdin) can be read only once; save it to a file to compare it with itself"
         )
-
+    r = reading if reading is not None else Reading()
     loaded: dict[str, Counts] = {}
     for name in (a, b):
         if is_counts_file(name) and name not in loaded:
             loaded[name] = corpus_counts(
                 name,
-                column=column,
-                tokenizer=tokenizer,
-                view_name=view_name,
-                max_len=max_len,
-                limit=limit,
-                sample=sample,
+                column=r.column,
+                tokenizer=r.tokenizer,
+                view_name=r.view,
+                max_len=r.max_len,
+                limit=r.limit,
+                sample=r.sample,
             )
     if loaded:
         meta = next(iter(loaded.values())).meta
-        tokenizer = tokenizer or str(meta.get("tokenizer"))
-        view_name = view_name or str(meta.get("view"))
-        max_len = max_len if max_len is not None else int(meta.get("max_len", 512))
+        r = replace(
+            r,
+            tokenizer=r.tokenizer or str(meta.get("tokenizer")),
+            view=r.view or str(meta.get("view")),
+            max_len=r.max_len if r.max_len is not None else int(meta.get("max_len", 512)),
+        )
     raw = [n for n in (a, b) if n not in loaded]
     # Both checked before any counting.
     sources = {
         n: open_source(
-            n, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+            n,
+            r.column,
+            limit=r.limit,
+            sample=r.sample,
+            seed=seed,
+            data_dir=r.data_dir,
+            dtype=r.dtype,
         )
         for n in raw
     }
@@ -141,18 +143,10 @@ def count_pair(
         if name in loaded
         else corpus_counts(
             name,
-            column=column,
-            tokenizer=tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            pad_token=pad_token,
             progress=progress,
-            limit=limit,
-            sample=sample,
             seed=seed,
-            data_dir=data_dir,
-            dtype=dtype,
-            vocab_size=vocab_size if sources[name].is_ids else None,
+            # --vocab-size is the width of token id files only; text sides keep the tokenizer's.
+            **replace(r, vocab_size=r.vocab_size if sources[name].is_ids else None).kwargs(),
         )
         for name in (a, b)
     ]
@@ -229,9 +223,9 @@ def no_drift_reference(
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
 
-    The same number as :func:`posdiag.geometry.stress` (GEOMETRY.md section 4), computed so that
-    it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a corpus
-    against itself must show.
+    The same number as :func:`posdiag.geometry.stress` (docs/geometry.md section 4), computed so
+    that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
+    corpus against itself must show.
     """
     nh = float(np.linalg.norm(b_h))
     if nh == 0.0:

@@ -1,4 +1,4 @@
-"""The low-rank MDS encoding ``P = A B^T`` and its files (GEOMETRY.md section 7).
+"""The low-rank MDS encoding ``P = A B^T`` and its files (docs/geometry.md section 7).
 
 ``A = X_r`` (n x r) are the rank-r MDS coordinates, ``B`` (d x r) has orthonormal columns, so
 ``P`` (n x d) has exactly the pairwise distances of ``X_r`` with ``r(n+d)`` parameters instead of

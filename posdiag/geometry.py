@@ -1,4 +1,5 @@
-"""Hellinger geometry of positions, classical MDS and stress measures (GEOMETRY.md sections 2-4).
+"""Hellinger geometry of positions, classical MDS and stress measures (docs/geometry.md
+sections 2-4).
 
 Everything here works on the ``n_eff`` supported positions; no function densifies the
 ``n x V`` count matrix.
@@ -42,12 +43,12 @@ __all__ = [
     "violation_rate",
 ]
 
-# Relative size below which a negative eigenvalue is rounding noise (GEOMETRY.md section 3).
+# Relative size below which a negative eigenvalue is rounding noise (docs/geometry.md section 3).
 NEGATIVE_EIGENVALUE_TOL = 1e-10
 
 
 def significant_negative(eigenvalues: np.ndarray) -> float | None:
-    """The most negative eigenvalue when it is below ``-1e-10 * l_1`` (GEOMETRY.md section 3).
+    """The most negative eigenvalue when it is below ``-1e-10 * l_1`` (docs/geometry.md section 3).
 
     None when every negative eigenvalue is rounding noise; ``eigenvalues`` descending.
     """
@@ -191,7 +192,7 @@ def _fix_signs(u: np.ndarray) -> np.ndarray:
 
 
 def classical_mds(distances: np.ndarray) -> MDS:
-    """Classical MDS of a symmetric distance matrix (GEOMETRY.md section 3).
+    """Classical MDS of a symmetric distance matrix (docs/geometry.md section 3).
 
     Parameters
     ----------
@@ -265,7 +266,7 @@ def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
 
 @dataclass(frozen=True)
 class StressMeasures:
-    """The four measures of GEOMETRY.md section 4 for one encoding.
+    """The four measures of docs/geometry.md section 4 for one encoding.
 
     ``spearman`` is NaN when either set of distances is constant (e.g. ``nope``).
     """
@@ -305,7 +306,7 @@ def compare(
 def positional_information(
     counts: sp.spmatrix | sp.sparray | np.ndarray,
 ) -> tuple[float, np.ndarray]:
-    """Mutual information ``I(position; token)`` in bits (GEOMETRY.md section 8).
+    """Mutual information ``I(position; token)`` in bits (docs/geometry.md section 8).
 
     ``I = sum_i (N_i/N) KL(mu_i || mu_bar)`` with ``mu_bar`` the pooled distribution.
 
@@ -358,7 +359,7 @@ class ShiftFit:
 
 
 def shift_equivariance(distances: np.ndarray) -> ShiftFit:
-    """Best approximation of ``D`` by a function of ``|i - j|`` (GEOMETRY.md section 8).
+    """Best approximation of ``D`` by a function of ``|i - j|`` (docs/geometry.md section 8).
 
     The least-squares ``g`` averages ``D`` along each diagonal; ``R^2`` compares its residual with
     the spread of all distances, pairs ``i < j``.
@@ -395,7 +396,7 @@ def smoothness(distances: np.ndarray) -> float:
 
 
 def violation_rate(d_h: np.ndarray, delta: np.ndarray) -> float:
-    """Monotonicity violation rate ``(1 - tau) / 2`` over pairs ``i < j`` (GEOMETRY.md section 8).
+    """Monotonicity violation rate ``(1 - tau) / 2`` over ``i < j`` (docs/geometry.md section 8).
 
     ``tau`` is Kendall's tau-b of ``{d_H(i, j)}`` against ``{delta(i, j)}``. Without ties this is
     exactly the fraction of pairs of position pairs the two order differently; with ties (common

@@ -1,6 +1,7 @@
 """Inspect an encoding file: separation, norms, effective rank, and, with a corpus, its stress and
 monotonicity against the corpus geometry next to a random initialisation of the same shape
-(GEOMETRY.md section 8; the paper's comparison of a trained BERT table with its initialisation).
+(docs/geometry.md section 8; the paper's comparison of a trained BERT table with its
+initialisation).
 """
 
 from __future__ import annotations

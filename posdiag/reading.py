@@ -1,10 +1,10 @@
 """How a corpus is read: one frozen :class:`Reading` instead of ten loose options.
 
 The CLI builds one from its options (``posdiag check`` merges it with the config file's reading
-keys); the counting entry points take its :meth:`Reading.kwargs`
-(:func:`posdiag.counts.corpus_counts`, :func:`posdiag.uncertainty.corpus_counts_sharded`,
-:func:`posdiag.drift.count_pair`). ``None`` everywhere means "the default", so a Reading only
-records what was asked for.
+keys); :func:`posdiag.drift.count_pair` takes it as is, and the single-corpus counting entry points
+take its :meth:`Reading.kwargs` (:func:`posdiag.counts.corpus_counts`,
+:func:`posdiag.uncertainty.corpus_counts_sharded`). ``None`` everywhere means "the default", so a
+Reading only records what was asked for.
 """
 
 from __future__ import annotations

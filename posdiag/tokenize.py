@@ -1,4 +1,4 @@
-"""Tokenizers and views: turn texts into the id sequences a model sees (GEOMETRY.md section 6).
+"""Tokenizers and views: turn texts into the id sequences a model sees (docs/geometry.md section 6).
 
 Views
 -----

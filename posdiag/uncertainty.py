@@ -1,5 +1,5 @@
 """How sure are the numbers? Sharded counts, the shard bootstrap, the split-half noise floor and
-the noise level of positional information (GEOMETRY.md section 8; docs/theory.md).
+the noise level of positional information (docs/geometry.md section 8; docs/theory.md).
 
 Counts are additive, so counting a corpus into ``K`` random shards (each sequence goes to one
 shard, chosen with a seeded generator) costs one pass and gives, for free, the total (the sum of
@@ -332,7 +332,7 @@ def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
 def noise_floor(
     counts: sp.spmatrix | sp.sparray | np.ndarray, *, repeats: int = 3, seed: int = 0
 ) -> np.ndarray:
-    """Split-half noise floor of each position (GEOMETRY.md section 8).
+    """Split-half noise floor of each position (docs/geometry.md section 8).
 
     The sequences reaching position ``i`` are split into two random halves and ``d_H`` is taken
     between the halves' distributions, averaged over ``repeats`` seeded splits. Splitting the

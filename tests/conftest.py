@@ -1,13 +1,19 @@
-"""Shared fixtures: small corpora the tests write themselves (no network, no downloads)."""
+"""Shared fixtures: the CLI runner, repository paths, and small corpora the tests write themselves
+(no network, no downloads)."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from hypothesis import settings
+from typer.testing import CliRunner
 
+from posdiag.cli import app
 from posdiag.synthetic import drift_distributions, sample_texts
 
 # CI runs the same examples every time (a red CI must mean a regression, not a new random draw);
@@ -18,6 +24,25 @@ if os.environ.get("CI") == "true":
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "fixtures" / "corpus_en.txt"
+
+
+@pytest.fixture
+def cli() -> Callable[..., Result]:
+    """``posdiag`` in-process: ``cli(["stress", path, "--json"], input=...)`` returns click's
+    Result (``exit_code``, ``stdout``, ``stderr`` apart); keywords go to ``CliRunner.invoke``."""
+    return functools.partial(CliRunner().invoke, app)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository's top folder (README.md, docs/, fixtures/)."""
+    return ROOT
+
+
+@pytest.fixture
+def bundled_corpus() -> Path:
+    """fixtures/corpus_en.txt: 5,780 English sentences shipped with the repository."""
+    return BUNDLED
 
 
 @pytest.fixture

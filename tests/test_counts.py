@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from posdiag.cli import app
 from posdiag.counts import (
     CountAccumulator,
     Counts,
@@ -25,11 +26,7 @@ from posdiag.counts import (
 )
 from posdiag.errors import PosdiagError
 from posdiag.sources import open_source
-from posdiag.tokenize import load_tokenizer
-
-from .conftest import BUNDLED
-
-runner = CliRunner()
+from posdiag.tokenize import WhitespaceTokenizer, load_tokenizer, view
 
 
 def _brute(seqs: list[list[int]], n: int, v: int) -> np.ndarray:
@@ -146,8 +143,8 @@ def _by_token(c: Counts) -> Counter[tuple[int, str]]:
     )
 
 
-def test_merge_is_the_counts_of_the_union(tmp_path: Path) -> None:
-    lines = BUNDLED.read_text(encoding="utf-8").splitlines()[:600]
+def test_merge_is_the_counts_of_the_union(bundled_corpus: Path, tmp_path: Path) -> None:
+    lines = bundled_corpus.read_text(encoding="utf-8").splitlines()[:600]
     a, b = lines[:250], lines[250:]
     for tok in ("bytes", "whitespace"):
         whole = count_texts(lines, load_tokenizer(tok), max_len=40)
@@ -172,8 +169,10 @@ def test_counts_file_round_trip_keeps_the_vocabulary(tmp_path: Path) -> None:
     assert (back.matrix != c.matrix).nnz == 0 and dict(back.meta) == dict(c.meta)
 
 
-def test_merge_cli_and_its_refusals(tmp_path: Path) -> None:
-    lines = BUNDLED.read_text(encoding="utf-8").splitlines()[:300]
+def test_merge_cli_and_its_refusals(
+    bundled_corpus: Path, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    lines = bundled_corpus.read_text(encoding="utf-8").splitlines()[:300]
     (tmp_path / "a.txt").write_text("\n".join(lines[:100]) + "\n")
     (tmp_path / "b.txt").write_text("\n".join(lines[100:]) + "\n")
     (tmp_path / "all.txt").write_text("\n".join(lines) + "\n")
@@ -186,14 +185,10 @@ def test_merge_cli_and_its_refusals(tmp_path: Path) -> None:
         "ws": [],
     }.items():
         src = "all" if name not in ("a", "b") else name
-        r = runner.invoke(
-            app, ["count", str(tmp_path / f"{src}.txt"), "-o", str(tmp_path / f"{name}.npz"), *args]
-        )
+        r = cli(["count", str(tmp_path / f"{src}.txt"), "-o", str(tmp_path / f"{name}.npz"), *args])
         assert r.exit_code == 0, r.output
     out = tmp_path / "ab.npz"
-    r = runner.invoke(
-        app, ["merge", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "-o", str(out), "--json"]
-    )
+    r = cli(["merge", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "-o", str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["sequences"] == 300
     merged, whole = load_counts(out), load_counts(tmp_path / "all.npz")
@@ -206,7 +201,7 @@ def test_merge_cli_and_its_refusals(tmp_path: Path) -> None:
     ):
         b = str(tmp_path / f"{other}.npz")
         target = tmp_path / f"bad-{other}.npz"
-        r = runner.invoke(app, ["merge", a, b, "-o", str(target)])
+        r = cli(["merge", a, b, "-o", str(target)])
         assert r.exit_code == 2
         assert r.stderr == (
             f"Error: {b}: cannot merge counts with a different {rule.format(a=a, b=b)}\n"
@@ -233,19 +228,83 @@ def test_vocab_size_mismatch_is_refused() -> None:
     )
 
 
-def test_limit_and_sample_are_recorded_and_checked(tmp_path: Path) -> None:
+def test_limit_and_sample_are_recorded_and_checked(
+    bundled_corpus: Path, cli: Callable[..., Result], tmp_path: Path
+) -> None:
     out = tmp_path / "c.npz"
-    args = ["count", str(BUNDLED), "-o", str(out), "--limit", "300", "--sample", "0.5"]
-    r = runner.invoke(app, [*args, "--seed", "4", "--json"])
+    args = ["count", str(bundled_corpus), "-o", str(out), "--limit", "300", "--sample", "0.5"]
+    r = cli([*args, "--seed", "4", "--json"])
     assert r.exit_code == 0, r.output
     info = json.loads(r.stdout)
-    lines = [t for t in BUNDLED.read_text(encoding="utf-8").splitlines() if t.strip()]
+    lines = [t for t in bundled_corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
     rng = np.random.default_rng(4)
     kept = [t for t in lines if rng.random() < 0.5][:300]
     assert (info["documents"], info["limit"], info["sample"], info["seed"]) == (300, 300, 0.5, 4)
     assert info["tokens"] == sum(len(t) for t in load_tokenizer("whitespace").encode_batch(kept))
-    r = runner.invoke(app, ["stress", str(out), "--limit", "200"])
+    r = cli(["stress", str(out), "--limit", "200"])
     assert r.exit_code == 2
     assert r.stderr == (
         f"Error: {out}: was counted with limit=300, not 200; count the corpus again to change it\n"
     )
+
+
+def test_count_texts_matches_brute_force() -> None:
+    texts = ["a b c", "b c", "c a b d e", "a"]
+    seqs = [s for b, _ in view(texts, WhitespaceTokenizer(), "text", 4) for s in b]
+    c = count_texts(texts, WhitespaceTokenizer(), max_len=4)
+    np.testing.assert_array_equal(c.matrix.toarray(), _brute(seqs, 4, c.vocab_size))
+    assert c.meta["sequences"] == 4 and c.meta["tokens"] == 3 + 2 + 4 + 1
+    assert c.supports.tolist() == [4, 3, 2, 1]
+
+
+def test_accumulator_compaction_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag.counts import CountAccumulator
+
+    monkeypatch.setattr(CountAccumulator, "_COMPACT_AT", 5)
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(0, 9, size=rng.integers(1, 7)).tolist() for _ in range(300)]
+    acc = CountAccumulator(6)
+    for k in range(0, 300, 7):
+        acc.add_sequences(seqs[k : k + 7])
+    np.testing.assert_array_equal(acc.matrix(9).toarray(), _brute(seqs, 6, 9))
+
+
+def test_two_shards_sum_to_whole_corpus() -> None:
+    lines = Path(__file__).resolve().parents[1].joinpath("fixtures/corpus_en.txt").read_text()
+    texts = lines.splitlines()[:300]
+    whole = count_texts(texts, WhitespaceTokenizer(), max_len=64)
+    tok = WhitespaceTokenizer()  # one tokenizer for both shards, so ids agree
+    a = count_texts(texts[:170], tok, max_len=64)
+    b = count_texts(texts[170:], tok, max_len=64)
+    total = a + b
+    assert (total.matrix != whole.matrix).nnz == 0
+    assert total.meta["tokens"] == whole.meta["tokens"]
+
+
+def test_counts_file_roundtrip_and_load_npz(tmp_path: Path) -> None:
+    c = count_texts(["a b", "b a c"], WhitespaceTokenizer(), max_len=3, source="mem")
+    path = save_counts(c, tmp_path / "c.npz")
+    plain = sp.load_npz(path)
+    np.testing.assert_array_equal(plain.toarray(), c.matrix.toarray())
+    with np.load(path) as z:
+        meta = json.loads(str(z["posdiag_meta"]))
+    assert meta["source"] == "mem" and meta["max_len"] == 3 and meta["view"] == "text"
+    back = load_counts(path)
+    assert (back.matrix != c.matrix).nnz == 0 and back.meta == c.meta
+    with pytest.raises(PosdiagError, match=r"already exists; pass --force to overwrite$"):
+        save_counts(c, path)
+    save_counts(c, path, force=True)
+
+
+def test_adding_whitespace_counts_of_separate_runs_aligns_words() -> None:
+    """Two runs number words differently; + aligns them through the stored vocabularies."""
+    texts = ["the cat sat", "a dog ran", "the dog sat", "a cat ran"]
+    whole = count_texts(texts, WhitespaceTokenizer(), max_len=3)
+    a = count_texts(texts[:2], WhitespaceTokenizer(), max_len=3)
+    b = count_texts(texts[2:], WhitespaceTokenizer(), max_len=3)  # its own ids
+    total = a + b
+    assert total.vocab is not None and whole.vocab is not None
+    order = [total.vocab.index(w) for w in whole.vocab]
+    np.testing.assert_array_equal(total.matrix.toarray()[:, order], whole.matrix.toarray())
+    with pytest.raises(PosdiagError, match=r"cannot merge counts with a different max_len"):
+        _ = a + count_texts(texts, WhitespaceTokenizer(), max_len=2)

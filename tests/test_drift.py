@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from posdiag.analysis import corpus_geometry, score_encodings
 from posdiag.cli import app
 from posdiag.counts import count_texts, save_counts
 from posdiag.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.geometry import stress
+from posdiag.reading import Reading
 from posdiag.synthetic import drift_distributions, sample_texts
 from posdiag.tokenize import load_tokenizer
 
-from .test_plots import PIXELS, png_size
-
-runner = CliRunner()
+from .test_render_plots import PIXELS, png_size
 
 
 def _corpus(path: Path, n: int, seed: int, sequences: int = 500) -> Path:
@@ -55,8 +55,8 @@ def _brute_mds(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return b, lam[order], u[:, order]
 
 
-def test_diff_a_a_reports_zero_drift(synth_corpus: Path) -> None:
-    res = runner.invoke(app, ["diff", str(synth_corpus), str(synth_corpus), "--json"])
+def test_diff_a_a_reports_zero_drift(cli: Callable[..., Result], synth_corpus: Path) -> None:
+    res = cli(["diff", str(synth_corpus), str(synth_corpus), "--json"])
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["position_hellinger"] == [0.0] * doc["n"]
@@ -84,7 +84,7 @@ def test_one_tokenizer_instance_makes_ids_agree(synth_corpus: Path, tmp_path: Pa
 def test_drift_matches_brute_force(tmp_path: Path) -> None:
     pa = _corpus(tmp_path / "a.txt", 12, seed=1)
     pb = _corpus(tmp_path / "b.txt", 10, seed=5)
-    a, b = count_pair(str(pa), str(pb), max_len=16)
+    a, b = count_pair(str(pa), str(pb), Reading(max_len=16))
     d = corpus_drift(a, b, min_count=50, rank=2)
     assert (d.a.n_eff, d.b.n_eff, d.n) == (12, 10, 10)
     ca, cb = _dense([pa, pb], 10)
@@ -126,33 +126,37 @@ def test_fitted_stress_equals_the_spec_formula(n: int, seed: int) -> None:
     assert fitted_stress(bx, np.zeros_like(bx)) == 1.0
 
 
-def test_diff_output_states_the_common_positions(tmp_path: Path) -> None:
+def test_diff_output_states_the_common_positions(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
     pa = _corpus(tmp_path / "a.txt", 12, seed=1)
     pb = _corpus(tmp_path / "b.txt", 10, seed=5)
-    res = runner.invoke(app, ["diff", str(pa), str(pb), "--min-count", "50", "-n", "16"])
+    res = cli(["diff", str(pa), str(pb), "--min-count", "50", "-n", "16"])
     assert res.exit_code == 0, res.stderr
     assert "compared on the common positions 0..9 (n = min(n_eff A, n_eff B) = 10)" in res.stdout
     assert "ranking changes: " in res.stdout
 
 
-def test_diff_plot_writes_drift_pngs(synth_corpus: Path, tmp_path: Path) -> None:
+def test_diff_plot_writes_drift_pngs(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "d"
-    res = runner.invoke(app, ["diff", str(synth_corpus), str(synth_corpus), "--plot", str(out)])
+    res = cli(["diff", str(synth_corpus), str(synth_corpus), "--plot", str(out)])
     assert res.exit_code == 0, res.stderr
     for name in ("drift_hellinger.png", "drift_stress.png"):
         assert png_size((out / name).read_bytes()) == PIXELS
 
 
 def test_whitespace_counts_of_separate_runs_are_aligned_by_word(
-    synth_corpus: Path, tmp_path: Path
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
 ) -> None:
     """A whitespace .npz numbers words by its own corpus; diff renumbers them by word."""
     pb = _corpus(tmp_path / "b.txt", 12, seed=5)
     npz = tmp_path / "a.npz"
-    assert runner.invoke(app, ["count", str(synth_corpus), "-o", str(npz)]).exit_code == 0
+    assert cli(["count", str(synth_corpus), "-o", str(npz)]).exit_code == 0
     args = ["--min-count", "50", "--json"]
-    from_files = json.loads(runner.invoke(app, ["diff", str(synth_corpus), str(pb), *args]).stdout)
-    res = runner.invoke(app, ["diff", str(npz), str(pb), *args])
+    from_files = json.loads(cli(["diff", str(synth_corpus), str(pb), *args]).stdout)
+    res = cli(["diff", str(npz), str(pb), *args])
     assert res.exit_code == 0, res.stderr
     from_npz = json.loads(res.stdout)
     np.testing.assert_allclose(
@@ -161,11 +165,13 @@ def test_whitespace_counts_of_separate_runs_are_aligned_by_word(
     assert from_npz["geometry_stress"] == pytest.approx(from_files["geometry_stress"], abs=1e-12)
     assert max(from_npz["position_hellinger"]) > 0.05  # different corpora: real drift
     # The same counts file against itself: zero drift.
-    res = runner.invoke(app, ["diff", str(npz), str(npz), "--json"])
+    res = cli(["diff", str(npz), str(npz), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["geometry_stress"] < 1e-12
 
 
-def test_mismatched_view_or_max_len_is_a_clear_error(synth_corpus: Path, tmp_path: Path) -> None:
+def test_mismatched_view_or_max_len_is_a_clear_error(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     tok = load_tokenizer("whitespace")
     texts = synth_corpus.read_text().splitlines()
     a = count_texts(texts, tok, max_len=12)
@@ -178,7 +184,7 @@ def test_mismatched_view_or_max_len_is_a_clear_error(synth_corpus: Path, tmp_pat
     # Through the CLI: options must match how a counts file was made.
     pa = tmp_path / "a.npz"
     save_counts(a, pa)
-    res = runner.invoke(app, ["diff", str(pa), str(pa), "--view", "model"])
+    res = cli(["diff", str(pa), str(pa), "--view", "model"])
     assert res.exit_code == 2
     assert res.stderr.strip() == (
         f"Error: {pa}: was counted with view='text', not 'model'; count the corpus again to "
@@ -207,19 +213,21 @@ def test_no_drift_reference_separates_noise_from_drift(tmp_path: Path) -> None:
     assert corpus_drift(a, c, seed=1).position_reference != real.position_reference
 
 
-def test_diff_reads_presets_from_the_data_dir_with_limit_and_sample(tmp_path: Path) -> None:
+def test_diff_reads_presets_from_the_data_dir_with_limit_and_sample(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
     import datasets
 
     # The hub error tells the user to pass --data-dir: diff must accept it like the others.
     lines = [f"w{i % 7} w{i % 5} w{i % 3} w{i % 2}" for i in range(300)]
     datasets.Dataset.from_dict({"sentence": lines}).save_to_disk(str(tmp_path / "sst2"))
     args = ["diff", "sst2", "sst2", "--data-dir", str(tmp_path), "--min-count", "10", "--json"]
-    res = runner.invoke(app, [*args, "--limit", "120"])
+    res = cli([*args, "--limit", "120"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert (doc["a"]["sequences"], doc["b"]["sequences"]) == (120, 120)
     assert doc["geometry_stress"] == 0.0
-    res = runner.invoke(app, [*args, "--sample", "0.5", "--seed", "1"])
+    res = cli([*args, "--sample", "0.5", "--seed", "1"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert 0 < doc["a"]["sequences"] < 300 and doc["a"]["sequences"] == doc["b"]["sequences"]
@@ -236,14 +244,18 @@ def test_every_corpus_command_takes_the_shared_reading_options() -> None:
             assert shared <= opts, (name, sorted(shared - opts))
 
 
-def test_diff_checks_tolerance_before_reading_the_corpora(tmp_path: Path) -> None:
+def test_diff_checks_tolerance_before_reading_the_corpora(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
     missing = str(tmp_path / "missing.txt")
-    res = runner.invoke(app, ["diff", missing, missing, "--tolerance", "2"])
+    res = cli(["diff", missing, missing, "--tolerance", "2"])
     assert res.exit_code == 2
     assert res.stderr == "Error: 'tolerance' must be a float in [0, 1]; got 2.0\n"
 
 
-def test_diff_of_token_id_files(tmp_path: Path, synth_corpus: Path) -> None:
+def test_diff_of_token_id_files(
+    cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
+) -> None:
     """Pre-training vs fine-tuning shards as .bin ids: counted like corpus_counts does."""
     from posdiag.counts import corpus_counts
 
@@ -252,9 +264,9 @@ def test_diff_of_token_id_files(tmp_path: Path, synth_corpus: Path) -> None:
     (rng.zipf(1.3, 40_000) % 300).astype(np.uint16).tofile(a)
     (rng.integers(0, 300, 40_000)).astype(np.uint16).tofile(b)
     args = ["--vocab-size", "300", "--max-len", "32", "--min-count", "50", "--json"]
-    same = json.loads(runner.invoke(app, ["diff", str(a), str(a), *args]).stdout)
+    same = json.loads(cli(["diff", str(a), str(a), *args]).stdout)
     assert same["geometry_stress"] == 0.0 and max(same["position_hellinger"]) == 0.0
-    res = runner.invoke(app, ["diff", str(a), str(b), *args])
+    res = cli(["diff", str(a), str(b), *args])
     assert res.exit_code == 0, res.stderr
     drift = json.loads(res.stdout)
     ca = corpus_counts(str(a), vocab_size=300, max_len=32)
@@ -263,9 +275,17 @@ def test_diff_of_token_id_files(tmp_path: Path, synth_corpus: Path) -> None:
     mu_b = cb.matrix.toarray()[0] / cb.supports[0]
     expected = np.sqrt(max(0.0, 1 - np.sum(np.sqrt(mu_a * mu_b))))
     assert drift["position_hellinger"][0] == pytest.approx(expected, abs=1e-9)
-    res = runner.invoke(app, ["diff", str(a), str(synth_corpus), *args])
+    res = cli(["diff", str(a), str(synth_corpus), *args])
     assert res.exit_code == 2
     assert res.stderr == (
         f"Error: cannot compare {a} and {synth_corpus}: tokenizer 'ids' vs 'whitespace'; "
         "both corpora must share tokenizer, view and max_len\n"
+    )
+
+
+def test_diff_of_stdin_with_itself_is_refused(cli: Callable[..., Result]) -> None:
+    res = cli(["diff", "-", "-"], input="a b\nb a\n")
+    assert res.exit_code == 2
+    assert res.stderr == (
+        "Error: '-' (stdin) can be read only once; save it to a file to compare it with itself\n"
     )

@@ -1,7 +1,7 @@
 """Every encoding's induced distances against a brute-force construction from its definition.
 
 RoPE variants: explicit rotation matrices (Hugging Face ``rotate_half`` layout, pair k with
-k + d/2) and frequencies recomputed pair by pair from ENCODINGS.md. Bias methods: explicit bias
+k + d/2) and frequencies recomputed pair by pair from docs/encodings.md. Bias methods: explicit bias
 matrices, read as Schoenberg distances where -b is conditionally negative definite.
 """
 
@@ -25,7 +25,7 @@ from posdiag.encodings.rope import (
     yarn_mscale,
 )
 from posdiag.errors import PosdiagError
-from posdiag.geometry import gram_from_distances, stress
+from posdiag.geometry import classical_mds, gram_from_distances, hellinger_distances, stress
 
 N = 40
 
@@ -59,9 +59,6 @@ def base_theta(d: int, base: float) -> list[float]:
     return [base ** (-2.0 * k / d) for k in range(d // 2)]
 
 
-# --- absolute -----------------------------------------------------------------------------------
-
-
 def test_sinusoidal_is_the_distance_of_its_interleaved_vectors() -> None:
     d = 16
     p = np.zeros((N, d))
@@ -90,9 +87,6 @@ def test_learned_random_is_the_distance_of_its_seeded_table() -> None:
     p = np.random.default_rng(3).normal(0, 0.5, size=(N, 8))
     np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-12)
     assert e.n_params == N * 8
-
-
-# --- RoPE family --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("head_dim,base", [(8, 10000.0), (16, 500000.0)])
@@ -161,7 +155,7 @@ def yarn_theta_brute(d: int, b: float, s: float, big_l: int, fast: float, slow: 
 
 
 def test_yarn_worked_numbers() -> None:
-    # ENCODINGS.md: d=128, b=1e4, L=4096, s=4 gives k_lo=20, k_hi=46, m=1.139.
+    # docs/encodings.md: d=128, b=1e4, L=4096, s=4 gives k_lo=20, k_hi=46, m=1.139.
     assert yarn_correction_range(128, 1e4, 4096, 32, 1) == (20.0, 46.0)
     assert round(yarn_mscale(4.0), 3) == 1.139
     e = make_encoding("rope-yarn", 3, {"head_dim": 128})
@@ -293,9 +287,6 @@ def test_rope_and_sinusoidal_have_equal_fitted_stress(
     assert stress(b_h, r.gram()) == pytest.approx(stress(b_h, s.gram()), abs=1e-9)
 
 
-# --- bias family --------------------------------------------------------------------------------
-
-
 def test_alibi_slopes_for_8_and_12_heads() -> None:
     np.testing.assert_allclose(alibi_slopes(8), [2.0**-t for t in range(1, 9)])
     expected_12 = [2.0**-t for t in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
@@ -375,12 +366,14 @@ def t5_bucket_brute(r: int, buckets: int, max_distance: int, bidirectional: bool
     return ret + min(big, nb - 1)
 
 
-# ENCODINGS.md tables: bucket -> [first, last] distance (last None = unbounded).
+# docs/encodings.md tables: bucket -> [first, last] distance (last None = unbounded).
 T5_BIDIRECTIONAL = {
     **{b: (b, b) for b in range(8)},
     8: (8, 11), 9: (12, 15), 10: (16, 22), 11: (23, 31),
     12: (32, 45), 13: (46, 63), 14: (64, 90), 15: (91, None),
 }  # fmt: skip
+
+
 T5_CAUSAL = {
     **{b: (b, b) for b in range(16)},
     16: (16, 18), 17: (19, 20), 18: (21, 23), 19: (24, 26), 20: (27, 30), 21: (31, 34),
@@ -424,9 +417,6 @@ def test_shaw_from_explicit_clipped_relative_positions() -> None:
     assert e.n_params == (2 * k + 1) * 4
 
 
-# --- registry contract --------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("name", [k for k in REGISTRY if k not in ("learned", "mds")])
 def test_every_encoding_at_its_defaults_is_a_dissimilarity(name: str) -> None:
     e = make_encoding(name, 30)
@@ -465,3 +455,146 @@ def test_kerple_readings_are_euclidean(a: float, p: float, n: int) -> None:
     for name in ("kerple-log", "kerple-power"):
         g = make_encoding(name, n, {"a": a, "p": p}).gram()
         assert np.linalg.eigvalsh(g).min() >= -1e-8 * max(1.0, np.abs(g).max())
+
+
+N_CORE = 20
+
+
+def rotation_stack(i: int, d: int, base: float) -> np.ndarray:
+    """Block-diagonal RoPE rotation R_i of size (d, d), pairs (2k, 2k+1)."""
+    r = np.zeros((d, d))
+    for k in range(d // 2):
+        a = i * base ** (-2 * k / d)
+        r[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+    return r
+
+
+@pytest.fixture(scope="module")
+def corpus_gram() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return gram_from_distances(hellinger_distances(rng.integers(1, 30, size=(N_CORE, 50))))
+
+
+def test_sinusoidal_vectors_and_distances() -> None:
+    e = make_encoding("sinusoidal", N_CORE, {"d": 16, "base": 100.0})
+    p = np.zeros((N_CORE, 16))
+    for i in range(N_CORE):
+        for k in range(8):
+            w = 100.0 ** (-2 * k / 16)
+            p[i, 2 * k], p[i, 2 * k + 1] = np.sin(i * w), np.cos(i * w)
+    np.testing.assert_allclose(e.vectors, p, atol=1e-12)
+    np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-9)
+    assert e.n_params == 0
+
+
+def test_rope_matches_explicit_rotation_matrices() -> None:
+    e = make_encoding("rope", N_CORE, {"head_dim": 8, "base": 50.0})
+    rs = [rotation_stack(i, 8, 50.0) for i in range(N_CORE)]
+    brute = np.array(
+        [[np.linalg.norm(rs[i] - rs[j]) for j in range(N_CORE)] for i in range(N_CORE)]
+    )
+    np.testing.assert_allclose(e.delta, brute, atol=1e-9)
+
+
+def test_rope_equals_sinusoidal_under_fitted_stress(corpus_gram: np.ndarray) -> None:
+    for d in (8, 64):
+        rope = make_encoding("rope", N_CORE, {"head_dim": d})
+        sin = make_encoding("sinusoidal", N_CORE, {"d": d})
+        assert stress(corpus_gram, rope.gram()) == pytest.approx(
+            stress(corpus_gram, sin.gram()), abs=1e-10
+        )
+
+
+def test_learned_random_is_seeded_gaussian() -> None:
+    e = make_encoding("learned-random", N_CORE, {"d": 32, "std": 0.5, "seed": 7})
+    p = np.random.default_rng(7).normal(0.0, 0.5, size=(N_CORE, 32))
+    np.testing.assert_allclose(e.vectors, p)
+    np.testing.assert_allclose(e.delta, squareform(pdist(p)), atol=1e-12)
+    assert e.n_params == N_CORE * 32
+
+
+def test_alibi_readings_from_explicit_bias_matrix() -> None:
+    heads = 8
+    slopes = [2 ** (-8 * t / heads) for t in range(1, heads + 1)]
+    idx = np.arange(N_CORE)
+    bias = np.array([-m * np.abs(idx[:, None] - idx[None, :]) for m in slopes])
+    line = make_encoding("alibi", N_CORE)
+    kernel = make_encoding("alibi-kernel", N_CORE)
+    # Every head is a multiple of |i-j|: the line reading is -bias / slope.
+    for h, m in enumerate(slopes):
+        np.testing.assert_allclose(line.delta, -bias[h] / m)
+    # Kernel reading: -bias is a squared Euclidean distance; its MDS reproduces sqrt(-bias).
+    np.testing.assert_allclose(kernel.delta**2, -bias[0] / slopes[0])
+    x = classical_mds(np.sqrt(-bias[0])).coordinates(N_CORE - 1)
+    np.testing.assert_allclose(squareform(pdist(x)), np.sqrt(-bias[0]), atol=1e-6)
+
+
+def test_t5_buckets_match_boundary_tables() -> None:
+    # docs/encodings.md, bidirectional, per side: 0..7 exact; 8:[8,11] 9:[12,15] 10:[16,22] ...
+    table = {
+        8: (8, 11),
+        9: (12, 15),
+        10: (16, 22),
+        11: (23, 31),
+        12: (32, 45),
+        13: (46, 63),
+        14: (64, 90),
+        15: (91, 500),
+    }
+    for b, (lo, hi) in table.items():
+        rel = -np.arange(lo, hi + 1)
+        assert set(t5_bucket(rel).tolist()) == {b}
+        assert set(t5_bucket(-rel).tolist()) == {b + 16}
+    assert t5_bucket(-np.arange(8)).tolist() == list(range(8))
+    causal = {16: (16, 18), 17: (19, 20), 22: (35, 39), 30: (99, 112), 31: (113, 400)}
+    for b, (lo, hi) in causal.items():
+        assert set(t5_bucket(-np.arange(lo, hi + 1), bidirectional=False).tolist()) == {b}
+    assert set(t5_bucket(np.arange(1, 50), bidirectional=False).tolist()) == {0}
+
+
+def test_t5_delta_is_bucket_of_distance() -> None:
+    e = make_encoding("t5", 150)
+    i, j = np.meshgrid(np.arange(150), np.arange(150), indexing="ij")
+    np.testing.assert_array_equal(e.delta, t5_bucket(-np.abs(i - j)))
+    assert e.n_params == 32 * 8
+
+
+def test_nope_and_mds() -> None:
+    rng = np.random.default_rng(1)
+    d = hellinger_distances(rng.integers(1, 9, size=(N_CORE, 30)))
+    m = classical_mds(d)
+    assert stress(m.gram, make_encoding("nope", N_CORE).gram()) == 1.0
+    e = make_encoding("mds", N_CORE, {"rank": 2}, mds=m)
+    assert e.name == "mds-2" and e.n_params == 2 * (N_CORE + 768)
+    np.testing.assert_allclose(e.delta, squareform(pdist(m.coordinates(2))), atol=1e-12)
+
+
+def test_parse_encoding_syntax_and_errors() -> None:
+    assert parse_encoding("rope:head_dim=128,base=5e5") == ("rope", {"head_dim": 128, "base": 5e5})
+    assert parse_encoding("mds-4") == ("mds", {"rank": 4})
+    assert parse_encoding("t5:bidirectional=false") == ("t5", {"bidirectional": False})
+    with pytest.raises(
+        PosdiagError, match=r"^unknown encoding 'ropey'; did you mean 'rope'\? encodings: nope, "
+    ):
+        parse_encoding("ropey")
+    with pytest.raises(
+        PosdiagError, match=r"^encoding 'rope': unknown parameter 'dim'; parameters: head_dim, base"
+    ):
+        parse_encoding("rope:dim=3")
+    with pytest.raises(
+        PosdiagError, match=r"^encoding 'rope': parameter 'base' must be a float; got 'x'$"
+    ):
+        parse_encoding("rope:base=x")
+    with pytest.raises(
+        PosdiagError, match=r"^encoding 'rope': parameter 'head_dim' must be an int; got 'x'$"
+    ):
+        parse_encoding("rope:head_dim=x")
+    with pytest.raises(PosdiagError, match=r"^'d' must be an even int >= 2; got 7$"):
+        make_encoding("sinusoidal", N_CORE, {"d": 7})
+    with pytest.raises(PosdiagError, match=r"^'rank' must be an int in \[1, n_eff-1=19\]; got 20$"):
+        make_encoding(
+            "mds",
+            N_CORE,
+            {"rank": 20},
+            mds=classical_mds(np.ones((N_CORE, N_CORE)) - np.eye(N_CORE)),
+        )

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
 from posdiag.analysis import corpus_geometry, score_encodings
-from posdiag.cli import app
 from posdiag.counts import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.gate import (
@@ -26,8 +26,6 @@ from posdiag.gate import (
 )
 from posdiag.render.gate import github_annotations, junit_xml, rule_line
 
-runner = CliRunner()
-
 
 @pytest.fixture
 def rope_stress(synth_corpus: Path) -> float:
@@ -35,14 +33,16 @@ def rope_stress(synth_corpus: Path) -> float:
     return score_encodings(geo, ["rope"])[0].stress
 
 
-def _run(*args: str) -> tuple[int, str, str]:
-    res = runner.invoke(app, ["check", *args])
+def _run(cli: Callable[..., Result], *args: str) -> tuple[int, str, str]:
+    res = cli(["check", *args])
     return res.exit_code, res.stdout, res.stderr
 
 
-def test_exit_0_when_every_rule_passes(synth_corpus: Path, rope_stress: float) -> None:
+def test_exit_0_when_every_rule_passes(
+    cli: Callable[..., Result], synth_corpus: Path, rope_stress: float
+) -> None:
     code, out, _ = _run(
-        str(synth_corpus), "--no-config", "-e", "rope", "--max-stress", f"{rope_stress + 0.01}"
+        cli, str(synth_corpus), "--no-config", "-e", "rope", "--max-stress", f"{rope_stress + 0.01}"
     )
     assert code == 0
     lines = out.splitlines()
@@ -51,8 +51,11 @@ def test_exit_0_when_every_rule_passes(synth_corpus: Path, rope_stress: float) -
     assert lines[-1] == "1 passed, 0 failed of 1 rule"
 
 
-def test_exit_1_when_a_rule_fails(synth_corpus: Path, rope_stress: float) -> None:
+def test_exit_1_when_a_rule_fails(
+    cli: Callable[..., Result], synth_corpus: Path, rope_stress: float
+) -> None:
     code, out, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "-e",
@@ -99,21 +102,26 @@ def test_exit_1_when_a_rule_fails(synth_corpus: Path, rope_stress: float) -> Non
         (("--min-support", "5", "--format", "gitlab"), "'format' must be one of text, github"),
     ],
 )
-def test_exit_2_on_invalid_rules(synth_corpus: Path, args: tuple[str, ...], message: str) -> None:
-    code, out, err = _run(str(synth_corpus), "--no-config", *args)
+def test_exit_2_on_invalid_rules(
+    cli: Callable[..., Result], synth_corpus: Path, args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = _run(cli, str(synth_corpus), "--no-config", *args)
     assert code == 2
     assert message in err
     assert out == ""
 
 
-def test_exit_2_on_data_error(tmp_path: Path) -> None:
-    code, _, err = _run(str(tmp_path / "missing.txt"), "--no-config", "--min-support", "1")
+def test_exit_2_on_data_error(cli: Callable[..., Result], tmp_path: Path) -> None:
+    code, _, err = _run(cli, str(tmp_path / "missing.txt"), "--no-config", "--min-support", "1")
     assert code == 2
     assert err.strip() == f"Error: {tmp_path / 'missing.txt'}: no such file"
 
 
-def test_figures_match_independent_computations(synth_corpus: Path) -> None:
+def test_figures_match_independent_computations(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
     code, out, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "--json",
@@ -165,7 +173,11 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_config_file_found_in_cwd_and_options_override_it(
-    synth_corpus: Path, rope_stress: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result],
+    synth_corpus: Path,
+    rope_stress: float,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     _write(
@@ -174,33 +186,39 @@ def test_config_file_found_in_cwd_and_options_override_it(
         f"max-stress = {{ rope = {rope_stress - 0.01}, nope = 1.0 }}\n",
     )
     assert find_config(tmp_path) == tmp_path / "pyproject.toml"
-    code, out, _ = _run(str(synth_corpus))
+    code, out, _ = _run(cli, str(synth_corpus))
     assert code == 1
     assert "FAIL  max-stress[rope]" in out and "PASS  max-stress[nope]" in out
     assert "rules from pyproject.toml" in out.splitlines()[0]
     # The option overrides the file's rope threshold and keeps its nope rule.
-    code, out, _ = _run(str(synth_corpus), "-e", "rope", "--max-stress", f"{rope_stress + 0.01}")
+    code, out, _ = _run(
+        cli, str(synth_corpus), "-e", "rope", "--max-stress", f"{rope_stress + 0.01}"
+    )
     assert code == 0
     assert "PASS  max-stress[rope]" in out and "PASS  max-stress[nope]" in out
     # posdiag.toml takes precedence over pyproject.toml.
     _write(tmp_path / "posdiag.toml", "min-support = 601\nmax-len = 12\n")
-    code, out, _ = _run(str(synth_corpus))
+    code, out, _ = _run(cli, str(synth_corpus))
     assert code == 1
     assert "FAIL  min-support: smallest support 600 sequences < 601 sequences" in out
     assert "max-stress" not in out
     # --min-support on the command line overrides the file's value.
-    code, out, _ = _run(str(synth_corpus), "--min-support", "600")
+    code, out, _ = _run(cli, str(synth_corpus), "--min-support", "600")
     assert code == 0
     # --no-config ignores both files.
-    code, _, err = _run(str(synth_corpus), "--no-config")
+    code, _, err = _run(cli, str(synth_corpus), "--no-config")
     assert code == 2 and "no rules to check" in err
 
 
-def test_config_reading_options_and_precedence(synth_corpus: Path, tmp_path: Path) -> None:
+def test_config_reading_options_and_precedence(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     cfg = _write(tmp_path / "gate.toml", 'max-len = 8\nmin-count = 50\nview = "text"\n')
     c = build_config(file=cfg, min_support=1, reading={"max_len": 10, "view": None})
     assert dict(c.reading) == {"max_len": 10, "min_count": 50, "view": "text"}
-    code, out, _ = _run(str(synth_corpus), "--config", str(cfg), "--min-support", "1", "--json")
+    code, out, _ = _run(
+        cli, str(synth_corpus), "--config", str(cfg), "--min-support", "1", "--json"
+    )
     assert code == 0
     assert json.loads(out)["corpus"]["max_len"] == 8
     assert json.loads(out)["corpus"]["min_count"] == 50
@@ -228,10 +246,10 @@ def test_config_rank_rules_table_or_list_and_cli_override(tmp_path: Path) -> Non
     ],
 )
 def test_bad_config_files_exit_2(
-    synth_corpus: Path, tmp_path: Path, text: str, message: str
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path, text: str, message: str
 ) -> None:
     cfg = _write(tmp_path / "posdiag.toml", text)
-    code, _, err = _run(str(synth_corpus), "--config", str(cfg))
+    code, _, err = _run(cli, str(synth_corpus), "--config", str(cfg))
     assert code == 2
     # A TOML error also gives line:column after the file name.
     assert err.startswith((f"Error: {cfg}: ", f"Error: {cfg}:1:")) and message in err
@@ -245,10 +263,11 @@ def test_pyproject_without_posdiag_table(tmp_path: Path) -> None:
 
 
 def test_junit_xml_one_case_per_rule_with_failures(
-    synth_corpus: Path, rope_stress: float, tmp_path: Path
+    cli: Callable[..., Result], synth_corpus: Path, rope_stress: float, tmp_path: Path
 ) -> None:
     out_file = tmp_path / "junit.xml"
     code, _, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "--junit",
@@ -278,10 +297,11 @@ def test_junit_xml_one_case_per_rule_with_failures(
     assert suite.get("tests") == "4" and suite.get("failures") == "2"
     # An existing report is not overwritten without --force, and nothing is analysed.
     code, _, err = _run(
-        str(synth_corpus), "--no-config", "--junit", str(out_file), "--min-support", "1"
+        cli, str(synth_corpus), "--no-config", "--junit", str(out_file), "--min-support", "1"
     )
     assert code == 2 and "already exists; pass --force to overwrite" in err
     code, _, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "--junit",
@@ -296,8 +316,11 @@ def test_junit_xml_one_case_per_rule_with_failures(
     assert ET.fromstring(out_file.read_bytes()).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
 
 
-def test_github_format_annotations(synth_corpus: Path, rope_stress: float) -> None:
+def test_github_format_annotations(
+    cli: Callable[..., Result], synth_corpus: Path, rope_stress: float
+) -> None:
     code, out, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "--format",
@@ -349,12 +372,13 @@ def test_strict_judges_the_upper_bound(synth_corpus: Path) -> None:
     assert evaluate(replace(cfg, strict=True), facts).passed
 
 
-def test_strict_without_interval_says_so(synth_corpus: Path) -> None:
+def test_strict_without_interval_says_so(cli: Callable[..., Result], synth_corpus: Path) -> None:
     cfg, facts = _facts_with_interval(synth_corpus, ci_high=math.nan)
     r = evaluate(replace(cfg, strict=True), facts).results[0]
     assert r.passed == evaluate(cfg, facts).results[0].passed
     assert r.note == "strict: no confidence interval was available; judged on the stress"
     code, out, _ = _run(
+        cli,
         str(synth_corpus),
         "--no-config",
         "--strict",
@@ -368,7 +392,9 @@ def test_strict_without_interval_says_so(synth_corpus: Path) -> None:
     assert code == 0 and "no confidence interval was available" in out
 
 
-def test_check_computes_bootstrap_intervals_for_strict(synth_corpus: Path) -> None:
+def test_check_computes_bootstrap_intervals_for_strict(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
     from posdiag.analysis import stress_report
     from posdiag.uncertainty import corpus_counts_sharded
 
@@ -385,16 +411,17 @@ def test_check_computes_bootstrap_intervals_for_strict(synth_corpus: Path) -> No
         "--replicates",
         "50",
     ]
-    code, out, _ = _run(str(synth_corpus), *args, "--strict")
+    code, out, _ = _run(cli, str(synth_corpus), *args, "--strict")
     assert code == 0
     assert out.splitlines()[1] == (
         f"PASS  max-stress[rope]: stress upper bound {ref.ci_high:.4f} <= 1.0000 "
         f"(strict; stress {ref.stress:.4f}, interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}])"
     )
     thr = (ref.stress + ref.ci_high) / 2  # between the estimate and its upper bound
-    assert _run(str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:])[0] == 0
+    assert _run(cli, str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:])[0] == 0
     assert (
-        _run(str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:], "--strict")[0] == 1
+        _run(cli, str(synth_corpus), *args[:3], "--max-stress", f"{thr}", *args[5:], "--strict")[0]
+        == 1
     )
 
 
@@ -409,10 +436,9 @@ def test_github_escapes_and_junit_of_report(synth_corpus: Path) -> None:
     assert [c.get("name") for c in root.iter("testcase")] == ["max-stress[rope:base=500.0]"]
 
 
-def test_readme_config_example_is_valid(tmp_path: Path) -> None:
-    from .conftest import ROOT
+def test_readme_config_example_is_valid(repo_root: Path, tmp_path: Path) -> None:
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
     block = readme.split("## Use in CI", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     cfg = build_config(file=_write(tmp_path / "pyproject.toml", block))
     assert dict(cfg.max_stress) == {"rope": 0.85, "sinusoidal:d=768": 0.85}
@@ -424,3 +450,13 @@ def test_readme_config_example_is_valid(tmp_path: Path) -> None:
         "max_len": 64,
         "min_count": 100,
     }
+
+
+def test_min_support_rule_judges_a_corpus_too_thin_for_a_geometry(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    corpus = tmp_path / "thin.txt"
+    corpus.write_text("a b c\nb c a\nc a\n")
+    res = cli(["check", str(corpus), "-n", "3", "--no-config", "--min-support", "10"])
+    assert res.exit_code == 1, res.stderr
+    assert "FAIL  min-support: smallest support 2 sequences < 10 sequences" in res.stdout

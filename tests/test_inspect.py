@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import Result
 from safetensors.numpy import save_file
-from typer.testing import CliRunner
 
 from posdiag.analysis import corpus_geometry
-from posdiag.cli import app
 from posdiag.counts import count_texts
 from posdiag.geometry import separation, stress_by_rank
 from posdiag.inspect import inspect_table, read_encoding_file
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.tokenize import load_tokenizer
-
-runner = CliRunner()
 
 
 def test_separation_flags_a_table_with_two_equal_rows() -> None:
@@ -83,12 +81,12 @@ def test_read_encoding_file_prefers_posdiag_encoding_tensor(tmp_path: Path) -> N
     assert np.array_equal(read_encoding_file(npy)[0], enc)
 
 
-def test_cli_inspect_json_and_errors(tmp_path: Path) -> None:
+def test_cli_inspect_json_and_errors(cli: Callable[..., Result], tmp_path: Path) -> None:
     p = np.random.default_rng(0).standard_normal((10, 6))
     p[7] = p[3]
     path = tmp_path / "t.npy"
     np.save(path, p)
-    res = runner.invoke(app, ["inspect", str(path), "--json"])
+    res = cli(["inspect", str(path), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["table"]["separation"]["collapsed"] == [[3, 7, 0.0]]
@@ -96,14 +94,14 @@ def test_cli_inspect_json_and_errors(tmp_path: Path) -> None:
     assert doc["fit"] is None
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(synth_texts(SynthSpec(positions=12, vocab=40, sequences=400))))
-    res = runner.invoke(app, ["inspect", str(path), "--corpus", str(corpus), "--min-count", "10"])
+    res = cli(["inspect", str(path), "--corpus", str(corpus), "--min-count", "10"])
     assert res.exit_code == 0, res.output
     assert "monotonicity violations" in res.stdout and "collapsed pairs: (3,7)" in res.stdout
-    res = runner.invoke(app, ["inspect", str(tmp_path / "missing.npy")])
+    res = cli(["inspect", str(tmp_path / "missing.npy")])
     assert res.exit_code == 2
     assert res.stderr == f"Error: learned: path '{tmp_path / 'missing.npy'}': no such file\n"
     np.save(tmp_path / "one.npy", np.zeros((1, 4)))
-    res = runner.invoke(app, ["inspect", str(tmp_path / "one.npy")])
+    res = cli(["inspect", str(tmp_path / "one.npy")])
     assert res.exit_code == 2
     assert (
         res.stderr == f"Error: {tmp_path / 'one.npy'}: an encoding table needs >= 2 rows; got 1\n"

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from typer.main import get_command
 
 from posdiag.cli import app
 
-from .conftest import ROOT
 
-
-def test_every_command_is_documented_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_every_command_is_documented_in_the_readme(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text()
     commands = sorted(get_command(app).commands)  # type: ignore[attr-defined]
     assert "stress" in commands
     missing = [c for c in commands if not re.search(rf"`posdiag {re.escape(c)}\b", readme)]
     assert missing == []
 
 
-def test_readme_shows_make_run_and_make_test() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_readme_shows_make_run_and_make_test(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
 
 

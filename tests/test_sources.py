@@ -6,20 +6,19 @@ import csv
 import gzip
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
-from posdiag.cli import app
 from posdiag.errors import PosdiagError
 from posdiag.sources import PRESETS, HubUnavailable, open_source
 
 TEXTS = ["the cat sat", "a dog, barking", "zebra", "naïve café", "last one here"]
-runner = CliRunner()
 
 
 def _write(path: Path, fmt: str, texts: list[str], column: str = "text") -> Path:
@@ -143,7 +142,7 @@ def test_presets_resolve_to_a_local_copy_in_the_data_dir(
 
 
 def test_hub_unreachable_fails_fast_with_the_local_form(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import datasets.config
     import huggingface_hub.constants
@@ -157,7 +156,7 @@ def test_hub_unreachable_fails_fast_with_the_local_form(
     with pytest.raises(HubUnavailable):
         open_source("hf:nobody/nothing:cfg@test")
     assert time.perf_counter() - t0 < 20  # datasets' own retries take minutes
-    r = runner.invoke(app, ["stress", "sst2"])
+    r = cli(["stress", "sst2"])
     assert r.exit_code == 2
     assert r.stderr == (
         "Error: sst2: cannot reach the Hugging Face Hub (HF_DATASETS_OFFLINE=1) and it is not "
@@ -169,8 +168,8 @@ def test_hub_unreachable_fails_fast_with_the_local_form(
     )
 
 
-def test_unknown_preset_lists_the_presets() -> None:
-    r = runner.invoke(app, ["stress", "sst3"])
+def test_unknown_preset_lists_the_presets(cli: Callable[..., Result]) -> None:
+    r = cli(["stress", "sst3"])
     assert r.exit_code == 2
     assert r.stderr == (
         "Error: sst3: no such file, and not a preset (presets: sst2, imdb, wikitext-2, "
@@ -180,7 +179,9 @@ def test_unknown_preset_lists_the_presets() -> None:
 
 
 @pytest.mark.parametrize("kind", ["gzip", "parquet"])
-def test_corrupt_files_are_named_and_nothing_is_written(tmp_path: Path, kind: str) -> None:
+def test_corrupt_files_are_named_and_nothing_is_written(
+    cli: Callable[..., Result], tmp_path: Path, kind: str
+) -> None:
     if kind == "gzip":
         good = _write(tmp_path / "good.txt.gz", "txt.gz", TEXTS * 2000)
         bad = tmp_path / "bad.txt.gz"
@@ -192,33 +193,33 @@ def test_corrupt_files_are_named_and_nothing_is_written(tmp_path: Path, kind: st
         bad.write_bytes(good.read_bytes()[:-20])
         expect = f"Error: {bad}: not a valid parquet file ("
     out = tmp_path / "c.npz"
-    r = runner.invoke(app, ["count", str(bad), "-o", str(out)])
+    r = cli(["count", str(bad), "-o", str(out)])
     assert r.exit_code == 2 and r.stderr.startswith(expect) and r.stderr.count("\n") == 1
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [good.name, bad.name]
     )
 
 
-def test_bad_token_files(tmp_path: Path) -> None:
+def test_bad_token_files(cli: Callable[..., Result], tmp_path: Path) -> None:
     ids = np.arange(100, dtype=np.uint16)
     ids.tofile(tmp_path / "ok.bin")
     (tmp_path / "odd.bin").write_bytes(ids.tobytes()[:-1])
-    r = runner.invoke(app, ["stress", str(tmp_path / "odd.bin"), "--vocab-size", "100"])
+    r = cli(["stress", str(tmp_path / "odd.bin"), "--vocab-size", "100"])
     assert r.exit_code == 2
     assert r.stderr == (
         f"Error: {tmp_path / 'odd.bin'}: size 199 bytes is not a multiple of 2 (--dtype uint16)\n"
     )
-    r = runner.invoke(app, ["stress", str(tmp_path / "ok.bin"), "--vocab-size", "90", "-n", "8"])
+    r = cli(["stress", str(tmp_path / "ok.bin"), "--vocab-size", "90", "-n", "8"])
     assert r.exit_code == 2
     assert r.stderr == (
         f"Error: {tmp_path / 'ok.bin'}: token id 90 at offset 90 is outside [0, --vocab-size=90)\n"
     )
-    r = runner.invoke(app, ["stress", str(tmp_path / "ok.bin")])
+    r = cli(["stress", str(tmp_path / "ok.bin")])
     assert r.exit_code == 2 and "need --vocab-size" in r.stderr
 
 
-def test_corpora_lists_the_presets() -> None:
-    r = runner.invoke(app, ["corpora", "--json"])
+def test_corpora_lists_the_presets(cli: Callable[..., Result]) -> None:
+    r = cli(["corpora", "--json"])
     assert r.exit_code == 0
     rows = json.loads(r.stdout)
     assert [row["name"] for row in rows] == list(PRESETS)
@@ -231,3 +232,48 @@ def test_corpora_lists_the_presets() -> None:
         "summary": "SST-2 movie-review sentences",
     }
     assert rows[-1]["dataset"] == "allenai/c4" and rows[-1]["split"] == "validation"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "column", "expected"),
+    [
+        ("c.txt", "one\n\n  two  \n", None, ["one", "two"]),
+        ("c.jsonl", '{"text": "a"}\n{"text": null}\n{"text": "b", "x": 1}\n', None, ["a", "b"]),
+        ("c.jsonl", '{"body": "a"}\n', "body", ["a"]),
+        ("c.csv", 'id,text\n1,"hello, world"\n2,x\n', None, ["hello, world", "x"]),
+        ("c.tsv", "text\tid\nab\t1\n", None, ["ab"]),
+    ],
+)
+def test_source_formats(
+    tmp_path: Path, name: str, content: str, column: str | None, expected: list[str]
+) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    assert list(open_source(str(path), column).texts()) == expected
+
+
+def test_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(PosdiagError, match=r"^missing\.txt: no such file$"):
+        open_source("missing.txt")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nbad \xff byte\n")
+    with pytest.raises(
+        PosdiagError, match=r"bad.txt: line 2 is not valid UTF-8 \(byte 0xff at column 5\)$"
+    ):
+        list(open_source(str(bad)).texts())
+    j = tmp_path / "c.jsonl"
+    j.write_text('{"text": "a"}\n{"body": "b"}\n')
+    with pytest.raises(PosdiagError, match=r"c.jsonl: line 2 has no column 'text'; columns: body$"):
+        list(open_source(str(j)).texts())
+    c = tmp_path / "c.csv"
+    c.write_text("a,b\n1,2\n")
+    with pytest.raises(PosdiagError, match=r"c.csv: no column 'text'; columns: a, b$"):
+        list(open_source(str(c)).texts())
+    with pytest.raises(
+        PosdiagError,
+        match=(
+            r"bad.txt: --column applies to .jsonl, .json, .csv, .tsv, .parquet and data sets; "
+            r"this is plain text \(one sequence per line\); got column .text.$"
+        ),
+    ):
+        open_source(str(bad), "text")

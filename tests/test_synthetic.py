@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+import scipy.sparse as sp
+from click.testing import Result
 
 from posdiag.analysis import corpus_geometry, diagnose, score_encodings
-from posdiag.cli import app
-from posdiag.counts import count_texts
+from posdiag.counts import Counts, count_texts
 from posdiag.geometry import classical_mds, hellinger_distances, stress_by_rank
 from posdiag.synthetic import (
     SynthSpec,
+    drift_distributions,
+    expected_counts,
     low_rank_distributions,
     shift_distributions,
     synth_distributions,
     synth_texts,
 )
 from posdiag.tokenize import load_tokenizer
-
-runner = CliRunner()
 
 
 def _scores(spec: SynthSpec) -> dict[str, float]:
@@ -92,19 +93,31 @@ def test_sampled_frequencies_match_the_distributions() -> None:
     assert np.abs(freq - mu).max() < 0.01
 
 
-def test_cli_synth_writes_refuses_overwrite_and_validates(tmp_path: Path) -> None:
+def test_cli_synth_writes_refuses_overwrite_and_validates(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
     out = tmp_path / "c.txt"
     args = ["synth", "-o", str(out), "--positions", "6", "--vocab", "12", "--sequences", "30"]
-    res = runner.invoke(app, args)
+    res = cli(args)
     assert res.exit_code == 0, res.output
     lines = out.read_text().splitlines()
     assert len(lines) == 30 and all(len(x.split()) == 6 for x in lines)
-    res = runner.invoke(app, args)
+    res = cli(args)
     assert res.exit_code == 2
     assert res.stderr == f"Error: {out}: already exists; pass --force to overwrite\n"
-    assert runner.invoke(app, [*args, "--force", "--mode", "shift"]).exit_code == 0
+    assert cli([*args, "--force", "--mode", "shift"]).exit_code == 0
     bad = tmp_path / "bad.txt"
-    res = runner.invoke(app, ["synth", "-o", str(bad), "--rank", "3", "--vocab", "3"])
+    res = cli(["synth", "-o", str(bad), "--rank", "3", "--vocab", "3"])
     assert res.exit_code == 2
     assert res.stderr == "Error: 'vocab' must be an int in [rank+1=4, inf]; got 3\n"
     assert not bad.exists()
+
+
+def test_synthetic_expected_counts_give_exact_geometry() -> None:
+    mu = drift_distributions(10, 40, rank=2, seed=3)
+    c = Counts(sp.csr_matrix(expected_counts(mu, 10**9)))
+    from posdiag.geometry import hellinger_distances
+
+    s = np.sqrt(mu) / np.sqrt(2)
+    exact = np.sqrt(((s[:, None, :] - s[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(hellinger_distances(c.matrix), exact, atol=1e-4)

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from rich.console import Console
 from rich.progress import Progress
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers, processors
-from typer.testing import CliRunner
 
 from posdiag._cli_options import CountingBar, counting_columns
-from posdiag.cli import app
 from posdiag.errors import PosdiagError
 from posdiag.sources import HubUnavailable
-from posdiag.tokenize import load_tokenizer, view
+from posdiag.tokenize import WhitespaceTokenizer, load_tokenizer, view
 
-runner = CliRunner()
 WORDS = ["<unk>", "<blank>", "<s>", "</s>", "the", "cat", "sat", "on", "mat"]
 
 
@@ -65,7 +64,9 @@ def test_model_view_uses_the_tokenizers_own_pad_token(tmp_path: Path) -> None:
     assert load_tokenizer(str(tmp_path / "copy.json")).fingerprint == plain.fingerprint
 
 
-def test_hub_tokenizer_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_tokenizer_offline_fails_fast(
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -74,7 +75,7 @@ def test_hub_tokenizer_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(HubUnavailable):
         load_tokenizer("no-such-model-xyz")
     assert time.perf_counter() - t0 < 20
-    r = runner.invoke(app, ["stress", "-", "-t", "bert-base-uncased"], input="a b\n")
+    r = cli(["stress", "-", "-t", "bert-base-uncased"], input="a b\n")
     assert r.exit_code == 2
     assert r.stderr == (
         "Error: tokenizer 'bert-base-uncased': not a file, and the Hugging Face Hub is out of "
@@ -94,3 +95,76 @@ def test_progress_bar_shows_sequences_tokens_rate_and_eta() -> None:
     text = buf.getvalue()
     assert "50%" in text and "60 seqs" in text and "1,234 tokens" in text and "tok/s" in text
     assert "ETA" in text
+
+
+@pytest.fixture
+def word_tokenizer_file(tmp_path: Path) -> Path:
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4, "b": 5, "c": 6}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_whitespace_tokenizer_uses_pretokenizer_and_first_seen_ids() -> None:
+    tok = WhitespaceTokenizer()
+    assert tok.encode_batch(["b a, b", "c"]) == [[3, 4, 5, 3], [6]]  # "," is its own token
+    assert tok.vocab_size == 7
+
+
+def test_views_whitespace() -> None:
+    texts = ["x y z", "y"]
+    assert list(view(texts, WhitespaceTokenizer(), "text", 2)) == [([[3, 4], [4]], 2)]
+    model = list(view(texts, WhitespaceTokenizer(), "model", 4))
+    assert model == [([[1, 3, 4, 2], [1, 4, 2, 0]], 2)]
+    packed = list(view(texts, WhitespaceTokenizer(), "packed", 3, batch_size=1))
+    # "x y z [SEP] y [SEP]" in windows of 3
+    assert packed == [([[3, 4, 5]], 1), ([[2, 4, 2]], 1)]
+
+
+def test_views_with_tokenizer_json(word_tokenizer_file: Path) -> None:
+    tok = load_tokenizer(str(word_tokenizer_file))
+    assert list(view(["a b c a", "b"], tok, "text", 3)) == [([[4, 5, 6], [5]], 2)]
+    model = list(view(["a b c a", "b"], tok, "model", 4))[0][0]
+    assert model == [[2, 4, 5, 3], [2, 5, 3, 0]]  # truncation keeps [SEP]; padding counted
+    packed = list(view(["a b", "c"], tok, "packed", 2))[0][0]
+    assert packed == [[4, 5], [3, 6]]
+
+
+def test_tokenizer_errors(tmp_path: Path) -> None:
+    with pytest.raises(PosdiagError, match=r"^tokenizer 'nope\.json': no such file \(built-in"):
+        load_tokenizer("nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(PosdiagError, match=rf"^{bad}: not a valid tokenizer.json \("):
+        load_tokenizer(str(bad))
+    plain = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    path = tmp_path / "nopad.json"
+    plain.save(str(path))
+    with pytest.raises(PosdiagError, match=r"has no pad token \(looked for \[PAD\], <pad>"):
+        list(view(["a"], load_tokenizer(str(path)), "model", 4))
+    assert list(view(["a"], load_tokenizer(str(path), pad_token="[UNK]"), "model", 3))[0][0] == [
+        [0, 1, 1]
+    ]
+
+
+def test_model_view_shorter_than_the_special_tokens(
+    bundled_corpus: Path, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}, "[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    path = tmp_path / "tok.json"
+    tok.save(str(path))
+    res = cli(["stress", str(bundled_corpus), "-t", str(path), "--view", "model", "-n", "1"])
+    assert res.exit_code == 2
+    assert res.stderr == (
+        f"Error: tokenizer {path}: --max-len 1 is shorter than the 2 special tokens its "
+        "post-processor adds in the model view\n"
+    )

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from typer.testing import CliRunner
+from click.testing import Result
 
 from posdiag.analysis import stress_report
-from posdiag.cli import app
 from posdiag.counts import count_texts, save_counts
 from posdiag.errors import PosdiagError
 from posdiag.synthetic import SynthSpec, synth_texts
@@ -23,8 +23,6 @@ from posdiag.uncertainty import (
     noise_floor,
     pair_floor,
 )
-
-runner = CliRunner()
 
 
 def _texts(sequences: int, seed: int = 0) -> list[str]:
@@ -128,16 +126,16 @@ def test_pair_floor_formula() -> None:
     assert got[0, 0] == pytest.approx(0.2 / np.sqrt(2))
 
 
-def test_cli_stress_shows_intervals_in_json(tmp_path: Path) -> None:
+def test_cli_stress_shows_intervals_in_json(cli: Callable[..., Result], tmp_path: Path) -> None:
     path = tmp_path / "s.txt"
     path.write_text("\n".join(_texts(600)) + "\n")
-    res = runner.invoke(app, ["stress", str(path), "--min-count", "10", "--json"])
+    res = cli(["stress", str(path), "--min-count", "10", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     for e in doc["encodings"]:
         assert e["ci_low"] <= e["stress"] <= e["ci_high"]
     assert doc["uncertainty"]["shards"] == 20 and doc["uncertainty"]["level"] == 0.95
-    res = runner.invoke(app, ["stress", str(path), "--min-count", "10", "--shards", "0", "--json"])
+    res = cli(["stress", str(path), "--min-count", "10", "--shards", "0", "--json"])
     doc = json.loads(res.stdout)
     assert all(e["ci_low"] is None and e["ci_high"] is None for e in doc["encodings"])
 
@@ -151,11 +149,11 @@ def test_cli_stress_shows_intervals_in_json(tmp_path: Path) -> None:
     ],
 )
 def test_cli_stress_rejects_bad_uncertainty_options(
-    tmp_path: Path, args: list[str], message: str
+    cli: Callable[..., Result], tmp_path: Path, args: list[str], message: str
 ) -> None:
     path = tmp_path / "s.txt"
     path.write_text("\n".join(_texts(50)) + "\n")
-    res = runner.invoke(app, ["stress", str(path), *args])
+    res = cli(["stress", str(path), *args])
     assert res.exit_code == 2
     assert res.stderr == message
 

@@ -1,4 +1,6 @@
-"""Positional encodings as position geometries: a name -> factory registry (GEOMETRY.md section 5).
+"""Positional encodings as position geometries: a name -> factory registry.
+
+Definitions: docs/geometry.md section 5 and docs/encodings.md.
 
 Each factory turns ``n`` positions and keyword parameters into an :class:`Encoding` holding the
 dissimilarity ``delta_E`` the encoding induces between positions. Families: ``absolute``

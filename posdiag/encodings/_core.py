@@ -1,4 +1,6 @@
-"""The encoding registry: specs, factories, parsing of ``NAME[:key=value,...]`` (GEOMETRY.md 5).
+"""The encoding registry: specs, factories, parsing of ``NAME[:key=value,...]``.
+
+Contract: docs/geometry.md section 5.
 
 Each factory turns ``n`` positions and keyword parameters into an :class:`Encoding` holding the
 dissimilarity ``delta_E`` the encoding induces between positions. The family modules

@@ -1,6 +1,6 @@
 """Absolute encodings added to the input: position vectors ``p_i``, ``delta = ||p_i - p_j||``.
 
-ENCODINGS.md section 1. ``nope`` (no positional signal) is the Necessity Theorem's baseline.
+docs/encodings.md section 1. ``nope`` (no positional signal) is the Necessity Theorem's baseline.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attention-bias encodings: ``logit_h(i, j) += b_h(i, j)`` (ENCODINGS.md section 3).
+"""Attention-bias encodings: ``logit_h(i, j) += b_h(i, j)`` (docs/encodings.md section 3).
 
 A bias is not a position vector, so each encoding states the dissimilarity it is scored by.
 The exact reading, when it exists, is Schoenberg's: if ``-b`` is conditionally negative definite

@@ -1,4 +1,5 @@
-"""The optimum: the rank-r classical MDS encoding of the corpus itself (GEOMETRY.md section 3)."""
+"""The optimum: the rank-r classical MDS encoding of the corpus itself (docs/geometry.md
+section 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Rotary encodings (RoPE) and their context-extension variants, and xPos (ENCODINGS.md 2).
+"""Rotary encodings (RoPE), their context-extension variants, and xPos (docs/encodings.md
+section 2).
 
 RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{j-i} k``. The
 position geometry scored is that of the rotation operators:

@@ -1,4 +1,4 @@
-"""The low-rank MDS encoding file (GEOMETRY.md section 7)."""
+"""The low-rank MDS encoding file (docs/geometry.md section 7)."""
 
 from __future__ import annotations
 

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
-from posdiag.cli import app
 from posdiag.encodings import MODEL_PRESETS, REGISTRY, expand_preset, make_encoding
 
-from .conftest import ROOT
 
-runner = CliRunner()
-
-
-def test_encodings_json_is_the_registry() -> None:
-    res = runner.invoke(app, ["encodings", "--json"])
+def test_encodings_json_is_the_registry(cli: Callable[..., Result]) -> None:
+    res = cli(["encodings", "--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert [r["name"] for r in rows] == list(REGISTRY)
@@ -28,7 +24,7 @@ def test_encodings_json_is_the_registry() -> None:
         assert r["types"] == {k: t.__name__ for k, t in spec.types.items()}
         assert r["n_params"] == spec.n_params_formula and r["summary"] == spec.summary
         assert list(r["docs"]) == list(spec.defaults) and all(r["docs"].values())
-    res = runner.invoke(app, ["encodings", "--presets", "--json"])
+    res = cli(["encodings", "--presets", "--json"])
     presets = json.loads(res.stdout)
     assert [p["name"] for p in presets] == list(MODEL_PRESETS)
     assert presets[0]["encodings"] == [
@@ -36,22 +32,22 @@ def test_encodings_json_is_the_registry() -> None:
     ]
 
 
-def test_encodings_table_lists_every_encoding_and_preset() -> None:
-    res = runner.invoke(app, ["encodings"])
+def test_encodings_table_lists_every_encoding_and_preset(cli: Callable[..., Result]) -> None:
+    res = cli(["encodings"])
     assert res.exit_code == 0
     for name in REGISTRY:
         assert re.search(rf"(?m)^│ {re.escape(name)} +│", res.stdout), name
-    res = runner.invoke(app, ["encodings", "--presets"])
+    res = cli(["encodings", "--presets"])
     for name in MODEL_PRESETS:
         assert re.search(rf"(?m)^│ {re.escape(name)} +│", res.stdout), name
 
 
-def test_one_encoding_in_detail() -> None:
-    res = runner.invoke(app, ["encodings", "rope-yarn"])
+def test_one_encoding_in_detail(cli: Callable[..., Result]) -> None:
+    res = cli(["encodings", "rope-yarn"])
     assert res.exit_code == 0
     for key, doc in REGISTRY["rope-yarn"].docs.items():
         assert re.search(rf"(?m)^│ {key} +│", res.stdout) and doc[:30] in res.stdout
-    res = runner.invoke(app, ["encodings", "rope-yam"])
+    res = cli(["encodings", "rope-yam"])
     assert res.exit_code == 2
     assert res.stderr.startswith(
         "Error: unknown encoding 'rope-yam'; did you mean 'rope-yarn'? encodings: nope, "
@@ -66,9 +62,8 @@ def test_every_preset_expands_to_valid_encodings(preset: str) -> None:
             assert e.params[k] == v
 
 
-def test_stress_with_model_presets(small_corpus: Path) -> None:
-    res = runner.invoke(
-        app,
+def test_stress_with_model_presets(cli: Callable[..., Result], small_corpus: Path) -> None:
+    res = cli(
         ["stress", str(small_corpus), "--model-preset", "llama3-8b", "--model-preset", "bloom",
          "-e", "rope", "--json", "--min-count", "20"],
     )  # fmt: skip
@@ -82,26 +77,29 @@ def test_stress_with_model_presets(small_corpus: Path) -> None:
     assert all(0.0 <= r["stress"] <= 1.0 for r in rows)
 
 
-def test_unknown_preset_is_refused_before_counting(small_corpus: Path) -> None:
-    res = runner.invoke(app, ["stress", str(small_corpus), "--model-preset", "llama9"])
+def test_unknown_preset_is_refused_before_counting(
+    cli: Callable[..., Result], small_corpus: Path
+) -> None:
+    res = cli(["stress", str(small_corpus), "--model-preset", "llama9"])
     assert res.exit_code == 2
     assert (
         res.stderr == f"Error: unknown model preset 'llama9'; presets: {', '.join(MODEL_PRESETS)}\n"
     )
 
 
-def test_every_encoding_and_preset_is_documented() -> None:
-    docs = (ROOT / "docs" / "encodings.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+def test_every_encoding_and_preset_is_documented(repo_root: Path) -> None:
+    docs = (repo_root / "docs" / "encodings.md").read_text()
+    readme = (repo_root / "README.md").read_text()
     for name in REGISTRY:
         assert f"`{name}`" in docs and f"`{name}`" in readme, name
     for name in MODEL_PRESETS:
         assert f"`{name}`" in docs, name
 
 
-def test_rope_and_sinusoidal_score_alike_on_a_real_corpus(small_corpus: Path) -> None:
-    res = runner.invoke(
-        app,
+def test_rope_and_sinusoidal_score_alike_on_a_real_corpus(
+    cli: Callable[..., Result], small_corpus: Path
+) -> None:
+    res = cli(
         ["stress", str(small_corpus), "--min-count", "20", "--json", "-e", "rope:head_dim=96",
          "-e", "sinusoidal:d=96", "-e", "rope-dynamic:head_dim=96,seq_len=100000"],
     )  # fmt: skip

@@ -1,34 +1,34 @@
-"""CLI: every core command, every bad input of issue 2 (exact text, exit code 2), --json."""
+"""CLI: every core command, every bad input (exact text, exit code 2), --json."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from click.testing import Result
 from safetensors.numpy import load_file, save_file
-from typer.testing import CliRunner
 
-from posdiag.cli import app
-
-runner = CliRunner()
+from posdiag.analysis import saving_phrase
 
 
-def run(*args: str, input: str | None = None):  # type: ignore[no-untyped-def]
-    return runner.invoke(app, list(args), input=input)
+def run(cli: Callable[..., Result], *args: str, input: str | None = None):  # type: ignore[no-untyped-def]
+    return cli(list(args), input=input)
 
 
-def fails(args: list[str], message: str) -> None:
-    r = run(*args)
+def fails(cli: Callable[..., Result], args: list[str], message: str) -> None:
+    r = run(cli, *args)
     assert r.exit_code == 2, r.output
     assert r.stderr == f"Error: {message}\n"
     assert r.stdout == ""
 
 
-def test_stress_json_on_synthetic_corpus(synth_corpus: Path) -> None:
-    r = run("stress", str(synth_corpus), "--min-count", "50", "--json")
+def test_stress_json_on_synthetic_corpus(cli: Callable[..., Result], synth_corpus: Path) -> None:
+    r = run(cli, "stress", str(synth_corpus), "--min-count", "50", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     c = doc["corpus"]
@@ -57,9 +57,19 @@ def test_stress_json_on_synthetic_corpus(synth_corpus: Path) -> None:
     assert set(doc["spectrum"]["effective_rank"]) == {"0.1", "0.05"}
 
 
-def test_stress_table_and_selected_encodings(synth_corpus: Path) -> None:
+def test_stress_table_and_selected_encodings(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
     r = run(
-        "stress", str(synth_corpus), "--min-count", "50", "-e", "rope:head_dim=8", "-e", "mds-2"
+        cli,
+        "stress",
+        str(synth_corpus),
+        "--min-count",
+        "50",
+        "-e",
+        "rope:head_dim=8",
+        "-e",
+        "mds-2",
     )
     assert r.exit_code == 0, r.output
     assert "rope" in r.stdout and "head_dim=8, base=10000" in r.stdout and "mds-2" in r.stdout
@@ -67,15 +77,18 @@ def test_stress_table_and_selected_encodings(synth_corpus: Path) -> None:
     assert "effective rank:" in r.stdout
 
 
-def test_stdin_and_counts_file_give_same_report(synth_corpus: Path, tmp_path: Path) -> None:
+def test_stdin_and_counts_file_give_same_report(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "c.npz"
-    r = run("count", str(synth_corpus), "-o", str(out), "--max-len", "12")
+    r = run(cli, "count", str(synth_corpus), "-o", str(out), "--max-len", "12")
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith(f"wrote {out}: 600 sequences, 7,200 tokens, 12 x ")
     assert sp.load_npz(out).shape[0] == 12
-    a = json.loads(run("stress", str(out), "--min-count", "50", "--json").stdout)
+    a = json.loads(run(cli, "stress", str(out), "--min-count", "50", "--json").stdout)
     b = json.loads(
         run(
+            cli,
             "stress",
             "-",
             "--max-len",
@@ -88,19 +101,24 @@ def test_stdin_and_counts_file_give_same_report(synth_corpus: Path, tmp_path: Pa
     )
     assert [e["stress"] for e in a["encodings"]] == [e["stress"] for e in b["encodings"]]
     fails(
+        cli,
         ["stress", str(out), "--view", "model"],
         f"{out}: was counted with view='text', not 'model'; count the corpus again to change it",
     )
     fails(
+        cli,
         ["count", str(synth_corpus), "-o", str(out)],
         f"{out}: already exists; pass --force to overwrite",
     )
-    assert run("count", str(synth_corpus), "-o", str(out), "--force").exit_code == 0
+    assert run(cli, "count", str(synth_corpus), "-o", str(out), "--force").exit_code == 0
 
 
-def test_build_encoding_safetensors_and_npy(synth_corpus: Path, tmp_path: Path) -> None:
+def test_build_encoding_safetensors_and_npy(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "enc.safetensors"
     r = run(
+        cli,
         "build-encoding",
         str(synth_corpus),
         "--rank",
@@ -126,6 +144,7 @@ def test_build_encoding_safetensors_and_npy(synth_corpus: Path, tmp_path: Path) 
     assert load_file(str(out))["encoding"].shape == (12, 64)
     npy = tmp_path / "enc.npy"
     r = run(
+        cli,
         "build-encoding",
         str(synth_corpus),
         "-r",
@@ -141,65 +160,74 @@ def test_build_encoding_safetensors_and_npy(synth_corpus: Path, tmp_path: Path) 
     assert np.load(npy).shape == (12, 8) and (tmp_path / "enc.json").exists()
 
 
-def test_encodings_lists_registry() -> None:
-    r = run("encodings", "--json")
+def test_encodings_lists_registry(cli: Callable[..., Result]) -> None:
+    r = run(cli, "encodings", "--json")
     names = [e["name"] for e in json.loads(r.stdout)]
     assert {"nope", "sinusoidal", "rope", "alibi", "t5", "mds", "learned"} <= set(names)
-    assert run("--version").stdout.startswith("posdiag ")
+    assert run(cli, "--version").stdout.startswith("posdiag ")
 
 
-def test_bad_corpus_inputs(tmp_path: Path, synth_corpus: Path) -> None:
-    fails(["stress", "missing.txt"], "missing.txt: no such file")
+def test_bad_corpus_inputs(cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path) -> None:
+    fails(cli, ["stress", "missing.txt"], "missing.txt: no such file")
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
-    fails(["stress", str(empty)], f"{empty}: the corpus is empty (no tokens after tokenization)")
+    fails(
+        cli, ["stress", str(empty)], f"{empty}: the corpus is empty (no tokens after tokenization)"
+    )
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok line\nalso ok\n\xc3\x28 broken\n")
-    fails(["stress", str(bad)], f"{bad}: line 3 is not valid UTF-8 (byte 0xc3 at column 1)")
+    fails(cli, ["stress", str(bad)], f"{bad}: line 3 is not valid UTF-8 (byte 0xc3 at column 1)")
     short = tmp_path / "short.txt"
     short.write_text("one two\n" * 150 + "three\n")
     fails(
+        cli,
         ["stress", str(short), "--min-count", "151"],
         f"{short}: fewer than 2 positions have support >= min_count=151 "
         "(n_eff=1; supports of positions 0..4: 151, 150, 0, 0, 0); lower --min-count or add data",
     )
     j = tmp_path / "c.jsonl"
     j.write_text('{"sentence": "a b"}\n')
-    fails(["stress", str(j)], f"{j}: line 1 has no column 'text'; columns: sentence")
+    fails(cli, ["stress", str(j)], f"{j}: line 1 has no column 'text'; columns: sentence")
     fails(
+        cli,
         ["stress", str(j), "--column", "label"],
         f"{j}: line 1 has no column 'label'; columns: sentence",
     )
     fails(
+        cli,
         ["stress", str(synth_corpus), "--view", "chars"],
         "'view' must be one of text, model, packed; got 'chars'",
     )
     fails(
+        cli,
         ["stress", str(synth_corpus), "--max-len", "0"],
         "'max_len' must be an int in [1, inf]; got 0",
     )
     fails(
+        cli,
         ["stress", str(synth_corpus), "--min-count", "0"],
         "'min_count' must be an int in [1, inf]; got 0",
     )
 
 
-def test_bad_tokenizer(tmp_path: Path, synth_corpus: Path) -> None:
+def test_bad_tokenizer(cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path) -> None:
     bad = tmp_path / "tok.json"
     bad.write_text('{"version": "1.0"}')
-    r = run("stress", str(synth_corpus), "--tokenizer", str(bad))
+    r = run(cli, "stress", str(synth_corpus), "--tokenizer", str(bad))
     assert r.exit_code == 2 and r.stderr.startswith(f"Error: {bad}: not a valid tokenizer.json (")
     assert r.stderr.count("\n") == 1
     fails(
+        cli,
         ["stress", str(synth_corpus), "-t", "nothere/tokenizer.json"],
         "tokenizer 'nothere/tokenizer.json': no such file (built-in tokenizers: whitespace, bytes)",
     )
 
 
-def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
+def test_bad_encodings(cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path) -> None:
     c = str(synth_corpus)
     base = ["stress", c, "--min-count", "50", "-e"]
     fails(
+        cli,
         [*base, "sinusoid"],
         "unknown encoding 'sinusoid'; did you mean 'sinusoidal'? encodings: nope, sinusoidal, "
         "scaled-sinusoidal, "
@@ -208,22 +236,25 @@ def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
         "shaw, mds",
     )
     fails(
+        cli,
         [*base, "rope:theta=3"],
         "encoding 'rope': unknown parameter 'theta'; "
         "parameters: head_dim, base, partial_rotary_factor, attention_factor",
     )
-    fails([*base, "mds-12"], "'rank' must be an int in [1, n_eff-1=11]; got 12")
-    fails([*base, "learned"], "encoding 'learned': parameter 'path' is required")
-    fails([*base, "learned:path=nothere.npy"], "learned: path 'nothere.npy': no such file")
+    fails(cli, [*base, "mds-12"], "'rank' must be an int in [1, n_eff-1=11]; got 12")
+    fails(cli, [*base, "learned"], "encoding 'learned': parameter 'path' is required")
+    fails(cli, [*base, "learned:path=nothere.npy"], "learned: path 'nothere.npy': no such file")
     three = tmp_path / "t3.npy"
     np.save(three, np.zeros((12, 2, 2)))
     fails(
+        cli,
         [*base, f"learned:path={three}"],
         f"learned: {three}: table must be 2-D (positions x d); got shape (12, 2, 2)",
     )
     short = tmp_path / "short.npy"
     np.save(short, np.zeros((5, 4)))
     fails(
+        cli,
         [*base, f"learned:path={short}"],
         f"learned: {short}: table has 5 rows; the corpus needs n_eff=12",
     )
@@ -232,6 +263,7 @@ def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
     table[3, 1] = np.nan
     np.save(nan, table)
     fails(
+        cli,
         [*base, f"learned:path={nan}"],
         f"learned: {nan}: table must be finite; got nan at row 3, column 1 (1 non-finite values)",
     )
@@ -240,77 +272,94 @@ def test_bad_encodings(tmp_path: Path, synth_corpus: Path) -> None:
         {"wte.weight": np.zeros((9, 4), np.float32), "h.0.w": np.zeros((4, 4), np.float32)}, str(st)
     )
     fails(
+        cli,
         [*base, f"learned:path={st},tensor=wpe"],
         f"learned: {st}: no tensor 'wpe'; tensors: h.0.w, wte.weight",
     )
     fails(
+        cli,
         [*base, f"learned:path={st}"],
         f"learned: {st}: no position-embedding tensor under a known name; "
         "pass tensor=NAME; tensors: h.0.w, wte.weight",
     )
 
 
-def test_learned_from_safetensors_checkpoint(tmp_path: Path, synth_corpus: Path) -> None:
+def test_learned_from_safetensors_checkpoint(
+    cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
+) -> None:
     st = tmp_path / "model.safetensors"
     rng = np.random.default_rng(0)
     save_file({"transformer.wpe.weight": rng.normal(size=(64, 8)).astype(np.float32)}, str(st))
-    r = run("stress", str(synth_corpus), "--min-count", "50", "-e", f"learned:path={st}", "--json")
+    r = run(
+        cli, "stress", str(synth_corpus), "--min-count", "50", "-e", f"learned:path={st}", "--json"
+    )
     assert r.exit_code == 0, r.output
     (row,) = json.loads(r.stdout)["encodings"]
     assert row["name"] == "learned" and row["n_params"] == 12 * 8 and 0 < row["stress"] < 1
 
 
-def test_build_encoding_bad_inputs(tmp_path: Path, synth_corpus: Path) -> None:
+def test_build_encoding_bad_inputs(
+    cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
+) -> None:
     c = str(synth_corpus)
     out = tmp_path / "e.safetensors"
     fails(
+        cli,
         ["build-encoding", c, "--min-count", "50", "-r", "0", "-o", str(out)],
         "'rank' must be an int in [1, n_eff-1=11]; got 0",
     )
     fails(
+        cli,
         ["build-encoding", c, "--min-count", "50", "-r", "12", "-o", str(out)],
         "'rank' must be an int in [1, n_eff-1=11]; got 12",
     )
     fails(
+        cli,
         ["build-encoding", c, "--min-count", "50", "-r", "4", "-d", "3", "-o", str(out)],
         "'dim' must be an int in [rank=4, inf]; got 3",
     )
     fails(
+        cli,
         ["build-encoding", c, "-o", str(tmp_path / "e.pt")],
         f"'output' must end with .safetensors or .npy; got '{tmp_path / 'e.pt'}'",
     )
     fails(
+        cli,
         ["build-encoding", c, "-o", str(tmp_path / "no" / "e.npy")],
         f"{tmp_path / 'no' / 'e.npy'}: folder '{tmp_path / 'no'}' does not exist",
     )
     out.write_bytes(b"precious")
     fails(
+        cli,
         ["build-encoding", c, "--min-count", "50", "-o", str(out)],
         f"{out}: already exists; pass --force to overwrite",
     )
     assert out.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.safetensors", "synth.txt"]
     fails(
+        cli,
         ["count", c, "-o", str(tmp_path / "c.txt")],
         f"'output' must end with .npz; got '{tmp_path / 'c.txt'}'",
     )
 
 
-def test_piped_run_prints_no_progress_and_quiet_is_accepted(synth_corpus: Path) -> None:
-    r = run("stress", str(synth_corpus), "--min-count", "50", "--json", "--quiet")
+def test_piped_run_prints_no_progress_and_quiet_is_accepted(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
+    r = run(cli, "stress", str(synth_corpus), "--min-count", "50", "--json", "--quiet")
     assert r.exit_code == 0 and r.stderr == ""
-    r = run("stress", str(synth_corpus), "--min-count", "50", "-e", "nope")
+    r = run(cli, "stress", str(synth_corpus), "--min-count", "50", "-e", "nope")
     assert r.exit_code == 0 and r.stderr == ""
 
 
 def test_interrupted_count_leaves_no_file(
-    synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def interrupt(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(np, "savez_compressed", interrupt)
-    r = run("count", str(synth_corpus), "-o", str(tmp_path / "c.npz"))
+    r = run(cli, "count", str(synth_corpus), "-o", str(tmp_path / "c.npz"))
     assert r.exit_code != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["synth.txt"]
 
@@ -324,13 +373,83 @@ def test_interrupted_count_leaves_no_file(
     ],
 )
 def test_analysis_commands_share_the_reading_options(
-    command: list[str], synth_corpus: Path
+    cli: Callable[..., Result], command: list[str], synth_corpus: Path
 ) -> None:
     """--limit/--sample reach the reader whatever the command (a corpus is read one way)."""
     name, *opts = command
-    r = run(name, str(synth_corpus), *opts, "--min-count", "50", "--limit", "250", "--json")
+    r = run(cli, name, str(synth_corpus), *opts, "--min-count", "50", "--limit", "250", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["corpus"]["sequences"] == 250
-    r = run(name, str(synth_corpus), *opts, "--min-count", "50", "--sample", "0.5", "--json")
+    r = run(cli, name, str(synth_corpus), *opts, "--min-count", "50", "--sample", "0.5", "--json")
     assert r.exit_code == 0, r.output
     assert 200 < json.loads(r.stdout)["corpus"]["sequences"] < 400
+
+
+def _help(cli: Callable[..., Result], command: str) -> str:
+    r = cli([command, "--help"], env={"COLUMNS": "250"}, terminal_width=250)
+    assert r.exit_code == 0, r.output
+    # Help panels wrap and box their lines; join them into one string of words.
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.stdout).split())
+
+
+@pytest.mark.parametrize(
+    ("command", "text"),
+    [
+        ("stress", "hf:OWNER/NAME[:CONFIG][@SPLIT]"),
+        ("stress", "hub data sets [default: $POSDIAG_DATA_DIR]."),
+        ("count", "hub data sets [default: $POSDIAG_DATA_DIR]."),
+        ("synth", "bump width in tokens [default: n/2]."),
+        ("check", "[default: the nearest posdiag.toml, else pyproject.toml with [tool.posdiag],"),
+        ("diff", "[default: each corpus's effective rank at --tolerance]"),
+    ],
+)
+def test_help_keeps_square_brackets(cli: Callable[..., Result], command: str, text: str) -> None:
+    assert text in _help(cli, command)
+
+
+def test_inspect_title_names_the_tensor_found(
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a short relative path keeps the title on one line
+    path = Path("model.safetensors")
+    table = np.random.default_rng(0).normal(0, 0.02, (8, 4)).astype(np.float32)
+    save_file({"bert.embeddings.position_embeddings.weight": table}, str(path))
+    # Found by its known name: the title and the JSON name it, not a placeholder.
+    r = cli(["inspect", str(path)])
+    assert r.exit_code == 0, r.output
+    assert f"{path} [bert.embeddings.position_embeddings.weight]: 8 x 4" in r.stdout
+    r = cli(["inspect", str(path), "--json"])
+    assert json.loads(r.stdout)["tensor"] == "bert.embeddings.position_embeddings.weight"
+    r = cli(["inspect", str(path), "--tensor", "bert.embeddings.position_embeddings.weight"])
+    assert f"{path} [bert.embeddings.position_embeddings.weight]: 8 x 4" in r.stdout
+
+
+def test_corpus_source_with_brackets_is_shown_verbatim(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
+    pattern = str(synth_corpus.parent / "[s]ynth.txt")  # a glob matching the one file
+    r = cli(["stress", pattern, "--min-count", "50", "--shards", "0"])
+    assert r.exit_code == 0, r.output
+    assert "[s]ynth.txt" in r.stdout
+
+
+def test_saving_phrase_says_more_when_the_factorisation_costs_more() -> None:
+    assert saving_phrase(0.88) == "88% fewer"
+    assert saving_phrase(-0.5308) == "53% more"
+    assert saving_phrase(0.957, 1) == "95.7% fewer"
+
+
+def test_diagnose_reading_never_says_negative_fewer(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
+    # n_eff = 12, d = 2: the rank reaching 0.01 costs r(12+2) > 24 parameters.
+    args = ["diagnose", str(synth_corpus), "--min-count", "50", "--shards", "0"]
+    r = cli([*args, "--dim", "2", "--target", "0.01", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    rank = doc["rank"]
+    assert rank["saving"] < 0
+    expected = f"{-rank['saving']:.0%} more"
+    assert f"({expected}, d=2)" in rank["reading"]
+    assert f"({expected} parameters than a full table)" in doc["recommendation"]["text"]
+    assert "-" not in rank["reading"].split("(")[-1]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import Result
 from safetensors.numpy import save_file
 from scipy.spatial.distance import pdist, squareform
 
@@ -171,3 +173,18 @@ def test_unknown_names_and_bad_files_are_clear_errors(tmp_path: Path) -> None:
         f"learned: {tmp_path}: directory holds neither model.safetensors nor "
         "model.safetensors.index.json"
     )
+
+
+def test_learned_reads_posdiag_own_encoding_file(
+    cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
+) -> None:
+    enc = tmp_path / "e.safetensors"
+    args = [str(synth_corpus), "--min-count", "50"]
+    assert cli(["build-encoding", *args, "-r", "2", "-d", "8", "-o", str(enc)]).exit_code == 0
+    res = cli(
+        ["stress", *args, "--shards", "0", "--json", "-e", f"learned:path={enc}", "-e", "mds-2"],
+    )
+    assert res.exit_code == 0, res.stderr
+    rows = {e["name"]: e for e in json.loads(res.stdout)["encodings"]}
+    assert rows["learned"]["params"]["tensor"] == "encoding"
+    assert abs(rows["learned"]["stress"] - rows["mds-2"]["stress"]) < 1e-5  # float32 file

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -22,6 +25,7 @@ from posdiag.geometry import (
     gram_from_vectors,
     hellinger_distances,
     positional_information,
+    significant_negative,
     stress,
     stress_by_rank,
     supported_prefix,
@@ -221,3 +225,12 @@ def test_positional_information_matches_brute_force() -> None:
     assert total == pytest.approx(float(np.sum(n_i / n_i.sum() * np.array(kl))))
     same, _ = positional_information(np.tile([3, 1, 2], (5, 1)))
     assert same == pytest.approx(0.0, abs=1e-12)
+
+
+def test_negative_eigenvalue_reported_only_when_significant(
+    cli: Callable[..., Result], synth_corpus: Path
+) -> None:
+    assert significant_negative(np.array([2.0, 1.0, -1e-15])) is None
+    assert significant_negative(np.array([2.0, 1.0, -0.5])) == -0.5
+    res = cli(["stress", str(synth_corpus), "--min-count", "50", "--shards", "0"])
+    assert res.exit_code == 0 and "most negative eigenvalue" not in res.stdout

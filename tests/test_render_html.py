@@ -5,20 +5,18 @@ from __future__ import annotations
 import base64
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
 from posdiag.analysis import stress_report
-from posdiag.cli import app
 from posdiag.counts import corpus_counts
 from posdiag.geometry import positional_information
 from posdiag.render.html import build_report
 
-from .test_plots import PIXELS, png_size
-
-runner = CliRunner()
+from .test_render_plots import PIXELS, png_size
 
 
 def _stress_rows(page: str) -> list[list[str]]:
@@ -32,10 +30,10 @@ def _stress_rows(page: str) -> list[list[str]]:
 
 
 def test_report_has_the_stress_table_and_no_external_url(
-    synth_corpus: Path, tmp_path: Path
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "report.html"
-    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out)])
+    res = cli(["report", str(synth_corpus), "-o", str(out)])
     assert res.exit_code == 0, res.stderr
     page = out.read_text(encoding="utf-8")
     expected = stress_report(corpus_counts(str(synth_corpus))).encodings
@@ -78,14 +76,16 @@ def test_report_escapes_text(tmp_path: Path) -> None:
     assert "a&lt;b&gt;&amp;.txt" in page.html and "a<b>" not in page.html
 
 
-def test_report_refuses_to_overwrite(synth_corpus: Path, tmp_path: Path) -> None:
+def test_report_refuses_to_overwrite(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "r.html"
     out.write_text("keep")
-    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out), "--no-plots"])
+    res = cli(["report", str(synth_corpus), "-o", str(out), "--no-plots"])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"Error: {out}: already exists; pass --force to overwrite"
     assert out.read_text() == "keep"
-    res = runner.invoke(app, ["report", str(synth_corpus), "-o", str(out), "--no-plots", "-f"])
+    res = cli(["report", str(synth_corpus), "-o", str(out), "--no-plots", "-f"])
     assert res.exit_code == 0 and out.read_text().startswith("<!DOCTYPE html>")
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import Result
 
 from posdiag.analysis import corpus_geometry, stress_report
-from posdiag.cli import app
 from posdiag.counts import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.plots import (
@@ -25,7 +25,6 @@ from posdiag.render.plots import (
     write_plots,
 )
 
-runner = CliRunner()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -45,10 +44,10 @@ def test_pixels_are_figsize_times_dpi() -> None:
 
 
 def test_plot_command_writes_every_png_of_the_expected_size(
-    synth_corpus: Path, tmp_path: Path
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "plots"
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out)])
+    res = cli(["plot", str(synth_corpus), "-o", str(out)])
     assert res.exit_code == 0, res.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(CORPUS_PLOTS)
     for name in CORPUS_PLOTS:
@@ -58,38 +57,42 @@ def test_plot_command_writes_every_png_of_the_expected_size(
         assert f"  {out / name}" in res.stdout
     # Existing plots are not overwritten without --force, and nothing else is written.
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out)])
+    res = cli(["plot", str(synth_corpus), "-o", str(out)])
     assert res.exit_code == 2
     assert (
         res.stderr.strip()
         == f"Error: {out / 'hellinger.png'}: already exists; pass --force to overwrite"
     )
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
-    assert runner.invoke(app, ["plot", str(synth_corpus), "-o", str(out), "-f"]).exit_code == 0
+    assert cli(["plot", str(synth_corpus), "-o", str(out), "-f"]).exit_code == 0
 
 
-def test_stress_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
+def test_stress_plot_option(cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "p"
-    res = runner.invoke(app, ["stress", str(synth_corpus), "--plot", str(out), "-e", "rope"])
+    res = cli(["stress", str(synth_corpus), "--plot", str(out), "-e", "rope"])
     assert res.exit_code == 0, res.stderr
     assert "wrote 6 plots" in res.stderr
     assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
 
 
-def test_diagnose_plot_option(synth_corpus: Path, tmp_path: Path) -> None:
+def test_diagnose_plot_option(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "d"
     args = ["diagnose", str(synth_corpus), "--replicates", "10", "--plot", str(out), "-e", "rope"]
-    res = runner.invoke(app, args)
+    res = cli(args)
     assert res.exit_code == 0, res.stderr
     assert "wrote 6 plots" in res.stderr
     assert all(png_size((out / n).read_bytes()) == PIXELS for n in CORPUS_PLOTS)
-    again = runner.invoke(app, args)
+    again = cli(args)
     assert again.exit_code == 2 and "pass --force to overwrite" in again.stderr
 
 
-def test_plot_dir_whose_parent_is_missing(synth_corpus: Path, tmp_path: Path) -> None:
+def test_plot_dir_whose_parent_is_missing(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "no" / "plots"
-    res = runner.invoke(app, ["stress", str(synth_corpus), "--plot", str(out)])
+    res = cli(["stress", str(synth_corpus), "--plot", str(out)])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"Error: {out}: folder {str(out.parent)!r} does not exist"
     assert res.stdout == ""  # refused before the analysis
@@ -152,12 +155,12 @@ def test_core_does_not_import_matplotlib() -> None:
 
 
 def test_missing_matplotlib_is_one_clear_error(
-    synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     with pytest.raises(PosdiagError, match=r"pip install 'posdiag\[plot\]'"):
         check_plot_dir(tmp_path / "p", False)
-    res = runner.invoke(app, ["plot", str(synth_corpus), "-o", str(tmp_path / "p")])
+    res = cli(["plot", str(synth_corpus), "-o", str(tmp_path / "p")])
     assert res.exit_code == 2
     assert res.stderr.strip() == (
         "Error: plots need matplotlib, which is not installed: pip install 'posdiag[plot]'"

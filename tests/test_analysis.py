@@ -1,21 +1,21 @@
 """The theory diagnostics: positional information, shift-equivariance, smoothness, monotonicity,
-noise floor and the recommendation (GEOMETRY.md section 8)."""
+noise floor and the recommendation (docs/geometry.md section 8)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import toeplitz
-from typer.testing import CliRunner
 
 from posdiag.analysis import diagnose
-from posdiag.cli import app
 from posdiag.counts import Counts, count_texts
 from posdiag.geometry import (
     hellinger_distances,
@@ -29,11 +29,6 @@ from posdiag.geometry import (
 from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
 from posdiag.tokenize import load_tokenizer
 from posdiag.uncertainty import count_texts_sharded
-
-runner = CliRunner()
-
-
-# --- positional information ---------------------------------------------------------------
 
 
 def _iid_counts(sequences: int, positions: int = 10, vocab: int = 30, seed: int = 0) -> Counts:
@@ -73,9 +68,6 @@ def test_information_is_large_on_a_position_dependent_corpus() -> None:
     assert info.bits > 10 * iid.bits
 
 
-# --- shift-equivariance, smoothness ---------------------------------------------------------
-
-
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.floats(0.01, 5.0), min_size=2, max_size=12))
 def test_shift_r2_is_one_for_any_toeplitz_geometry(profile: list[float]) -> None:
@@ -112,9 +104,6 @@ def test_smoothness_is_neighbour_mean_over_all_pairs() -> None:
     assert smoothness(d) == pytest.approx(1.0 / (35 / 15))  # sum of lag*(6-lag) = 35
 
 
-# --- monotonicity -----------------------------------------------------------------------------
-
-
 def _brute_discordant(a: np.ndarray, b: np.ndarray) -> float:
     iu = np.triu_indices(a.shape[0], k=1)
     x, y = a[iu], b[iu]
@@ -141,9 +130,6 @@ def test_violation_rate_is_zero_for_a_monotone_transform_and_one_reversed() -> N
 def test_parameter_saving_of_the_paper() -> None:
     assert parameter_saving(3, 32, 128) == pytest.approx(1 - 3 * 160 / 4096)
     assert round(parameter_saving(3, 32, 128), 2) == 0.88
-
-
-# --- noise floor and recommendation -----------------------------------------------------------
 
 
 def test_noise_floor_flags_identical_positions_as_indistinguishable() -> None:
@@ -179,10 +165,10 @@ def _corpus(tmp_path: Path, spec: SynthSpec) -> Path:
     return path
 
 
-def test_cli_diagnose_json(tmp_path: Path) -> None:
+def test_cli_diagnose_json(cli: Callable[..., Result], tmp_path: Path) -> None:
     path = _corpus(tmp_path, SynthSpec(positions=12, vocab=40, sequences=800))
-    res = runner.invoke(
-        app, ["diagnose", str(path), "--min-count", "10", "--dim", "128", "--json", "--shards", "8"]
+    res = cli(
+        ["diagnose", str(path), "--min-count", "10", "--dim", "128", "--json", "--shards", "8"]
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -192,7 +178,7 @@ def test_cli_diagnose_json(tmp_path: Path) -> None:
     assert len(doc["rank"]["spectrum"]["stress_by_rank_ci"]) == 11
     assert doc["uncertainty"]["shards"] == 8
     assert all(e["ci_low"] is not None for e in doc["encodings"])
-    human = runner.invoke(app, ["diagnose", str(path), "--min-count", "10", "--shards", "0"])
+    human = cli(["diagnose", str(path), "--min-count", "10", "--shards", "0"])
     assert human.exit_code == 0, human.output
     assert "Recommendation:" in human.stdout and "no intervals" in human.stdout
 
@@ -205,9 +191,11 @@ def test_cli_diagnose_json(tmp_path: Path) -> None:
         (["--ci", "0"], "Error: 'ci' must be a float in (0, 1); got 0.0\n"),
     ],
 )
-def test_cli_diagnose_rejects_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+def test_cli_diagnose_rejects_bad_options(
+    cli: Callable[..., Result], tmp_path: Path, args: list[str], message: str
+) -> None:
     path = _corpus(tmp_path, SynthSpec(positions=4, vocab=10, sequences=20))
-    res = runner.invoke(app, ["diagnose", str(path), *args])
+    res = cli(["diagnose", str(path), *args])
     assert res.exit_code == 2
     assert res.stderr == message
 
@@ -239,3 +227,53 @@ def test_ranges_formats_runs() -> None:
 
     assert ranges((0, 1, 2, 3, 7, 9, 10)) == "0-3, 7, 9-10"
     assert ranges((4,)) == "4" and ranges(()) == "none"
+
+
+def test_identical_positional_distributions_are_one_clear_error(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    corpus = tmp_path / "same.txt"
+    corpus.write_text("a b c\nb c a\nc a b\n")  # every position: a, b, c once each
+    message = (
+        f"Error: {corpus}: all 3 analysed positions have the same token distribution "
+        "(largest Hellinger distance 0); there is no positional geometry to fit\n"
+    )
+    for cmd in (
+        ["stress"],
+        ["diagnose"],
+        ["build-encoding", "-r", "1", "-o", str(tmp_path / "e.npy")],
+    ):
+        res = cli([*cmd, str(corpus), "--min-count", "1"])
+        assert (res.exit_code, res.stderr) == (2, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.txt"]
+
+
+def test_recommendation_reason_fits_a_relative_winner(
+    bundled_corpus: Path, cli: Callable[..., Result]
+) -> None:
+    res = cli(
+        ["diagnose", str(bundled_corpus), "-n", "4", "--replicates", "5", "--json", "--quiet"]
+    )
+    assert res.exit_code == 0, res.stderr
+    rec = json.loads(res.stdout)["recommendation"]
+    assert rec["family"] == "relative"  # the case the review found
+    assert "absolute position matters" not in rec["text"]
+    assert "it has the lowest stress, although D_H is not shift-equivariant" in rec["text"]
+
+
+def test_two_positions_warn_that_the_comparison_is_empty(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    corpus = tmp_path / "two.txt"
+    corpus.write_text("a b\nb c\nc a\nb a\n")
+    res = cli(["stress", str(corpus), "--min-count", "1", "--shards", "0", "--json"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert doc["corpus"]["n_eff"] == 2
+    assert max(e["stress"] for e in doc["encodings"] if e["name"] != "nope") < 1e-7
+    note = (
+        f"{corpus}: only 2 positions are analysed (n_eff=2), so every encoding that separates "
+        "them has stress 0; lower --min-count or add data to compare encodings"
+    )
+    assert note in doc["warnings"]
+    assert res.stderr == f"Warning: {note}\n"
