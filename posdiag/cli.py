@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 
 from . import __version__
@@ -82,8 +83,20 @@ class _Group(TyperGroup):
             message = str(exc)
             if isinstance(exc, HubUnavailable):
                 message = exc.message_for(ctx.meta.get("posdiag_argv"))
+            _annotate(ctx, message)
             typer.echo(f"Error: {message}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except UsageError as exc:  # a bad option value (exit 2): click prints it itself
+            _annotate(ctx, exc.format_message())
+            raise
+
+
+def _annotate(ctx: Any, message: str) -> None:
+    """With ``--format github``, an error (exit 2) is also a workflow ``::error`` annotation."""
+    from .render.gate import asks_github_format, error_annotation
+
+    if asks_github_format(ctx.meta.get("posdiag_argv")):
+        typer.echo(error_annotation(message))
 
 
 app = typer.Typer(
@@ -340,7 +353,8 @@ def check(
         Path | None,
         typer.Option(
             "--junit",
-            help="Also write a JUnit XML report here.",
+            help="Also write a JUnit XML report here (replaced on every run, as pytest's "
+            "--junitxml; missing folders are created).",
             show_default=False,
             rich_help_panel=OUTPUT,
         ),
@@ -356,9 +370,8 @@ def check(
     ] = None,
     force: Annotated[
         bool,
-        typer.Option(
-            "--force", "-f", help="Overwrite an existing --junit file.", rich_help_panel=OUTPUT
-        ),
+        # Kept so existing CI lines still parse: --junit now always replaces its file.
+        typer.Option("--force", "-f", hidden=True),
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -368,9 +381,15 @@ def check(
     seed: SeedOpt = 0,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
-    from ._io import check_output
     from .gate import READING_KEYS, build_config, find_config, run_gate
-    from .render.gate import check_format, gate_json, github_annotations, text_lines, write_junit
+    from .render.gate import (
+        check_format,
+        check_junit_path,
+        gate_json,
+        github_annotations,
+        text_lines,
+        write_junit,
+    )
 
     check_format(fmt)
     if config is not None and no_config:
@@ -390,14 +409,14 @@ def check(
         reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
-        check_output(junit, force)  # refuse before a pass over the corpus
+        check_junit_path(junit)  # refuse a folder before a pass over the corpus
     check_ci(ci, replicates)
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
         report = run_gate(counted, cfg, level=ci, replicates=replicates, seed=seed, progress=bar)
     if junit is not None:
-        write_junit(report, junit, force=force)
+        write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
     emit(as_json, lambda: gate_json(report), "\n".join(lines))
     if not report.passed:

@@ -295,11 +295,7 @@ def test_junit_xml_one_case_per_rule_with_failures(
     failed = [c.get("name") for c in cases if c.find("failure") is not None]
     assert failed == ["max-stress[nope]", "min-support"]
     assert suite.get("tests") == "4" and suite.get("failures") == "2"
-    # An existing report is not overwritten without --force, and nothing is analysed.
-    code, _, err = _run(
-        cli, str(synth_corpus), "--no-config", "--junit", str(out_file), "--min-support", "1"
-    )
-    assert code == 2 and "already exists; pass --force to overwrite" in err
+    # An existing report is replaced, as pytest's --junitxml does (tests/test_ci_outputs.py).
     code, _, _ = _run(
         cli,
         str(synth_corpus),
@@ -308,7 +304,6 @@ def test_junit_xml_one_case_per_rule_with_failures(
         str(out_file),
         "--min-support",
         "1",
-        "-f",
         "-n",
         "12",
     )
