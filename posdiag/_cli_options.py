@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,9 +27,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from .counts import Counts
 from .reading import READING_FIELDS, Reading
-from .uncertainty import ShardedCounts, corpus_counts_sharded
+
+if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
+    from .counts import Counts
+    from .uncertainty import ShardedCounts
 
 # Help panels of `posdiag COMMAND --help`.
 READING = "Reading the corpus"
@@ -371,6 +373,8 @@ def sharded(
 
     ``seed`` seeds both the shards and ``--sample``.
     """
+    from .uncertainty import corpus_counts_sharded
+
     with progress(quiet) as bar:
         return corpus_counts_sharded(
             corpus, shards=shards, seed=seed, progress=bar, **reading.kwargs()

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._defaults import DEFAULT_MIN_COUNT  # why 100: see there
 from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
@@ -65,10 +66,6 @@ __all__ = [
     "stress_report",
 ]
 
-# Why 100: the split-half noise floor of d_H at a position falls roughly like 1/sqrt(N_i); below
-# ~100 sequences a word-level distribution is mostly singletons and its distances to every other
-# position saturate near 1, which would masquerade as geometry (README, "min-count").
-DEFAULT_MIN_COUNT = 100
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
 # Largest Hellinger distance below which all positions count as one distribution: rounding in
 # 1 - BC is ~1e-16, which sqrt turns into distances of ~1e-8.

@@ -47,28 +47,33 @@ from ._cli_options import (
     warn,
     write_plots,
 )
-from .analysis import (
+
+# Only names without numpy/scipy at import: `posdiag --version` and `--help` stay fast; each
+# command imports the library it calls.
+from ._defaults import (
+    DEFAULT_DIM,
+    DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
-    StressReport,
-    corpus_geometry,
-    geometry_report,
-    spectrum,
-    stress_report,
+    DEFAULT_REPLICATES,
+    DEFAULT_SHARDS,
 )
-from .counts import save_counts
-from .encodings import DEFAULT_DIM, describe, parse_encoding, preset_specs
 from .errors import PosdiagError, PosdiagWarning
-from .export import low_rank_encoding, write_encoding
 from .reading import Reading
-from .render.stress import encoding_json, print_encoding, print_stress, stress_json
-from .sources import HubUnavailable
-from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS
 
 __all__ = ["app", "main"]
 
 
 class _Group(TyperGroup):
     """Turns every PosdiagError into ``Error: <message>`` and its exit code."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _bare_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _bare_flags(cmd.get_params(ctx))
+        return cmd
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta["posdiag_argv"] = list(args)  # the command line, for messages that repeat it
@@ -80,6 +85,8 @@ class _Group(TyperGroup):
                 warnings.simplefilter("ignore", PosdiagWarning)
                 return super().invoke(ctx)
         except PosdiagError as exc:
+            from .sources import HubUnavailable
+
             message = str(exc)
             if isinstance(exc, HubUnavailable):
                 message = exc.message_for(ctx.meta.get("posdiag_argv"))
@@ -89,6 +96,14 @@ class _Group(TyperGroup):
         except UsageError as exc:  # a bad option value (exit 2): click prints it itself
             _annotate(ctx, exc.format_message())
             raise
+
+
+def _bare_flags(params: list[Any]) -> list[Any]:
+    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
 
 
 def _annotate(ctx: Any, message: str) -> None:
@@ -104,8 +119,10 @@ app = typer.Typer(
     help="Which positional encoding fits the geometry of my corpus? Hellinger geometry, "
     "classical MDS and stress (arXiv 2604.05217).",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -123,6 +140,8 @@ def _rule(decl: str, help: str, **kw: Any) -> Any:
 def _specs(encoding: Names) -> list[tuple[str, dict[str, Any]]] | None:
     """The parsed ``--encoding`` values (None: the default set), parsed before any counting: a
     typo should not cost a pass over the corpus."""
+    from .encodings import parse_encoding
+
     return [parse_encoding(e) for e in encoding] if encoding else None
 
 
@@ -179,6 +198,10 @@ def stress(
     dim: EncodingDimOpt = None,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
+    from .analysis import stress_report
+    from .encodings import parse_encoding, preset_specs
+    from .render.stress import print_stress, stress_json
+
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
@@ -213,6 +236,8 @@ def count(
     sample_seed: SampleSeedOpt = 0,
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
+    from .counts import save_counts
+
     _npz_output(output, force)
     counted = counts(corpus, reading, quiet, seed=sample_seed)
     save_counts(counted, output, force=force)
@@ -243,7 +268,9 @@ def build_encoding(
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
-    from .export import FILE_SUFFIXES
+    from .analysis import corpus_geometry
+    from .export import FILE_SUFFIXES, low_rank_encoding, write_encoding
+    from .render.stress import encoding_json, print_encoding
 
     if output.suffix not in FILE_SUFFIXES:
         raise PosdiagError(
@@ -272,6 +299,7 @@ def encodings(
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
+    from .encodings import describe
     from .render import encodings as table
 
     if presets:
@@ -489,6 +517,7 @@ def plot_cmd(
     seed: SampleSeedOpt = 0,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
+    from .analysis import corpus_geometry, geometry_report
     from .render.plots import write_plots as write
 
     specs = _specs(encoding)
@@ -525,6 +554,7 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR."""
     from ._io import check_output
+    from .analysis import corpus_geometry
     from .render.html import build_report, write_html
 
     specs = _specs(encoding)
@@ -575,6 +605,7 @@ def diagnose(
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
+    from .analysis import StressReport, spectrum
     from .analysis import diagnose as run_diagnose
     from .render.diagnosis import diagnosis_json, print_diagnosis
 
@@ -653,6 +684,7 @@ def inspect(
     A file from 'posdiag build-encoding' says how its corpus was read (tokenizer, view, max-len,
     min-count): the corpus is read the same way unless an option says otherwise.
     """
+    from .analysis import corpus_geometry
     from .counts import is_counts_file
     from .encoding_meta import inspect_reading, read_encoding_meta, row_notes
     from .inspect import inspect_table, read_encoding_file
@@ -742,7 +774,7 @@ def merge(
     as_json: JsonOpt = False,
 ) -> None:
     """Sum counts files of the same tokenizer, view, max_len and vocabulary."""
-    from .counts import load_counts, merge_counts
+    from .counts import load_counts, merge_counts, save_counts
 
     _npz_output(output, force)
     names = [str(p) for p in inputs]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
+from .._defaults import DEFAULT_DIM  # why one d: see there
 from .._validate import check_float, check_int
 from ..errors import PosdiagError
 from ..geometry import MDS, gram_from_distances
@@ -38,10 +39,6 @@ __all__ = [
     "with_dim",
 ]
 
-# One model dimension d for every encoding that has one (BERT-base's 768, also the default of
-# build-encoding and diagnose): a comparison of sinusoidal at 512 with learned-random at 768
-# would compare dimensions, not geometries.
-DEFAULT_DIM = 768
 # The parameter holding the model dimension d, per encoding (``--dim`` sets it). Per-head sizes
 # (rope's head_dim, shaw's d_head) are not the model dimension and are left alone.
 DIM_PARAMS: dict[str, str] = {
