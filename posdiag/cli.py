@@ -478,6 +478,15 @@ def diff(
         typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    column_b: Annotated[
+        str | None,
+        typer.Option(
+            "--column-b",
+            help="Text column of corpus B when it differs from A's (--column is then A's only).",
+            rich_help_panel=READING,
+            show_default=False,
+        ),
+    ] = None,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
@@ -492,7 +501,7 @@ def diff(
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
-        a, b = count_pair(corpus_a, corpus_b, reading, seed=seed, progress=bar)
+        a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
     drift = corpus_drift(
         a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
     )

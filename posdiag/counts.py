@@ -863,6 +863,19 @@ def load_counts(path: str | Path) -> Counts:
     return Counts(m.astype(np.int64), meta, vocab)
 
 
+def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
+    """What to do when an option asks a counts file for another reading than it was counted
+    with: drop the option, or count the corpus again with it."""
+    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
+        key, key.replace("_", "-")
+    )
+    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
+    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
+    if key == "column":
+        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
+    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
+
+
 def corpus_counts(
     corpus: str,
     *,
@@ -907,10 +920,7 @@ def corpus_counts(
         }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
-                raise PosdiagError(
-                    f"{corpus}: was counted with {key}={counts.meta.get(key)!r}, "
-                    f"not {value!r}; count the corpus again to change it"
-                )
+                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
         return counts
     from .sources import open_source
     from .tokenize import load_tokenizer

@@ -103,7 +103,8 @@ def test_stdin_and_counts_file_give_same_report(
     fails(
         cli,
         ["stress", str(out), "--view", "model"],
-        f"{out}: was counted with view='text', not 'model'; count the corpus again to change it",
+        f"{out}: was counted with view='text', not view='model'; drop --view to use {out} as "
+        "counted, or count the corpus again with --view model",
     )
     fails(
         cli,
