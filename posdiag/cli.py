@@ -196,6 +196,15 @@ def stress(
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
     dim: EncodingDimOpt = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also show the raw (unnormalised) stress; --json always has it.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     from .analysis import stress_report
@@ -220,7 +229,9 @@ def stress(
             progress=bar,
         )
     warn(report.warnings)
-    emit(as_json, lambda: stress_json(report), lambda out: print_stress(report, out))
+    emit(
+        as_json, lambda: stress_json(report), lambda out: print_stress(report, out, verbose=verbose)
+    )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
 

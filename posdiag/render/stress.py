@@ -13,7 +13,9 @@ from rich.table import Table
 from ..analysis import CorpusSummary, StressReport, saving_phrase
 from ..export import LowRankEncoding
 from ..geometry import significant_negative
-from ._format import SHOWN_RANKS, fmt, jsonable, params, ranges, summary_rows
+from ._fit import Column, fitted_table
+from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges, summary_rows
+from .takeaway import takeaway
 
 __all__ = ["encoding_json", "print_encoding", "print_stress", "print_summary", "stress_json"]
 
@@ -50,32 +52,43 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
     console.print(t)
 
 
-def print_stress(report: StressReport, console: Console) -> None:
-    """Corpus summary, stress table (best first) and MDS spectrum."""
-    print_summary(report.corpus, console)
-    t = Table(
-        title="Stress (0 = corpus geometry reproduced, 1 = no positional information)",
-        title_justify="left",
-    )
-    for col in ("encoding", "parameters"):
-        t.add_column(col)
+def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Column]:
+    """The stress table's columns, most important first in ``keep`` order.
+
+    ``raw`` (unnormalised, e.g. 17023.966 beside stresses in [0, 1]) only with ``verbose``; the
+    JSON always has it.
+    """
+    es = report.encodings
     unc = report.uncertainty
-    cols = ("stress", "interval", "raw", "kruskal", "spearman", "params")
-    for col in cols if unc and unc.shards else tuple(c for c in cols if c != "interval"):
-        t.add_column(col, justify="right")
-    for e in report.encodings:
-        ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
-        t.add_row(
-            e.label,
-            escape(params(e.params)),
-            fmt(e.stress),
-            *ci,
-            fmt(e.raw, 3),
-            fmt(e.kruskal),
-            fmt(e.spearman, 3),
-            f"{e.n_params:,}",
-        )
+    cols = [
+        Column("encoding", [e.label for e in es]),
+        Column("parameters", [params(e.params) for e in es], prose=True),
+        Column("stress", [fmt(e.stress) for e in es], "right"),
+    ]
+    if unc and unc.shards:
+        cols.append(Column("interval", [ci_text(e.ci_low, e.ci_high) for e in es], "right", 60))
+    if verbose:
+        cols.append(Column("raw", [fmt(e.raw, 3) for e in es], "right", 10))
+    cols += [
+        Column("kruskal", [fmt(e.kruskal) for e in es], "right", 20),
+        Column("spearman", [fmt(e.spearman, 3) for e in es], "right", 30),
+        Column("params", [f"{e.n_params:,}" for e in es], "right", 40),
+    ]
+    return cols
+
+
+def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
+    """Corpus summary, stress table (best first), what it says, and the MDS spectrum."""
+    print_summary(report.corpus, console)
+    t, dropped = fitted_table(
+        "Stress (0 = corpus geometry reproduced, 1 = no positional information)",
+        stress_columns(report, verbose=verbose),
+        console,
+    )
     console.print(t)
+    if dropped:
+        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
+    unc = report.uncertainty
     if unc is not None:
         line = unc.note or (
             f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
@@ -99,6 +112,8 @@ def print_stress(report: StressReport, console: Console) -> None:
     if neg is not None:
         line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
     console.print(line)
+    for text in takeaway(report):
+        console.print(escape(text), style="bold" if text.startswith("Reading") else None)
 
 
 def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
