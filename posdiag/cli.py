@@ -534,17 +534,34 @@ def plot_cmd(
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    seed: SampleSeedOpt = 0,
+    dim: EncodingDimOpt = None,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
 ) -> None:
-    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
-    from .analysis import corpus_geometry, geometry_report
+    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars (with
+    intervals), support."""
+    from .analysis import stress_report
     from .render.plots import write_plots as write
 
     specs = _specs(encoding)
+    check_ci(ci, replicates)
     check_plots(output, force)
-    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
-    warn(geo.warnings)
-    written = write(output, geometry=geo, report=geometry_report(geo, specs), force=force)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        report = stress_report(
+            counted,
+            specs,
+            min_count=min_count,
+            dim=dim,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+        )
+    warn(report.warnings)
+    written = write(output, geometry=report.geometry, report=report, force=force)
     w, h = written.pixels
     lines = [f"  {f}" for f in written.files]
     emit(
@@ -570,25 +587,46 @@ def report_cmd(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    seed: SampleSeedOpt = 0,
+    dim: EncodingDimOpt = None,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
 ) -> None:
-    """One self-contained HTML page (inline plots, no network) to attach to a PR."""
+    """One self-contained HTML page (inline plots, no network) to attach to a PR: what
+    'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
     from ._io import check_output
-    from .analysis import corpus_geometry
     from .render.html import build_report, write_html
 
     specs = _specs(encoding)
+    check_ci(ci, replicates)
     check_output(output, force)
-    counted = counts(corpus, reading, quiet, seed=seed)
-    geo = corpus_geometry(counted, min_count)
-    warn(geo.warnings)
-    page = build_report(counted, specs, min_count=min_count, plots=not no_plots, geometry=geo)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        page = build_report(
+            counted,
+            specs,
+            min_count=min_count,
+            plots=not no_plots,
+            dim=dim if dim is not None else DEFAULT_DIM,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+        )
+    warn(page.warnings)
     write_html(page, output, force=force)
     extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
     emit(
         as_json,
-        {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted},
-        f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}",
+        {
+            "output": str(output),
+            "plots": page.plots,
+            "plots_omitted": page.plots_omitted,
+            "warnings": page.warnings,
+        },
+        f"wrote {output}: recommendation, warnings, stress table with intervals, spectrum, "
+        f"diagnostics, {len(page.plots)} plots{extra}",
     )
 
 
