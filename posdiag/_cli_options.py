@@ -211,9 +211,26 @@ PlotForceOpt = Annotated[
 ]
 
 
+def complete_encoding(incomplete: str) -> list[str]:
+    """Shell completion of ``-e``: registered names (and ``mds-1..3``) starting with the text."""
+    from .encodings import REGISTRY
+
+    names = [*REGISTRY, "mds-1", "mds-2", "mds-3"]
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_preset(incomplete: str) -> list[str]:
+    """Shell completion of ``--model-preset``."""
+    from .encodings import MODEL_PRESETS
+
+    return [n for n in MODEL_PRESETS if n.startswith(incomplete)]
+
+
 def encoding_option(help: str, panel: str = ENCODINGS) -> Any:
     """The repeatable ``--encoding/-e`` option, with the command's own help text."""
-    return typer.Option("--encoding", "-e", help=help, rich_help_panel=panel)
+    return typer.Option(
+        "--encoding", "-e", help=help, rich_help_panel=panel, autocompletion=complete_encoding
+    )
 
 
 def output_option(help: str) -> Any:

@@ -37,6 +37,7 @@ from ._cli_options import (
     bootstrap_progress,
     check_ci,
     check_plots,
+    complete_preset,
     counts,
     emit,
     encoding_option,
@@ -184,6 +185,7 @@ def stress(
             help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
             "repeatable; see 'posdiag encodings --presets'.",
             rich_help_panel=ENCODINGS,
+            autocompletion=complete_preset,
         ),
     ] = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,

@@ -81,6 +81,25 @@ def test_shell_completion() -> None:
     assert r.stdout.split() == ["stress"]
 
 
+@pytest.mark.parametrize(
+    ("words", "cword", "want"),
+    [
+        ("posdiag stress c.txt -e rope-y", "4", ["rope-yarn"]),
+        ("posdiag diagnose c.txt -e mds-", "4", ["mds-1", "mds-2", "mds-3"]),
+        ("posdiag stress c.txt --model-preset llama3", "4", ["llama3-8b", "llama3-8b-noscale"]),
+    ],
+)
+def test_names_complete_in_the_shell(words: str, cword: str, want: list[str]) -> None:
+    import os
+
+    env = {**os.environ, "_POSDIAG_COMPLETE": "complete_bash", "COMP_WORDS": words}
+    env["COMP_CWORD"] = cword
+    r = subprocess.run(
+        [sys.executable, "-m", "posdiag"], capture_output=True, text=True, check=False, env=env
+    )
+    assert r.stdout.split() == want
+
+
 @pytest.mark.parametrize("command", ["stress", "check", "report", "encodings", "diff"])
 def test_flags_show_no_type(command: str) -> None:
     text = _help(command, "--help")
