@@ -71,6 +71,8 @@ def test_pad_only_positions_are_named_in_a_warning(short: tuple[Path, list[int]]
     doc = json.loads(r.stdout)
     real = _real_by_brute_force(lengths, 16)
     assert doc["corpus"]["real_supports"] == real.tolist()
+    # The per-position real-token share, in the JSON too.
+    assert doc["corpus"]["real_share"] == pytest.approx((real / 400).tolist())
     assert doc["corpus"]["n_eff"] == int(np.flatnonzero(real < 10)[0])
     # Positions 7..15 hold only [PAD]: before the fix, n_eff was 16 and nothing was said.
     assert "positions 7-15 hold only padding in every sequence" in doc["warnings"][0]

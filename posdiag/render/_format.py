@@ -8,7 +8,17 @@ from typing import Any
 
 from ..analysis import CorpusSummary
 
-__all__ = ["SHOWN_RANKS", "ci_text", "fmt", "jsonable", "params", "ranges", "span", "summary_rows"]
+__all__ = [
+    "SHOWN_RANKS",
+    "ci_text",
+    "corpus_json",
+    "fmt",
+    "jsonable",
+    "params",
+    "ranges",
+    "span",
+    "summary_rows",
+]
 
 # Ranks shown in the human spectrum tables; JSON carries all of them.
 SHOWN_RANKS = 10
@@ -60,6 +70,17 @@ def span(positions: tuple[int, ...]) -> str:
     if not positions:
         return "none"
     return f"{positions[0]}..{positions[-1]} ({len(positions)})"
+
+
+def corpus_json(c: CorpusSummary) -> dict[str, Any]:
+    """A corpus summary as JSON: its fields, and in the model view the real-token share per
+    position (``real_supports / supports``)."""
+    from dataclasses import asdict
+
+    out = asdict(c)
+    if c.real_supports:
+        out["real_share"] = list(c.real_share)
+    return out
 
 
 def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
 from .stress import print_summary
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -35,7 +35,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     }
     return jsonable(
         {
-            "corpus": asdict(d.corpus),
+            "corpus": corpus_json(d.corpus),
             "information": asdict(d.information),
             "noise": asdict(d.noise),
             "shift": asdict(d.shift),

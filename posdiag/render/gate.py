@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from .._io import atomic_outputs
 from .._validate import check_choice
 from ..errors import PosdiagError
 from ..gate import GateReport, RuleResult
-from ._format import jsonable
+from ._format import corpus_json, jsonable
 
 __all__ = [
     "FORMATS",
@@ -89,7 +88,7 @@ def gate_json(report: GateReport) -> dict[str, Any]:
     """The ``--json`` document of ``posdiag check``."""
     return jsonable(
         {
-            "corpus": asdict(report.corpus),
+            "corpus": corpus_json(report.corpus),
             "config_file": report.config_file,
             "strict": report.strict,
             "passed": report.passed,

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..inspect import Inspection, TableFigures
-from ._format import fmt, jsonable
+from ._format import corpus_json, fmt, jsonable
 
 __all__ = ["inspection_json", "print_inspection"]
 
@@ -30,7 +30,7 @@ def inspection_json(x: Inspection) -> dict[str, Any]:
             "tensor": x.tensor,
             "table": _figures_json(x.table),
             "baseline": {"seed": x.baseline_seed, **_figures_json(x.baseline)},
-            "corpus": asdict(x.corpus) if x.corpus is not None else None,
+            "corpus": corpus_json(x.corpus) if x.corpus is not None else None,
             "fit": asdict(x.fit) if x.fit is not None else None,
             "from_file": dict(x.from_file),
             "warnings": list(x.warnings),

@@ -14,14 +14,14 @@ from ..analysis import CorpusSummary, StressReport, saving_phrase
 from ..export import LowRankEncoding
 from ..geometry import significant_negative
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges, summary_rows
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
 from .takeaway import takeaway
 
 __all__ = ["encoding_json", "print_encoding", "print_stress", "print_summary", "stress_json"]
 
 
 def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
-    return asdict(c)
+    return corpus_json(c)
 
 
 def stress_json(report: StressReport) -> dict[str, Any]:
