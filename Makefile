@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-estimator clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+bench-estimator: $(STAMP)
+	$(BIN)/python -m benchmarks.estimator
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

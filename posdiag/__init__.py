@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
     from .drift import Drift, corpus_drift
     from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding
     from .errors import PosdiagError, PosdiagWarning
+    from .estimator import HellingerEstimate, estimate_hellinger
     from .export import LowRankEncoding, low_rank_encoding, write_encoding
     from .gate import GateReport, build_config, run_gate
     from .geometry import (
@@ -65,6 +66,8 @@ _LAZY = {
     "parse_encoding": "encodings",
     "PosdiagError": "errors",
     "PosdiagWarning": "errors",
+    "HellingerEstimate": "estimator",
+    "estimate_hellinger": "estimator",
     "LowRankEncoding": "export",
     "low_rank_encoding": "export",
     "write_encoding": "export",
@@ -103,6 +106,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "HellingerEstimate",
+    "estimate_hellinger",
     "Diagnosis",
     "Drift",
     "GateReport",

@@ -27,6 +27,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ._defaults import DEFAULT_SHARDS
+from ._validate import check_choice
 from .reading import READING_FIELDS, Reading
 
 if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
@@ -178,6 +180,25 @@ ReplicatesOpt = Annotated[
     typer.Option(
         "--replicates",
         help="Bootstrap replicates (each recomputes the geometry).",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+
+
+def _estimator_choice(value: str) -> str:
+    """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
+    from .estimator import ESTIMATORS
+
+    return check_choice("estimator", value, ESTIMATORS)
+
+
+EstimatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--estimator",
+        callback=_estimator_choice,
+        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+        "(the biased plug-in of earlier versions); see docs/geometry.md.",
         rich_help_panel=UNCERTAINTY,
     ),
 ]
@@ -386,16 +407,21 @@ def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | Non
 def sharded(
     corpus: str, reading: Reading, quiet: bool, *, shards: int = 0, seed: int = 0
 ) -> ShardedCounts:
-    """Count ``corpus`` as ``reading`` says, in ``shards`` seeded shards (0: one), with a bar.
+    """Count ``corpus`` as ``reading`` says, in ``shards`` seeded shards, with a bar.
 
-    ``seed`` seeds both the shards and ``--sample``.
+    ``seed`` seeds both the shards and ``--sample``. ``shards=0`` (no intervals) still counts
+    the default shards, kept on the counts only: the cross-fitted geometry splits by sequence,
+    and must be the same whether or not intervals are asked for.
     """
-    from .uncertainty import corpus_counts_sharded
+    from .uncertainty import ShardedCounts, corpus_counts_sharded
 
     with progress(quiet) as bar:
-        return corpus_counts_sharded(
-            corpus, shards=shards, seed=seed, progress=bar, **reading.kwargs()
+        counted = corpus_counts_sharded(
+            corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()
         )
+    if shards == 0:
+        return ShardedCounts(counted.counts, (), counted.seed)
+    return counted
 
 
 def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_DIM",
+    "DEFAULT_ESTIMATOR",
     "DEFAULT_LEVEL",
     "DEFAULT_MIN_COUNT",
     "DEFAULT_REPLICATES",
@@ -29,3 +30,6 @@ DEFAULT_LEVEL = 0.95
 # build-encoding and diagnose): a comparison of sinusoidal at 512 with learned-random at 768
 # would compare dimensions, not geometries.
 DEFAULT_DIM = 768
+# The geometry estimator: the cross-fit removes the plug-in's sampling-noise bias
+# (docs/geometry.md); see posdiag.estimator.
+DEFAULT_ESTIMATOR = "crossfit"

@@ -16,18 +16,30 @@ from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
 from .errors import PosdiagError
+from .estimator import (
+    DEFAULT_ESTIMATOR,
+    DEFAULT_SPLITS,
+    HellingerEstimate,
+    SplitHalf,
+    estimate_hellinger,
+    heldout_mds_stress,
+    negative_eigenvalue_note,
+    noise_energy,
+    split_half_grams,
+)
 from .geometry import (
     MDS,
     classical_mds,
     compare,
     double_center,
-    effective_rank,
-    hellinger_distances,
     parameter_saving,
     positional_information,
+    reached_rank,
     shift_equivariance,
     smoothness,
+    stress,
     stress_by_rank,
+    stress_floor,
     supported_prefix,
 )
 from .padding import padding_warnings
@@ -124,21 +136,64 @@ class CorpusGeometry:
     ----------
     summary : CorpusSummary
     distances : ndarray of shape (n_eff, n_eff)
-        Hellinger distances ``D_H``.
+        Hellinger distances ``D_H`` of the estimate (for the cross-fit: the distances its
+        ``B_H`` implies, see :func:`posdiag.estimator.implied_distances`).
     mds : MDS
-        Classical MDS of ``D_H``; ``mds.gram`` is ``B_H``.
+        Eigen-decomposition of ``B_H`` (``mds.gram``); eigenvalues may be negative.
     warnings : tuple of str
-        Numerical warnings raised while computing it (negative eigenvalues).
+        Numerical warnings raised while computing it.
+    estimate : HellingerEstimate or None
+        The headline estimate (``--estimator``, default the cross-fit).
+    plain : HellingerEstimate or None
+        The plug-in estimate, kept for the ``plain`` figure of every encoding.
+    heldout : mapping of int to float
+        Held-out stress of each ``mds-r`` fitted so far (filled by :func:`score_encodings`).
     """
 
     summary: CorpusSummary
     distances: np.ndarray
     mds: MDS
     warnings: tuple[str, ...] = ()
+    estimate: HellingerEstimate | None = field(default=None, repr=False, compare=False)
+    plain: HellingerEstimate | None = field(default=None, repr=False, compare=False)
+    counts: Counts | None = field(default=None, repr=False, compare=False)
+    # Filled on demand (held-out mds-r, noise energy); a cache, not part of what the geometry is.
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_eff(self) -> int:
         return self.summary.n_eff
+
+    @property
+    def estimator(self) -> str:
+        return self.estimate.estimator if self.estimate is not None else "plugin"
+
+    def split_half(self) -> SplitHalf | None:
+        """Cross-fitted geometries of two independent halves of the data (cross-fit only).
+
+        Computed on demand and cached: a few cross-fits that only held-out ``mds-r`` scores and
+        the noise diagnostics need.
+        """
+        est = self.estimate
+        if est is None or est.estimator != "crossfit" or self.counts is None:
+            return None
+        if "split_half" not in self._cache:
+            self._cache["split_half"] = split_half_grams(
+                self.counts.matrix,
+                self.n_eff,
+                shards=self.counts.shards,
+                splits=est.splits,
+                seed=est.seed,
+            )
+        half: SplitHalf = self._cache["split_half"]
+        return half
+
+    def heldout_stress(self, ranks: Sequence[int]) -> dict[int, float]:
+        """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty)."""
+        half = self.split_half()
+        if half is None or self.estimate is None or not ranks:
+            return {}
+        return heldout_mds_stress(half, ranks)
 
 
 def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusSummary:
@@ -171,8 +226,30 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     )
 
 
-def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusGeometry:
-    """Hellinger distances and classical MDS of the supported prefix of ``counts``."""
+def corpus_geometry(
+    counts: Counts | ShardedCounts,
+    min_count: int = DEFAULT_MIN_COUNT,
+    *,
+    estimator: str = DEFAULT_ESTIMATOR,
+    splits: int = DEFAULT_SPLITS,
+    seed: int = 0,
+) -> CorpusGeometry:
+    """The estimated Hellinger geometry and its MDS on the supported prefix of ``counts``.
+
+    Parameters
+    ----------
+    counts : Counts or ShardedCounts
+        With shards (either kind) the cross-fit splits by sequence, otherwise by thinning.
+    estimator : {"crossfit", "plugin"}
+        ``crossfit`` (default) removes the noise bias of the plug-in (docs/geometry.md).
+    splits, seed : int
+        Random splits of the cross-fit and their seed.
+    """
+    if isinstance(counts, ShardedCounts):
+        counts = counts.counts
+    # The shards live on the counts too (ShardedCounts.shards are the same matrices, or empty
+    # when intervals were declined with --shards 0; the geometry uses them either way).
+    shards = counts.shards
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
     if n_eff < 2:
@@ -182,17 +259,31 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
             f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
         )
-    d_h = hellinger_distances(counts.matrix[:n_eff])
-    largest = float(d_h.max())
+    plain = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
+    largest = float(plain.distances.max())
     if largest < IDENTICAL_TOL:
         raise PosdiagError(
             f"{source}: all {n_eff} analysed positions have the same token distribution "
             f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
         )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mds = classical_mds(d_h)
-    notes = [str(w.message) for w in caught]
+    if estimator == "plugin":
+        est = plain
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mds = classical_mds(plain.distances)
+        notes = [str(w.message) for w in caught]
+    else:
+        est = estimate_hellinger(
+            counts.matrix, n_eff, shards=shards, estimator=estimator, splits=splits, seed=seed
+        )
+        # Negative eigenvalues are expected here: the spectrum reports them in one line.
+        mds, notes = est.mds, []
+        if shards and est.method == "thinning":
+            notes.append(
+                f"{source}: a random half of the {len(shards)} shards left a position without "
+                "tokens, so the cross-fit split each position's counts instead (thinning); "
+                "fewer --shards or a larger --min-count keep the split by sequence"
+            )
     notes += padding_warnings(summary)
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
@@ -200,33 +291,52 @@ def corpus_geometry(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpu
             f"{source}: only 2 positions are analysed (n_eff=2), so every encoding that "
             "separates them has stress 0; lower --min-count or add data to compare encodings"
         )
-    return CorpusGeometry(summary, d_h, mds, tuple(notes))
+    with_shards = dataclasses.replace(counts, shards=tuple(shards))
+    return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plain, with_shards, {})
 
 
 @dataclass(frozen=True)
 class Spectrum:
     """The MDS eigen spectrum and what it says about rank.
 
-    ``stress_by_rank[r-1]`` is the stress of the rank-r MDS encoding; ``effective_rank`` maps a
-    tolerance to the smallest rank reaching it.
+    ``stress_by_rank[r-1]`` is the in-sample stress of the rank-r MDS encoding (the eigenvalue
+    tail, negative eigenvalues included); ``effective_rank`` maps a tolerance to the smallest
+    rank reaching it, or None when none does (the tolerance is below ``floor``, the stress left
+    by the negative eigenvalues). ``negative`` is the one-line note on the negative eigenvalues
+    ("" when there are none); ``signal_rank`` counts the eigenvalues above the magnitude of the
+    most negative one.
     """
 
     eigenvalues: tuple[float, ...]
     stress_by_rank: tuple[float, ...]
-    effective_rank: Mapping[float, int]
+    effective_rank: Mapping[float, int | None]
     min_eigenvalue: float
+    floor: float = 0.0
+    signal_rank: int = 0
+    negative: str = ""
+    estimator: str = "plugin"
 
 
 def spectrum(
     geometry: CorpusGeometry, tolerances: Sequence[float] = EFFECTIVE_RANK_TOLERANCES
 ) -> Spectrum:
     lam = geometry.mds.eigenvalues
+    low = min(0.0, float(lam[-1]))
     return Spectrum(
         eigenvalues=tuple(float(x) for x in lam),
         stress_by_rank=tuple(float(x) for x in stress_by_rank(lam)),
-        effective_rank={float(t): effective_rank(lam, t) for t in tolerances},
+        effective_rank={float(t): reached_rank(lam, t) for t in tolerances},
         min_eigenvalue=float(lam[-1]),
+        floor=stress_floor(lam),
+        signal_rank=int(np.sum(lam > abs(low))),
+        negative=negative_eigenvalue_note(lam) or "",
+        estimator=geometry.estimator,
     )
+
+
+def rank_text(rank: int | None, floor: float) -> str:
+    """An effective rank for reports: the number, or "not reached (floor 0.123)"."""
+    return str(rank) if rank is not None else f"not reached (floor {floor:.3f})"
 
 
 @dataclass(frozen=True)
@@ -234,7 +344,9 @@ class EncodingScore:
     """One row of the stress table (docs/geometry.md section 4); ``spearman`` may be NaN.
 
     ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
-    no interval was computed.
+    no interval was computed. ``plain`` is the stress against the plug-in geometry (the old
+    headline, biased by sampling noise); ``in_sample`` is, for ``mds-r`` scored held-out, the
+    optimistic in-sample eigenvalue tail (NaN otherwise).
     """
 
     name: str
@@ -246,6 +358,8 @@ class EncodingScore:
     n_params: int
     ci_low: float = float("nan")
     ci_high: float = float("nan")
+    plain: float = float("nan")
+    in_sample: float = float("nan")
     preset: str = ""
 
     @property
@@ -290,22 +404,45 @@ def _scored(
         for nm, p, preset in resolved
     ]
     b_h = geometry.mds.gram
+    plain = geometry.plain
+    ranks = [int(e.params["rank"]) for e, _ in encs if _is_mds(e)]
+    heldout = geometry.heldout_stress(ranks)
     out = []
     for enc, preset in encs:
-        m = compare(geometry.distances, b_h, enc.delta, enc.gram())
+        gram = enc.gram()
+        m = compare(geometry.distances, b_h, enc.delta, gram)
+        headline, in_sample = m.stress, float("nan")
+        rank = int(enc.params["rank"]) if _is_mds(enc) else None
+        if rank is not None and rank in heldout:
+            # Fitted to the noise of the very estimate it is scored on: show the held-out
+            # figure (docs/geometry.md, "mds-r is scored held-out").
+            headline, in_sample = heldout[rank], m.stress
+        if plain is None or plain is geometry.estimate:
+            plain_stress = m.stress
+        elif rank is not None:
+            plain_stress = float(stress_by_rank(plain.mds.eigenvalues)[rank - 1])
+        else:
+            plain_stress = stress(plain.gram, gram)
         score = EncodingScore(
             enc.name,
             dict(enc.params),
-            m.stress,
+            headline,
             m.raw,
             m.kruskal,
             m.spearman,
             enc.n_params,
+            plain=plain_stress,
+            in_sample=in_sample,
             preset=preset,
         )
         out.append((score, enc))
     # Stable sort: ties keep the order the user asked for.
     return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
+
+
+def _is_mds(enc: Encoding) -> bool:
+    rank = enc.params.get("rank")
+    return rank is not None and enc.name == f"mds-{rank}"
 
 
 def score_encodings(
@@ -372,6 +509,34 @@ def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
     return np.asarray(mask)
 
 
+def _gram_sq_distances(gram: np.ndarray) -> np.ndarray:
+    """Squared distances ``B_ii + B_jj - 2 B_ij`` a Gram matrix implies, shape (n, n)."""
+    diag = np.diag(gram)
+    return np.asarray(diag[:, None] + diag[None, :] - 2.0 * gram)
+
+
+def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
+    """Boolean (n, n) mask of pairs ``i != j`` whose distance sampling noise could explain.
+
+    Plug-in: ``d_H(i, j)`` at or below the pair floor (two estimates of one distribution sit
+    that far apart). Cross-fit: that bias is gone, so the squared distance is compared with its
+    own sampling error, bounded from two independent halves of the data as for
+    :func:`noise_energy` (rms of ``(d2_P - d2_Q) / 2``).
+    """
+    half = geo.split_half()
+    if half is None:
+        return _indistinguishable(geo.distances, floor)
+    err = np.sqrt(
+        np.mean(
+            [(_gram_sq_distances(p) - _gram_sq_distances(q)) ** 2 / 4.0 for p, q in half.grams],
+            axis=0,
+        )
+    )
+    mask = _gram_sq_distances(geo.mds.gram) <= err
+    np.fill_diagonal(mask, False)
+    return np.asarray(mask)
+
+
 def _noise_gram(floor: np.ndarray) -> np.ndarray:
     """``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to ``B_H``.
 
@@ -389,6 +554,26 @@ def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
         return np.where(diag > 0, noise / diag, np.inf)
 
 
+def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.ndarray]:
+    """Share of the geometry due to sampling noise: in total and per position.
+
+    Plug-in: the bias ``J diag(e) J`` noise adds, as a share of ``tr(B_H)`` and of each
+    ``B_H[i, i]``. Cross-fit: that bias is gone; what is left is the sampling error of each
+    entry, bounded from two independent halves of the data (:func:`noise_energy`), as a share
+    of ``||B_H||_F^2`` and of each row's squared norm (the quantities stress is made of).
+    """
+    gram = geo.mds.gram
+    half = geo.split_half()
+    if half is None:
+        share = float(np.trace(_noise_gram(floor)) / np.trace(gram))
+        return share, _position_noise_share(gram, floor)
+    energy = noise_energy(half)
+    rows = np.sum(gram * gram, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = np.where(rows > 0, energy.sum(axis=1) / rows, np.inf)
+    return float(energy.sum() / rows.sum()), per
+
+
 def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
     """Positions within the floor of at least half of the others, or mostly noise themselves."""
     n = mask.shape[0]
@@ -404,11 +589,16 @@ def interval_scores(
     replicates: int,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    estimator: str = "plugin",
+    full_eigenvalues: np.ndarray | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
     ``scored`` pairs each score with the encoding it was computed from, on positions
-    ``0..n_eff-1``; ``sharded`` needs at least 2 shards.
+    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
+    ``full_eigenvalues`` are those of the geometry scored (see
+    :func:`~posdiag.uncertainty.bootstrap_stress`).
     """
     iv = bootstrap_stress(
         sharded,
@@ -419,6 +609,8 @@ def interval_scores(
         replicates=replicates,
         seed=seed,
         progress=progress,
+        estimator=estimator,
+        full_eigenvalues=full_eigenvalues,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -439,15 +631,22 @@ def _with_intervals(
     n = geometry.n_eff
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
     floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
-    unstable = _unstable(
-        _indistinguishable(geometry.distances, floor),
-        _position_noise_share(geometry.mds.gram, floor),
-    )
+    unstable = _unstable(_pairs_within_noise(geometry, floor), _noise_shares(geometry, floor)[1])
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
         unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
         return [s for s, _ in scored], unc
-    scores, iv = interval_scores(sharded, n, scored, level, replicates, seed, progress)
+    scores, iv = interval_scores(
+        sharded,
+        n,
+        scored,
+        level,
+        replicates,
+        seed,
+        progress,
+        estimator=geometry.estimator,
+        full_eigenvalues=geometry.mds.eigenvalues,
+    )
     unc = Uncertainty(
         iv.level,
         iv.shards,
@@ -456,7 +655,12 @@ def _with_intervals(
         iv.stress_by_rank,
         tuple(float(x) for x in floor),
         unstable,
-        bias=iv.bias,
+        # A replicate refits mds-r in-sample, so its bias is measured from the in-sample figure
+        # (the headline of a held-out mds-r is a different quantity).
+        bias=tuple(
+            b + s.stress - s.in_sample if not math.isnan(s.in_sample) else b
+            for b, s in zip(iv.bias, scores, strict=True)
+        ),
     )
     return scores, unc
 
@@ -501,6 +705,8 @@ def stress_report(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
+    splits: int = DEFAULT_SPLITS,
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
@@ -508,9 +714,9 @@ def stress_report(
     bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
     skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
     ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
+    ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
     """
-    total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(total, min_count)
+    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
     if level is None and not isinstance(counts, ShardedCounts):
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim)
@@ -563,11 +769,14 @@ class NoiseDiagnosis:
 
     ``pairs`` lists at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)`` (``i < j``, in order);
     ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
-    ``noise_share`` is the share of the geometry's total variance (trace of ``B_H``) that
-    sampling noise alone would produce: ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4``
-    the squared error of position ``i``'s estimate (docs/theory.md); ``position_share[i]`` is the
-    same ratio on the diagonal entry ``i``. ``unstable`` positions are within the floor of at
-    least half of the others or have ``position_share >= 0.5``.
+    ``noise_share`` is the share of the geometry that sampling noise makes up. Plug-in: the
+    share of the total variance (trace of ``B_H``) the noise bias adds,
+    ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4`` the squared error of position
+    ``i``'s estimate (docs/theory.md). Cross-fit (no such bias): the bound on the squared
+    sampling error of ``B_H`` from two independent halves of the data, as a share of
+    ``||B_H||_F^2``. ``position_share[i]`` is the same ratio for position ``i`` (diagonal entry,
+    resp. row). ``unstable`` positions are within the floor of at least half of the others or
+    have ``position_share >= 0.5``. ``estimator`` names the geometry these refer to.
     """
 
     floor: tuple[float, ...]
@@ -581,6 +790,7 @@ class NoiseDiagnosis:
     noise_share: float
     position_share: tuple[float, ...]
     reading: str
+    estimator: str = "plugin"
 
 
 @dataclass(frozen=True)
@@ -599,7 +809,9 @@ class ShiftDiagnosis:
 class RankDiagnosis:
     """The spectrum, effective ranks and the parameter saving at the recommended rank.
 
-    ``rank`` is the smallest MDS rank with stress <= ``target``; ``saving`` is
+    ``rank`` is the smallest MDS rank with stress <= ``target``; when no rank reaches it
+    (``reached`` False: the target is below the stress floor the negative eigenvalues of an
+    estimated ``B_H`` leave) it is the rank with the lowest stress. ``saving`` is
     ``1 - rank (n + dim) / (n dim)`` with ``n = n_eff`` (Remark 8).
     """
 
@@ -614,6 +826,7 @@ class RankDiagnosis:
     dense_params: int
     saving: float
     reading: str
+    reached: bool = True
 
 
 @dataclass(frozen=True)
@@ -680,22 +893,24 @@ def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
 def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n = geo.n_eff
     f = np.array(floor)
-    mask = _indistinguishable(geo.distances, f)
+    mask = _pairs_within_noise(geo, f)
     iu = np.triu_indices(n, k=1)
     hit = mask[iu]
     pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
     n_pairs = len(iu[0])
     count = int(hit.sum())
     frac = count / n_pairs
-    position_share = _position_noise_share(geo.mds.gram, f)
+    share, position_share = _noise_shares(geo, f)
     unstable = _unstable(mask, position_share)
     sup = geo.summary.supports
     last = n - 1
-    share = float(np.trace(_noise_gram(f)) / np.trace(geo.mds.gram))
+    plugin = geo.split_half() is None
+    what = "variance" if plugin else "squared norm (sampling error bound)"
+    within = "within the floor" if plugin else "within their own sampling error"
     reading = (
-        f"sampling noise makes up ~{share:.0%} of the geometry's variance; floor {f[0]:.2f} at "
+        f"sampling noise makes up ~{share:.0%} of the geometry's {what}; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
-        f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are within the floor"
+        f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are {within}"
     )
     if unstable:
         reading += f"; {len(unstable)} of {n} positions unstable (mostly noise)"
@@ -713,6 +928,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         share,
         tuple(float(x) for x in position_share),
         reading,
+        geo.estimator,
     )
 
 
@@ -752,16 +968,28 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
 
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
-    r = effective_rank(geo.mds.eigenvalues, target)
+    hit = reached_rank(geo.mds.eigenvalues, target)
+    # Not reached: the signal rank, the eigenvalues above the noise level the negative ones
+    # reveal (the ranks after it fit noise and only creep towards the floor).
+    r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
     iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
     saving = parameter_saving(r, n, dim)
-    reading = (
-        f"rank {r} reaches stress {st:.3f} <= {target:g}; as P = A B^T it costs r(n+d) = "
-        f"{r * (n + dim):,} parameters vs n*d = {n * dim:,} ({saving_phrase(saving)}, d={dim})"
+    cost = (
+        f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
+        f"({saving_phrase(saving)}, d={dim})"
     )
-    return RankDiagnosis(sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading)
+    if hit is not None:
+        reading = f"rank {r} reaches stress {st:.3f} <= {target:g}; {cost}"
+    else:
+        reading = (
+            f"stress <= {target:g} is not reached (floor {sp_.floor:.3f}: negative eigenvalues "
+            f"of the estimate); the signal rank {r} has stress {st:.3f}; {cost}"
+        )
+    return RankDiagnosis(
+        sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading, hit is not None
+    )
 
 
 def _ci(s: EncodingScore) -> str:
@@ -779,7 +1007,14 @@ def _recommend(
 ) -> Recommendation:
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     best = standard[0] if standard else scores[0]
-    mds = f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
+    mds = (
+        f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
+        if rank.reached
+        else (
+            f"no MDS rank reaches stress <= {rank.target:g} (the estimate's floor is "
+            f"{rank.spectrum.floor:.3f}; the signal rank {rank.rank} has {rank.rank_stress:.3f})"
+        )
+    )
     if not info.significant:
         nope = next((s for s in scores if s.name == "nope"), best)
         return Recommendation(
@@ -834,11 +1069,12 @@ def _recommend(
         fact = (
             f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"
             if noise.noise_share >= NOISY_SHARE
-            else f"{noise.fraction:.0%} of position pairs are within the noise floor"
+            else f"{noise.fraction:.0%} of position pairs are within the sampling noise"
         )
+        # Only the plug-in's noise is biased towards full-rank tables; the cross-fit's is not.
+        bias = " (it favours full-rank tables)" if noise.estimator == "plugin" else ""
         text += (
-            f" Caution: {fact}, so noise shapes this ranking (it favours full-rank tables): "
-            "add data or raise --min-count."
+            f" Caution: {fact}, so noise shapes this ranking{bias}: add data or raise --min-count."
         )
     return Recommendation(
         family, best.name, best.stress, best.ci_low, best.ci_high, rank.rank, text
@@ -856,6 +1092,8 @@ def diagnose(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
+    splits: int = DEFAULT_SPLITS,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
@@ -870,11 +1108,12 @@ def diagnose(
         encoding that has one and was not given it explicitly (``sinusoidal:d=512`` keeps 512).
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
+    estimator, splits : see :func:`corpus_geometry`.
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(total, min_count)
+    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
     scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)

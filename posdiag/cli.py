@@ -24,6 +24,7 @@ from ._cli_options import (
     READING,
     CiOpt,
     CorpusArg,
+    EstimatorOpt,
     ForceOpt,
     JsonOpt,
     MinCountOpt,
@@ -53,6 +54,7 @@ from ._cli_options import (
 # command imports the library it calls.
 from ._defaults import (
     DEFAULT_DIM,
+    DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
     DEFAULT_REPLICATES,
@@ -198,12 +200,14 @@ def stress(
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
     dim: EncodingDimOpt = None,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     verbose: Annotated[
         bool,
         typer.Option(
             "--verbose",
             "-v",
-            help="Also show the raw (unnormalised) stress; --json always has it.",
+            help="Also show the raw (unnormalised) stress, each encoding's plug-in stress and "
+            "mds-r's in-sample stress; --json always has them.",
             rich_help_panel=OUTPUT,
         ),
     ] = False,
@@ -229,10 +233,13 @@ def stress(
             replicates=replicates,
             seed=seed,
             progress=bar,
+            estimator=estimator,
         )
     warn(report.warnings)
     emit(
-        as_json, lambda: stress_json(report), lambda out: print_stress(report, out, verbose=verbose)
+        as_json,
+        lambda: stress_json(report),
+        lambda out: print_stress(report, out, verbose=verbose),
     )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
@@ -278,6 +285,7 @@ def build_encoding(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
@@ -293,7 +301,8 @@ def build_encoding(
     if output.suffix == ".npy":
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
-    geo = corpus_geometry(counts(corpus, reading, quiet, seed=seed), min_count)
+    counted = counts(corpus, reading, quiet, seed=seed)
+    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
     warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
@@ -420,6 +429,7 @@ def check(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from .gate import READING_KEYS, build_config, find_config, run_gate
@@ -455,7 +465,15 @@ def check(
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
-        report = run_gate(counted, cfg, level=ci, replicates=replicates, seed=seed, progress=bar)
+        report = run_gate(
+            counted,
+            cfg,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+            estimator=estimator,
+        )
     if junit is not None:
         write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
@@ -504,6 +522,7 @@ def diff(
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
@@ -516,7 +535,14 @@ def diff(
     with progress(quiet) as bar:
         a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
     drift = corpus_drift(
-        a, b, min_count=min_count, rank=rank, tolerance=tolerance, encodings=specs, seed=seed
+        a,
+        b,
+        min_count=min_count,
+        rank=rank,
+        tolerance=tolerance,
+        encodings=specs,
+        seed=seed,
+        estimator=estimator,
     )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
@@ -541,6 +567,7 @@ def plot_cmd(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars (with
     intervals), support."""
@@ -557,6 +584,7 @@ def plot_cmd(
             specs,
             min_count=min_count,
             dim=dim,
+            estimator=estimator,
             level=ci,
             replicates=replicates,
             seed=seed,
@@ -594,6 +622,7 @@ def report_cmd(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR: what
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
@@ -611,6 +640,7 @@ def report_cmd(
             min_count=min_count,
             plots=not no_plots,
             dim=dim if dim is not None else DEFAULT_DIM,
+            estimator=estimator,
             level=ci,
             replicates=replicates,
             seed=seed,
@@ -662,6 +692,7 @@ def diagnose(
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
@@ -686,6 +717,7 @@ def diagnose(
             replicates=replicates,
             seed=seed,
             progress=bar,
+            estimator=estimator,
         )
     warn(result.warnings)
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
@@ -738,6 +770,7 @@ def inspect(
     ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity.
 
@@ -762,7 +795,8 @@ def inspect(
             DEFAULT_MIN_COUNT,
             counts_file=is_counts_file(corpus),
         )
-        geo = corpus_geometry(counts(corpus, plan.reading, quiet, seed=seed), plan.min_count)
+        counted = counts(corpus, plan.reading, quiet, seed=seed)
+        geo = corpus_geometry(counted, plan.min_count, estimator=estimator, seed=seed)
         from_file = {k: meta[k] for k in plan.from_file}
         npz = corpus if is_counts_file(corpus) else None
         notes = (

@@ -42,7 +42,8 @@ from .counts import (
     is_counts_file,
 )
 from .errors import PosdiagError
-from .geometry import classical_mds, effective_rank, gram_from_vectors, stress_by_rank
+from .estimator import DEFAULT_ESTIMATOR, restrict
+from .geometry import classical_mds, gram_from_vectors, reached_rank, stress_by_rank
 from .reading import Reading
 
 __all__ = [
@@ -247,11 +248,16 @@ def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
     """The geometry of positions ``0..n-1``: distances are a sub-matrix, MDS is recomputed."""
     if n == geo.n_eff:
         return geo
+    summary = replace(geo.summary, n_eff=n)
+    if geo.estimate is not None and geo.plain is not None:
+        # The BC block re-centred: the same estimator on fewer positions.
+        est = restrict(geo.estimate, n)
+        plain = restrict(geo.plain, n)
+        return CorpusGeometry(summary, est.distances, est.mds, (), est, plain, geo.counts, {})
     d = geo.distances[:n, :n]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mds = classical_mds(d)
-    summary = replace(geo.summary, n_eff=n)
     return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
 
 
@@ -337,6 +343,17 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
+def _default_rank(eigenvalues: np.ndarray, tolerance: float) -> int:
+    """Effective rank at ``tolerance``; below the cross-fit's stress floor (not reached), the
+    signal rank: the eigenvalues above the magnitude of the most negative one."""
+    lam = np.asarray(eigenvalues)
+    hit = reached_rank(lam, tolerance)
+    if hit is not None:
+        return hit
+    signal = int(np.sum(lam > abs(min(0.0, float(lam[-1])))))
+    return max(1, min(signal, lam.size - 1))
+
+
 def corpus_drift(
     a: Counts,
     b: Counts,
@@ -347,6 +364,7 @@ def corpus_drift(
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
 
@@ -356,22 +374,27 @@ def corpus_drift(
         Same tokenizer, view and max_len (checked); vocabulary widths may differ.
     rank : int, optional
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
-        at ``tolerance`` on the common positions.
+        at ``tolerance`` on the common positions (its signal rank when the tolerance is below
+        the stress floor of a cross-fitted geometry).
     encodings : sequence, optional
         Encodings to rank (default set when None).
     draws, seed : int
-        Random re-splits behind the no-drift reference, and their seed.
+        Random re-splits behind the no-drift reference, and their seed (also of the
+        cross-fit's splits).
+    estimator : {"crossfit", "plugin"}
+        Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
-    ga, gb = corpus_geometry(a, min_count), corpus_geometry(b, min_count)
+    ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed)
+    gb = corpus_geometry(b, min_count, estimator=estimator, seed=seed)
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     lam_a, lam_b = pa.mds.eigenvalues, pb.mds.eigenvalues
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
-    ra = rank if rank is not None else effective_rank(lam_a, tolerance)
-    rb = rank if rank is not None else effective_rank(lam_b, tolerance)
+    ra = rank if rank is not None else _default_rank(lam_a, tolerance)
+    rb = rank if rank is not None else _default_rank(lam_b, tolerance)
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     sa = score_encodings(pa, encodings)

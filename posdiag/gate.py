@@ -44,7 +44,8 @@ from .config_file import CONFIG_FILES, find_config, read_toml
 from .counts import Counts
 from .encodings import make_encoding, parse_encoding
 from .errors import PosdiagError
-from .geometry import effective_rank, positional_information
+from .estimator import DEFAULT_ESTIMATOR
+from .geometry import positional_information, reached_rank, stress_floor
 from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
 
 __all__ = [
@@ -321,6 +322,7 @@ def measure(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
@@ -344,7 +346,12 @@ def measure(
         n = summary.n_eff
         total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
-    geo = corpus_geometry(total_counts, min_count)
+    geo = corpus_geometry(
+        sharded if sharded is not None else total_counts,
+        min_count,
+        estimator=estimator,
+        seed=seed,
+    )
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
@@ -353,7 +360,17 @@ def measure(
         for key, score in fresh.items():
             name, params = parse_encoding(key)
             pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
-        with_ci, _ = interval_scores(sharded, geo.n_eff, pairs, level, replicates, seed, progress)
+        with_ci, _ = interval_scores(
+            sharded,
+            geo.n_eff,
+            pairs,
+            level,
+            replicates,
+            seed,
+            progress,
+            estimator=geo.estimator,
+            full_eigenvalues=geo.mds.eigenvalues,
+        )
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
     total, _ = positional_information(total_counts.matrix[: geo.n_eff])
@@ -427,17 +444,22 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         )
     lam = facts.eigenvalues
     for eps, max_rank in config.max_rank_for_stress.items():
-        r = effective_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
+        hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
+        note = f"smallest rank whose MDS encoding has stress <= {eps:g}"
+        if hit is None:
+            # Below the floor the negative eigenvalues of the estimate leave: no rank reaches it.
+            note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
+        r = math.inf if hit is None else float(hit)
         out.append(
             RuleResult(
                 "max-rank-for-stress",
                 f"{eps:g}",
-                float(r),
+                r,
                 float(max_rank),
                 "<=",
                 r <= max_rank,
                 "MDS rank",
-                f"smallest rank whose MDS encoding has stress <= {eps:g}",
+                note,
             )
         )
     if config.min_positional_info is not None:
@@ -484,6 +506,7 @@ def run_gate(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> GateReport:
     """:func:`measure` then :func:`evaluate`."""
     facts = measure(
@@ -495,5 +518,6 @@ def run_gate(
         replicates=replicates,
         seed=seed,
         progress=progress,
+        estimator=estimator,
     )
     return evaluate(config, facts)

@@ -30,15 +30,18 @@ __all__ = [
     "gram_from_vectors",
     "hellinger_distances",
     "hellinger_distances_fast",
+    "mds_from_gram",
     "pairwise_distances",
     "parameter_saving",
     "positional_information",
+    "reached_rank",
     "significant_negative",
     "stress",
     "separation",
     "shift_equivariance",
     "smoothness",
     "stress_by_rank",
+    "stress_floor",
     "supported_prefix",
     "violation_rate",
 ]
@@ -204,10 +207,8 @@ def classical_mds(distances: np.ndarray) -> MDS:
         Warns with :class:`PosdiagWarning` when the most negative eigenvalue is below
         ``-1e-10 * l_1`` (the configuration is then not exactly Euclidean).
     """
-    b = gram_from_distances(distances)
-    lam, u = np.linalg.eigh(b)
-    order = np.argsort(lam)[::-1]
-    lam, u = lam[order], _fix_signs(u[:, order])
+    mds = mds_from_gram(gram_from_distances(distances))
+    lam = mds.eigenvalues
     top = float(lam[0]) if lam.size else 0.0
     if significant_negative(lam) is not None:
         warnings.warn(
@@ -217,7 +218,23 @@ def classical_mds(distances: np.ndarray) -> MDS:
             PosdiagWarning,
             stacklevel=2,
         )
-    return MDS(eigenvalues=lam, vectors=u, gram=b)
+    return mds
+
+
+def mds_from_gram(gram: np.ndarray) -> MDS:
+    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning).
+
+    An estimated ``B_H`` (the cross-fit, posdiag.estimator) has negative eigenvalues by design;
+    :meth:`MDS.coordinates` uses the positive ones only.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (n, n)
+    """
+    b = np.asarray(gram, dtype=np.float64)
+    lam, u = np.linalg.eigh(b)
+    order = np.argsort(lam)[::-1]
+    return MDS(eigenvalues=lam[order], vectors=_fix_signs(u[:, order]), gram=b)
 
 
 def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
@@ -239,6 +256,9 @@ def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
     """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
 
     ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
+    A configuration's Gram is positive semi-definite, so the rank-r encoding keeps only the
+    positive eigenvalues among ``l_1..l_r``: negative eigenvalues (an estimated ``B_H``) stay in
+    every tail, and stress levels off at :func:`stress_floor` from the last positive rank on.
 
     Parameters
     ----------
@@ -249,11 +269,40 @@ def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n-1,)
     """
-    sq = np.asarray(eigenvalues, dtype=np.float64) ** 2
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    sq = lam**2
     total = sq.sum()
-    # tail[r] = sum_{k>=r} sq[k]; reversed cumsum keeps tiny tails accurate.
-    tail = np.cumsum(sq[::-1])[::-1]
+    # Squares the rank-r encoding cannot absorb: every negative eigenvalue wherever it sits.
+    fitted = np.where(lam > 0, sq, 0.0)
+    # tail[r] = sum_{k>=r} sq[k] + (negatives before r); reversed cumsum keeps tiny tails accurate.
+    tail = np.cumsum(fitted[::-1])[::-1] + np.sum(sq[lam <= 0])
     return np.sqrt(np.clip(tail[1:] / total, 0.0, 1.0))
+
+
+def stress_floor(eigenvalues: np.ndarray) -> float:
+    """Lowest stress any MDS rank reaches: the share of the negative eigenvalues.
+
+    A rank-r configuration has a positive semi-definite Gram, so the negative eigenvalues of an
+    estimated ``B_H`` stay in every tail: ``sqrt(sum_{l_k<0} l_k^2 / sum_k l_k^2)``; 0 when
+    there are none.
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    total = float(np.sum(lam**2))
+    if total == 0.0:
+        return 0.0
+    return float(np.sqrt(np.sum(lam[lam < 0] ** 2) / total))
+
+
+def reached_rank(eigenvalues: np.ndarray, eps: float) -> int | None:
+    """Smallest rank r with ``stress(MDS_r) <= eps``, or None when no rank reaches it.
+
+    Unlike :func:`effective_rank` this does not fall back to ``n-1``: with negative eigenvalues
+    (an estimated ``B_H``) stress has a floor (:func:`stress_floor`) and a tolerance below it is
+    "not reached".
+    """
+    eps = check_float("eps", eps, 0.0, 1.0)
+    hits = np.flatnonzero(stress_by_rank(eigenvalues) <= eps)
+    return int(hits[0] + 1) if hits.size else None
 
 
 def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
@@ -295,7 +344,9 @@ def compare(
     dh, de = d_h[iu], delta_e[iu]
     denom = float(de @ de)
     c = float(dh @ de) / denom if denom > 0 else 0.0
-    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / np.sum(dh * dh)))
+    total = float(np.sum(dh * dh))
+    # All distances 0 happens with a cross-fitted estimate on a thin corpus (clipped at 0).
+    kruskal = float(np.sqrt(np.sum((dh - c * de) ** 2) / total)) if total > 0 else float("nan")
     if np.ptp(dh) == 0 or np.ptp(de) == 0:
         rho = float("nan")
     else:

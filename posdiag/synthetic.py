@@ -33,10 +33,12 @@ __all__ = [
     "drift_distributions",
     "expected_counts",
     "low_rank_distributions",
+    "sample_sharded_counts",
     "sample_texts",
     "shift_distributions",
     "synth_distributions",
     "synth_texts",
+    "zipf_drift_distributions",
 ]
 
 MODES = ("drift", "shift")
@@ -203,3 +205,66 @@ def synth_texts(spec: SynthSpec) -> Iterator[str]:
         for row in words[ids]:
             yield " ".join(row)
         done += m
+
+
+def zipf_drift_distributions(
+    n_positions: int = 64,
+    vocab: int = 20_000,
+    rank: int = 3,
+    *,
+    sharpness: float = 2.0,
+    exponent: float = 1.1,
+    seed: int = 0,
+) -> np.ndarray:
+    """Word-like distributions: ``rank + 1`` Zipf "topics" mixed with smoothly drifting weights.
+
+    Topic ``k`` is a Zipf law ``p(v) ∝ rank_k(v)^-exponent`` over its own seeded permutation of
+    the vocabulary; position ``i`` mixes the topics with weights
+    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``. The long
+    tail of rare words is what makes the plug-in Hellinger geometry noisy on real text; the
+    exact ``B_H`` follows from the returned distributions (posdiag.estimator validation).
+
+    Returns
+    -------
+    ndarray of shape (n_positions, vocab)
+        Rows are probability distributions.
+    """
+    n = check_int("positions", n_positions, 2)
+    r = check_int("rank", rank, 1)
+    v = check_int("vocab", vocab, 2)
+    sharpness = check_float("sharpness", sharpness, 0.0, lo_open=True)
+    exponent = check_float("exponent", exponent, 0.0, lo_open=True)
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / (n - 1)
+    logits = sharpness * np.cos(np.pi * np.outer(t, np.arange(1, r + 2)))
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    zipf = np.arange(1, v + 1, dtype=np.float64) ** -exponent
+    zipf /= zipf.sum()
+    topics = np.stack([zipf[np.argsort(rng.permutation(v))] for _ in range(r + 1)])
+    return np.asarray(w @ topics)
+
+
+def sample_sharded_counts(
+    mu: np.ndarray, sequences: int, *, shards: int = 20, seed: int = 0
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Counts of ``sequences`` seeded sequences drawn from ``mu``, split into random shards.
+
+    Each sequence goes to one of ``shards`` shards uniformly; its token at position ``i`` is
+    drawn from ``mu[i]`` independently of the other positions. Equivalent to counting
+    :func:`sample_texts` output with shards, without writing text.
+
+    Returns
+    -------
+    (ndarray, tuple of ndarray)
+        The total counts and each shard's counts, all of shape (n_positions, vocab), int64.
+    """
+    mu = np.asarray(mu, dtype=np.float64)
+    total = check_int("sequences", sequences, 1)
+    k = check_int("shards", shards, 1)
+    rng = np.random.default_rng(seed)
+    sizes = rng.multinomial(total, np.full(k, 1.0 / k))
+    parts = tuple(
+        np.stack([rng.multinomial(int(m), row) for row in mu]).astype(np.int64) for m in sizes
+    )
+    return np.sum(parts, axis=0), parts

@@ -85,7 +85,8 @@ def test_drift_matches_brute_force(tmp_path: Path) -> None:
     pa = _corpus(tmp_path / "a.txt", 12, seed=1)
     pb = _corpus(tmp_path / "b.txt", 10, seed=5)
     a, b = count_pair(str(pa), str(pb), Reading(max_len=16))
-    d = corpus_drift(a, b, min_count=50, rank=2)
+    # The brute force below is the plug-in geometry.
+    d = corpus_drift(a, b, min_count=50, rank=2, estimator="plugin")
     assert (d.a.n_eff, d.b.n_eff, d.n) == (12, 10, 10)
     ca, cb = _dense([pa, pb], 10)
     sa = np.sqrt(ca / ca.sum(axis=1, keepdims=True))

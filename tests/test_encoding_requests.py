@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.analysis import corpus_geometry, score_encodings
 from posdiag.cli import app
-from posdiag.counts import corpus_counts
 from posdiag.encodings import DEFAULT_DIM, DIM_PARAMS, REGISTRY
 
 runner = CliRunner()
@@ -79,12 +77,11 @@ def test_dim_applies_to_every_dimensioned_encoding_without_explicit_d(
     by = {(r["name"], r["params"].get("d", r["params"].get("dim"))): r for r in doc["encodings"]}
     assert by[("mds-3", 128)]["n_params"] == 3 * (n + 128)
     assert by[("learned-random", 128)]["n_params"] == n * 128
-    # The stress is that of the encoding with d=128 given explicitly.
-    geo = corpus_geometry(corpus_counts(str(small_corpus)))
-    want = score_encodings(geo, ["sinusoidal:d=128"])[0].stress
-    assert by[("sinusoidal", 128)]["stress"] == pytest.approx(want, abs=1e-12)
-    other = score_encodings(geo, ["sinusoidal:d=64"])[0].stress
-    assert want != pytest.approx(other)  # d matters, so the test can tell them apart
+    # The stress is that of the encoding with d=128 given explicitly (same corpus, same seed).
+    explicit = _json("stress", str(small_corpus), "-e", "sinusoidal:d=128", "-e", "sinusoidal:d=64")
+    want = {r["params"]["d"]: r["stress"] for r in explicit["encodings"]}
+    assert by[("sinusoidal", 128)]["stress"] == pytest.approx(want[128], abs=1e-12)
+    assert want[128] != pytest.approx(want[64])  # d matters, so the test can tell them apart
 
 
 def test_diagnose_dim_reaches_the_table_not_only_the_saving(small_corpus: Path) -> None:

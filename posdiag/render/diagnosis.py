@@ -13,7 +13,7 @@ from rich.table import Table
 from ..analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
-from .stress import print_summary
+from .stress import print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
 
@@ -32,6 +32,10 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
         "stress_by_rank_ci": d.uncertainty.stress_by_rank,
         "effective_rank": sp.effective_rank,
         "min_eigenvalue": sp.min_eigenvalue,
+        "floor": sp.floor,
+        "signal_rank": sp.signal_rank,
+        "negative": sp.negative,
+        "estimator": sp.estimator,
     }
     return jsonable(
         {
@@ -125,8 +129,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         )
     console.print()
     console.print(t)
-    eff = ", ".join(f"{r} at {eps:g}" for eps, r in rk.spectrum.effective_rank.items())
-    console.print(f"  effective rank: {eff}")
+    console.print(f"  {spectrum_line(rk.spectrum, ' at ')}")
     console.print(f"  -> {rk.reading}")
     es = d.encodings
     t, dropped = fitted_table(

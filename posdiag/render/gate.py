@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ _INTEGER_RULES = ("max-rank-for-stress", "min-support")
 
 
 def _num(x: float, whole: bool) -> str:
+    if math.isinf(x):
+        # A max-rank-for-stress tolerance below the cross-fit's stress floor: no rank reaches it.
+        return "not reached"
     return f"{int(x)}" if whole else f"{x:.4f}"
 
 

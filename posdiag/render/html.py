@@ -17,14 +17,17 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
-from .._defaults import DEFAULT_DIM, DEFAULT_LEVEL, DEFAULT_MIN_COUNT, DEFAULT_REPLICATES
+from .._defaults import (
+    DEFAULT_DIM,
+    DEFAULT_ESTIMATOR,
+    DEFAULT_LEVEL,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_REPLICATES,
+)
 from .._io import atomic_outputs
-from ..analysis import EncodingRequest, StressReport, diagnose
+from ..analysis import EncodingRequest, StressReport, diagnose, rank_text
 from ..counts import Counts
-from ..geometry import significant_negative
 from ..uncertainty import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, ranges, summary_rows
 
@@ -137,14 +140,16 @@ def render_html(
                 f"{positional_info:.4f} bits (positions 0..{c.n_eff - 1})",
             )
         )
+    diag.append(("geometry estimator", sp.estimator))
     for eps, r in sp.effective_rank.items():
-        diag.append((f"effective rank at stress <= {eps:g}", str(r)))
-    neg = significant_negative(np.asarray(sp.eigenvalues))
-    if neg is not None:
-        diag.append(("most negative MDS eigenvalue (below -1e-10 l_1)", f"{neg:.3g}"))
+        diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor)))
+    if sp.negative:
+        diag.append(("negative eigenvalues", sp.negative))
     diag += list((diagnostics or {}).items())
     diag_table = _table(("diagnostic", "value"), diag, "diagnostics", (False, False))
-    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
+    eff = ", ".join(
+        f"{rank_text(r, sp.floor)} at stress <= {eps:g}" for eps, r in sp.effective_rank.items()
+    )
     cautions = [*report.warnings, *_uncertainty_notes(report)]
     warn_html = (
         '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in cautions) + "</ul>"
@@ -247,6 +252,7 @@ def build_report(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> HtmlReport:
     """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
 
@@ -265,6 +271,7 @@ def build_report(
         replicates=replicates,
         seed=seed,
         progress=progress,
+        estimator=estimator,
     )
     geo = d.geometry
     assert geo is not None

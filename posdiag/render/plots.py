@@ -135,7 +135,7 @@ def plot_spectrum(
     lam = np.asarray(geometry.mds.eigenvalues)
     by_rank = stress_by_rank(lam)
     sp = spectrum_of(geometry, tolerances)
-    cited = max(sp.effective_rank.values(), default=0)
+    cited = max((r for r in sp.effective_rank.values() if r is not None), default=0)
     shown = min(max(max_rank, cited), len(by_rank))
     fig = _figure()
     left, right = fig.subplots(1, 2)
@@ -148,10 +148,9 @@ def plot_spectrum(
     right.plot(ranks, by_rank[:shown], marker="o", markersize=3, color=OKABE_ITO[0])
     for k, (eps, r) in enumerate(sp.effective_rank.items()):
         colour = OKABE_ITO[(k + 1) % len(OKABE_ITO)]
-        right.axhline(
-            eps, color=colour, linestyle="--", linewidth=1, label=f"stress {eps:g}: rank {r}"
-        )
-        if r <= shown:
+        label = f"stress {eps:g}: " + (f"rank {r}" if r is not None else "not reached")
+        right.axhline(eps, color=colour, linestyle="--", linewidth=1, label=label)
+        if r is not None and r <= shown:
             right.axvline(r, color=colour, linestyle=":", linewidth=1)
     right.set_ylim(0.0, 1.02)
     right.set_xlabel("rank r")

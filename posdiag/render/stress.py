@@ -5,19 +5,24 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import CorpusSummary, StressReport, saving_phrase
+from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
 from ..export import LowRankEncoding
-from ..geometry import significant_negative
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
 from .takeaway import takeaway
 
-__all__ = ["encoding_json", "print_encoding", "print_stress", "print_summary", "stress_json"]
+__all__ = [
+    "encoding_json",
+    "print_encoding",
+    "print_stress",
+    "print_summary",
+    "spectrum_line",
+    "stress_json",
+]
 
 
 def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
@@ -35,6 +40,10 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 "stress_by_rank": sp.stress_by_rank,
                 "effective_rank": sp.effective_rank,
                 "min_eigenvalue": sp.min_eigenvalue,
+                "floor": sp.floor,
+                "signal_rank": sp.signal_rank,
+                "negative": sp.negative,
+                "estimator": sp.estimator,
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
@@ -55,8 +64,8 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
 def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Column]:
     """The stress table's columns, most important first in ``keep`` order.
 
-    ``raw`` (unnormalised, e.g. 17023.966 beside stresses in [0, 1]) only with ``verbose``; the
-    JSON always has it.
+    ``raw`` (unnormalised, e.g. 17023.966 beside stresses in [0, 1]), ``mds-r``'s in-sample
+    stress and every encoding's plug-in stress only with ``verbose``; the JSON always has them.
     """
     es = report.encodings
     unc = report.uncertainty
@@ -68,7 +77,16 @@ def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Colum
     if unc and unc.shards:
         cols.append(Column("interval", [ci_text(e.ci_low, e.ci_high) for e in es], "right", 60))
     if verbose:
-        cols.append(Column("raw", [fmt(e.raw, 3) for e in es], "right", 10))
+        cols += [
+            Column("raw", [fmt(e.raw, 3) for e in es], "right", 10),
+            Column(
+                "in-sample",
+                [fmt(e.in_sample) if e.name.startswith("mds") else "" for e in es],
+                "right",
+                15,
+            ),
+            Column("plug-in", [fmt(e.plain) for e in es], "right", 16),
+        ]
     cols += [
         Column("kruskal", [fmt(e.kruskal) for e in es], "right", 20),
         Column("spearman", [fmt(e.spearman, 3) for e in es], "right", 30),
@@ -88,6 +106,11 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(t)
     if dropped:
         console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
+    if report.spectrum.estimator == "crossfit":
+        console.print(
+            "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
+            "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
+        )
     unc = report.uncertainty
     if unc is not None:
         line = unc.note or (
@@ -106,14 +129,18 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
-    eff = ", ".join(f"{r} at stress <= {eps:g}" for eps, r in sp.effective_rank.items())
-    line = f"effective rank: {eff}"
-    neg = significant_negative(np.asarray(sp.eigenvalues))
-    if neg is not None:
-        line += f"; most negative eigenvalue {neg:.3g} (below -1e-10 l_1: not exactly Euclidean)"
-    console.print(line)
+    console.print(spectrum_line(sp))
     for text in takeaway(report):
         console.print(escape(text), style="bold" if text.startswith("Reading") else None)
+
+
+def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
+    """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
+    eff = ", ".join(f"{rank_text(r, sp.floor)}{sep}{eps:g}" for eps, r in sp.effective_rank.items())
+    line = f"effective rank ({sp.estimator} geometry): {eff}"
+    if sp.negative:
+        line += f"; {sp.negative}"
+    return line
 
 
 def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:

@@ -47,8 +47,12 @@ def takeaway(report: StressReport) -> list[str]:
         )
     if sp.effective_rank:
         eps, r = next(iter(sp.effective_rank.items()))
-        shape = "low-rank" if r <= 8 else "no low-rank shape"
-        parts.append(f"effective rank {r}/{c.n_eff - 1} at stress <= {eps:g} ({shape})")
+        if r is None:
+            # Below the floor the negative eigenvalues leave, no rank reaches eps.
+            parts.append(f"stress {eps:g} not reached at any rank (floor {sp.floor:.3f})")
+        else:
+            shape = "low-rank" if r <= 8 else "no low-rank shape"
+            parts.append(f"effective rank {r}/{c.n_eff - 1} at stress <= {eps:g} ({shape})")
     unc = report.uncertainty
     if unc is not None and unc.unstable:
         parts.append(f"noise matters: {len(unc.unstable)} of {c.n_eff} positions are mostly noise")
