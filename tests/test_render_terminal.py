@@ -92,12 +92,14 @@ def test_reading_lines_follow_the_table(report) -> None:  # type: ignore[no-unty
     reading, nxt = takeaway(report)
     standard = [e for e in report.encodings if e.name not in ("nope",) and e.name != "mds-3"]
     best = standard[0]
-    kind = REGISTRY[best.name].kind
-    assert reading.startswith(f"Reading: best family {kind} ({best.label} {best.stress:.3f}")
+    kind = {"bias": "relative bias"}.get(REGISTRY[best.name].kind, REGISTRY[best.name].kind)
+    assert reading.startswith(f"Reading: best family {kind}: {best.label} {best.stress:.3f}")
     eps, rank = next(iter(report.spectrum.effective_rank.items()))
     if rank is None:  # below the cross-fit's floor
-        assert f"stress {eps:g} not reached at any rank (floor {report.spectrum.floor:.3f})" in (
-            reading
+        sp = report.spectrum
+        assert (
+            f"signal rank {sp.signal_rank} (stress {eps:g} is below the floor {sp.floor:.3f})"
+            in (reading)
         )
     else:
         assert f"effective rank {rank}/{report.corpus.n_eff - 1} at stress <= {eps:g}" in reading

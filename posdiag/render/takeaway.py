@@ -15,7 +15,7 @@ from ..analysis import EncodingScore, StressReport
 
 __all__ = ["takeaway"]
 
-_FAMILY = {"absolute": "absolute", "relative": "relative", "bias": "relative (bias)"}
+_FAMILY = {"absolute": "absolute", "relative": "relative", "bias": "relative bias"}
 
 
 def _family(name: str) -> str:
@@ -41,15 +41,17 @@ def takeaway(report: StressReport) -> list[str]:
     parts = []
     if standard:
         best = standard[0]
-        why = ": a random table, so mostly noise" if best.name == "learned-random" else ""
+        why = " (a random table: mostly noise)" if best.name == "learned-random" else ""
         parts.append(
-            f"best family {_family(best.name)} ({best.label} {best.stress:.3f}{_ci(best)}{why})"
+            f"best family {_family(best.name)}: {best.label} {best.stress:.3f}{_ci(best)}{why}"
         )
     if sp.effective_rank:
         eps, r = next(iter(sp.effective_rank.items()))
         if r is None:
             # Below the floor the negative eigenvalues leave, no rank reaches eps.
-            parts.append(f"stress {eps:g} not reached at any rank (floor {sp.floor:.3f})")
+            parts.append(
+                f"signal rank {sp.signal_rank} (stress {eps:g} is below the floor {sp.floor:.3f})"
+            )
         else:
             shape = "low-rank" if r <= 8 else "no low-rank shape"
             parts.append(f"effective rank {r}/{c.n_eff - 1} at stress <= {eps:g} ({shape})")
