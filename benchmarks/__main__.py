@@ -290,7 +290,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1 << 30, help="ids counted by count_ids")
     ap.add_argument("--naive-tokens", type=int, default=64 << 20, help="ids for the naive run")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
-    ap.add_argument("--only", choices=("text", "ids", "memory", "startup"), help="run one section")
+    ap.add_argument(
+        "--only", choices=("text", "ids", "memory", "dask", "startup"), help="run one section"
+    )
+    ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
+    ap.add_argument("--dask-text-mb", type=int, default=50, help="text corpus MB (dask)")
     args = ap.parse_args()
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
     with tempfile.TemporaryDirectory(prefix="posdiag-bench-") as d:
@@ -305,6 +309,10 @@ def main() -> None:
             if not (tmp / "tokenizer.json").exists():
                 _train_tokenizer(tmp / "tokenizer.json", CORPUS.read_text().splitlines())
             bench_memory(tmp)
+        if args.only in (None, "dask"):
+            from .dask_scale import bench_dask
+
+            bench_dask(tmp, args.dask_tokens, args.dask_text_mb, args.repeat)
 
 
 if __name__ == "__main__":

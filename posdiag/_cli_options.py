@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for -
 
 # Help panels of `posdiag COMMAND --help`.
 READING = "Reading the corpus"
+ENGINE = "Counting engine"
 ENCODINGS = "Encodings"
 UNCERTAINTY = "Uncertainty"
 OUTPUT = "Output"
@@ -128,6 +129,33 @@ VocabSizeOpt = Annotated[
         rich_help_panel=READING,
     ),
 ]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+        "cluster; needs posdiag\\[dask]; see docs/scale.md) (default: local).",
+        rich_help_panel=ENGINE,
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+        "\\[default: start a LocalCluster].",
+        rich_help_panel=ENGINE,
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="--engine dask without --scheduler: LocalCluster worker processes "
+        "\\[default: the CPU count].",
+        rich_help_panel=ENGINE,
+    ),
+]
 _READING_OPTIONS: dict[str, Any] = {
     "column": ColumnOpt,
     "tokenizer": TokenizerOpt,
@@ -139,6 +167,9 @@ _READING_OPTIONS: dict[str, Any] = {
     "data_dir": DataDirOpt,
     "dtype": DtypeOpt,
     "vocab_size": VocabSizeOpt,
+    "engine": EngineOpt,
+    "scheduler": SchedulerOpt,
+    "workers": WorkersOpt,
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
@@ -260,7 +291,7 @@ def output_option(help: str) -> Any:
 
 
 def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` the ten reading options; it receives them as one ``reading: Reading``.
+    """Give ``command`` the reading options; it receives them as one ``reading: Reading``.
 
     typer reads a command's options from its signature, so the wrapper shows the command's own
     parameters (without ``reading``) followed by the reading options.

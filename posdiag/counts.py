@@ -17,17 +17,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import __version__
 from ._io import atomic_outputs
+from ._shardkey import shard_of
 from ._validate import check_int
 from .errors import PosdiagError
 from .sources import Source
 from .tokenize import Tokenizer, view
+
+if TYPE_CHECKING:
+    from .distributed import Engine
 
 __all__ = [
     "Counts",
@@ -35,6 +39,7 @@ __all__ = [
     "CountAccumulator",
     "count_ids",
     "count_texts",
+    "count_text_units",
     "count_source",
     "corpus_counts",
     "load_counts",
@@ -365,8 +370,9 @@ def count_texts(
 
     Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
     the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
-    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards drawn
-    uniformly with ``numpy.random.default_rng(shard_seed)``, in the same single pass.
+    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
+    same single pass: shard :func:`~posdiag._shardkey.shard_of` ``(shard_seed, 0, i)`` for the
+    ``i``-th sequence (uniform, and a function of ``i`` alone, whatever the batch size).
 
     Returns
     -------
@@ -375,34 +381,51 @@ def count_texts(
         tokenizer's vocabulary when it assigns ids per run (``whitespace``); ``shards`` the
         shard counts.
     """
+    return count_text_units(
+        [(0, texts)],
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        source=source,
+        dense_limit=dense_limit,
+        shards=shards,
+        shard_seed=shard_seed,
+    )
+
+
+def count_text_units(
+    units: Iterable[tuple[int, Iterable[str]]],
+    tokenizer: Tokenizer,
+    *,
+    view_name: str = "text",
+    max_len: int = 512,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    source: str = "<texts>",
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
+) -> Counts:
+    """:func:`count_texts` of a corpus given as ``(unit, texts)`` pieces in reading order.
+
+    The ``i``-th sequence of ``unit`` goes to shard ``shard_of(shard_seed, unit, i)``; that is
+    how a corpus counted piece by piece (:mod:`posdiag.distributed`) and in one pass get the
+    same shards. The packed view carries windows across texts: give it a single unit.
+    """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    run_ids = tokenizer.fingerprint == "run"
-    if k:
-        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
-        accs = [CountAccumulator(max_len) for _ in range(k)]
-        rng = np.random.default_rng(shard_seed)
-    else:
-        accs = [
-            CountAccumulator(
-                max_len,
-                vocab_size=None if run_ids else tokenizer.vocab_size,
-                dense_limit=dense_limit,
-            )
-        ]
-    docs = seqs = toks = 0
-    for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
-        if k:
-            which = rng.integers(k, size=len(batch))
-            for s, acc in enumerate(accs):
-                idx = np.flatnonzero(which == s)
-                if idx.size:
-                    toks += acc.add_sequences([batch[j] for j in idx])
-        else:
-            toks += accs[0].add_sequences(batch)
-        seqs += len(batch)
-        docs += consumed
-        if progress is not None:
-            progress(docs, seqs, toks)
+    mats, docs, seqs, toks = _count_text_units(
+        units,
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        dense_limit=dense_limit,
+        shards=k,
+        shard_seed=shard_seed,
+    )
     if toks == 0:
         raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
     v = tokenizer.vocab_size
@@ -413,12 +436,69 @@ def count_texts(
         # Which id is padding, so supports can count real tokens (Counts.real_supports).
         meta["pad_id"] = tokenizer.pad_id()
     vocab = tokenizer.vocabulary()
-    mats = tuple(acc.matrix(v) for acc in accs)
     if not k:
         return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
     meta.update(shards=k, shard_seed=shard_seed)
     total = sp.csr_matrix(sum(mats[1:], mats[0]))
     return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+
+
+def _count_text_units(
+    units: Iterable[tuple[int, Iterable[str]]],
+    tokenizer: Tokenizer,
+    *,
+    view_name: str,
+    max_len: int,
+    batch_size: int,
+    progress: ProgressFn | None,
+    dense_limit: int,
+    shards: int,
+    shard_seed: int,
+) -> tuple[tuple[sp.csr_matrix, ...], int, int, int]:
+    """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
+
+    The shard of a sequence is :func:`~posdiag._shardkey.shard_of` of its unit and its ordinal
+    within the unit, so splitting a corpus into units and counting them anywhere gives the same
+    shards. The packed view carries windows across texts: give it a single unit.
+
+    Returns
+    -------
+    (matrices, documents, sequences, tokens)
+        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
+    """
+    k = shards
+    run_ids = tokenizer.fingerprint == "run"
+    if k:
+        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
+        accs = [CountAccumulator(max_len) for _ in range(k)]
+    else:
+        accs = [
+            CountAccumulator(
+                max_len,
+                vocab_size=None if run_ids else tokenizer.vocab_size,
+                dense_limit=dense_limit,
+            )
+        ]
+    docs = seqs = toks = 0
+    for unit, texts in units:
+        ordinal = 0
+        for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
+            if k:
+                ords = np.arange(ordinal, ordinal + len(batch), dtype=np.int64)
+                which = shard_of(shard_seed, unit, ords, k)
+                for s, acc in enumerate(accs):
+                    idx = np.flatnonzero(which == s)
+                    if idx.size:
+                        toks += acc.add_sequences([batch[j] for j in idx])
+            else:
+                toks += accs[0].add_sequences(batch)
+            ordinal += len(batch)
+            seqs += len(batch)
+            docs += consumed
+            if progress is not None:
+                progress(docs, seqs, toks)
+    v = tokenizer.vocab_size
+    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks
 
 
 @dataclass(frozen=True)
@@ -705,8 +785,31 @@ def count_source(
     shards: int = 0,
     shard_seed: int = 0,
 ) -> Counts:
-    """:func:`count_texts` over a :class:`~posdiag.sources.Source`, recording its name."""
+    """:func:`count_texts` over a :class:`~posdiag.sources.Source`, recording its name.
+
+    With shards (and a view that does not carry windows across texts), the source is read
+    piece by piece (:func:`posdiag.distributed.selected_units`: its files, parquet row groups,
+    stream shards) and a sequence's shard is a function of its piece and its index in it, so
+    counting the pieces on a Dask cluster gives the same shards.
+    """
     _start(progress, source.expected, "documents")
+    if shards and view_name != "packed" and source.name != "-":
+        from .distributed import selected_units
+
+        counts = count_text_units(
+            selected_units(source, max_len),
+            tokenizer,
+            view_name=view_name,
+            max_len=max_len,
+            batch_size=batch_size,
+            progress=progress,
+            source=source.name,
+            dense_limit=dense_limit,
+            shards=shards,
+            shard_seed=shard_seed,
+        )
+        extra = _selection_meta(source)
+        return dataclasses.replace(counts, meta={**counts.meta, **extra}) if extra else counts
     counts = count_texts(
         source.texts(),
         tokenizer,
@@ -894,8 +997,15 @@ def corpus_counts(
     vocab_size: int | None = None,
     shards: int = 0,
     shard_seed: int = 0,
+    engine: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
 ) -> Counts:
     """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
+
+    ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
+    the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
+    the same result as this process (:mod:`posdiag.distributed`, docs/scale.md).
 
     ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
     :func:`count_texts`); counts files and token id files are read without shards.
@@ -907,6 +1017,9 @@ def corpus_counts(
     See :func:`posdiag.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
     and ``dtype``.
     """
+    from .distributed import engine_from_options
+
+    where = engine_from_options(engine or "local", scheduler, workers)
     if is_counts_file(corpus):
         counts = load_counts(corpus)
         asked = {
@@ -941,6 +1054,8 @@ def corpus_counts(
                 "vocabulary)"
             )
         v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+        if where.is_dask:
+            return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
         return count_ids(
             source,
             max_len=max_len,
@@ -952,6 +1067,19 @@ def corpus_counts(
     if vocab_size is not None:
         raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
+    if where.is_dask:
+        return _on_dask(
+            source,
+            tok,
+            where,
+            progress,
+            view_name=view_name or "text",
+            max_len=max_len,
+            pad_token=pad_token,
+            shards=shards,
+            seed=shard_seed,
+            batch_size=batch_size,
+        )
     return count_source(
         source,
         tok,
@@ -961,4 +1089,26 @@ def corpus_counts(
         progress=progress,
         shards=shards,
         shard_seed=shard_seed,
+    )
+
+
+def _on_dask(
+    source: Source,
+    tok: Tokenizer | None,
+    engine: Engine,
+    progress: ProgressFn | None,
+    **job: Any,
+) -> Counts:
+    from .distributed import count_on_dask, job_for
+
+    if not source.is_ids:
+        job.setdefault("view_name", "text")
+    else:
+        job["view_name"] = "packed"
+    return count_on_dask(
+        source,
+        job_for(source, tok, **job),
+        engine,
+        tokenizer_name=tok.name if tok is not None else "ids",
+        progress=progress,
     )

@@ -1,4 +1,4 @@
-"""How a corpus is read: one frozen :class:`Reading` instead of ten loose options.
+"""How a corpus is read: one frozen :class:`Reading` instead of thirteen loose options.
 
 The CLI builds one from its options (``posdiag check`` merges it with the config file's reading
 keys); :func:`posdiag.drift.count_pair` takes it as is, and the single-corpus counting entry points
@@ -43,6 +43,13 @@ class Reading:
         Id type of a raw ``.bin`` token file, ``uint16`` or ``uint32``.
     vocab_size : int or None
         Vocabulary size of a token id file (default the tokenizer's).
+    engine : str or None
+        Where to count: ``local`` (default) or ``dask`` (docs/scale.md).
+    scheduler : str or None
+        ``dask``: address of a running scheduler (default: start a ``LocalCluster``).
+    workers : int or None
+        ``dask`` without ``scheduler``: the ``LocalCluster``'s worker processes (default: the
+        CPU count).
     """
 
     column: str | None = None
@@ -55,6 +62,9 @@ class Reading:
     data_dir: str | None = None
     dtype: str | None = None
     vocab_size: int | None = None
+    engine: str | None = None
+    scheduler: str | None = None
+    workers: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`posdiag.counts.corpus_counts` (``view`` is

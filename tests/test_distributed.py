@@ -1,0 +1,385 @@
+"""Counting on a real Dask cluster (LocalCluster, worker processes) against one process.
+
+One small cluster serves the module (2 single-threaded workers): starting one costs seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from typer.testing import CliRunner
+
+from posdiag._shardkey import shard_of
+from posdiag.cli import app
+from posdiag.counts import Counts, corpus_counts, count_texts, load_counts
+from posdiag.distributed import (
+    Engine,
+    Job,
+    Partial,
+    Piece,
+    count_on_dask,
+    count_piece,
+    engine_from_options,
+    job_for,
+    plan_pieces,
+)
+from posdiag.errors import PosdiagError
+from posdiag.sources import open_source
+from posdiag.tokenize import load_tokenizer
+from posdiag.uncertainty import DEFAULT_SHARDS
+
+distributed = pytest.importorskip("distributed")
+
+WORDS = [f"w{i}" for i in range(40)] + ["alpha", "beta", "gamma"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    import logging
+
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: 8787 may be taken
+        silence_logs=logging.ERROR,
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster: Any) -> Iterator[Any]:
+    with distributed.Client(cluster) as c:
+        yield c
+
+
+def _engine(cluster: Any) -> dict[str, Any]:
+    """The keywords of corpus_counts that send the counting to ``cluster``."""
+    return {"engine": "dask", "scheduler": cluster.scheduler_address}
+
+
+def _same(a: Counts, b: Counts) -> None:
+    """Bit for bit: the csr arrays, the shards, the vocabulary and the metadata."""
+    for x, y in [(a.matrix, b.matrix), *zip(a.shards, b.shards, strict=True)]:
+        assert x.shape == y.shape and x.dtype == y.dtype == np.int64
+        x, y = sp.csr_matrix(x), sp.csr_matrix(y)
+        x.sort_indices()
+        y.sort_indices()
+        assert np.array_equal(x.indptr, y.indptr)
+        assert np.array_equal(x.indices, y.indices)
+        assert np.array_equal(x.data, y.data)
+    assert len(a.shards) == len(b.shards)
+    assert a.vocab == b.vocab
+    assert dict(a.meta) == dict(b.meta)
+
+
+def _lines(rng: np.random.Generator, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 14)))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five files of mixed formats (txt, gz, jsonl, csv) with blank lines: five pieces."""
+    d = tmp_path_factory.mktemp("texts")
+    rng = np.random.default_rng(7)
+    (d / "a.txt").write_text("\n".join(_lines(rng, 60)) + "\n\n\n")
+    with gzip.open(d / "b.txt.gz", "wt") as fh:
+        fh.write("\n".join(_lines(rng, 45)) + "\n")
+    rows = [{"text": t} for t in _lines(rng, 50)] + [{"text": None}, {"text": "  "}]
+    (d / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (d / "d.csv").write_text(
+        "id,text\n" + "".join(f"{i},{t}\n" for i, t in enumerate(_lines(rng, 30)))
+    )
+    (d / "e.txt").write_text("\n".join(_lines(rng, 25)) + "\n")
+    return d
+
+
+def _brute_force(
+    units: list[list[str]], n: int, k: int, seed: int
+) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
+    """Whitespace counts by hand: ids by first appearance after 3 specials, shard by address."""
+    vocab: dict[str, int] = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2}
+    seqs = []
+    for u, texts in enumerate(units):
+        for i, text in enumerate(texts):
+            ids = [vocab.setdefault(w, len(vocab)) for w in text.split()][:n]
+            seqs.append((u, i, ids))
+    total = np.zeros((n, len(vocab)), dtype=np.int64)
+    shards = [np.zeros_like(total) for _ in range(k)]
+    for u, i, ids in seqs:
+        s = int(shard_of(seed, u, np.array([i]), k)[0])
+        for pos, t in enumerate(ids):
+            total[pos, t] += 1
+            shards[s][pos, t] += 1
+    return total, shards, list(vocab)
+
+
+def test_text_folder_counts_and_shards_match_one_process_and_brute_force(
+    text_dir: Path, cluster: Any
+) -> None:
+    source = open_source(str(text_dir))
+    assert [p.kind for p in plan_pieces(source)] == ["file"] * 5
+    one = corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11)
+    dask = corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11, **_engine(cluster))
+    _same(one, dask)
+    with gzip.open(text_dir / "b.txt.gz", "rt") as fh:
+        gz_lines = fh.read().splitlines()
+    units = [
+        [t for t in (text_dir / "a.txt").read_text().splitlines() if t.strip()],
+        [t for t in gz_lines if t.strip()],
+        [
+            json.loads(x)["text"]
+            for x in (text_dir / "c.jsonl").read_text().splitlines()
+            if (json.loads(x)["text"] or "").strip()
+        ],
+        [r.split(",", 1)[1] for r in (text_dir / "d.csv").read_text().splitlines()[1:]],
+        [t for t in (text_dir / "e.txt").read_text().splitlines() if t.strip()],
+    ]
+    total, shards, vocab = _brute_force(units, 10, 4, 11)
+    assert np.array_equal(dask.matrix.toarray(), total)
+    for got, want in zip(dask.shards, shards, strict=True):
+        assert np.array_equal(got.toarray(), want)
+    assert list(dask.vocab or ()) == vocab
+    # Without shards the single-process pass streams the files in one piece; same counts.
+    plain = corpus_counts(str(text_dir), max_len=10, **_engine(cluster))
+    _same(corpus_counts(str(text_dir), max_len=10), plain)
+    assert np.array_equal(plain.matrix.toarray(), total)
+
+
+def test_shards_do_not_depend_on_the_batch_size() -> None:
+    texts = _lines(np.random.default_rng(3), 300)
+    tok = load_tokenizer
+
+    a = count_texts(texts, tok(), max_len=8, shards=5, shard_seed=2, batch_size=1)
+    b = count_texts(texts, tok(), max_len=8, shards=5, shard_seed=2, batch_size=1000)
+    _same(a, b)
+    # Every shard holds about a fifth of the 300 sequences (binomial sd ~ 7).
+    sizes = [int(s[0].sum()) for s in a.shards]
+    assert sum(sizes) == 300 and all(35 <= s <= 85 for s in sizes)
+
+
+@pytest.fixture(scope="module")
+def parquet_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two parquet files of 4 and 3 row groups (with a null and a blank text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("parquet")
+    rng = np.random.default_rng(5)
+    for name, rows in (("p1.parquet", 70), ("p2.parquet", 55)):
+        texts: list[str | None] = list(_lines(rng, rows))
+        texts[3], texts[20] = None, "   "
+        pq.write_table(
+            pa.table({"text": texts, "n": list(range(rows))}), d / name, row_group_size=20
+        )
+    return d
+
+
+def test_parquet_row_groups_match_one_process(parquet_files: Path, cluster: Any) -> None:
+    pattern = str(parquet_files / "*.parquet")
+    pieces = plan_pieces(open_source(pattern))
+    assert [(Path(p.path).name, p.start) for p in pieces] == [
+        *(("p1.parquet", g) for g in range(4)),
+        *(("p2.parquet", g) for g in range(3)),
+    ]
+    for shards in (0, 3):
+        kw: dict[str, Any] = {"tokenizer": "bytes", "max_len": 16, "shards": shards}
+        one = corpus_counts(pattern, **kw)
+        _same(one, corpus_counts(pattern, **_engine(cluster), **kw))
+    assert one.meta["sequences"] == 121  # 125 rows, a null and a blank in each file
+
+
+def test_streamed_data_set_shards_match_one_process(parquet_files: Path, cluster: Any) -> None:
+    """A local data set folder streamed by ``datasets``: one piece per stream shard (file)."""
+    name = f"hf:{parquet_files}"
+    pieces = plan_pieces(open_source(name))
+    assert [p.kind for p in pieces] == ["stream", "stream"]
+    kw: dict[str, Any] = {"max_len": 12, "shards": 3, "shard_seed": 4}
+    _same(corpus_counts(name, **kw), corpus_counts(name, **_engine(cluster), **kw))
+
+
+def test_saved_data_set_row_ranges_match_one_process(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save_to_disk folder: one piece per ROWS_PER_PIECE rows (here 40 of 130)."""
+    import datasets
+
+    import posdiag.distributed as D
+
+    texts: list[str | None] = list(_lines(np.random.default_rng(2), 130))
+    texts[41] = None
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"))
+    monkeypatch.setattr(D, "ROWS_PER_PIECE", 40)
+    name = str(tmp_path / "saved")
+    pieces = plan_pieces(open_source(name))
+    assert [(p.kind, p.start, p.stop) for p in pieces] == [
+        ("rows", 0, 40),
+        ("rows", 40, 80),
+        ("rows", 80, 120),
+        ("rows", 120, 130),
+    ]
+    kw: dict[str, Any] = {"max_len": 12, "shards": 3, "shard_seed": 1}
+    one = corpus_counts(name, **kw)
+    _same(one, corpus_counts(name, **_engine(cluster), **kw))
+    assert one.meta["sequences"] == 129
+
+
+@pytest.fixture(scope="module")
+def bin_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ids") / "ids.bin"
+    ids = np.random.default_rng(9).zipf(1.3, size=40_007) % 500
+    ids.astype(np.uint16).tofile(path)
+    return path
+
+
+@pytest.mark.parametrize("select", [{}, {"limit": 200}, {"sample": 0.3, "seed": 5}])
+def test_bin_window_ranges_match_one_process(
+    bin_file: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch, select: dict[str, Any]
+) -> None:
+    import posdiag.distributed as D
+
+    # 5 ranges of 128 windows x 4 ranges of 16 positions (dense blocks of 16 x 500 int32).
+    monkeypatch.setattr(D, "TOKENS_PER_PIECE", 8192)
+    monkeypatch.setattr(D, "RANGE_PER_CELL", 0)
+    monkeypatch.setattr(D, "PIECE_BLOCK_BYTES", 40_000)
+    pieces = plan_pieces(open_source(str(bin_file)), 64, 500)
+    assert len(pieces) == 20 and all(p.start % 64 == 0 for p in pieces)
+    assert [p.positions for p in pieces[:4]] == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    kw: dict[str, Any] = {"max_len": 64, "vocab_size": 500, **select}
+    one = corpus_counts(str(bin_file), **kw)
+    dask = corpus_counts(str(bin_file), **_engine(cluster), **kw)
+    _same(one, dask)
+    if not select:
+        ids = np.fromfile(bin_file, dtype=np.uint16).astype(np.int64)
+        want = np.zeros((64, 500), dtype=np.int64)
+        np.add.at(want, (np.arange(ids.size) % 64, ids), 1)
+        assert np.array_equal(dask.matrix.toarray(), want)
+
+
+def kill_once(piece: Piece, job: Job, marker: Path) -> Partial:
+    """Kill this worker the first time piece 2 runs (the marker file records that it did)."""
+    if piece.index == 2 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os._exit(1)
+    return count_piece(piece, job)
+
+
+def test_a_worker_killed_mid_run_loses_and_doubles_nothing(
+    text_dir: Path, client: Any, tmp_path: Path
+) -> None:
+    marker = tmp_path / "killed"
+    source = open_source(str(text_dir))
+    tok = load_tokenizer()
+    job = job_for(source, tok, view_name="text", max_len=10, shards=4, seed=11)
+    counts = count_on_dask(
+        source, job, Engine("dask"), tokenizer_name=tok.name, client=client,
+        task_fn=functools.partial(kill_once, marker=marker),
+    )  # fmt: skip
+    assert marker.exists()  # a worker did die
+    _same(corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11), counts)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
+    text_dir: Path, bin_file: Path, cluster: Any, tmp_path: Path
+) -> None:
+    bad = tmp_path / "texts"
+    bad.mkdir()
+    for f in ("a.txt", "e.txt"):
+        (bad / f).write_bytes((text_dir / f).read_bytes())
+    (bad / "c.txt").write_bytes(b"fine line\nbroken \xff line\n")
+    with pytest.raises(PosdiagError, match=r"c\.txt: line 2 is not valid UTF-8"):
+        corpus_counts(str(bad), **_engine(cluster))
+    # A parquet file whose row group 1 is overwritten: its footer (read up front) is intact.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = tmp_path / "rg.parquet"
+    pq.write_table(pa.table({"text": _lines(np.random.default_rng(1), 60)}), pf, row_group_size=20)
+    col = pq.ParquetFile(pf).metadata.row_group(1).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    raw = bytearray(pf.read_bytes())
+    raw[start + 8 : start + col.total_compressed_size - 4] = b"\xab" * (
+        col.total_compressed_size - 12
+    )
+    pf.write_bytes(bytes(raw))
+    with pytest.raises(PosdiagError, match=rf"rg\.parquet: row group 1 \(byte offset {start:,}\)"):
+        corpus_counts(str(pf), **_engine(cluster))
+    ids = np.fromfile(bin_file, dtype=np.uint16)
+    ids[30_001] = 600
+    ids.tofile(tmp_path / "bad.bin")
+    with pytest.raises(PosdiagError, match=r"bad\.bin: token id 600 at offset 30,001 is outside"):
+        corpus_counts(str(tmp_path / "bad.bin"), vocab_size=500, **_engine(cluster))
+
+
+def test_progress_comes_from_finished_pieces(text_dir: Path, client: Any) -> None:
+    seen: list[tuple[int, int, int]] = []
+    source = open_source(str(text_dir))
+    tok = load_tokenizer()
+    job = job_for(source, tok, view_name="text", max_len=10)
+    counts = count_on_dask(
+        source, job, Engine("dask"), progress=lambda *a: seen.append(a), client=client
+    )
+    assert len(seen) == 5  # one report per finished piece
+    assert seen[-1] == tuple(counts.meta[k] for k in ("documents", "sequences", "tokens"))
+
+
+def test_cli_count_on_a_running_scheduler(text_dir: Path, cluster: Any, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "d.npz"
+    args = ["count", str(text_dir), "-n", "10", "-o", str(out), "--quiet"]
+    r = runner.invoke(app, [*args, "--engine", "dask", "--scheduler", cluster.scheduler_address])
+    assert r.exit_code == 0, r.output
+    # count keeps the default shards' seed in the metadata (the cross-fit splits by them);
+    # the file itself stores the total only.
+    one = corpus_counts(str(text_dir), max_len=10, shards=DEFAULT_SHARDS)
+    _same(dataclasses.replace(one, shards=()), load_counts(out))
+
+
+def test_cli_stress_intervals_are_the_same_on_dask(text_dir: Path, cluster: Any) -> None:
+    """Same shard sums, so the same bootstrap intervals, stress for stress."""
+    runner = CliRunner()
+    args = ["stress", str(text_dir), "-n", "8", "--min-count", "5", "--shards", "6"]
+    args += ["--replicates", "20", "--json", "--quiet", "-e", "sinusoidal", "-e", "mds-2"]
+    local = runner.invoke(app, args)
+    dask = runner.invoke(app, [*args, "--engine", "dask", "--scheduler", cluster.scheduler_address])
+    assert local.exit_code == dask.exit_code == 0, dask.output
+    a, b = json.loads(local.stdout), json.loads(dask.stdout)
+    assert a["uncertainty"]["shards"] == 6
+    assert a["encodings"] == b["encodings"] and a["uncertainty"] == b["uncertainty"]
+    assert all(e["ci_low"] <= e["stress"] <= e["ci_high"] for e in a["encodings"])
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        (["--workers", "2"], "--workers applies to --engine dask; got --engine local"),
+        (["--engine", "spark"], "'engine' must be one of local, dask; got 'spark'"),
+        (["--engine", "dask", "--workers", "0"], "'workers' must be an int"),
+        (["--engine", "dask", "--workers", "2", "--scheduler", "tcp://h:1"], "own workers"),
+        (["--engine", "dask", "--view", "packed"], "--view packed carries windows"),
+        (["--engine", "dask", "--limit", "3"], "--limit selects documents in reading order"),
+    ],
+)
+def test_engine_options_are_checked(
+    text_dir: Path, tmp_path: Path, opts: list[str], message: str
+) -> None:
+    r = CliRunner().invoke(app, ["count", str(text_dir), "-o", str(tmp_path / "x.npz"), *opts])
+    assert r.exit_code == 2
+    assert message in r.output
+
+
+def test_stdin_cannot_be_cut_into_pieces() -> None:
+    with pytest.raises(PosdiagError, match="stdin cannot be cut into pieces"):
+        plan_pieces(open_source("-"))
+    assert engine_from_options() == Engine("local")
