@@ -237,13 +237,13 @@ def test_longrope_factor_list_of_the_wrong_length_is_an_error(tmp_path: Path) ->
     with pytest.raises(PosdiagError) as exc:
         make_encoding("rope-longrope", N, {"head_dim": 8, "factors": str(f)})
     assert str(exc.value) == (
-        f"rope-longrope: factors {f}: short_factor must have rotated_dim/2=4 entries; got 2"
+        f"rope-longrope: factors {f}: short_factor must have ceil(rotated_dim/2)=4 entries; got 2"
     )
 
 
 def test_xpos_is_the_distance_of_its_scaled_rotation_operators() -> None:
     d, big_b, n = 8, 16, 21
-    c = n // 2
+    c = 11  # torchscale: exponents from min_pos = -(n // 2 rounded up) = -11
     theta = np.asarray(base_theta(d, 1e4))
     z = np.array([(2 * k + 0.4 * d) / (1.4 * d) for k in range(d // 2)])
 
@@ -258,7 +258,7 @@ def test_xpos_is_the_distance_of_its_scaled_rotation_operators() -> None:
     # Not Toeplitz: the same lag gives different distances at the ends and in the centre
     # (the query and key halves together make it symmetric under reflection about c).
     assert abs(e.delta[0, 1] - e.delta[c, c + 1]) > 1e-3
-    assert e.delta[0, 1] == pytest.approx(e.delta[n - 2, n - 1], abs=1e-12)
+    assert e.delta[2, 3] == pytest.approx(e.delta[2 * c - 3, 2 * c - 2], abs=1e-12)
 
 
 def test_rope_equals_sinusoidal_of_the_same_dimension_exactly_up_to_scale() -> None:
@@ -414,7 +414,7 @@ def test_shaw_from_explicit_clipped_relative_positions() -> None:
     clipped = explicit(lambda i, j: max(-k, min(k, j - i)))
     e = make_encoding("shaw", N, {"k": k, "d_head": 4})
     np.testing.assert_array_equal(e.delta, np.abs(clipped))
-    assert e.n_params == (2 * k + 1) * 4
+    assert e.n_params == 2 * (2 * k + 1) * 4  # key and value vectors
 
 
 @pytest.mark.parametrize("name", [k for k in REGISTRY if k not in ("learned", "mds")])
@@ -429,9 +429,9 @@ def test_every_encoding_at_its_defaults_is_a_dissimilarity(name: str) -> None:
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("rope:head_dim=64,partial_rotary_factor=0.3", "'partial_rotary_factor' must leave an even "
-         "rotated dimension >= 2; got head_dim=64 * 0.3 = 19"),
-        ("rope-ntk:head_dim=2", "base rescaling needs a rotated dimension >= 4; got 2 "
+        ("rope:head_dim=2,partial_rotary_factor=0.4", "'partial_rotary_factor' must leave a "
+         "rotated dimension >= 1; got head_dim=2 * 0.4 = 0"),
+        ("rope-ntk:head_dim=2", "base rescaling needs a rotated dimension >= 3; got 2 "
          "(head_dim * partial_rotary_factor=1)"),
         ("rope-yarn:factor=0.5", "'factor' must be a float in [1, inf]; got 0.5"),
         ("rope-llama3:low_freq_factor=4,high_freq_factor=2",

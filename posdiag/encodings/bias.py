@@ -6,6 +6,9 @@ The exact reading, when it exists, is Schoenberg's: if ``-b`` is conditionally n
 shape (ALiBi, KERPLE with shared parameters) are scored by that shape. ALiBi and
 KERPLE have such readings; T5 buckets and Shaw's clipped positions are learned, so posdiag
 scores the distance their index structure resolves (a step function of ``|i-j|``).
+
+Factories are registered by a ``register(...)(factory)`` call after their definition, not as a
+decorator: mutmut (``make mutate``) does not mutate decorated functions.
 """
 
 from __future__ import annotations
@@ -36,31 +39,35 @@ def alibi_slopes(heads: int) -> np.ndarray:
     return np.concatenate([slopes, extra])
 
 
-@register(
-    "alibi",
-    params={"heads": _HEADS},
-    summary="Press et al. 2022, line reading: every head is -m_h|i-j|, so delta = |i-j| (rank 1)",
-    n_params="0",
-    kind="bias",
-)
 def _alibi(n: int, ctx: Context, *, heads: int) -> Encoding:
     alibi_slopes(heads)
     return Encoding("alibi", {"heads": heads}, 0, toeplitz(lambda lag: lag, n))
 
 
-@register(
-    "alibi-kernel",
+register(
+    "alibi",
     params={"heads": _HEADS},
-    summary="ALiBi, kernel reading: -m|i-j| is CND, so delta = sqrt(|i-j|) (Schoenberg, high rank)",
+    summary="Press et al. 2022, line reading: every head is -m_h|i-j|, so delta = |i-j| (rank 1)",
     n_params="0",
     kind="bias",
-)
+)(_alibi)
+
+
 def _alibi_kernel(n: int, ctx: Context, *, heads: int) -> Encoding:
     # Each head's exact distance is sqrt(m_h |i-j|): the same shape for every head, and the
     # heads side by side give sqrt(sum_h m_h |i-j|). The slope factor is a scale, which the
     # headline stress ignores, so the slope-free sqrt(|i-j|) is scored (raw stress assumes m=1).
     alibi_slopes(heads)
     return Encoding("alibi-kernel", {"heads": heads}, 0, toeplitz(np.sqrt, n))
+
+
+register(
+    "alibi-kernel",
+    params={"heads": _HEADS},
+    summary="ALiBi, kernel reading: -m|i-j| is CND, so delta = sqrt(|i-j|) (Schoenberg, high rank)",
+    n_params="0",
+    kind="bias",
+)(_alibi_kernel)
 
 
 def t5_bucket(
@@ -87,22 +94,6 @@ def t5_bucket(
     return out + np.where(r < max_exact, r, large)
 
 
-@register(
-    "t5",
-    params={
-        "buckets": (int, 32, "number of buckets (HF relative_attention_num_buckets)"),
-        "max_distance": (
-            int,
-            128,
-            "distance of the last bucket (HF relative_attention_max_distance)",
-        ),
-        "bidirectional": (bool, True, "encoder (true) or causal decoder (false) buckets"),
-        "heads": _HEADS,
-    },
-    summary="Raffel et al. 2020 log-spaced buckets: delta(i,j) = bucket of r = -|i-j|",
-    n_params="buckets*heads",
-    kind="bias",
-)
 def _t5(
     n: int, ctx: Context, *, buckets: int, max_distance: int, bidirectional: bool, heads: int
 ) -> Encoding:
@@ -126,7 +117,32 @@ def _t5(
     return Encoding("t5", params, buckets * heads, delta)
 
 
-@register(
+register(
+    "t5",
+    params={
+        "buckets": (int, 32, "number of buckets (HF relative_attention_num_buckets)"),
+        "max_distance": (
+            int,
+            128,
+            "distance of the last bucket (HF relative_attention_max_distance)",
+        ),
+        "bidirectional": (bool, True, "encoder (true) or causal decoder (false) buckets"),
+        "heads": _HEADS,
+    },
+    summary="Raffel et al. 2020 log-spaced buckets: delta(i,j) = bucket of r = -|i-j|",
+    n_params="buckets*heads",
+    kind="bias",
+)(_t5)
+
+
+def _kerple_log(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Encoding:
+    a, p = positive("a", a), positive("p", p)
+    heads = check_int("heads", heads, 1)
+    delta = toeplitz(lambda lag: np.sqrt(p * np.log1p(a * lag)), n)
+    return Encoding("kerple-log", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
+
+
+register(
     "kerple-log",
     params={
         "a": (float, 1.0, "a > 0 (KERPLE r2)"),
@@ -136,15 +152,18 @@ def _t5(
     summary="Chi et al. 2022: b = -p ln(1 + a|i-j|) is CND, so delta = sqrt(p ln(1 + a|i-j|))",
     n_params="2*heads",
     kind="bias",
-)
-def _kerple_log(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Encoding:
-    a, p = positive("a", a), positive("p", p)
+)(_kerple_log)
+
+
+def _kerple_power(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Encoding:
+    a = positive("a", a)
+    p = check_float("p", p, 0.0, 2.0, lo_open=True)
     heads = check_int("heads", heads, 1)
-    delta = toeplitz(lambda lag: np.sqrt(p * np.log1p(a * lag)), n)
-    return Encoding("kerple-log", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
+    delta = toeplitz(lambda lag: np.sqrt(a * lag**p), n)
+    return Encoding("kerple-power", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
 
 
-@register(
+register(
     "kerple-power",
     params={
         "a": (float, 1.0, "a > 0 (KERPLE r1)"),
@@ -154,27 +173,24 @@ def _kerple_log(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Enco
     summary="Chi et al. 2022: b = -a|i-j|^p, CND for p in (0,2], so delta = sqrt(a)|i-j|^(p/2)",
     n_params="2*heads",
     kind="bias",
-)
-def _kerple_power(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Encoding:
-    a = positive("a", a)
-    p = check_float("p", p, 0.0, 2.0, lo_open=True)
-    heads = check_int("heads", heads, 1)
-    delta = toeplitz(lambda lag: np.sqrt(a * lag**p), n)
-    return Encoding("kerple-power", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
+)(_kerple_power)
 
 
-@register(
+def _shaw(n: int, ctx: Context, *, k: int, d_head: int) -> Encoding:
+    k = check_int("k", k, 1)
+    d_head = check_int("d_head", d_head, 1)
+    delta = toeplitz(lambda lag: np.minimum(lag, k), n)
+    # Shaw et al. learn a key vector and a value vector for each of the 2k+1 clipped offsets.
+    return Encoding("shaw", {"k": k, "d_head": d_head}, 2 * (2 * k + 1) * d_head, delta)
+
+
+register(
     "shaw",
     params={
         "k": (int, 16, "clipping distance: relative positions clip(j-i, -k, k)"),
         "d_head": (int, 64, "head dimension (for the parameter count)"),
     },
     summary="Shaw et al. 2018 clipped relative positions: delta = min(|i-j|, k)",
-    n_params="(2k+1)*d_head",
+    n_params="2*(2k+1)*d_head",
     kind="bias",
-)
-def _shaw(n: int, ctx: Context, *, k: int, d_head: int) -> Encoding:
-    k = check_int("k", k, 1)
-    d_head = check_int("d_head", d_head, 1)
-    delta = toeplitz(lambda lag: np.minimum(lag, k), n)
-    return Encoding("shaw", {"k": k, "d_head": d_head}, (2 * k + 1) * d_head, delta)
+)(_shaw)

@@ -5,8 +5,12 @@ RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{
 position geometry scored is that of the rotation operators:
 ``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))``, with the variant's
 frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin). Unrotated
-dimensions (``partial_rotary_factor < 1``) are the identity in every ``R_i`` and add nothing.
+dimensions (``partial_rotary_factor < 1``) are the identity in every ``R_i`` and add nothing; an
+odd rotated dimension d rotates ceil(d/2) pairs, as in Hugging Face.
 Parameter names follow Hugging Face ``rope_scaling`` (``base`` is HF ``rope_theta``).
+
+Factories are registered by a ``register(...)(factory)`` call after their definition, not as a
+decorator: mutmut (``make mutate``) does not mutate decorated functions.
 """
 
 from __future__ import annotations
@@ -34,14 +38,18 @@ from ._core import (
 )
 
 __all__ = [
+    "LongRopeConfig",
     "RopeFrequencies",
     "dynamic_ntk_base",
     "llama3_frequencies",
+    "longrope_config",
     "longrope_factors",
     "rope_frequencies",
     "rotated_dim",
+    "rotated_pairs",
     "yarn_correction_range",
     "yarn_frequencies",
+    "yarn_attention_factor",
     "yarn_mscale",
     "xpos_decay",
 ]
@@ -53,35 +61,42 @@ class RopeFrequencies:
 
     Attributes
     ----------
-    theta : ndarray of shape (rotated_dim/2,)
+    theta : ndarray of shape (ceil(rotated_dim/2),)
         Angle per position of each rotated pair.
     attention_factor : float
         ``m``, multiplying cos and sin (geometry scales by ``m^2``).
-    rotated_dim : int
-        ``head_dim * partial_rotary_factor``.
     """
 
     theta: np.ndarray
     attention_factor: float
-    rotated_dim: int
 
 
 def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
-    """``int(head_dim * partial_rotary_factor)`` (HF), which must be even and >= 2."""
+    """``int(head_dim * partial_rotary_factor)`` (HF), which must be >= 1.
+
+    An odd ``d`` is allowed, as in Hugging Face: the pairs are ``k = 0..ceil(d/2)-1`` with
+    ``theta_k = base^(-2k/d)`` (HF ``arange(0, d, 2) / d``), so ``2 ceil(d/2) = d + 1`` dimensions
+    rotate (``head_dim 64 x partial_rotary_factor 0.4 = 25`` rotates 13 pairs).
+    """
     head_dim = even("head_dim", head_dim)
     prf = check_float("partial_rotary_factor", partial_rotary_factor, 0.0, 1.0, lo_open=True)
     d = int(head_dim * prf)
-    if d < 2 or d % 2:
+    if d < 1:
         raise PosdiagError(
-            f"'partial_rotary_factor' must leave an even rotated dimension >= 2; "
+            f"'partial_rotary_factor' must leave a rotated dimension >= 1; "
             f"got head_dim={head_dim} * {prf:g} = {d}"
         )
     return d
 
 
+def rotated_pairs(d: int) -> int:
+    """Number of rotated pairs, ``ceil(d/2)`` (HF ``len(arange(0, d, 2))``)."""
+    return (d + 1) // 2
+
+
 def rope_frequencies(d: int, base: float) -> np.ndarray:
-    """``theta_k = base^(-2k/d)``, k = 0..d/2-1, of shape (d/2,)."""
-    return np.asarray(base ** (-2.0 * np.arange(d // 2) / d), dtype=np.float64)
+    """``theta_k = base^(-2k/d)``, k = 0..ceil(d/2)-1, of shape (ceil(d/2),)."""
+    return np.asarray(base ** (-np.arange(0, d, 2, dtype=np.float64) / d), dtype=np.float64)
 
 
 def dynamic_ntk_base(base: float, d: int, factor: float, max_positions: int, seq_len: int) -> float:
@@ -118,8 +133,20 @@ def yarn_correction_range(
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN attention factor ``0.1 mscale ln s + 1`` (1 for ``s <= 1``)."""
+    """``0.1 mscale ln s + 1`` (1 for ``s <= 1``): HF's ``get_mscale``."""
     return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_attention_factor(factor: float, mscale: float = 0.0, mscale_all_dim: float = 0.0) -> float:
+    """YaRN's default attention factor ``m`` with Hugging Face semantics (0 = not given).
+
+    With both ``mscale`` and ``mscale_all_dim`` it is ``get_mscale(s, mscale) /
+    get_mscale(s, mscale_all_dim)`` (DeepSeek-style configs: 1 when they are equal); otherwise
+    ``mscale`` is ignored and ``m = 0.1 ln s + 1``.
+    """
+    if mscale and mscale_all_dim:
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+    return yarn_mscale(factor)
 
 
 def yarn_frequencies(
@@ -162,23 +189,71 @@ def llama3_frequencies(
     return np.asarray(np.where(medium, smooth, out), dtype=np.float64)
 
 
-def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """``short_factor`` and ``long_factor`` (each of shape (pairs,)) from a JSON file.
+@dataclass(frozen=True)
+class LongRopeConfig:
+    """What a LongRoPE JSON file (a Hugging Face ``config.json`` works as is) provides.
 
-    The keys may be at the top level or under ``rope_scaling`` (a Hugging Face ``config.json``).
+    Attributes
+    ----------
+    short_factor, long_factor : ndarray of shape (pairs,)
+        Per-pair frequency divisors ``lambda_k``.
+    max_position_embeddings : int or None
+        The extended context length, when the file has it.
+    original_max_position_embeddings : int or None
+        The pretrained context length ``L`` (top level, as Phi-3, or under ``rope_scaling``).
+    factor : float or None
+        ``rope_scaling.factor``, when the file has it.
+    """
+
+    short_factor: np.ndarray
+    long_factor: np.ndarray
+    max_position_embeddings: int | None = None
+    original_max_position_embeddings: int | None = None
+    factor: float | None = None
+
+    def scale(self) -> float | None:
+        """``s`` as HF derives it: ``max / original`` with both lengths, else ``factor``."""
+        if self.original_max_position_embeddings and self.max_position_embeddings:
+            return self.max_position_embeddings / self.original_max_position_embeddings
+        return self.factor
+
+    def length(self) -> int | None:
+        """``L`` as HF takes it: the original length, else ``max_position_embeddings``."""
+        return self.original_max_position_embeddings or self.max_position_embeddings
+
+
+def _positive_number(path: str, key: str, value: Any, kind: type) -> Any:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and kind is int:
+        ok = float(value).is_integer() and value >= 1
+    elif ok:
+        ok = math.isfinite(value) and value > 0
+    if not ok:
+        rule = "an int >= 1" if kind is int else "a finite number > 0"
+        raise PosdiagError(f"rope-longrope: factors {path}: {key} must be {rule}; got {value!r}")
+    return kind(value)
+
+
+def longrope_config(path: str, pairs: int) -> LongRopeConfig:
+    """Read ``short_factor``/``long_factor`` (``pairs`` entries each) and the context lengths.
+
+    The lists may be at the top level or under ``rope_scaling``; ``max_position_embeddings`` is
+    read from the top level, ``original_max_position_embeddings`` from the top level (Phi-3)
+    or ``rope_scaling``, ``factor`` from ``rope_scaling`` (or the top level).
     """
     p = Path(path)
     if not p.is_file():
         raise PosdiagError(f"rope-longrope: factors {path!r}: no such file")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        top = json.loads(p.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise PosdiagError(f"rope-longrope: factors {path}: not a JSON file ({exc})") from None
-    if isinstance(doc, Mapping) and isinstance(doc.get("rope_scaling"), Mapping):
-        doc = doc["rope_scaling"]
+    if not isinstance(top, Mapping):
+        top = {}
+    doc = top["rope_scaling"] if isinstance(top.get("rope_scaling"), Mapping) else top
     out = []
     for key in ("short_factor", "long_factor"):
-        vals = doc.get(key) if isinstance(doc, Mapping) else None
+        vals = doc.get(key)
         if not isinstance(vals, list):
             raise PosdiagError(f"rope-longrope: factors {path}: needs a list {key!r}")
         try:
@@ -187,13 +262,27 @@ def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
             raise PosdiagError(f"rope-longrope: factors {path}: {key} must be numbers") from None
         if arr.shape != (pairs,):
             raise PosdiagError(
-                f"rope-longrope: factors {path}: {key} must have rotated_dim/2={pairs} entries; "
-                f"got {arr.size}"
+                f"rope-longrope: factors {path}: {key} must have ceil(rotated_dim/2)={pairs} "
+                f"entries; got {arr.size}"
             )
         if not (np.isfinite(arr).all() and (arr > 0).all()):
             raise PosdiagError(f"rope-longrope: factors {path}: {key} must be finite and > 0")
         out.append(arr)
-    return out[0], out[1]
+    found: dict[str, Any] = {}
+    for key, kind, places in (
+        ("max_position_embeddings", int, (top,)),
+        ("original_max_position_embeddings", int, (top, doc)),
+        ("factor", float, (doc, top)),
+    ):
+        value = next((d[key] for d in places if d.get(key) is not None), None)
+        found[key] = None if value is None else _positive_number(path, key, value, kind)
+    return LongRopeConfig(out[0], out[1], **found)
+
+
+def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``short_factor`` and ``long_factor`` (each of shape (pairs,)) from a JSON file."""
+    cfg = longrope_config(path, pairs)
+    return cfg.short_factor, cfg.long_factor
 
 
 def _rope_encoding(name: str, n: int, f: RopeFrequencies, params: dict[str, Any]) -> Encoding:
@@ -220,26 +309,14 @@ def _factor(factor: float) -> float:
 
 
 def _base_rescaled(d: int, partial_rotary_factor: float) -> None:
-    # b' = b * (...)^(d/(d-2)) needs at least two rotated pairs.
-    if d < 4:
+    # b' = b * (...)^(d/(d-2)) needs d > 2 (HF computes it for any such d, odd included).
+    if d < 3:
         raise PosdiagError(
-            f"base rescaling needs a rotated dimension >= 4; got {d} "
+            f"base rescaling needs a rotated dimension >= 3; got {d} "
             f"(head_dim * partial_rotary_factor={partial_rotary_factor:g})"
         )
 
 
-@register(
-    "rope",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
-    },
-    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
-    n_params="0",
-    kind="relative",
-)
 def _rope(
     n: int,
     ctx: Context,
@@ -256,32 +333,41 @@ def _rope(
         params["partial_rotary_factor"] = partial_rotary_factor
     if m != 1.0:
         params["attention_factor"] = m
-    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m, d), params)
+    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m), params)
 
 
-@register(
-    "rope-linear",
-    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
+register(
+    "rope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
+    },
+    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
     n_params="0",
     kind="relative",
-)
+)(_rope)
+
+
 def _rope_linear(
     n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
     s = _factor(factor)
-    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0)
     return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
 
 
-@register(
-    "rope-ntk",
+register(
+    "rope-linear",
     params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
+    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
     n_params="0",
     kind="relative",
-)
+)(_rope_linear)
+
+
 def _rope_ntk(
     n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
 ) -> Encoding:
@@ -289,29 +375,20 @@ def _rope_ntk(
     _base_rescaled(d, partial_rotary_factor)
     s = _factor(factor)
     new_base = base * s ** (d / (d - 2))
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {"head_dim": head_dim, "base": base, "factor": s, "scaled_base": new_base}
     return _rope_encoding("rope-ntk", n, f, params)
 
 
-@register(
-    "rope-dynamic",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "factor": _FACTOR,
-        "max_position_embeddings": (
-            int,
-            4096,
-            "L, the trained length (HF max_position_embeddings)",
-        ),
-        "seq_len": _SEQ,
-    },
-    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
+register(
+    "rope-ntk",
+    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
+    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
     n_params="0",
     kind="relative",
-)
+)(_rope_ntk)
+
+
 def _rope_dynamic(
     n: int,
     ctx: Context,
@@ -329,7 +406,7 @@ def _rope_dynamic(
     big_l = check_int("max_position_embeddings", max_position_embeddings, 1)
     seq = check_int("seq_len", seq_len, 0) or n
     new_base = dynamic_ntk_base(base, d, s, big_l, seq)
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0, d)
+    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {
         "head_dim": head_dim,
         "base": base,
@@ -341,25 +418,26 @@ def _rope_dynamic(
     return _rope_encoding("rope-dynamic", n, f, params)
 
 
-@register(
-    "rope-yarn",
+register(
+    "rope-dynamic",
     params={
         "head_dim": _HEAD,
         "base": _BASE,
         "partial_rotary_factor": _PRF,
         "factor": _FACTOR,
-        "original_max_position_embeddings": _ORIG,
-        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
-        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
-        "attention_factor": (float, 0.0, "m; 0 = 0.1 mscale ln s + 1"),
-        "mscale": (float, 1.0, "multiplier of ln s in the default attention factor"),
-        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
+        "max_position_embeddings": (
+            int,
+            4096,
+            "L, the trained length (HF max_position_embeddings)",
+        ),
+        "seq_len": _SEQ,
     },
-    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
-    "rotations scaled by m",
+    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
     n_params="0",
     kind="relative",
-)
+)(_rope_dynamic)
+
+
 def _rope_yarn(
     n: int,
     ctx: Context,
@@ -373,15 +451,22 @@ def _rope_yarn(
     beta_slow: float,
     attention_factor: float,
     mscale: float,
+    mscale_all_dim: float,
     truncate: bool,
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
+    if d % 2:
+        # HF's YaRN ramp has d//2 entries against ceil(d/2) frequencies and fails on odd d.
+        raise PosdiagError(
+            f"rope-yarn needs an even rotated dimension (Hugging Face's ramp has d//2 entries); "
+            f"got head_dim={head_dim} * {partial_rotary_factor:g} = {d}"
+        )
     s = _factor(factor)
     big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
     fast = positive("beta_fast", beta_fast)
     slow = check_float("beta_slow", beta_slow, 0.0, fast, lo_open=True)
-    m = check_float("attention_factor", attention_factor, 0.0) or yarn_mscale(
-        s, positive("mscale", mscale)
+    m = check_float("attention_factor", attention_factor, 0.0) or yarn_attention_factor(
+        s, check_float("mscale", mscale, 0.0), check_float("mscale_all_dim", mscale_all_dim, 0.0)
     )
     theta = yarn_frequencies(d, base, s, big_l, fast, slow, truncate)
     params = {
@@ -393,24 +478,36 @@ def _rope_yarn(
         "beta_slow": slow,
         "attention_factor": m,
     }
-    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m, d), params)
+    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m), params)
 
 
-@register(
-    "rope-llama3",
+register(
+    "rope-yarn",
     params={
-        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
-        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
+        "head_dim": _HEAD,
+        "base": _BASE,
         "partial_rotary_factor": _PRF,
-        "factor": (float, 8.0, "s, the divisor of low frequencies"),
-        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
-        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
-        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
+        "factor": _FACTOR,
+        "original_max_position_embeddings": _ORIG,
+        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
+        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
+        "attention_factor": (
+            float,
+            0.0,
+            "m; 0 = (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) if both are given, "
+            "else 0.1 ln s + 1 (HF)",
+        ),
+        "mscale": (float, 0.0, "HF mscale; 0 = not given (used only with mscale_all_dim)"),
+        "mscale_all_dim": (float, 0.0, "HF mscale_all_dim (DeepSeek); 0 = not given"),
+        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
     },
-    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
+    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
+    "rotations scaled by m",
     n_params="0",
     kind="relative",
-)
+)(_rope_yarn)
+
+
 def _rope_llama3(
     n: int,
     ctx: Context,
@@ -437,25 +534,26 @@ def _rope_llama3(
         "high_freq_factor": hf,
         "original_max_position_embeddings": big_l,
     }
-    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0, d), params)
+    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0), params)
 
 
-@register(
-    "rope-longrope",
+register(
+    "rope-llama3",
     params={
-        "head_dim": _HEAD,
-        "base": _BASE,
+        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
+        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
         "partial_rotary_factor": _PRF,
-        "factors": (str, "", "JSON with short_factor/long_factor lists (d/2 each); empty = 1s"),
-        "factor": (float, 1.0, "s = max_position_embeddings / original (sets the default m)"),
-        "original_max_position_embeddings": _ORIG,
-        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
-        "seq_len": _SEQ,
+        "factor": (float, 8.0, "s, the divisor of low frequencies"),
+        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
+        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
+        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
     },
-    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
     n_params="0",
     kind="relative",
-)
+)(_rope_llama3)
+
+
 def _rope_longrope(
     n: int,
     ctx: Context,
@@ -470,13 +568,22 @@ def _rope_longrope(
     seq_len: int,
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
-    s = _factor(factor)
-    big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 2)
-    seq = check_int("seq_len", seq_len, 0) or n
+    pairs = rotated_pairs(d)
     if factors:
-        short, long = longrope_factors(factors, d // 2)
+        cfg = longrope_config(factors, pairs)
     else:
-        short = long = np.ones(d // 2)
+        cfg = LongRopeConfig(np.ones(pairs), np.ones(pairs))
+    # An explicit parameter wins; else the file decides as HF does (Phi-3-mini-128k:
+    # 131072 / 4096 = 32); else the defaults.
+    factor = check_float("factor", factor, 0.0)
+    s = _factor(factor) if factor else (cfg.scale() or 1.0)
+    big_l = check_int(
+        "original_max_position_embeddings",
+        original_max_position_embeddings or cfg.length() or 4096,
+        2,
+    )
+    short, long = cfg.short_factor, cfg.long_factor
+    seq = check_int("seq_len", seq_len, 0) or n
     use_long = seq > big_l
     lam = long if use_long else short
     m = check_float("attention_factor", attention_factor, 0.0) or (
@@ -493,7 +600,40 @@ def _rope_longrope(
         seq_len=seq,
         lists="long" if use_long else "short",
     )
-    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m, d), params)
+    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m), params)
+
+
+register(
+    "rope-longrope",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "partial_rotary_factor": _PRF,
+        "factors": (
+            str,
+            "",
+            "JSON (a model's config.json) with short_factor/long_factor lists, one per rotated "
+            "pair, and the context lengths; empty = 1s",
+        ),
+        "factor": (
+            float,
+            0.0,
+            "s; 0 = max_position_embeddings / original_max_position_embeddings of the factors "
+            "file (HF), else its rope_scaling.factor, else 1",
+        ),
+        "original_max_position_embeddings": (
+            int,
+            0,
+            "L; 0 = the factors file's original_max_position_embeddings (else its "
+            "max_position_embeddings), else 4096",
+        ),
+        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
+        "seq_len": _SEQ,
+    },
+    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    n_params="0",
+    kind="relative",
+)(_rope_longrope)
 
 
 def xpos_decay(d: int) -> np.ndarray:
@@ -501,26 +641,13 @@ def xpos_decay(d: int) -> np.ndarray:
     return np.asarray((2.0 * np.arange(d // 2) + 0.4 * d) / (1.4 * d), dtype=np.float64)
 
 
-@register(
-    "xpos",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "scale_base": (
-            int,
-            512,
-            "B: pair k of q_i is scaled by z_k^((i-c)/B), of k_j by the inverse",
-        ),
-    },
-    summary="Sun et al. 2023: RoPE with per-pair decay z_k^(+-(i-c)/B), c = n//2; not Toeplitz",
-    n_params="0",
-    kind="relative",
-)
 def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) -> Encoding:
     d, base = _common(head_dim, base, 1.0)
     big_b = check_int("scale_base", scale_base, 1)
     theta, z = rope_frequencies(d, base), xpos_decay(d)
-    c = n // 2
+    # torchscale's XPOS: min_pos = -(n + offset) // 2, which Python reads as floor(-n/2), so the
+    # exponents run from -ceil(n/2): the centre is ceil(n/2) (one past n//2 when n is odd).
+    c = (n + 1) // 2
     pos = np.arange(n, dtype=np.float64)
     ang = np.outer(pos, theta)
     expo = np.outer((pos - c) / big_b, np.ones(d // 2))
@@ -534,3 +661,21 @@ def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) 
     p = np.concatenate(parts, axis=1)
     params = {"head_dim": head_dim, "base": base, "scale_base": big_b, "center": c}
     return Encoding("xpos", params, 0, distances(p), p)
+
+
+register(
+    "xpos",
+    params={
+        "head_dim": _HEAD,
+        "base": _BASE,
+        "scale_base": (
+            int,
+            512,
+            "B: pair k of q_i is scaled by z_k^((i-c)/B), of k_j by the inverse",
+        ),
+    },
+    summary="Sun et al. 2023: RoPE with per-pair decay z_k^(+-(i-c)/B), c = ceil(n/2); "
+    "not Toeplitz",
+    n_params="0",
+    kind="relative",
+)(_xpos)

@@ -1,0 +1,123 @@
+"""Mutation score of the numerical and gate modules (``make mutate``; issue 15).
+
+Runs mutmut once per module (``--max-children`` from ``MUTATE_CHILDREN``, default 1: the
+machines are shared), each mutant against the tests that cover it, then prints killed / total
+per module and the score with the mutants listed in ``docs/mutation.md`` as equivalent set aside.
+
+    python tools/mutate.py                 # run all four modules, then report
+    python tools/mutate.py --report        # report the stored results only
+    python tools/mutate.py geometry gate   # run some modules
+    python tools/mutate.py --resume        # skip the mutants an earlier run killed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = {
+    "geometry": "posdiag/geometry.py",
+    "rope": "posdiag/encodings/rope.py",
+    "bias": "posdiag/encodings/bias.py",
+    "gate": "posdiag/gate.py",
+}
+# mutmut exit codes that count as caught (killed, pytest internal error, timeout, crash).
+CAUGHT = {1, 3, 24, -24, 152, 255, 36, -11, -9, 37}
+SURVIVED = 0
+EQUIVALENT = re.compile(r"^- `(posdiag\.[\w.]+__mutmut_\d+)`")
+
+
+def equivalent_mutants() -> set[str]:
+    """Mutant names listed as equivalent in docs/mutation.md (one ``- `name`: reason`` a line)."""
+    doc = ROOT / "docs" / "mutation.md"
+    names = set()
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        m = EQUIVALENT.match(line)
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+def stored(path: str) -> dict[str, int | None]:
+    meta = ROOT / "mutants" / (path + ".meta")
+    if not meta.is_file():
+        return {}
+    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    return codes
+
+
+def run(module: str, children: int, resume: bool = False) -> None:
+    """mutmut on one module; the mutants docs/mutation.md lists as equivalent are not re-run
+    (they survive by construction and would each cost the whole covering test set)."""
+    dotted = MODULES[module].removesuffix(".py").replace("/", ".")
+    names = [f"{dotted}.*"]
+    codes = stored(MODULES[module])
+    meta = ROOT / "mutants" / (MODULES[module] + ".meta")
+    # A source edited since mutmut last generated its mutants renumbers them: run them all.
+    if codes and (ROOT / MODULES[module]).stat().st_mtime < meta.stat().st_mtime:
+        skip = equivalent_mutants()
+        names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
+        if not names:
+            return
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
+    print("$", " ".join(cmd[:6]), f"... ({len(names)} mutants)", flush=True)
+    # mutmut's progress line is long and redrawn; keep only its summary on failure.
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
+        raise SystemExit(f"mutmut failed on {module} (exit {res.returncode})")
+
+
+def report() -> int:
+    equivalent = equivalent_mutants()
+    worst = 100.0
+    print(f"{'module':<26} {'killed':>6} / {'total':<6} {'score':>7}  {'equiv':>5}  adjusted")
+    for path in MODULES.values():
+        codes = stored(path)
+        if not codes:
+            print(f"{path:<26} (not run)")
+            worst = 0.0
+            continue
+        total = len(codes)
+        killed = sum(1 for c in codes.values() if c in CAUGHT)
+        eq = sum(1 for k, c in codes.items() if k in equivalent and c not in CAUGHT)
+        unchecked = sum(1 for k, c in codes.items() if c is None and k not in equivalent)
+        adjusted = 100.0 * killed / max(total - eq, 1)
+        worst = min(worst, adjusted)
+        note = f"  ({unchecked} not run)" if unchecked else ""
+        print(
+            f"{path:<26} {killed:>6} / {total:<6} {100.0 * killed / total:6.1f}%  {eq:>5}  "
+            f"{adjusted:6.1f}%{note}"
+        )
+        for name, c in sorted(codes.items()):
+            if c not in CAUGHT and c is not None and name not in equivalent:
+                print(f"    survived: {name}")
+    return 0 if worst >= 95.0 else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("modules", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
+    ap.add_argument("--report", action="store_true", help="only print the stored results")
+    ap.add_argument(
+        "--resume", action="store_true", help="skip the mutants already killed in an earlier run"
+    )
+    args = ap.parse_args()
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"unknown module {unknown[0]!r}; modules: {', '.join(MODULES)}")
+    if not args.report:
+        children = int(os.environ.get("MUTATE_CHILDREN", "1"))
+        for module in args.modules or list(MODULES):
+            run(module, children, args.resume)
+    return report()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
