@@ -6,7 +6,9 @@
    against one naive ``np.bincount`` over ``position * V + id`` keys (target >= 4x).
 3. Peak memory while counting (tracemalloc, which sees numpy's buffers): a corpus 10x longer
    than the batch must peak at about the same memory as one batch.
-4. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
+4. Long contexts (benchmarks/longctx.py): ``stress --shards 0`` at n = 1k-16k, V = 50,257, time,
+   peak RSS and ratio against the scripted peer pipeline on the same counts.
+5. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
    (target <= 0.5 s: no numpy/scipy import before a command runs); ``stress --help`` for reference.
 """
 
@@ -26,6 +28,8 @@ import numpy as np
 from posdiag.counts import CountAccumulator, count_ids, count_texts
 from posdiag.sources import Source, open_source
 from posdiag.tokenize import FileTokenizer, Tokenizer, WhitespaceTokenizer
+
+from .longctx import PEER_MAX_N, SIZES, bench_longctx
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"
@@ -291,10 +295,18 @@ def main() -> None:
     ap.add_argument("--naive-tokens", type=int, default=64 << 20, help="ids for the naive run")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument(
-        "--only", choices=("text", "ids", "memory", "dask", "startup"), help="run one section"
+        "--only",
+        choices=("text", "ids", "memory", "dask", "longctx", "startup"),
+        help="run one section",
     )
     ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
     ap.add_argument("--dask-text-mb", type=int, default=50, help="text corpus MB (dask)")
+    ap.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="long-context n values, comma-separated"
+    )
+    ap.add_argument(
+        "--peer-max", type=int, default=PEER_MAX_N, help="largest n the peer pipeline runs at"
+    )
     args = ap.parse_args()
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
     with tempfile.TemporaryDirectory(prefix="posdiag-bench-") as d:
@@ -313,6 +325,8 @@ def main() -> None:
             from .dask_scale import bench_dask
 
             bench_dask(tmp, args.dask_tokens, args.dask_text_mb, args.repeat)
+        if args.only in (None, "longctx"):
+            bench_longctx(tmp, tuple(int(x) for x in args.sizes.split(",")), args.peer_max)
 
 
 if __name__ == "__main__":

@@ -27,17 +27,15 @@ from .estimator import (
     noise_energy,
     split_half_grams,
 )
+from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
     MDS,
     classical_mds,
-    compare,
-    double_center,
     parameter_saving,
     positional_information,
     reached_rank,
     shift_equivariance,
     smoothness,
-    stress,
     stress_by_rank,
     stress_floor,
     supported_prefix,
@@ -407,10 +405,13 @@ def _scored(
     plain = geometry.plain
     ranks = [int(e.params["rank"]) for e, _ in encs if _is_mds(e)]
     heldout = geometry.heldout_stress(ranks)
+    # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
+    # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
+    side = corpus_side(geometry.distances, b_h)
+    plain_lags = None
     out = []
     for enc, preset in encs:
-        gram = enc.gram()
-        m = compare(geometry.distances, b_h, enc.delta, gram)
+        m = score_encoding(side, geometry.distances, b_h, enc)
         headline, in_sample = m.stress, float("nan")
         rank = int(enc.params["rank"]) if _is_mds(enc) else None
         if rank is not None and rank in heldout:
@@ -422,7 +423,10 @@ def _scored(
         elif rank is not None:
             plain_stress = float(stress_by_rank(plain.mds.eigenvalues)[rank - 1])
         else:
-            plain_stress = stress(plain.gram, gram)
+            if plain_lags is None:
+                plain_lags = diagonal_sums(plain.gram)
+            plain_norm = float(np.linalg.norm(plain.gram))
+            plain_stress = GramScorer(enc).stress(plain.gram, plain_norm, plain_lags)
         score = EncodingScore(
             enc.name,
             dict(enc.params),
@@ -537,19 +541,22 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     return np.asarray(mask)
 
 
-def _noise_gram(floor: np.ndarray) -> np.ndarray:
-    """``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to ``B_H``.
+def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
+    """The diagonal of ``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to
+    ``B_H`` (its trace is the sum of this), without the ``n x n`` matrix.
 
-    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share").
+    Noise adds about ``e_i + e_j`` to every squared distance (docs/theory.md, "Noise share");
+    ``(J diag(e) J)_ii = e_i (1 - 2/n) + sum(e) / n^2``.
     """
     e = np.nan_to_num(np.asarray(floor, dtype=np.float64)) ** 2 / 4.0
-    return double_center(np.diag(e))
+    n = e.size
+    return np.asarray(e * (1.0 - 2.0 / n) + e.sum() / (n * n))
 
 
 def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """Share of each position's squared distance to the centroid (``B_H[i, i]``) due to noise."""
     diag = np.diag(gram)
-    noise = np.diag(_noise_gram(floor))
+    noise = _noise_gram_diagonal(floor)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(diag > 0, noise / diag, np.inf)
 
@@ -565,7 +572,7 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
     gram = geo.mds.gram
     half = geo.split_half()
     if half is None:
-        share = float(np.trace(_noise_gram(floor)) / np.trace(gram))
+        share = float(np.sum(_noise_gram_diagonal(floor)) / np.trace(gram))
         return share, _position_noise_share(gram, floor)
     energy = noise_energy(half)
     rows = np.sum(gram * gram, axis=1)

@@ -37,9 +37,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
+from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
-from .geometry import MDS, double_center, mds_from_gram
+from .fastgram import cross_product as fast_cross_product
+from .geometry import MDS, _fix_signs, double_center, mds_from_gram
+from .spectral import _lanczos
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -138,8 +141,10 @@ def sqrt_rows(counts: Matrix) -> sp.csr_matrix:
 def cross_product(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
     """``R^A (R^B)^T`` as a dense (n, n) array.
 
-    The one place the cross-fit multiplies; kept small so that a faster product (blocked
-    dense/sparse hybrid) can replace it without touching the estimator.
+    The one place the cross-fit multiplies: :func:`posdiag.fastgram.cross_product`, the
+    blocked hybrid product (dense float64 BLAS block for tokens in > 10% of rows, a compiled
+    kernel accumulating the rare ones), the same numbers as the plain sparse product to ~1e-15
+    and several times faster at long contexts (benchmarks/longctx.py).
 
     Parameters
     ----------
@@ -149,7 +154,8 @@ def cross_product(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
     -------
     ndarray of shape (n, n)
     """
-    return np.asarray((ra @ rb.T).todense(), dtype=np.float64)
+    # float64: the headline eigenvalues must agree with a dense pipeline to 1e-6.
+    return fast_cross_product(ra, rb, dtype=np.float64)
 
 
 def plugin_bc(counts: Matrix) -> np.ndarray:
@@ -316,12 +322,18 @@ def thinned_halves(
             f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
         )
     out = []
+    rows = np.arange(n)
     for _ in range(splits):
-        data_a = np.empty_like(c.data)
-        for i in range(n):
-            lo, hi = c.indptr[i], c.indptr[i + 1]
-            row = c.data[lo:hi]
-            data_a[lo:hi] = rng.multivariate_hypergeometric(row, int(supports[i]) // 2)
+        if n >= VECTORISED_FLOOR_FROM:
+            # All rows at once, same multivariate hypergeometric law (posdiag.uncertainty): the
+            # per-row loop cost ~18 s for 7 splits at n = 1,024 under load.
+            data_a = _half_draw(c, rows, supports.astype(np.int64), rng)
+        else:
+            data_a = np.empty_like(c.data)
+            for i in range(n):
+                lo, hi = c.indptr[i], c.indptr[i + 1]
+                row = c.data[lo:hi]
+                data_a[lo:hi] = rng.multivariate_hypergeometric(row, int(supports[i]) // 2)
         # Own copies of the index arrays: eliminate_zeros works in place and must not touch
         # the other half (or the caller's matrix).
         a = sp.csr_matrix((data_a, c.indices.copy(), c.indptr.copy()), shape=c.shape)
@@ -524,11 +536,26 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
         signal = float(np.vdot(g_p, g_q))
         # A negative cross product (noise swamping all signal) leaves nothing to fit.
         norm = float(np.sqrt(signal + noise)) if signal > 0 else 0.0
-        fits = (mds_from_gram(g_p), mds_from_gram(g_q))
+        fits = (_top_mds(g_p, max(acc)), _top_mds(g_q, max(acc)))
         for r in acc:
             for target, fit in ((g_q, fits[0]), (g_p, fits[1])):
                 acc[r] += _stress(target, _rank_gram(fit, r), norm)
     return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
+
+
+# From this n the held-out fits compute only the top eigenpairs they use (Lanczos), not all.
+TOP_MDS_FROM = 512
+
+
+def _top_mds(gram: np.ndarray, k: int) -> MDS:
+    """The MDS of ``gram`` as far as rank ``k`` needs: every pair below :data:`TOP_MDS_FROM`
+    positions, else the ``k`` largest by Lanczos (4 of the 6 full ``eigh`` of a stress report
+    at n = 1,024 were these fits, 20 s under load)."""
+    n = gram.shape[0]
+    if n < TOP_MDS_FROM:
+        return mds_from_gram(gram)
+    lam, u, _, _ = _lanczos(gram, min(k, n - 1), 1e-10, None, 0)
+    return MDS(eigenvalues=lam, vectors=_fix_signs(u), gram=gram, total=float(np.vdot(gram, gram)))
 
 
 def noise_energy(halves: SplitHalf) -> np.ndarray:

@@ -20,7 +20,6 @@ from ._io import atomic_outputs
 from ._validate import check_int
 from .analysis import CorpusGeometry
 from .errors import PosdiagError
-from .geometry import stress_by_rank
 
 __all__ = ["LowRankEncoding", "low_rank_encoding", "write_encoding", "FILE_SUFFIXES"]
 
@@ -99,8 +98,7 @@ def low_rank_encoding(
     rank = check_int("rank", rank, 1, n_eff - 1, hi_label="n_eff-1")
     dim = check_int("dim", dim, rank, lo_label="rank")
     seed = check_int("seed", seed, 0)
-    lam = geometry.mds.eigenvalues
-    stress = float(stress_by_rank(lam)[rank - 1])
+    stress = float(geometry.mds.stress_by_rank()[rank - 1])
     s = geometry.summary
     meta = {
         "corpus": s.source,
@@ -113,7 +111,7 @@ def low_rank_encoding(
         "d": str(dim),
         "seed": str(seed),
         "stress": repr(stress),
-        "eigenvalues": json.dumps([float(x) for x in lam[:N_LEADING]]),
+        "eigenvalues": json.dumps([float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]),
         "posdiag_version": __version__,
     }
     return LowRankEncoding(

@@ -8,6 +8,7 @@ Everything here works on the ``n_eff`` supported positions; no function densifie
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from scipy import stats
 
 from ._validate import check_float, check_int
 from .errors import PosdiagWarning
+from .fastgram import cross_product
 
 __all__ = [
     "MDS",
@@ -23,6 +25,8 @@ __all__ = [
     "ShiftFit",
     "StressMeasures",
     "classical_mds",
+    "mds_of_gram",
+    "symmetrize",
     "compare",
     "double_center",
     "effective_rank",
@@ -100,9 +104,14 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     s = sp.diags(1.0 / supports) @ c
     s = sp.csr_matrix(s)
     s.data = np.sqrt(s.data)
-    bc = np.asarray((s @ s.T).todense())
-    bc = (bc + bc.T) / 2.0
-    d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
+    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones),
+    # float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6 (the
+    # float32 block erred by ~2e-6 on l_1 at n = 1,024).
+    d = symmetrize(cross_product(s, s, dtype=np.float64))
+    # d = sqrt(clip(1 - BC)) in place: no temporary the size of the result.
+    np.subtract(1.0, d, out=d)
+    np.clip(d, 0.0, 1.0, out=d)
+    np.sqrt(d, out=d)
     np.fill_diagonal(d, 0.0)
     return d
 
@@ -126,8 +135,27 @@ def gram_from_distances(delta: np.ndarray) -> np.ndarray:
     ndarray of shape (n, n)
     """
     delta = np.asarray(delta, dtype=np.float64)
-    b = -0.5 * double_center(delta * delta)
-    return (b + b.T) / 2.0
+    b = delta * delta
+    # In place: one n x n array instead of four temporaries (2 GB each at n = 16,384).
+    col, row, grand = b.mean(axis=0), b.mean(axis=1), b.mean()
+    b -= col[None, :]
+    b -= row[:, None]
+    b += grand
+    b *= -0.5
+    return symmetrize(b)
+
+
+def symmetrize(m: np.ndarray, block: int = 1024) -> np.ndarray:
+    """``m <- (m + m^T) / 2`` in place, block by block (no ``n x n`` temporary); returns ``m``."""
+    n = m.shape[0]
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        for lo2 in range(lo, n, block):
+            hi2 = min(n, lo2 + block)
+            avg = (m[lo:hi, lo2:hi2] + m[lo2:hi2, lo:hi].T) / 2.0
+            m[lo:hi, lo2:hi2] = avg
+            m[lo2:hi2, lo:hi] = avg.T
+    return m
 
 
 def gram_from_vectors(p: np.ndarray) -> np.ndarray:
@@ -165,14 +193,20 @@ class MDS:
     eigenvalues: np.ndarray
     vectors: np.ndarray
     gram: np.ndarray
+    total: float | None = None
+    bottom: float | None = None
 
     @property
     def n(self) -> int:
-        return int(self.eigenvalues.shape[0])
+        return int(self.gram.shape[0])
 
     @property
     def min_eigenvalue(self) -> float:
-        return float(self.eigenvalues[-1])
+        return float(self.eigenvalues[-1]) if self.bottom is None else self.bottom
+
+    def stress_by_rank(self) -> np.ndarray:
+        """:func:`stress_by_rank` for the ranks whose eigenvalue is known (all, or ``k``)."""
+        return stress_by_rank(self.eigenvalues, total=self.total)
 
     @property
     def positive_rank(self) -> int:
@@ -182,7 +216,8 @@ class MDS:
 
     def coordinates(self, rank: int) -> np.ndarray:
         """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""
-        rank = check_int("rank", rank, 1, self.n - 1, hi_label="n-1")
+        top = min(self.n - 1, self.eigenvalues.shape[0])
+        rank = check_int("rank", rank, 1, top, hi_label="n-1")
         lam = np.clip(self.eigenvalues[:rank], 0.0, None)
         return self.vectors[:, :rank] * np.sqrt(lam)[None, :]
 
@@ -237,6 +272,31 @@ def mds_from_gram(gram: np.ndarray) -> MDS:
     return MDS(eigenvalues=lam[order], vectors=_fix_signs(u[:, order]), gram=b)
 
 
+def mds_of_gram(
+    b: np.ndarray, *, tolerances: Sequence[float] = (), full_max: int | None = None
+) -> MDS:
+    """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
+
+    Up to ``full_max`` positions (default :data:`posdiag.spectral.FULL_EIGH_MAX`) the full
+    ``eigh``; beyond, :func:`posdiag.spectral.partial_spectrum` grown until each stress
+    tolerance in ``tolerances`` is reached (or shown unreachable), with ``total = ||B||_F^2``
+    and the smallest eigenvalue by Lanczos, so the stress tail stays exact. No warning.
+    """
+    from .spectral import FULL_EIGH_MAX, partial_spectrum, smallest_eigenvalue
+
+    limit = FULL_EIGH_MAX if full_max is None else full_max
+    if b.shape[0] <= limit:
+        return mds_from_gram(b)
+    spec = partial_spectrum(b, tolerances, full_max=limit)
+    return MDS(
+        eigenvalues=spec.eigenvalues,
+        vectors=_fix_signs(spec.vectors),
+        gram=b,
+        total=spec.total,
+        bottom=smallest_eigenvalue(b),
+    )
+
+
 def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """Scale-fitted stress ``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F``, in [0, 1].
 
@@ -252,7 +312,7 @@ def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     return float(np.sqrt(max(0.0, 1.0 - cos * cos)))
 
 
-def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
+def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.ndarray:
     """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
 
     ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
@@ -271,6 +331,13 @@ def stress_by_rank(eigenvalues: np.ndarray) -> np.ndarray:
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     sq = lam**2
+    if total is not None:
+        # A partial spectrum (the k largest) with total = ||B||_F^2 = sum of all l^2: the tail
+        # after rank r is total minus the positive squares kept, exactly (posdiag.spectral).
+        if total <= 0:
+            return np.zeros(sq.size)
+        kept = np.cumsum(np.where(lam > 0, sq, 0.0))
+        return np.sqrt(np.clip((total - kept) / total, 0.0, 1.0))
     total = sq.sum()
     # Squares the rank-r encoding cannot absorb: every negative eigenvalue wherever it sits.
     fitted = np.where(lam > 0, sq, 0.0)
@@ -508,43 +575,9 @@ def parameter_saving(rank: int, n: int, d: int) -> float:
     return 1.0 - rank * (n + d) / (n * d)
 
 
-# Columns present in more than this fraction of rows go through a dense BLAS product.
-_DENSE_COLUMN_FRACTION = 0.05
-# Below this many rows the plain sparse product is faster (slicing columns costs more).
-_HYBRID_FROM_ROWS = 192
-
-
 def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
-    """:func:`hellinger_distances` with a hybrid product, for repeated use (the bootstrap).
+    """Same as :func:`hellinger_distances`, which now uses the hybrid product itself.
 
-    ``BC = S S^T`` splits over columns: frequent tokens (in > 5% of rows) form a small dense block
-    multiplied with BLAS, rare ones stay sparse. A sparse-sparse product costs the sum of squared
-    column counts, which frequent tokens dominate; on a 512 x 30,000 Zipf matrix this is ~3x
-    faster. Same result to rounding.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
-
-    Returns
-    -------
-    ndarray of shape (n_positions, n_positions)
+    Kept for callers of the old name; see :func:`posdiag.fastgram.cross_product`.
     """
-    c = sp.csr_matrix(counts, dtype=np.float64)
-    n = c.shape[0]
-    if n < _HYBRID_FROM_ROWS:
-        return hellinger_distances(c)
-    supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports <= 0):
-        raise ValueError("every row of the count matrix needs a positive sum")
-    s = sp.csr_matrix(sp.diags(1.0 / supports) @ c)
-    s.data = np.sqrt(s.data)
-    col_nnz = np.bincount(s.indices, minlength=s.shape[1])
-    dense = col_nnz > _DENSE_COLUMN_FRACTION * n
-    block = s[:, np.flatnonzero(dense)].toarray()
-    rest = s[:, np.flatnonzero(~dense & (col_nnz > 0))]
-    bc = block @ block.T + np.asarray((rest @ rest.T).todense())
-    bc = (bc + bc.T) / 2.0
-    d = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
-    np.fill_diagonal(d, 0.0)
-    return d
+    return hellinger_distances(counts)

@@ -18,11 +18,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why: see there
+from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
 from .estimator import ESTIMATORS, crossfit_bc, gram_from_bc, implied_distances, stacked_halves
+from .fastscore import GramScorer, diagonal_sums
 from .geometry import (
     gram_from_distances,
     hellinger_distances,
@@ -278,8 +280,12 @@ def bootstrap_stress(
             f"shards is split again); got {k}"
         )
     stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
-    fixed = [(None if _mds_rank(e) is not None else e.gram(), _mds_rank(e)) for e in encodings]
-    norms = [float(np.linalg.norm(g)) if g is not None else 0.0 for g, _ in fixed]
+    ranks_of = [_mds_rank(e) for e in encodings]
+    # Each fixed encoding's side once (issue 13): Toeplitz encodings share one diagonal-sum
+    # pass per replicate, tables a vdot (or B JP past n = 2,048); no n x n Gram per encoding.
+    scorers = [
+        None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
+    ]
     h = k // 2
     rng = np.random.default_rng(seed)
     # A separate stream for the splits inside replicates: the replicate weights stay the ones
@@ -320,12 +326,13 @@ def bootstrap_stress(
         lam = np.sort(np.linalg.eigvalsh(b))[::-1]
         by_rank = _tail_stress(lam)
         rank_samples.append(by_rank)
-        for idx, ((g, rank), ne) in enumerate(zip(fixed, norms, strict=True)):
+        lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
+        for idx, (scorer, rank) in enumerate(zip(scorers, ranks_of, strict=True)):
             if rank is not None:
                 enc_samples[idx].append(float(by_rank[rank - 1]))
             else:
-                assert g is not None
-                enc_samples[idx].append(_stress_against(b, nb, g, ne))
+                assert scorer is not None
+                enc_samples[idx].append(scorer.stress(b, nb, lags))
         d_sum += d
         d_sq += d * d
         used += 1
@@ -386,6 +393,34 @@ def noise_floor(
     """
     repeats = check_int("repeats", repeats, 1)
     c = sp.csr_matrix(counts)
+    c.sum_duplicates()
+    if c.shape[0] < VECTORISED_FLOOR_FROM:
+        return _noise_floor_by_row(c, repeats, seed)
+    rng = np.random.default_rng(seed)
+    totals = np.asarray(c.sum(axis=1)).ravel().astype(np.int64)
+    out = np.full(c.shape[0], np.nan)
+    rows = np.flatnonzero(totals >= 2)
+    if rows.size == 0:
+        return out
+    acc = np.zeros(rows.size)
+    for _ in range(repeats):
+        a = _half_draw(c, rows, totals[rows], rng)
+        data = c.data.astype(np.float64)
+        total = totals[rows].astype(np.float64)
+        half = np.floor(total / 2.0)
+        per_entry_row = np.repeat(np.arange(c.shape[0]), np.diff(c.indptr))
+        keep = np.isin(per_entry_row, rows)
+        pos = np.searchsorted(rows, per_entry_row[keep])
+        b = data[keep] - a[keep]
+        terms = np.sqrt(a[keep] / half[pos] * b / (total[pos] - half[pos]))
+        bc = np.bincount(pos, weights=terms, minlength=rows.size)
+        acc += np.sqrt(np.clip(1.0 - bc, 0.0, None))
+    out[rows] = acc / repeats
+    return out
+
+
+def _noise_floor_by_row(c: sp.csr_matrix, repeats: int, seed: int) -> np.ndarray:
+    """:func:`noise_floor` one row at a time (numpy's multivariate hypergeometric per row)."""
     rng = np.random.default_rng(seed)
     out = np.full(c.shape[0], np.nan)
     for i in range(c.shape[0]):

@@ -33,6 +33,7 @@ __all__ = [
     "REGISTRY",
     "describe",
     "did_you_mean",
+    "lag_profile",
     "make_encoding",
     "parse_encoding",
     "register",
@@ -53,6 +54,12 @@ DIM_PARAMS: dict[str, str] = {
 class Encoding:
     """One encoding evaluated on ``n`` positions.
 
+    The dissimilarity ``delta_E`` is kept in the cheapest exact form: the lag profile of a
+    Toeplitz encoding (``delta(i, j) = profile[|i - j|]``), the position vectors of an additive
+    one (``delta`` = their Euclidean distances), or an explicit matrix. :attr:`delta` builds the
+    ``n x n`` matrix on first use only: at n = 16,384 each one is 2 GB, and scoring
+    (:mod:`posdiag.fastscore`) never needs it.
+
     Attributes
     ----------
     name : str
@@ -61,17 +68,50 @@ class Encoding:
         Every parameter with its value, defaults included.
     n_params : int
         Trainable parameters the encoding costs at this ``n``.
-    delta : ndarray of shape (n, n)
-        Induced dissimilarity between positions; symmetric, zero diagonal.
+    matrix : ndarray of shape (n, n) or None
+        An explicit dissimilarity, when neither ``profile`` nor ``vectors`` defines it.
     vectors : ndarray of shape (n, d) or None
         Position vectors for additive encodings.
+    profile : ndarray of shape (n,) or None
+        ``delta(i, j) = profile[|i - j|]`` for Toeplitz encodings (``profile[0] = 0``); takes
+        precedence over ``vectors`` for ``delta`` (it is the exact closed form).
     """
 
     name: str
     params: Mapping[str, Any]
     n_params: int
-    delta: np.ndarray
+    matrix: np.ndarray | None = None
     vectors: np.ndarray | None = None
+    profile: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.matrix is None and self.vectors is None and self.profile is None:
+            raise ValueError("an Encoding needs a matrix, vectors or a profile")
+
+    @property
+    def n(self) -> int:
+        """Number of positions."""
+        for a in (self.profile, self.vectors, self.matrix):
+            if a is not None:
+                return int(a.shape[0])
+        raise AssertionError("unreachable: checked in __post_init__")
+
+    @property
+    def delta(self) -> np.ndarray:
+        """Induced dissimilarity between positions, (n, n), symmetric, zero diagonal."""
+        cached = self.__dict__.get("_delta")
+        if cached is None:
+            if self.matrix is not None:
+                cached = self.matrix
+            elif self.profile is not None:
+                g = np.asarray(self.profile, dtype=np.float64)
+                cached = g[np.abs(np.subtract.outer(np.arange(g.size), np.arange(g.size)))]
+            else:
+                assert self.vectors is not None
+                cached = distances(self.vectors)
+            # A frozen dataclass may still cache on its instance dict (not a field).
+            object.__setattr__(self, "_delta", cached)
+        return np.asarray(cached)
 
     def gram(self) -> np.ndarray:
         """``B_E = -1/2 J (delta o delta) J``, of shape (n, n)."""
@@ -149,6 +189,11 @@ def register(
 
 
 # --- helpers shared by the family modules -------------------------------------------------------
+
+
+def lag_profile(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
+    """``g[lag] = f(lag)`` for lag = 0..n-1, of shape (n,): a Toeplitz encoding's whole delta."""
+    return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)
 
 
 def toeplitz(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:

@@ -14,10 +14,9 @@ from ._core import (
     Context,
     Encoding,
     cosine_sum_distance,
-    distances,
     even,
+    lag_profile,
     register,
-    toeplitz,
 )
 from .checkpoint import read_position_table
 
@@ -33,7 +32,7 @@ def sinusoidal_frequencies(d: int, base: float) -> np.ndarray:
 
 @register("nope", params={}, summary="no positional signal (delta = 0)", n_params="0")
 def _nope(n: int, ctx: Context) -> Encoding:
-    return Encoding("nope", {}, 0, np.zeros((n, n)))
+    return Encoding("nope", {}, 0, profile=np.zeros(n))
 
 
 @register(
@@ -49,8 +48,8 @@ def _sinusoidal(n: int, ctx: Context, *, d: int, base: float) -> Encoding:
     ang = np.outer(np.arange(n), w)
     p = np.empty((n, d))
     p[:, 0::2], p[:, 1::2] = np.sin(ang), np.cos(ang)
-    delta = toeplitz(cosine_sum_distance(w, 2.0), n)
-    return Encoding("sinusoidal", {"d": d, "base": base}, 0, delta, p)
+    g = lag_profile(cosine_sum_distance(w, 2.0), n)
+    return Encoding("sinusoidal", {"d": d, "base": base}, 0, vectors=p, profile=g)
 
 
 @register(
@@ -72,8 +71,9 @@ def _scaled_sinusoidal(n: int, ctx: Context, *, d: int, base: float, scale: floa
     ang = np.outer(np.arange(n), w)
     # Concatenated [sin | cos] layout: a coordinate permutation of the interleaved one.
     p = s * np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
-    delta = s * toeplitz(cosine_sum_distance(w, 2.0), n)
-    return Encoding("scaled-sinusoidal", {"d": d, "base": base, "scale": s}, 1, delta, p)
+    g = s * lag_profile(cosine_sum_distance(w, 2.0), n)
+    params = {"d": d, "base": base, "scale": s}
+    return Encoding("scaled-sinusoidal", params, 1, vectors=p, profile=g)
 
 
 @register(
@@ -91,7 +91,7 @@ def _learned_random(n: int, ctx: Context, *, d: int, std: float, seed: int) -> E
     std = check_float("std", std, 0.0, lo_open=True)
     seed = check_int("seed", seed, 0)
     p = np.random.default_rng(seed).normal(0.0, std, size=(n, d))
-    return Encoding("learned-random", {"d": d, "std": std, "seed": seed}, n * d, distances(p), p)
+    return Encoding("learned-random", {"d": d, "std": std, "seed": seed}, n * d, vectors=p)
 
 
 @register(
@@ -118,4 +118,4 @@ def _learned(n: int, ctx: Context, *, path: str, tensor: str, offset: int) -> En
     if table.tensor:
         params["tensor"] = table.tensor
     params["offset"] = off
-    return Encoding("learned", params, n * p.shape[1], distances(p), p)
+    return Encoding("learned", params, n * p.shape[1], vectors=p)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._validate import check_float, check_int
 from ..errors import PosdiagError
-from ._core import Context, Encoding, positive, register, toeplitz
+from ._core import Context, Encoding, lag_profile, positive, register
 
 __all__ = ["alibi_slopes", "t5_bucket"]
 
@@ -41,7 +41,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
 def _alibi(n: int, ctx: Context, *, heads: int) -> Encoding:
     alibi_slopes(heads)
-    return Encoding("alibi", {"heads": heads}, 0, toeplitz(lambda lag: lag, n))
+    return Encoding("alibi", {"heads": heads}, 0, profile=lag_profile(lambda lag: lag, n))
 
 
 register(
@@ -58,7 +58,7 @@ def _alibi_kernel(n: int, ctx: Context, *, heads: int) -> Encoding:
     # heads side by side give sqrt(sum_h m_h |i-j|). The slope factor is a scale, which the
     # headline stress ignores, so the slope-free sqrt(|i-j|) is scored (raw stress assumes m=1).
     alibi_slopes(heads)
-    return Encoding("alibi-kernel", {"heads": heads}, 0, toeplitz(np.sqrt, n))
+    return Encoding("alibi-kernel", {"heads": heads}, 0, profile=lag_profile(np.sqrt, n))
 
 
 register(
@@ -105,7 +105,7 @@ def _t5(
     heads = check_int("heads", heads, 1)
     # r = -|i-j| is the "looking back" side, where both modes count |r| from 0 (no +N offset):
     # the bucket index is then a monotone, log-compressed |i-j| that saturates at max_distance.
-    delta = toeplitz(
+    delta = lag_profile(
         lambda lag: t5_bucket(-lag.astype(np.int64), buckets, max_distance, bidirectional), n
     )
     params = {
@@ -114,7 +114,7 @@ def _t5(
         "bidirectional": bidirectional,
         "heads": heads,
     }
-    return Encoding("t5", params, buckets * heads, delta)
+    return Encoding("t5", params, buckets * heads, profile=delta)
 
 
 register(
@@ -138,8 +138,8 @@ register(
 def _kerple_log(n: int, ctx: Context, *, a: float, p: float, heads: int) -> Encoding:
     a, p = positive("a", a), positive("p", p)
     heads = check_int("heads", heads, 1)
-    delta = toeplitz(lambda lag: np.sqrt(p * np.log1p(a * lag)), n)
-    return Encoding("kerple-log", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
+    delta = lag_profile(lambda lag: np.sqrt(p * np.log1p(a * lag)), n)
+    return Encoding("kerple-log", {"a": a, "p": p, "heads": heads}, 2 * heads, profile=delta)
 
 
 register(
@@ -159,8 +159,8 @@ def _kerple_power(n: int, ctx: Context, *, a: float, p: float, heads: int) -> En
     a = positive("a", a)
     p = check_float("p", p, 0.0, 2.0, lo_open=True)
     heads = check_int("heads", heads, 1)
-    delta = toeplitz(lambda lag: np.sqrt(a * lag**p), n)
-    return Encoding("kerple-power", {"a": a, "p": p, "heads": heads}, 2 * heads, delta)
+    delta = lag_profile(lambda lag: np.sqrt(a * lag**p), n)
+    return Encoding("kerple-power", {"a": a, "p": p, "heads": heads}, 2 * heads, profile=delta)
 
 
 register(
@@ -179,9 +179,9 @@ register(
 def _shaw(n: int, ctx: Context, *, k: int, d_head: int) -> Encoding:
     k = check_int("k", k, 1)
     d_head = check_int("d_head", d_head, 1)
-    delta = toeplitz(lambda lag: np.minimum(lag, k), n)
+    delta = lag_profile(lambda lag: np.minimum(lag, k), n)
     # Shaw et al. learn a key vector and a value vector for each of the 2k+1 clipped offsets.
-    return Encoding("shaw", {"k": k, "d_head": d_head}, 2 * (2 * k + 1) * d_head, delta)
+    return Encoding("shaw", {"k": k, "d_head": d_head}, 2 * (2 * k + 1) * d_head, profile=delta)
 
 
 register(

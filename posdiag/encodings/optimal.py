@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .._validate import check_int
 from ..errors import PosdiagError
-from ._core import DEFAULT_DIM, Context, Encoding, distances, register
+from ._core import DEFAULT_DIM, Context, Encoding, register
 
 __all__: list[str] = []
 
@@ -26,4 +26,4 @@ def _mds(n: int, ctx: Context, *, rank: int, dim: int) -> Encoding:
     rank = check_int("rank", rank, 1, n - 1, hi_label="n_eff-1")
     dim = check_int("dim", dim, rank, lo_label="rank")
     x = ctx.mds.coordinates(rank)
-    return Encoding(f"mds-{rank}", {"rank": rank, "dim": dim}, rank * (n + dim), distances(x), x)
+    return Encoding(f"mds-{rank}", {"rank": rank, "dim": dim}, rank * (n + dim), vectors=x)

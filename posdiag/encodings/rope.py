@@ -30,11 +30,10 @@ from ._core import (
     Context,
     Encoding,
     cosine_sum_distance,
-    distances,
     even,
+    lag_profile,
     positive,
     register,
-    toeplitz,
 )
 
 __all__ = [
@@ -286,8 +285,8 @@ def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rope_encoding(name: str, n: int, f: RopeFrequencies, params: dict[str, Any]) -> Encoding:
-    delta = f.attention_factor * toeplitz(cosine_sum_distance(f.theta, 4.0), n)
-    return Encoding(name, params, 0, delta)
+    g = f.attention_factor * lag_profile(cosine_sum_distance(f.theta, 4.0), n)
+    return Encoding(name, params, 0, profile=g)
 
 
 _HEAD = (int, 64, "head dimension (even)")
@@ -660,7 +659,7 @@ def _xpos(n: int, ctx: Context, *, head_dim: int, base: float, scale_base: int) 
         parts += [a * np.cos(ang), a * np.sin(ang)]
     p = np.concatenate(parts, axis=1)
     params = {"head_dim": head_dim, "base": base, "scale_base": big_b, "center": c}
-    return Encoding("xpos", params, 0, distances(p), p)
+    return Encoding("xpos", params, 0, vectors=p)
 
 
 register(

@@ -21,7 +21,6 @@ from .._io import atomic_outputs, check_output
 from ..analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary, StressReport
 from ..analysis import spectrum as spectrum_of
 from ..errors import PosdiagError
-from ..geometry import stress_by_rank
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -133,7 +132,7 @@ def plot_spectrum(
     At least ``max_rank`` ranks are drawn, and always every effective rank the legend cites.
     """
     lam = np.asarray(geometry.mds.eigenvalues)
-    by_rank = stress_by_rank(lam)
+    by_rank = geometry.mds.stress_by_rank()
     sp = spectrum_of(geometry, tolerances)
     cited = max((r for r in sp.effective_rank.values() if r is not None), default=0)
     shown = min(max(max_rank, cited), len(by_rank))

@@ -1,0 +1,158 @@
+"""The analysis path takes the long-context routes (structured scores, partial spectra, O(n)
+noise terms) and agrees with the dense computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from posdiag import analysis, fastscore, spectral
+from posdiag.analysis import corpus_geometry, score_encodings
+from posdiag.counts import Counts, count_texts
+from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
+from posdiag.geometry import compare, double_center, gram_from_distances
+from posdiag.synthetic import drift_distributions, sample_texts
+from posdiag.tokenize import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def counts() -> Counts:
+    """40 positions drifting smoothly (rank 3), 400 sequences."""
+    mu = drift_distributions(40, 60, rank=3, seed=4)
+    return count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)
+
+
+def test_default_scores_never_build_dense_encoding_matrices(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    geo = corpus_geometry(counts, min_count=1)
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the dense compare() ran")
+
+    monkeypatch.setattr(fastscore, "compare", refuse)
+    fast = {s.name: s for s in score_encodings(geo)}
+    monkeypatch.undo()
+    assert len(fast) == len(DEFAULT_SET)
+    b_h = geo.mds.gram
+    for spec in DEFAULT_SET:
+        name, params = parse_encoding(spec)
+        enc = make_encoding(name, geo.n_eff, params, mds=geo.mds)
+        assert "_delta" not in enc.__dict__  # nothing dense was built by the factory
+        want = compare(geo.distances, b_h, enc.delta, enc.gram())
+        got = fast[enc.name]
+        # mds-r's headline is held out (docs/geometry.md); its in-sample figure is compare's.
+        in_sample = got.stress if math.isnan(got.in_sample) else got.in_sample
+        assert in_sample == pytest.approx(want.stress, abs=1e-10)
+        assert got.raw == pytest.approx(want.raw, abs=1e-10)
+        assert got.kruskal == pytest.approx(want.kruskal, abs=1e-10)
+        if math.isnan(want.spearman):
+            assert math.isnan(got.spearman)
+        else:
+            assert got.spearman == pytest.approx(want.spearman, abs=1e-7)
+
+
+def test_noise_gram_diagonal_without_the_matrix() -> None:
+    floor = np.array([0.3, np.nan, 0.1, 0.25, 0.05])
+    e = np.nan_to_num(floor) ** 2 / 4
+    want = np.diag(double_center(np.diag(e)))
+    np.testing.assert_allclose(analysis._noise_gram_diagonal(floor), want, rtol=1e-14)
+
+
+def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag.geometry import mds_from_gram, mds_of_gram, stress_by_rank
+
+    # A non-Euclidean dissimilarity: negative eigenvalues, as with the cross-fit.
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.5, 1.0, (60, 60))
+    d = (d + d.T) / 2
+    np.fill_diagonal(d, 0)
+    b = gram_from_distances(d)
+    full = mds_from_gram(b)
+    monkeypatch.setattr(spectral, "START_RANK", 5)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=10)
+    assert part.total is not None  # the partial solver ran
+    k = part.eigenvalues.size
+    assert 5 <= k < 59
+    np.testing.assert_allclose(part.eigenvalues, full.eigenvalues[:k], atol=1e-7)
+    np.testing.assert_allclose(
+        part.stress_by_rank(), stress_by_rank(full.eigenvalues)[:k], atol=1e-7
+    )
+    assert part.bottom == pytest.approx(full.eigenvalues[-1], abs=1e-6)
+    assert part.min_eigenvalue == part.bottom
+    np.testing.assert_allclose(np.abs(part.coordinates(3)), np.abs(full.coordinates(3)), atol=1e-6)
+
+
+def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag import uncertainty
+
+    rng = np.random.default_rng(7)
+    m = rng.poisson(rng.uniform(0.2, 30, (6, 40))).astype(np.int64)
+    m[2] = 0
+    m[2, 5] = 1  # N = 1: NaN on both paths
+    m[4] = 0
+    m[4, 3] = 9  # one type: floor exactly 0
+    by_row = uncertainty.noise_floor(m, repeats=400, seed=1)
+    calls: list[int] = []
+    real = uncertainty._half_draw
+
+    def spy(*args: object) -> np.ndarray:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "VECTORISED_FLOOR_FROM", 1)
+    monkeypatch.setattr(uncertainty, "_half_draw", spy)
+    vec = uncertainty.noise_floor(m, repeats=400, seed=1)
+    assert len(calls) == 400  # the vectorised path ran
+    assert np.isnan(vec[2]) and np.isnan(by_row[2])
+    assert vec[4] == 0.0 and by_row[4] == 0.0
+    ok = ~np.isnan(by_row)
+    np.testing.assert_allclose(vec[ok], by_row[ok], atol=0.01)
+    # Every draw takes exactly floor(N_i / 2) tokens and never more than a type holds.
+    c = sp.csr_matrix(m)
+    rows = np.flatnonzero(m.sum(axis=1) >= 2)
+    a = real(c, rows, m.sum(axis=1)[rows], np.random.default_rng(3))
+    assert np.all(a <= c.data) and np.all(a >= 0)
+    sums = np.add.reduceat(a, c.indptr[:-1])[np.diff(c.indptr) > 0]
+    full = m.sum(axis=1)[np.diff(c.indptr) > 0]
+    np.testing.assert_array_equal(sums[full >= 2], full[full >= 2] // 2)
+
+
+def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag import estimator
+
+    geo = corpus_geometry(counts, min_count=1)
+    full = geo.heldout_stress([1, 2, 3])
+    calls: list[int] = []
+    real = estimator._top_mds
+
+    def spy(gram: np.ndarray, k: int) -> object:
+        calls.append(k)
+        return real(gram, k)
+
+    monkeypatch.setattr(estimator, "TOP_MDS_FROM", 1)
+    monkeypatch.setattr(estimator, "_top_mds", spy)
+    geo2 = corpus_geometry(counts, min_count=1)
+    top = geo2.heldout_stress([1, 2, 3])
+    assert calls and set(calls) == {3}
+    for r in (1, 2, 3):
+        assert top[r] == pytest.approx(full[r], abs=1e-8)
+
+
+def test_vectorised_thinning_keeps_the_law_and_the_halves(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posdiag import estimator
+
+    rng = np.random.default_rng(2)
+    m = sp.csr_matrix(rng.poisson(rng.uniform(0.5, 20, (8, 30))).astype(np.int64) + 1)
+    monkeypatch.setattr(estimator, "VECTORISED_FLOOR_FROM", 1)
+    halves = estimator.thinned_halves(m, 8, 3, np.random.default_rng(0))
+    for a, b in halves:
+        np.testing.assert_array_equal((a + b).toarray(), m.toarray())
+        np.testing.assert_array_equal(
+            np.asarray(a.sum(axis=1)).ravel(), np.asarray(m.sum(axis=1)).ravel() // 2
+        )

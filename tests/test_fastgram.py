@@ -1,0 +1,160 @@
+"""Blocked hybrid Gram products (posdiag.fastgram) against the plain dense computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posdiag import fastgram
+from posdiag.errors import PosdiagError
+from posdiag.fastgram import cross_product, plan_product, sqrt_rows
+
+
+def zipf_counts(n: int, v: int, per_row: int, seed: int, drift: float = 0.3) -> sp.csr_matrix:
+    """Counts with a shared Zipf(1.1) head and a component drifting with the position."""
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, v + 1, dtype=np.float64) ** -1.1
+    p /= p.sum()
+    glob, loc = rng.permutation(v), rng.permutation(v)
+    rows = []
+    for i in range(n):
+        r = rng.choice(v, size=per_row, p=p)
+        ids = np.where(rng.random(per_row) < drift, loc[(r + i) % v], glob[r])
+        rows.append(np.bincount(ids, minlength=v))
+    return sp.csr_matrix(np.array(rows, dtype=np.float64))
+
+
+def dense_sqrt(c: sp.csr_matrix) -> np.ndarray:
+    m = c.toarray()
+    return np.sqrt(m / m.sum(axis=1, keepdims=True))
+
+
+def centred_gram_of_bc(bc: np.ndarray) -> np.ndarray:
+    """``B = 1/2 J BC J`` (the Gram of ``D^2 = 1 - BC``)."""
+    b = bc - bc.mean(axis=0) - bc.mean(axis=1)[:, None] + bc.mean()
+    return 0.5 * (b + b.T) / 2.0
+
+
+def stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
+    cos = float(np.vdot(b_h, b_e)) / (np.linalg.norm(b_h) * np.linalg.norm(b_e))
+    return float(np.sqrt(max(0.0, 1.0 - max(cos, 0.0) ** 2)))
+
+
+@pytest.fixture(scope="module")
+def medium() -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Two halves of one corpus (binomial thinning): 300 positions, V = 4,000, ~800 tokens each."""
+    c = zipf_counts(300, 4000, 1600, seed=1)
+    a = c.copy()
+    a.data = np.random.default_rng(2).binomial(c.data.astype(np.int64), 0.5).astype(np.float64)
+    return a, c - a
+
+
+def test_sqrt_rows_matches_dense_and_refuses_empty_rows() -> None:
+    c = zipf_counts(20, 50, 30, seed=0)
+    np.testing.assert_allclose(sqrt_rows(c).toarray(), dense_sqrt(c), rtol=1e-15, atol=0)
+    bad = c.toarray()
+    bad[3] = 0
+    with pytest.raises(PosdiagError, match="row 3 has 0"):
+        sqrt_rows(bad)
+
+
+def test_hybrid_path_taken_and_agrees_float64(medium: tuple[sp.csr_matrix, ...]) -> None:
+    ca, cb = medium
+    ra, rb = sqrt_rows(ca), sqrt_rows(cb)
+    plan, dense = plan_product(ra, rb, dtype=np.float64)
+    assert plan.hybrid and plan.dense_columns > 50 and plan.sparse_columns > 500
+    want = dense_sqrt(ca) @ dense_sqrt(cb).T
+    got = cross_product(ra, rb, dtype=np.float64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    # The dense block holds exactly the columns both halves use in > 10% of rows (product test).
+    na = np.bincount(ra.indices, minlength=ra.shape[1])
+    nb = np.bincount(rb.indices, minlength=rb.shape[1])
+    np.testing.assert_array_equal(dense, na * nb > (0.1 * 300) ** 2)
+
+
+def test_float32_block_error_per_entry_and_on_stress(medium: tuple[sp.csr_matrix, ...]) -> None:
+    ca, cb = medium
+    ra, rb = sqrt_rows(ca), sqrt_rows(cb)
+    exact = dense_sqrt(ca) @ dense_sqrt(cb).T
+    fast = cross_product(ra, rb)  # float32 dense block, the default
+    assert plan_product(ra, rb)[0].dtype == "float32"
+    # Each entry is a sum of non-negative terms <= 1: float32 errs by a few 1e-7 at most.
+    assert np.abs(fast - exact).max() < 1e-6
+    assert np.abs(fast - exact).max() > 0  # float32 really was used
+    b_exact = centred_gram_of_bc((exact + exact.T) / 2)
+    b_fast = centred_gram_of_bc((fast + fast.T) / 2)
+    n = exact.shape[0]
+    lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n))).astype(float)
+    rng = np.random.default_rng(3)
+    p = rng.normal(size=(n, 16))
+    tables = {
+        # B_E = -1/2 J delta^2 J, i.e. centred_gram_of_bc(-delta^2).
+        "alibi": centred_gram_of_bc(-(lag**2)),
+        "kernel": centred_gram_of_bc(-lag),
+        "random": (p - p.mean(0)) @ (p - p.mean(0)).T,
+    }
+    for name, b_e in tables.items():
+        assert 0.01 < stress(b_exact, b_e) < 0.999, name  # a real comparison, not a clamp
+        assert abs(stress(b_fast, b_e) - stress(b_exact, b_e)) < 1e-6, name
+    lam_exact = np.linalg.eigvalsh(b_exact)
+    lam_fast = np.linalg.eigvalsh(b_fast)
+    assert np.abs(lam_fast - lam_exact).max() < 1e-6 * max(1.0, abs(lam_exact).max())
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 64, 299, 300, 10_000])
+def test_same_result_for_any_block_size(medium: tuple[sp.csr_matrix, ...], block_rows: int) -> None:
+    ca, cb = medium
+    ra, rb = sqrt_rows(ca), sqrt_rows(cb)
+    ref = cross_product(ra, rb, dtype=np.float64, block_rows=300)
+    got = cross_product(ra, rb, dtype=np.float64, block_rows=block_rows)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
+    plan = plan_product(ra, rb, block_rows=block_rows)[0]
+    assert plan.block_rows == min(block_rows, 300)
+    # The stated bound covers the two dense blocks and two block temporaries.
+    assert plan.bytes_bound == 600 * plan.dense_columns * 4 + 2 * plan.block_rows * 300 * 8
+
+
+def test_compiled_kernel_and_scipy_fallback_agree(
+    medium: tuple[sp.csr_matrix, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca, cb = medium
+    ra, rb = sqrt_rows(ca), sqrt_rows(cb)
+    assert fastgram._rare_kernel() is not None  # numba is a dependency: the kernel runs
+    with_kernel = cross_product(ra, rb, dtype=np.float64)
+    monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)
+    without = cross_product(ra, rb, dtype=np.float64)
+    np.testing.assert_allclose(with_kernel, without, rtol=0, atol=1e-14)
+
+
+def test_small_inputs_use_one_sparse_product() -> None:
+    c = zipf_counts(40, 300, 100, seed=5)
+    r = sqrt_rows(c)
+    assert not plan_product(r, r)[0].hybrid
+    np.testing.assert_allclose(cross_product(r, r), dense_sqrt(c) @ dense_sqrt(c).T, atol=1e-14)
+
+
+def test_vocabulary_mismatch_is_refused() -> None:
+    with pytest.raises(PosdiagError, match="vocabularies differ"):
+        cross_product(sp.csr_matrix(np.ones((2, 3))), sp.csr_matrix(np.ones((2, 4))))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 200),
+    st.integers(1, 200),
+    st.integers(1, 60),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**31 - 1),
+    st.integers(1, 50),
+)
+def test_property_any_shape_density_and_block(
+    na: int, nb: int, v: int, fraction: float, seed: int, block: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = sp.random(na, v, density=0.5, random_state=rng, format="csr")
+    b = sp.random(nb, v, density=0.5, random_state=rng, format="csr")
+    got = cross_product(a, b, dtype=np.float64, block_rows=block, dense_fraction=fraction)
+    np.testing.assert_allclose(got, a.toarray() @ b.toarray().T, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,169 @@
+"""Structured encoding scores (posdiag.fastscore) against geometry.compare on dense matrices."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import pdist
+
+from posdiag.encodings import make_encoding
+from posdiag.encodings._core import toeplitz
+from posdiag.fastscore import (
+    corpus_side,
+    diagonal_sums,
+    score_profile,
+    score_vectors,
+    upper_distances,
+)
+from posdiag.geometry import (
+    StressMeasures,
+    classical_mds,
+    compare,
+    gram_from_distances,
+    hellinger_distances,
+)
+from posdiag.synthetic import drift_distributions
+
+
+def corpus(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hellinger distances and their Gram matrix of sampled drifting distributions."""
+    mu = drift_distributions(n, 40, rank=3, seed=seed)
+    rng = np.random.default_rng(seed)
+    counts = np.array([rng.multinomial(300, p) for p in mu], dtype=float)
+    d = hellinger_distances(counts)
+    return d, gram_from_distances(d)
+
+
+def assert_same(got: StressMeasures, want: StressMeasures, rho_tol: float = 1e-10) -> None:
+    for field in ("stress", "raw", "kruskal", "spearman"):
+        a, b = getattr(got, field), getattr(want, field)
+        if math.isnan(b):
+            assert math.isnan(a), field
+        else:
+            assert a == pytest.approx(b, abs=rho_tol if field == "spearman" else 1e-10), field
+
+
+@pytest.fixture(scope="module")
+def geo() -> tuple[np.ndarray, np.ndarray]:
+    return corpus(70, seed=3)
+
+
+def test_diagonal_sums_match_trace(geo: tuple[np.ndarray, np.ndarray]) -> None:
+    _, b = geo
+    want = [np.trace(b, offset=lag) for lag in range(b.shape[0])]
+    np.testing.assert_allclose(diagonal_sums(b), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["sinusoidal", "rope", "alibi", "alibi-kernel", "t5", "shaw", "kerple-log", "nope"],
+)
+def test_toeplitz_encodings_match_compare(geo: tuple[np.ndarray, np.ndarray], spec: str) -> None:
+    d, b = geo
+    enc = make_encoding(spec, d.shape[0])
+    delta = enc.delta
+    # The encoding is Toeplitz: its first row is the whole profile.
+    np.testing.assert_array_equal(delta, toeplitz(lambda lag: delta[0][lag.astype(int)], 70))
+    side = corpus_side(d, b)
+    assert_same(score_profile(side, delta[0]), compare(d, b, delta, enc.gram()))
+
+
+def test_ties_in_profile_and_distances(geo: tuple[np.ndarray, np.ndarray]) -> None:
+    d, b = geo
+    d = np.round(d, 2)  # many ties among d_H, as spearmanr's average ranks must handle
+    g = np.minimum(np.arange(70), 5).astype(float)  # shaw-like clipped profile: ties by lag
+    delta = toeplitz(lambda lag: g[lag.astype(int)], 70)
+    side = corpus_side(d, b)
+    assert_same(score_profile(side, g), compare(d, b, delta, gram_from_distances(delta)))
+
+
+@pytest.mark.parametrize("spec", ["learned-random", "mds-2"])
+def test_vector_encodings_match_compare(geo: tuple[np.ndarray, np.ndarray], spec: str) -> None:
+    d, b = geo
+    name, params = _parse(spec)
+    enc = make_encoding(name, d.shape[0], params, mds=classical_mds(d))
+    assert enc.vectors is not None
+    side = corpus_side(d, b)
+    # Distances from the Gram expansion differ from pdist by ~1e-9, which can swap the ranks of
+    # two nearly equal distances: rho agrees to 1e-7, the other measures to rounding.
+    got = score_vectors(side, b, enc.vectors)
+    assert_same(got, compare(d, b, enc.delta, enc.gram()), rho_tol=1e-7)
+
+
+def _parse(spec: str) -> tuple[str, dict[str, int]]:
+    return ("mds", {"rank": 2}) if spec == "mds-2" else (spec, {})
+
+
+def test_upper_distances_blockwise_match_pdist() -> None:
+    p = np.random.default_rng(0).standard_normal((53, 7))
+    for block in (1, 5, 53, 100):
+        np.testing.assert_allclose(upper_distances(p, block_rows=block), pdist(p), rtol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(3, 30),
+    st.lists(st.integers(0, 4), min_size=30, max_size=30),
+    st.integers(0, 10_000),
+)
+def test_property_any_profile(n: int, levels: list[int], seed: int) -> None:
+    d, b = corpus(n, seed)
+    g = np.concatenate(([0.0], np.array(levels[: n - 1], dtype=float)))
+    delta = toeplitz(lambda lag: g[lag.astype(int)], n)
+    side = corpus_side(d, b)
+    assert_same(score_profile(side, g), compare(d, b, delta, gram_from_distances(delta)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=0, max_size=60))
+def test_average_ranks_equal_rankdata(values: list[int]) -> None:
+    from scipy.stats import rankdata
+
+    from posdiag.fastscore import average_ranks
+
+    x = np.array(values, dtype=float)
+    np.testing.assert_array_equal(average_ranks(x), rankdata(x) if x.size else x)
+
+
+def test_symmetrize_in_place_any_block() -> None:
+    from posdiag.geometry import symmetrize
+
+    m = np.random.default_rng(0).standard_normal((37, 37))
+    want = (m + m.T) / 2
+    for block in (1, 5, 37, 100):
+        got = symmetrize(m.copy(), block=block)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dense_max", [0, 10_000])
+@pytest.mark.parametrize("spec", ["learned-random", "alibi", "t5", "nope"])
+def test_gram_scorer_matches_compare(
+    geo: tuple[np.ndarray, np.ndarray], spec: str, dense_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag import fastscore
+    from posdiag.fastscore import GramScorer
+
+    monkeypatch.setattr(fastscore, "DENSE_SCORER_MAX", dense_max)
+    d, b = geo
+    enc = make_encoding(spec, d.shape[0])
+    scorer = GramScorer(enc)
+    assert (scorer.jp is not None) == (dense_max == 0 and spec == "learned-random")
+    got = scorer.stress(b, float(np.linalg.norm(b)), diagonal_sums(b))
+    assert got == pytest.approx(compare(d, b, enc.delta, enc.gram()).stress, abs=1e-12)
+
+
+def test_all_zero_corpus_distances_give_nan_kruskal_like_compare() -> None:
+    n = 6
+    d = np.zeros((n, n))
+    b = np.random.default_rng(0).standard_normal((n, n))
+    b = b + b.T
+    b = b - b.mean(0) - b.mean(1)[:, None] + b.mean()
+    enc = make_encoding("alibi", n)
+    got = score_profile(corpus_side(d, b), enc.profile)
+    want = compare(d, b, enc.delta, enc.gram())
+    assert math.isnan(got.kruskal) and math.isnan(want.kruskal)
+    assert got.stress == pytest.approx(want.stress, abs=1e-12)

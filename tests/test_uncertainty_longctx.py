@@ -1,0 +1,107 @@
+"""The cheaper bootstrap replicate (hybrid product, one diagonal-sum pass shared by the Toeplitz
+encodings) gives the intervals of the straightforward dense replicate: calibration is unchanged
+because the replicate statistics are the same to < 1e-6."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from posdiag import fastscore, uncertainty
+from posdiag.analysis import corpus_geometry
+from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
+from posdiag.geometry import gram_from_distances
+from posdiag.synthetic import drift_distributions, sample_texts
+from posdiag.tokenize import load_tokenizer
+from posdiag.uncertainty import ShardedCounts, bootstrap_stress, count_texts_sharded
+
+
+def dense_hellinger(c: np.ndarray) -> np.ndarray:
+    s = np.sqrt(c / c.sum(axis=1, keepdims=True))
+    d2 = np.clip(1.0 - s @ s.T, 0.0, 1.0)
+    d = np.sqrt(d2)
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def reference_bootstrap(
+    sharded: ShardedCounts, n: int, encs: list, estimates: list[float], reps: int, seed: int
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The replicate loop as it was: dense distances, full eigh, n x n Gram per encoding."""
+    k = sharded.k
+    h = k // 2
+    rng = np.random.default_rng(seed)
+    weights = np.zeros((reps, k))
+    for row in weights:
+        row[rng.choice(k, size=h, replace=False)] = 1.0
+    shards = [sp.csr_matrix(s)[:n].toarray().astype(float) for s in sharded.shards]
+    enc_s: list[list[float]] = [[] for _ in encs]
+    rank_s = []
+    for w in weights:
+        c = sum(wi * s for wi, s in zip(w, shards, strict=True))
+        if np.any(c.sum(axis=1) <= 0):
+            continue
+        b = gram_from_distances(dense_hellinger(c))
+        lam = np.sort(np.linalg.eigvalsh(b))[::-1]
+        tail = uncertainty._tail_stress(lam)
+        rank_s.append(tail)
+        for i, e in enumerate(encs):
+            r = uncertainty._mds_rank(e)
+            if r is not None:
+                enc_s[i].append(float(tail[r - 1]))
+            else:
+                g = e.gram()
+                enc_s[i].append(
+                    uncertainty._stress_against(b, np.linalg.norm(b), g, np.linalg.norm(g))
+                )
+    full = uncertainty._tail_stress(
+        np.sort(
+            np.linalg.eigvalsh(
+                gram_from_distances(
+                    dense_hellinger(sharded.counts.matrix[:n].toarray().astype(float))
+                )
+            )
+        )[::-1]
+    )
+    ranks = np.array(rank_s)
+    encodings = [
+        uncertainty._interval(est, np.array(s), 0.95)
+        for est, s in zip(estimates, enc_s, strict=True)
+    ]
+    by_rank = [uncertainty._interval(full[r], ranks[:, r], 0.95) for r in range(n - 1)]
+    return encodings, by_rank
+
+
+@pytest.fixture(scope="module")
+def sharded() -> ShardedCounts:
+    mu = drift_distributions(30, 80, rank=3, seed=2)
+    return count_texts_sharded(
+        sample_texts(mu, 600, seed=3), load_tokenizer(), shards=8, seed=1, max_len=30
+    )
+
+
+def _encodings(n: int, sharded: ShardedCounts) -> list:
+    geo = corpus_geometry(sharded.counts, min_count=1)
+    return [make_encoding(nm, n, p, mds=geo.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
+
+
+def test_fast_replicates_reproduce_the_dense_intervals(
+    sharded: ShardedCounts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = 30
+    encs = _encodings(n, sharded)
+    estimates = [0.5] * len(encs)
+    calls: list[int] = []
+    real = fastscore.GramScorer.stress
+
+    def spy(self: fastscore.GramScorer, *args: object) -> float:
+        calls.append(1)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fastscore.GramScorer, "stress", spy)
+    iv = bootstrap_stress(sharded, n, encs, estimates, replicates=40, seed=5)
+    assert len(calls) == 40 * 7  # 7 fixed encodings scored through the shared path
+    ref_enc, ref_rank = reference_bootstrap(sharded, n, encs, estimates, 40, 5)
+    np.testing.assert_allclose(np.array(iv.encodings), np.array(ref_enc), atol=1e-6)
+    np.testing.assert_allclose(np.array(iv.stress_by_rank), np.array(ref_rank), atol=1e-6)
