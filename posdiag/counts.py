@@ -116,6 +116,27 @@ class Counts:
         return np.asarray(self.matrix.sum(axis=1)).ravel().astype(np.int64)
 
     @property
+    def pad_id(self) -> int | None:
+        """The id the model view padded with (from the metadata; None for other views and for
+        counts files of older versions)."""
+        pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
+        return None if pad is None else int(pad)
+
+    @property
+    def real_supports(self) -> np.ndarray:
+        """Real (non-pad) tokens at each position, of shape (n_positions,).
+
+        In the model view every sequence reaches every position, padded to ``max_len``, so
+        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
+        the pad token. Equal to :attr:`supports` when nothing was padded.
+        """
+        sup = self.supports
+        pad = self.pad_id
+        if pad is None or pad >= self.vocab_size:
+            return sup
+        return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
+
+    @property
     def vocab_seen(self) -> int:
         """Number of distinct token ids that occur anywhere."""
         return int(np.unique(self.matrix.indices).size)
@@ -430,6 +451,9 @@ def count_text_units(
     meta = _meta(
         source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
     )
+    if view_name == "model":
+        # Which id is padding, so supports can count real tokens (Counts.real_supports).
+        meta["pad_id"] = tokenizer.pad_id()
     vocab = tokenizer.vocabulary()
     if not k:
         return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
@@ -1018,6 +1042,19 @@ def load_counts(path: str | Path) -> Counts:
     return Counts(m, meta, vocab)
 
 
+def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
+    """What to do when an option asks a counts file for another reading than it was counted
+    with: drop the option, or count the corpus again with it."""
+    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
+        key, key.replace("_", "-")
+    )
+    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
+    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
+    if key == "column":
+        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
+    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
+
+
 def corpus_counts(
     corpus: str,
     *,
@@ -1072,10 +1109,7 @@ def corpus_counts(
         }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
-                raise PosdiagError(
-                    f"{corpus}: was counted with {key}={counts.meta.get(key)!r}, "
-                    f"not {value!r}; count the corpus again to change it"
-                )
+                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
         return counts
     from .sources import open_source
     from .tokenize import load_tokenizer

@@ -26,10 +26,11 @@ import glob as globlib
 import gzip
 import json
 import os
+import shlex
 import socket
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -109,8 +110,65 @@ PRESETS: dict[str, Preset] = {
 class HubUnavailable(PosdiagError):
     """A hub data set or tokenizer cannot be reached and is not in the local cache.
 
-    The message contains ``posdiag <command>``; the CLI fills in the command that was run.
+    For a data set, ``corpus`` is the corpus as the user gave it, ``local`` the file name the
+    message suggests for a local copy and ``column`` its text column; :meth:`message_for` then
+    rewrites the user's own command line to read that copy (``str(exc)`` says
+    ``posdiag <command>``).
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        corpus: str | None = None,
+        local: str | None = None,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.corpus, self.local, self.column = corpus, local, column
+
+    def message_for(self, argv: Sequence[str] | None) -> str:
+        """The message with ``posdiag <command> ...`` replaced by ``argv`` (the arguments after
+        ``posdiag``, command first) with the corpus swapped for the local copy and ``--column``
+        set; every other option is kept as typed."""
+        text = str(self)
+        if not argv or self.corpus is None or self.local is None:
+            return text
+        old = _template_command(self.local, self.column)
+        return text.replace(old, local_command(argv, self.corpus, self.local, self.column))
+
+
+_COMMAND_PLACEHOLDER = "posdiag <command>"
+
+
+def _template_command(local: str, column: str | None) -> str:
+    col = f" --column {shlex.quote(column)}" if column else ""
+    return f"{_COMMAND_PLACEHOLDER} {shlex.quote(local)}{col}"
+
+
+def local_command(argv: Sequence[str], corpus: str, local: str, column: str | None = None) -> str:
+    """``posdiag`` + ``argv`` with the argument ``corpus`` replaced by ``local`` and
+    ``--column`` set to ``column`` (an existing ``--column`` is replaced), shell-quoted."""
+    out: list[str] = []
+    skip = False
+    replaced = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if column is not None and arg == "--column" and i + 1 < len(argv):
+            skip = True
+            continue
+        if column is not None and arg.startswith("--column="):
+            continue
+        if not replaced and arg == corpus:
+            out.append(local)
+            replaced = True
+            continue
+        out.append(arg)
+    if column is not None:
+        out += ["--column", column]
+    return "posdiag " + shlex.join(out)
 
 
 @dataclass(frozen=True)
@@ -915,18 +973,31 @@ def _load_hf(src: Source) -> Any:
     except Exception as exc:
         msg = _first_line(exc)
         if why is not None or isinstance(exc, ConnectionError):
-            preset = next((p for p in PRESETS.values() if p.dataset == dataset), None)
-            local = f"{preset.name if preset else dataset.split('/')[-1]}.parquet"
-            col = src.column or DEFAULT_COLUMN
-            raise HubUnavailable(
-                f"{src.name}: cannot reach the Hugging Face Hub ({why or msg}) and it is not "
-                f"in the datasets cache; use a local copy: posdiag <command> {local} "
-                f"--column {col} (or --data-dir DIR holding "
-                f"{preset.name if preset else dataset.split('/')[-1]}/)"
-            ) from None
+            raise _unavailable(src, why or msg) from None
         if "split" in msg.lower() or isinstance(exc, ValueError):
             raise PosdiagError(f"{src.name}: {msg}") from None
         raise PosdiagError(f"{src.name}: cannot load the data set ({msg})") from None
+
+
+def _unavailable(src: Source, why: str) -> HubUnavailable:
+    """What to do when a data set is neither reachable nor cached: the ``datasets`` line that
+    makes a local copy on a connected machine, and the user's command reading it."""
+    dataset = str(src.dataset)
+    preset = next((p for p in PRESETS.values() if p.dataset == dataset), None)
+    stem = preset.name if preset else dataset.split("/")[-1]
+    local = f"{stem}.parquet"
+    col = src.column or DEFAULT_COLUMN
+    args = ", ".join(repr(a) for a in (dataset, src.config) if a is not None)
+    load = f"datasets.load_dataset({args}, split={src.split!r})"
+    return HubUnavailable(
+        f"{src.name}: cannot reach the Hugging Face Hub ({why}) and it is not in the datasets "
+        f'cache; make a local copy on a connected machine: python -c "import datasets; '
+        f'{load}.to_parquet({local!r})", then run {_template_command(local, col)} '
+        f"(or {load}.save_to_disk('DIR/{stem}') there and pass --data-dir DIR)",
+        corpus=src.name,
+        local=local,
+        column=col,
+    )
 
 
 def _hub_texts(src: Source) -> Iterator[str]:

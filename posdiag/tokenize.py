@@ -80,6 +80,10 @@ class Tokenizer:
         """Id of the token that separates documents in the packed view."""
         raise NotImplementedError
 
+    def pad_id(self) -> int | None:
+        """Id of the token the model view pads with (None when there is none)."""
+        return None
+
 
 class WhitespaceTokenizer(Tokenizer):
     """Built-in offline word-level tokenizer.
@@ -126,6 +130,9 @@ class WhitespaceTokenizer(Tokenizer):
 
     def eot_id(self) -> int:
         return 2
+
+    def pad_id(self) -> int | None:
+        return 0
 
     @property
     def fingerprint(self) -> str:
@@ -200,6 +207,9 @@ class BytesTokenizer(Tokenizer):
             ids = list(t.encode("utf-8")[:max_len])
             out.append(ids + pad[: max_len - len(ids)])
         return out
+
+    def pad_id(self) -> int | None:
+        return self._pad
 
     def eot_id(self) -> int:
         return 10
@@ -277,6 +287,9 @@ class FileTokenizer(Tokenizer):
                 "name one with --pad-token"
             )
         return found
+
+    def pad_id(self) -> int | None:
+        return self._pad()[1]
 
     def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
         pad_token, pad_id = self._pad()

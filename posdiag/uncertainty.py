@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why: see there
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._memory import require
 from ._validate import check_choice, check_int
@@ -50,13 +51,6 @@ __all__ = [
     "noise_floor",
     "pair_floor",
 ]
-
-# Why 20 shards: the bootstrap resamples shards, so K bounds how many distinct replicate corpora
-# exist (C(2K-1, K) ~ 7e10 for K = 20) and how finely the interval's tails are resolved; more
-# shards cost memory (one accumulator each) for little gain in a 95% interval.
-DEFAULT_SHARDS = 20
-DEFAULT_REPLICATES = 200
-DEFAULT_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
