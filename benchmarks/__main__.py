@@ -8,11 +8,15 @@
    than the batch must peak at about the same memory as one batch.
 4. Long contexts (benchmarks/longctx.py): ``stress --shards 0`` at n = 1k-16k, V = 50,257, time,
    peak RSS and ratio against the scripted peer pipeline on the same counts.
+5. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
+   (target <= 0.5 s: no numpy/scipy import before a command runs); ``stress --help`` for reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -264,6 +268,26 @@ def bench_memory(tmp: Path) -> None:
         path.unlink()
 
 
+def _wall(args: list[str], repeat: int) -> float:
+    def run() -> None:
+        subprocess.run(args, check=True, capture_output=True)
+
+    return _best(run, repeat)
+
+
+def bench_startup(repeat: int) -> None:
+    print("CLI start-up (fresh interpreter; above 'python -c pass')")
+    base = _wall([sys.executable, "-c", "pass"], repeat)
+    runs = (
+        ("posdiag --version", ["--version"], "target <= 0.5 s"),
+        # Mostly typer/rich laying out the help panels; numpy/scipy stay out (tests check it).
+        ("posdiag stress --help", ["stress", "-h"], "(rich layout; no target)"),
+    )
+    for label, extra, target in runs:
+        t = _wall([sys.executable, "-m", "posdiag", *extra], repeat) - base
+        _row(label, f"{t:.2f} s", None, target)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=4, help="copies of the bundled corpus (text)")
@@ -271,7 +295,9 @@ def main() -> None:
     ap.add_argument("--naive-tokens", type=int, default=64 << 20, help="ids for the naive run")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument(
-        "--only", choices=("text", "ids", "memory", "dask", "longctx"), help="run one section"
+        "--only",
+        choices=("text", "ids", "memory", "dask", "longctx", "startup"),
+        help="run one section",
     )
     ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
     ap.add_argument("--dask-text-mb", type=int, default=50, help="text corpus MB (dask)")
@@ -289,6 +315,8 @@ def main() -> None:
             bench_text(tmp, args.copies, args.repeat)
         if args.only in (None, "ids"):
             bench_ids(tmp, args.tokens, args.naive_tokens, args.repeat)
+        if args.only in (None, "startup"):
+            bench_startup(args.repeat)
         if args.only in (None, "memory"):
             if not (tmp / "tokenizer.json").exists():
                 _train_tokenizer(tmp / "tokenizer.json", CORPUS.read_text().splitlines())

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,11 +27,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ._defaults import DEFAULT_SHARDS
 from ._validate import check_choice
-from .counts import Counts
-from .estimator import ESTIMATORS
 from .reading import READING_FIELDS, Reading
-from .uncertainty import DEFAULT_SHARDS, ShardedCounts, corpus_counts_sharded
+
+if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
+    from .counts import Counts
+    from .uncertainty import ShardedCounts
 
 # Help panels of `posdiag COMMAND --help`.
 READING = "Reading the corpus"
@@ -175,7 +177,8 @@ MinCountOpt = Annotated[
     int,
     typer.Option(
         "--min-count",
-        help="Positions with fewer sequences are dropped (and listed).",
+        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+        "dropped (and listed).",
         rich_help_panel=READING,
     ),
 ]
@@ -215,6 +218,8 @@ ReplicatesOpt = Annotated[
 
 def _estimator_choice(value: str) -> str:
     """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
+    from .estimator import ESTIMATORS
+
     return check_choice("estimator", value, ESTIMATORS)
 
 
@@ -258,9 +263,26 @@ PlotForceOpt = Annotated[
 ]
 
 
+def complete_encoding(incomplete: str) -> list[str]:
+    """Shell completion of ``-e``: registered names (and ``mds-1..3``) starting with the text."""
+    from .encodings import REGISTRY
+
+    names = [*REGISTRY, "mds-1", "mds-2", "mds-3"]
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_preset(incomplete: str) -> list[str]:
+    """Shell completion of ``--model-preset``."""
+    from .encodings import MODEL_PRESETS
+
+    return [n for n in MODEL_PRESETS if n.startswith(incomplete)]
+
+
 def encoding_option(help: str, panel: str = ENCODINGS) -> Any:
     """The repeatable ``--encoding/-e`` option, with the command's own help text."""
-    return typer.Option("--encoding", "-e", help=help, rich_help_panel=panel)
+    return typer.Option(
+        "--encoding", "-e", help=help, rich_help_panel=panel, autocompletion=complete_encoding
+    )
 
 
 def output_option(help: str) -> Any:
@@ -422,6 +444,8 @@ def sharded(
     the default shards, kept on the counts only: the cross-fitted geometry splits by sequence,
     and must be the same whether or not intervals are asked for.
     """
+    from .uncertainty import ShardedCounts, corpus_counts_sharded
+
     with progress(quiet) as bar:
         counted = corpus_counts_sharded(
             corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()

@@ -11,9 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from ._defaults import DEFAULT_MIN_COUNT  # why 100: see there
+from ._memory import require
 from ._validate import check_float, check_int
 from .counts import Counts
-from .encodings import DEFAULT_SET, Encoding, make_encoding, parse_encoding
+from .encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
 from .errors import PosdiagError
 from .estimator import (
     DEFAULT_ESTIMATOR,
@@ -39,6 +41,7 @@ from .geometry import (
     stress_floor,
     supported_prefix,
 )
+from .padding import padding_warnings
 from .uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
@@ -74,10 +77,6 @@ __all__ = [
     "stress_report",
 ]
 
-# Why 100: the split-half noise floor of d_H at a position falls roughly like 1/sqrt(N_i); below
-# ~100 sequences a word-level distribution is mostly singletons and its distances to every other
-# position saturate near 1, which would masquerade as geometry (README, "min-count").
-DEFAULT_MIN_COUNT = 100
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
 # Largest Hellinger distance below which all positions count as one distribution: rounding in
 # 1 - BC is ~1e-16, which sqrt turns into distances of ~1e-8.
@@ -90,8 +89,11 @@ UNSTABLE_SHARE = 0.5
 class CorpusSummary:
     """What was analysed: the corpus, how it was read, and which positions are covered.
 
-    ``supports`` has shape (max_len,); ``dropped`` lists positions at or after ``n_eff`` that
-    have any support (they are reported, never mixed in).
+    ``supports`` has shape (max_len,): sequences reaching each position. ``real_supports``, same
+    shape, counts the real (non-pad) tokens there: in the model view every sequence is padded to
+    ``max_len``, so ``supports`` is flat and ``min_count`` counts ``real_supports`` instead
+    (``support_unit`` says which: ``"sequences"`` or ``"real tokens"``). ``dropped`` lists
+    positions at or after ``n_eff`` that have any such support (reported, never mixed in).
     """
 
     source: str
@@ -107,6 +109,22 @@ class CorpusSummary:
     n_eff: int
     supports: tuple[int, ...]
     dropped: tuple[int, ...]
+    real_supports: tuple[int, ...] = ()
+    support_unit: str = "sequences"
+
+    @property
+    def counted_supports(self) -> tuple[int, ...]:
+        """What ``min_count`` (and ``check --min-support``) count at each position."""
+        return self.real_supports or self.supports
+
+    @property
+    def real_share(self) -> tuple[float, ...]:
+        """Share of real (non-pad) tokens among the sequences at each position (1 without
+        padding; NaN where no sequence reaches)."""
+        return tuple(
+            r / s if s else math.nan
+            for r, s in zip(self.counted_supports, self.supports, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -181,9 +199,12 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     """What ``counts`` holds and which prefix ``0..n_eff-1`` has support >= ``min_count``."""
     min_count = check_int("min_count", min_count, 1)
     supports = counts.supports
-    n_eff = supported_prefix(supports, min_count)
+    padded = counts.pad_id is not None
+    # In the model view every sequence reaches every position: count real tokens instead.
+    counted = counts.real_supports if padded else supports
+    n_eff = supported_prefix(counted, min_count)
     meta = counts.meta
-    nonzero = np.flatnonzero(supports > 0)
+    nonzero = np.flatnonzero(counted > 0)
     last = int(nonzero[-1]) if nonzero.size else -1
     return CorpusSummary(
         source=str(meta.get("source", "<counts>")),
@@ -199,6 +220,8 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
         n_eff=n_eff,
         supports=tuple(int(s) for s in supports),
         dropped=tuple(range(n_eff, last + 1)),
+        real_supports=tuple(int(s) for s in counted) if padded else (),
+        support_unit="real tokens" if padded else "sequences",
     )
 
 
@@ -229,11 +252,18 @@ def corpus_geometry(
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
     if n_eff < 2:
-        head = ", ".join(str(s) for s in summary.supports[:5])
+        head = ", ".join(str(s) for s in summary.counted_supports[:5])
+        what = "supports" if summary.support_unit == "sequences" else "real-token supports"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
-            f"(n_eff={n_eff}; supports of positions 0..4: {head}); lower --min-count or add data"
+            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
         )
+    # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
+    # and a few per-column arrays of the vocabulary (totals, column selections).
+    require(
+        f"{source}: the geometry of {n_eff:,} positions x {counts.vocab_size:,} token ids",
+        6 * 8 * n_eff * n_eff + 24 * counts.vocab_size,
+    )
     plain = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
     largest = float(plain.distances.max())
     if largest < IDENTICAL_TOL:
@@ -259,6 +289,7 @@ def corpus_geometry(
                 "tokens, so the cross-fit split each position's counts instead (thinning); "
                 "fewer --shards or a larger --min-count keep the split by sequence"
             )
+    notes += padding_warnings(summary)
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
         notes.append(
@@ -334,33 +365,59 @@ class EncodingScore:
     ci_high: float = float("nan")
     plain: float = float("nan")
     in_sample: float = float("nan")
+    preset: str = ""
+
+    @property
+    def label(self) -> str:
+        """The row's name: ``learned-random (gpt2)`` for a row from a model preset."""
+        return f"{self.name} ({self.preset})" if self.preset else self.name
+
+
+# An encoding as asked for: "NAME[:k=v,...]", (name, params), or (name, params, preset) for the
+# rows of a model preset (see posdiag.encodings.preset_specs).
+EncodingRequest = str | tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str]
 
 
 def _resolve(
-    specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None, n_eff: int
-) -> list[tuple[str, dict[str, Any]]]:
+    specs: Sequence[EncodingRequest] | None, n_eff: int, dim: int | None = None
+) -> list[tuple[str, dict[str, Any], str]]:
+    """(name, params, preset) of every encoding; ``dim`` sets the model dimension of each
+    encoding that has one and was not given it explicitly."""
     if specs is None:
         out = [parse_encoding(s) for s in DEFAULT_SET]
-        # The default MDS ranks only make sense below n_eff.
-        return [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= n_eff - 1]
-    return [parse_encoding(s) if isinstance(s, str) else (s[0], dict(s[1])) for s in specs]
+        # The default MDS ranks only make sense below n_eff and within the model dimension.
+        top = min(n_eff - 1, dim if dim is not None else n_eff)
+        out = [(nm, p) for nm, p in out if nm != "mds" or p["rank"] <= top]
+        return [(nm, with_dim(nm, p, dim), "") for nm, p in out]
+    resolved = []
+    for s in specs:
+        if isinstance(s, str):
+            nm, p = parse_encoding(s)
+            preset = ""
+        else:
+            nm, p, preset = s[0], dict(s[1]), str(s[2]) if len(s) > 2 else ""
+        resolved.append((nm, with_dim(nm, p, dim), preset))
+    return resolved
 
 
 def _scored(
-    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None
+    geometry: CorpusGeometry, specs: Sequence[EncodingRequest] | None, dim: int | None = None
 ) -> list[tuple[EncodingScore, Encoding]]:
-    resolved = _resolve(specs, geometry.n_eff)
-    encs = [make_encoding(nm, geometry.n_eff, p, mds=geometry.mds) for nm, p in resolved]
+    resolved = _resolve(specs, geometry.n_eff, dim)
+    encs = [
+        (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)
+        for nm, p, preset in resolved
+    ]
     b_h = geometry.mds.gram
     plain = geometry.plain
-    ranks = [int(e.params["rank"]) for e in encs if _is_mds(e)]
+    ranks = [int(e.params["rank"]) for e, _ in encs if _is_mds(e)]
     heldout = geometry.heldout_stress(ranks)
     # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
     # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
     side = corpus_side(geometry.distances, b_h)
     plain_lags = None
     out = []
-    for enc in encs:
+    for enc, preset in encs:
         m = score_encoding(side, geometry.distances, b_h, enc)
         headline, in_sample = m.stress, float("nan")
         rank = int(enc.params["rank"]) if _is_mds(enc) else None
@@ -387,6 +444,7 @@ def _scored(
             enc.n_params,
             plain=plain_stress,
             in_sample=in_sample,
+            preset=preset,
         )
         out.append((score, enc))
     # Stable sort: ties keep the order the user asked for.
@@ -399,17 +457,24 @@ def _is_mds(enc: Encoding) -> bool:
 
 
 def score_encodings(
-    geometry: CorpusGeometry, specs: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None
+    geometry: CorpusGeometry,
+    specs: Sequence[EncodingRequest] | None = None,
+    *,
+    dim: int | None = None,
 ) -> list[EncodingScore]:
     """Score encodings against the corpus geometry, best (lowest stress) first.
 
     Parameters
     ----------
     specs : sequence, optional
-        ``"NAME[:key=value,...]"`` strings or ``(name, params)`` pairs; default
+        ``"NAME[:key=value,...]"`` strings, ``(name, params)`` pairs or ``(name, params,
+        preset)`` triples (the row then names its model preset); default
         :data:`~posdiag.encodings.DEFAULT_SET`.
+    dim : int, optional
+        Model dimension of every encoding that has one (``d`` / ``dim``) and was not given it
+        explicitly; None keeps the registry default (:data:`~posdiag.encodings.DEFAULT_DIM`).
     """
-    return [s for s, _ in _scored(geometry, specs)]
+    return [s for s, _ in _scored(geometry, specs, dim)]
 
 
 @dataclass(frozen=True)
@@ -632,11 +697,13 @@ class StressReport:
 
 def geometry_report(
     geometry: CorpusGeometry,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    encodings: Sequence[EncodingRequest] | None = None,
+    *,
+    dim: int | None = None,
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on a computed geometry, without
-    intervals."""
-    scores = tuple(score_encodings(geometry, encodings))
+    intervals; ``dim`` as in :func:`score_encodings`."""
+    scores = tuple(score_encodings(geometry, encodings, dim=dim))
     return StressReport(
         geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
     )
@@ -644,9 +711,10 @@ def geometry_report(
 
 def stress_report(
     counts: Counts | ShardedCounts,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
+    dim: int | None = None,
     level: float | None = None,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
@@ -659,12 +727,13 @@ def stress_report(
     With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
     bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
     skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
+    ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
     ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
     """
     geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
     if level is None and not isinstance(counts, ShardedCounts):
-        return geometry_report(geo, encodings)
-    scored = _scored(geo, encodings)
+        return geometry_report(geo, encodings, dim=dim)
+    scored = _scored(geo, encodings, dim)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
@@ -676,7 +745,6 @@ def stress_report(
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
 DEFAULT_TARGET_STRESS = 0.1
-DEFAULT_DIM = 768
 # z-score above the independence null from which positional information counts as real.
 INFORMATION_Z = 3.0
 # Shift-equivariance R^2 from which relative encodings are recommended.
@@ -1029,7 +1097,7 @@ def _recommend(
 
 def diagnose(
     counts: Counts | ShardedCounts,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
     target: float = DEFAULT_TARGET_STRESS,
@@ -1050,7 +1118,8 @@ def diagnose(
     target : float
         Stress the recommended MDS rank must reach, in (0, 1).
     dim : int
-        Model dimension ``d`` for the parameter saving ``r(n+d)`` vs ``n d``.
+        Model dimension ``d``: of the parameter saving ``r(n+d)`` vs ``n d``, and of every
+        encoding that has one and was not given it explicitly (``sinusoidal:d=512`` keeps 512).
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
     estimator, splits : see :func:`corpus_geometry`.
@@ -1059,7 +1128,7 @@ def diagnose(
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
-    scored = _scored(geo, encodings)
+    scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
     noise = _noise(geo, unc.noise_floor)

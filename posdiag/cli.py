@@ -9,12 +9,15 @@ that does so.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from . import __version__
 from ._cli_options import (
@@ -37,6 +40,7 @@ from ._cli_options import (
     bootstrap_progress,
     check_ci,
     check_plots,
+    complete_preset,
     counts,
     emit,
     encoding_option,
@@ -47,41 +51,91 @@ from ._cli_options import (
     warn,
     write_plots,
 )
-from .analysis import (
+
+# Only names without numpy/scipy at import: `posdiag --version` and `--help` stay fast; each
+# command imports the library it calls.
+from ._defaults import (
+    DEFAULT_DIM,
+    DEFAULT_ESTIMATOR,
+    DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
-    StressReport,
-    corpus_geometry,
-    geometry_report,
-    spectrum,
-    stress_report,
+    DEFAULT_REPLICATES,
+    DEFAULT_SHARDS,
 )
-from .counts import save_counts
-from .encodings import describe, expand_preset, parse_encoding
 from .errors import PosdiagError, PosdiagWarning
-from .estimator import DEFAULT_ESTIMATOR
-from .export import low_rank_encoding, write_encoding
 from .reading import Reading
-from .render.stress import encoding_json, print_encoding, print_stress, stress_json
-from .sources import HubUnavailable
-from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS
 
 __all__ = ["app", "main"]
 
 
 class _Group(TyperGroup):
-    """Turns every PosdiagError into ``Error: <message>`` and its exit code."""
+    """Turns every exception into ``Error: <message>`` and its exit code (see posdiag._faults)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _bare_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _bare_flags(cmd.get_params(ctx))
+        return cmd
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["posdiag_argv"] = list(args)  # the command line, for messages that repeat it
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        from ._faults import (
+            check_stdout,
+            debug,
+            error_message,
+            signals_as_interrupts,
+            silence_stdout,
+        )
+
         try:
-            with warnings.catch_warnings():
+            with signals_as_interrupts(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PosdiagWarning)
-                return super().invoke(ctx)
-        except PosdiagError as exc:
-            message = str(exc)
-            if isinstance(exc, HubUnavailable) and ctx.invoked_subcommand:
-                message = message.replace("posdiag <command>", f"posdiag {ctx.invoked_subcommand}")
+                check_stdout()  # every command reports on standard output
+                result = super().invoke(ctx)
+                if sys.stdout is not None:
+                    sys.stdout.flush()  # a full disk or closed pipe fails here, not at exit
+                return result
+        except UsageError as exc:  # a bad option value (exit 2): click prints it itself
+            _annotate(ctx, exc.format_message())
+            raise
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # typer's own exits and usage errors keep their codes
+        except BaseException as exc:
+            found = error_message(exc)
+            if found is None or (debug() and not isinstance(exc, PosdiagError)):
+                raise
+            message, code = found
+            from .sources import HubUnavailable
+
+            if isinstance(exc, HubUnavailable):
+                message = exc.message_for(ctx.meta.get("posdiag_argv"))
+            if isinstance(exc, OSError) and exc.filename is None:  # standard output failed
+                silence_stdout()
+            _annotate(ctx, message)
             typer.echo(f"Error: {message}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(code) from None
+
+
+def _bare_flags(params: list[Any]) -> list[Any]:
+    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+def _annotate(ctx: Any, message: str) -> None:
+    """With ``--format github``, an error (exit 2) is also a workflow ``::error`` annotation."""
+    from .render.gate import asks_github_format, error_annotation
+
+    if asks_github_format(ctx.meta.get("posdiag_argv")):
+        typer.echo(error_annotation(message))
 
 
 app = typer.Typer(
@@ -89,8 +143,10 @@ app = typer.Typer(
     help="Which positional encoding fits the geometry of my corpus? Hellinger geometry, "
     "classical MDS and stress (arXiv 2604.05217).",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -108,7 +164,22 @@ def _rule(decl: str, help: str, **kw: Any) -> Any:
 def _specs(encoding: Names) -> list[tuple[str, dict[str, Any]]] | None:
     """The parsed ``--encoding`` values (None: the default set), parsed before any counting: a
     typo should not cost a pass over the corpus."""
+    from .encodings import parse_encoding
+
     return [parse_encoding(e) for e in encoding] if encoding else None
+
+
+EncodingDimOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--dim",
+        "-d",
+        help="Model dimension d of every encoding that has one (sinusoidal, scaled-sinusoidal, "
+        f"learned-random, mds) unless given as d=/dim= \\[default: {DEFAULT_DIM}].",
+        show_default=False,
+        rich_help_panel=ENCODINGS,
+    ),
+]
 
 
 def _npz_output(output: Path, force: bool) -> None:
@@ -137,6 +208,7 @@ def stress(
             help="A real model's encoding with its parameters (e.g. llama3-8b, bert-base), "
             "repeatable; see 'posdiag encodings --presets'.",
             rich_help_panel=ENCODINGS,
+            autocompletion=complete_preset,
         ),
     ] = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
@@ -148,21 +220,27 @@ def stress(
     ci: CiOpt = DEFAULT_LEVEL,
     replicates: ReplicatesOpt = DEFAULT_REPLICATES,
     seed: SeedOpt = 0,
+    dim: EncodingDimOpt = None,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     verbose: Annotated[
         bool,
         typer.Option(
             "--verbose",
             "-v",
-            help="Also show each encoding's plug-in stress and mds-r's in-sample stress.",
+            help="Also show the raw (unnormalised) stress, each encoding's plug-in stress and "
+            "mds-r's in-sample stress; --json always has them.",
             rich_help_panel=OUTPUT,
         ),
     ] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
-    chosen = [parse_encoding(e) for e in encoding or ()]
+    from .analysis import stress_report
+    from .encodings import parse_encoding, preset_specs
+    from .render.stress import print_stress, stress_json
+
+    chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
-        chosen += expand_preset(preset)
+        chosen += preset_specs(preset)  # each row keeps the preset's name
     check_ci(ci, replicates)
     check_plots(plot, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
@@ -171,6 +249,7 @@ def stress(
             counted,
             chosen or None,
             min_count=min_count,
+            dim=dim,
             level=ci,
             replicates=replicates,
             seed=seed,
@@ -198,6 +277,8 @@ def count(
     sample_seed: SampleSeedOpt = 0,
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
+    from .counts import save_counts
+
     _npz_output(output, force)
     counted = counts(corpus, reading, quiet, seed=sample_seed)
     save_counts(counted, output, force=force)
@@ -229,7 +310,9 @@ def build_encoding(
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from ._io import check_output
-    from .export import FILE_SUFFIXES
+    from .analysis import corpus_geometry
+    from .export import FILE_SUFFIXES, low_rank_encoding, write_encoding
+    from .render.stress import encoding_json, print_encoding
 
     if output.suffix not in FILE_SUFFIXES:
         raise PosdiagError(
@@ -259,6 +342,7 @@ def encodings(
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
+    from .encodings import describe
     from .render import encodings as table
 
     if presets:
@@ -303,7 +387,11 @@ def check(
     ] = None,
     min_support: Annotated[
         int | None,
-        _rule("--min-support", "Smallest support N_i over the counted positions 0..n-1."),
+        _rule(
+            "--min-support",
+            "Smallest support N_i over the counted positions 0..n-1: sequences, or real "
+            "(non-pad) tokens with --view model.",
+        ),
     ] = None,
     strict: Annotated[
         bool | None,
@@ -318,7 +406,8 @@ def check(
         _rule(
             "--config",
             "Rules file: a pyproject.toml (\\[tool.posdiag]) or posdiag.toml "
-            "\\[default: ./posdiag.toml, else ./pyproject.toml with \\[tool.posdiag]].",
+            "\\[default: the nearest posdiag.toml, else pyproject.toml with \\[tool.posdiag], "
+            "from the working directory up to the repository root].",
             show_default=False,
         ),
     ] = None,
@@ -335,7 +424,8 @@ def check(
         Path | None,
         typer.Option(
             "--junit",
-            help="Also write a JUnit XML report here.",
+            help="Also write a JUnit XML report here (replaced on every run, as pytest's "
+            "--junitxml; missing folders are created).",
             show_default=False,
             rich_help_panel=OUTPUT,
         ),
@@ -344,15 +434,15 @@ def check(
         int | None,
         typer.Option(
             "--min-count",
-            help=f"Positions with fewer sequences are dropped \\[default: {DEFAULT_MIN_COUNT}].",
+            help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+            f"dropped \\[default: {DEFAULT_MIN_COUNT}].",
             rich_help_panel=READING,
         ),
     ] = None,
     force: Annotated[
         bool,
-        typer.Option(
-            "--force", "-f", help="Overwrite an existing --junit file.", rich_help_panel=OUTPUT
-        ),
+        # Kept so existing CI lines still parse: --junit now always replaces its file.
+        typer.Option("--force", "-f", hidden=True),
     ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -363,14 +453,22 @@ def check(
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
-    from ._io import check_output
     from .gate import READING_KEYS, build_config, find_config, run_gate
-    from .render.gate import check_format, gate_json, github_annotations, text_lines, write_junit
+    from .render.gate import (
+        check_format,
+        check_junit_path,
+        gate_json,
+        github_annotations,
+        text_lines,
+        write_junit,
+    )
 
     check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
     file = None if no_config else (config if config is not None else find_config("."))
+    if file is not None and (as_json or fmt != "text"):
+        typer.echo(f"posdiag check: rules from {file}", err=True)  # text: in the header
     options = {**dataclasses.asdict(reading), "min_count": min_count}
     cfg = build_config(
         file=file,
@@ -383,7 +481,7 @@ def check(
         reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
-        check_output(junit, force)  # refuse before a pass over the corpus
+        check_junit_path(junit)  # refuse a folder before a pass over the corpus
     check_ci(ci, replicates)
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
@@ -398,7 +496,7 @@ def check(
             estimator=estimator,
         )
     if junit is not None:
-        write_junit(report, junit, force=force)
+        write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
     emit(as_json, lambda: gate_json(report), "\n".join(lines))
     if not report.passed:
@@ -432,6 +530,15 @@ def diff(
         typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    column_b: Annotated[
+        str | None,
+        typer.Option(
+            "--column-b",
+            help="Text column of corpus B when it differs from A's (--column is then A's only).",
+            rich_help_panel=READING,
+            show_default=False,
+        ),
+    ] = None,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
@@ -447,7 +554,7 @@ def diff(
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
-        a, b = count_pair(corpus_a, corpus_b, reading, seed=seed, progress=bar)
+        a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
     drift = corpus_drift(
         a,
         b,
@@ -476,18 +583,36 @@ def plot_cmd(
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    seed: SampleSeedOpt = 0,
+    dim: EncodingDimOpt = None,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
-    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars, support."""
+    """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars (with
+    intervals), support."""
+    from .analysis import stress_report
     from .render.plots import write_plots as write
 
     specs = _specs(encoding)
+    check_ci(ci, replicates)
     check_plots(output, force)
-    counted = counts(corpus, reading, quiet, seed=seed)
-    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
-    warn(geo.warnings)
-    written = write(output, geometry=geo, report=geometry_report(geo, specs), force=force)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        report = stress_report(
+            counted,
+            specs,
+            min_count=min_count,
+            dim=dim,
+            estimator=estimator,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+        )
+    warn(report.warnings)
+    written = write(output, geometry=report.geometry, report=report, force=force)
     w, h = written.pixels
     lines = [f"  {f}" for f in written.files]
     emit(
@@ -513,25 +638,48 @@ def report_cmd(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    seed: SampleSeedOpt = 0,
+    dim: EncodingDimOpt = None,
+    shards: ShardsOpt = DEFAULT_SHARDS,
+    ci: CiOpt = DEFAULT_LEVEL,
+    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
-    """One self-contained HTML page (inline plots, no network) to attach to a PR."""
+    """One self-contained HTML page (inline plots, no network) to attach to a PR: what
+    'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
     from ._io import check_output
     from .render.html import build_report, write_html
 
     specs = _specs(encoding)
+    check_ci(ci, replicates)
     check_output(output, force)
-    counted = counts(corpus, reading, quiet, seed=seed)
-    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
-    warn(geo.warnings)
-    page = build_report(counted, specs, min_count=min_count, plots=not no_plots, geometry=geo)
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        page = build_report(
+            counted,
+            specs,
+            min_count=min_count,
+            plots=not no_plots,
+            dim=dim if dim is not None else DEFAULT_DIM,
+            estimator=estimator,
+            level=ci,
+            replicates=replicates,
+            seed=seed,
+            progress=bar,
+        )
+    warn(page.warnings)
     write_html(page, output, force=force)
     extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
     emit(
         as_json,
-        {"output": str(output), "plots": page.plots, "plots_omitted": page.plots_omitted},
-        f"wrote {output}: summary, stress table, diagnostics, {len(page.plots)} plots{extra}",
+        {
+            "output": str(output),
+            "plots": page.plots,
+            "plots_omitted": page.plots_omitted,
+            "warnings": page.warnings,
+        },
+        f"wrote {output}: recommendation, warnings, stress table with intervals, spectrum, "
+        f"diagnostics, {len(page.plots)} plots{extra}",
     )
 
 
@@ -547,8 +695,15 @@ def diagnose(
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
     ] = 0.1,
     dim: Annotated[
-        int, typer.Option("--dim", "-d", help="Model dimension d for the parameter saving.")
-    ] = 768,
+        int,
+        typer.Option(
+            "--dim",
+            "-d",
+            help="Model dimension d: of the parameter saving, and of every encoding that has "
+            "one (sinusoidal, scaled-sinusoidal, learned-random, mds) unless given as d=/dim=.",
+            rich_help_panel=ENCODINGS,
+        ),
+    ] = DEFAULT_DIM,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
@@ -562,6 +717,7 @@ def diagnose(
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from ._validate import check_float, check_int
+    from .analysis import StressReport, spectrum
     from .analysis import diagnose as run_diagnose
     from .render.diagnosis import diagnosis_json, print_diagnosis
 
@@ -623,23 +779,61 @@ def inspect(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
     ] = 0,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    min_count: Annotated[
+        int | None,
+        typer.Option(
+            "--min-count",
+            help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+            "dropped \\[default: the encoding file's, else 100].",
+            rich_help_panel=READING,
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
-    """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity."""
+    """Separation, norms, rank of an encoding table; with --corpus, stress and monotonicity.
+
+    A file from 'posdiag build-encoding' says how its corpus was read (tokenizer, view, max-len,
+    min-count): the corpus is read the same way unless an option says otherwise.
+    """
+    from .analysis import corpus_geometry
+    from .counts import is_counts_file
+    from .encoding_meta import inspect_reading, read_encoding_meta, row_notes
     from .inspect import inspect_table, read_encoding_file
     from .render.inspection import inspection_json, print_inspection
 
     table, used = read_encoding_file(encoding_file, tensor)
-    geo = None
+    meta = read_encoding_meta(encoding_file)
+    geo, notes, from_file = None, tuple[str, ...](), dict[str, str]()
     if corpus is not None:
-        counted = counts(corpus, reading, quiet, seed=seed)
-        geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
-        warn(geo.warnings)
+        plan = inspect_reading(
+            encoding_file,
+            meta,
+            reading,
+            min_count,
+            DEFAULT_MIN_COUNT,
+            counts_file=is_counts_file(corpus),
+        )
+        counted = counts(corpus, plan.reading, quiet, seed=seed)
+        geo = corpus_geometry(counted, plan.min_count, estimator=estimator, seed=seed)
+        from_file = {k: meta[k] for k in plan.from_file}
+        npz = corpus if is_counts_file(corpus) else None
+        notes = (
+            *plan.notes,
+            *row_notes(encoding_file, table.shape[0], meta, geo.summary, counts_file=npz),
+        )
+        warn((*geo.warnings, *notes))
     result = inspect_table(
-        table, geo, path=encoding_file, tensor=used, collapse_tol=collapse_tol, seed=seed
+        table,
+        geo,
+        path=encoding_file,
+        tensor=used,
+        collapse_tol=collapse_tol,
+        seed=seed,
+        from_file=from_file,
+        warnings=notes,
     )
     emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
@@ -695,7 +889,7 @@ def merge(
     as_json: JsonOpt = False,
 ) -> None:
     """Sum counts files of the same tokenizer, view, max_len and vocabulary."""
-    from .counts import load_counts, merge_counts
+    from .counts import load_counts, merge_counts, save_counts
 
     _npz_output(output, force)
     names = [str(p) for p in inputs]
@@ -731,8 +925,20 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            help="Memory budget, e.g. 4G: requests estimated above it are refused before they "
+            "start \\[default: what the machine has available; $POSDIAG_MAX_MEMORY].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
+    from ._memory import set_max_memory
+
+    set_max_memory(max_memory)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import json
 import mmap
 import multiprocessing
 import os
-import zipfile
+import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from . import __version__
 from ._io import atomic_outputs
+from ._memory import require
 from ._shardkey import shard_of
 from ._validate import check_int
 from .errors import PosdiagError
@@ -65,6 +66,18 @@ def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
         start(total, unit)
 
 
+# Positions are int32 row indices of the counts matrix.
+MAX_POSITIONS = 2**31 - 1
+
+
+def check_max_len(value: Any) -> int:
+    """``max_len`` as an int in [1, 2**31-1] (a larger one cannot index the counts' rows)."""
+    n = check_int("max_len", value, 1)
+    if n > MAX_POSITIONS:
+        check_int("max_len", n, 1, MAX_POSITIONS)
+    return n
+
+
 @dataclass(frozen=True)
 class Counts:
     """Per-position token counts of a corpus.
@@ -101,6 +114,27 @@ class Counts:
     def supports(self) -> np.ndarray:
         """``N_i`` of shape (n_positions,): how many sequences reach each position."""
         return np.asarray(self.matrix.sum(axis=1)).ravel().astype(np.int64)
+
+    @property
+    def pad_id(self) -> int | None:
+        """The id the model view padded with (from the metadata; None for other views and for
+        counts files of older versions)."""
+        pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
+        return None if pad is None else int(pad)
+
+    @property
+    def real_supports(self) -> np.ndarray:
+        """Real (non-pad) tokens at each position, of shape (n_positions,).
+
+        In the model view every sequence reaches every position, padded to ``max_len``, so
+        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
+        the pad token. Equal to :attr:`supports` when nothing was padded.
+        """
+        sup = self.supports
+        pad = self.pad_id
+        if pad is None or pad >= self.vocab_size:
+            return sup
+        return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
 
     @property
     def vocab_seen(self) -> int:
@@ -142,8 +176,14 @@ class CountAccumulator:
         dense_limit: int = DENSE_LIMIT,
         threads: int | None = None,
     ) -> None:
-        self.n = check_int("max_len", n, 1)
+        self.n = check_max_len(n)
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        dense_bytes = self.n * (self.vocab_size or 0) * 4
+        # The matrix's row pointers (n + 1) are built however sparse the counts are.
+        require(
+            f"counting {self.n:,} positions (--max-len)",
+            16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
+        )
         self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
@@ -411,6 +451,9 @@ def count_text_units(
     meta = _meta(
         source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
     )
+    if view_name == "model":
+        # Which id is padding, so supports can count real tokens (Counts.real_supports).
+        meta["pad_id"] = tokenizer.pad_id()
     vocab = tokenizer.vocabulary()
     if not k:
         return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
@@ -443,6 +486,10 @@ def _count_text_units(
         ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
     """
     k = shards
+    if k:
+        # One sparse accumulator per shard, each with its own row pointers when built.
+        n = check_max_len(max_len)
+        require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
     run_ids = tokenizer.fingerprint == "run"
     if k:
         # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
@@ -619,8 +666,10 @@ def count_ids(
     PosdiagError
         When an id is negative or ``>= vocab_size`` (naming the first offending offset).
     """
-    n = check_int("max_len", max_len, 1)
+    n = check_max_len(max_len)
     v = check_int("vocab_size", vocab_size, 1)
+    # Per-column arrays (token totals, the geometry's column selections) of the vocabulary.
+    require(f"a vocabulary of {v:,} ids (--vocab-size)", 24 * v)
     arr = source.token_ids()
     sel = _select_windows(int(arr.size), n, source)
     acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
@@ -664,6 +713,31 @@ def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked worker: die when the parent does, and leave signals to the parent.
+
+    SIGTERM gets its default action back (the parent's handler would turn it into an exception
+    in the worker) and SIGINT is ignored (Ctrl-C reaches the whole process group; the parent
+    stops its workers). On Linux the kernel also sends SIGKILL when the parent dies, however
+    it dies, so no worker outlives an interrupted ``count``.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while forking
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's finally-block still terminates its workers
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
 def _forked_count(
     blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     n: int,
@@ -685,7 +759,10 @@ def _forked_count(
     done = _shared((workers,), np.int64)
     bounds = np.linspace(0, n, workers + 1).astype(int)
 
+    parent = os.getpid()
+
     def work(k: int) -> None:
+        _die_with_parent(parent)
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         one = dense.dtype.type(1)
         buf: np.ndarray | None = None
@@ -715,8 +792,14 @@ def _forked_count(
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
     try:
-        for p in procs:
-            p.start()
+        # Signals wait while the workers are forked: one arriving inside fork's bookkeeping
+        # would be swallowed ("Exception ignored") and the parent would wait for ever.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         while any(p.is_alive() for p in procs):
             procs[0].join(0.1)
             if progress is not None:
@@ -924,22 +1007,52 @@ def is_counts_file(path: str | Path) -> bool:
 
 
 def load_counts(path: str | Path) -> Counts:
-    """Read a counts file written by :func:`save_counts`."""
+    """Read a counts file written by :func:`save_counts`, validating all of it first.
+
+    Member sizes are checked against the memory budget before anything is decompressed, and the
+    CSR structure and metadata are checked before any computation (see :mod:`posdiag._npz`).
+
+    Raises
+    ------
+    PosdiagError
+        When the file is missing, damaged, inconsistent, or would not fit in memory.
+    """
+    from ._npz import read_counts_arrays, validate_csr
+
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise PosdiagError(f"{path}: no such file")
+    if not p.is_file():
+        raise PosdiagError(f"{path}: not a regular file")
     try:
-        with np.load(p, allow_pickle=False) as z:
-            if "posdiag_meta" not in z.files:
-                raise PosdiagError(f"{path}: not a posdiag counts file (no 'posdiag_meta' entry)")
-            meta = json.loads(str(z["posdiag_meta"]))
-            m = sp.csr_matrix(
-                (z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"])
-            )
-            vocab = tuple(str(t) for t in z["vocab"].tolist()) if "vocab" in z.files else None
-    except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
-        raise PosdiagError(f"{path}: not a posdiag counts file ({exc})") from None
-    return Counts(m.astype(np.int64), meta, vocab)
+        arrays, _ = read_counts_arrays(p)
+    except PermissionError:
+        raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
+    rows, cols, meta = validate_csr(str(path), arrays)
+    m = sp.csr_matrix(
+        (
+            arrays["data"].astype(np.int64),
+            arrays["indices"].astype(np.int32 if cols < 2**31 else np.int64),
+            arrays["indptr"].astype(np.int64),
+        ),
+        shape=(rows, cols),
+    )
+    m.sum_duplicates()  # a row listing a column twice (valid CSR) means their sum
+    vocab = tuple(str(t) for t in arrays["vocab"].tolist()) if "vocab" in arrays else None
+    return Counts(m, meta, vocab)
+
+
+def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
+    """What to do when an option asks a counts file for another reading than it was counted
+    with: drop the option, or count the corpus again with it."""
+    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
+        key, key.replace("_", "-")
+    )
+    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
+    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
+    if key == "column":
+        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
+    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
 
 
 def corpus_counts(
@@ -996,10 +1109,7 @@ def corpus_counts(
         }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
-                raise PosdiagError(
-                    f"{corpus}: was counted with {key}={counts.meta.get(key)!r}, "
-                    f"not {value!r}; count the corpus again to change it"
-                )
+                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
         return counts
     from .sources import open_source
     from .tokenize import load_tokenizer
@@ -1007,7 +1117,7 @@ def corpus_counts(
     source = open_source(
         corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
     )
-    max_len = check_int("max_len", 512 if max_len is None else max_len, 1)
+    max_len = check_max_len(512 if max_len is None else max_len)
     if source.is_ids:
         if view_name not in (None, "packed"):
             raise PosdiagError(

@@ -798,6 +798,13 @@ def count_on_dask(
         part.documents, part.sequences, part.tokens,
     )  # fmt: skip
     meta.update(_selection_meta(source))
+    if job.view_name == "model":
+        # Which id is padding, as count_texts records it (Counts.real_supports).
+        from .tokenize import load_tokenizer
+
+        meta["pad_id"] = load_tokenizer(
+            job.tokenizer or "whitespace", pad_token=job.pad_token
+        ).pad_id()
     if not job.shards:
         return Counts(_widen(part.matrix, v), meta, part.vocab)
     meta.update(shards=job.shards, shard_seed=job.seed)

@@ -85,6 +85,7 @@ def count_pair(
     b: str,
     reading: Reading | None = None,
     *,
+    column_b: str | None = None,
     seed: int = 0,
     progress: ProgressFn | None = None,
 ) -> tuple[Counts, Counts]:
@@ -96,7 +97,8 @@ def count_pair(
     renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
     ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.sources.open_source`;
     token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
-    packed view, as by :func:`posdiag.counts.corpus_counts`.
+    packed view, as by :func:`posdiag.counts.corpus_counts`. ``column_b`` is B's text column
+    when it differs from A's (``reading.column`` is then A's only).
     """
     from .sources import open_source
 
@@ -105,12 +107,14 @@ def count_pair(
             "'-' (stdin) can be read only once; save it to a file to compare it with itself"
         )
     r = reading if reading is not None else Reading()
-    loaded: dict[str, Counts] = {}
-    for name in (a, b):
-        if is_counts_file(name) and name not in loaded:
-            loaded[name] = corpus_counts(
+    sides = [(a, r.column), (b, column_b if column_b is not None else r.column)]
+    loaded: dict[tuple[str, str | None], Counts] = {}
+    for side in sides:
+        name, column = side
+        if is_counts_file(name) and side not in loaded:
+            loaded[side] = corpus_counts(
                 name,
-                column=r.column,
+                column=column,
                 tokenizer=r.tokenizer,
                 view_name=r.view,
                 max_len=r.max_len,
@@ -125,31 +129,35 @@ def count_pair(
             view=r.view or str(meta.get("view")),
             max_len=r.max_len if r.max_len is not None else int(meta.get("max_len", 512)),
         )
-    raw = [n for n in (a, b) if n not in loaded]
-    # Both checked before any counting.
+    # Both checked before any counting (one file may be read twice, e.g. two of its columns).
     sources = {
-        n: open_source(
-            n,
-            r.column,
+        side: open_source(
+            side[0],
+            side[1],
             limit=r.limit,
             sample=r.sample,
             seed=seed,
             data_dir=r.data_dir,
             dtype=r.dtype,
         )
-        for n in raw
+        for side in sides
+        if side not in loaded
     }
     out = [
-        loaded[name]
-        if name in loaded
+        loaded[side]
+        if side in loaded
         else corpus_counts(
-            name,
+            side[0],
             progress=progress,
             seed=seed,
             # --vocab-size is the width of token id files only; text sides keep the tokenizer's.
-            **replace(r, vocab_size=r.vocab_size if sources[name].is_ids else None).kwargs(),
+            **replace(
+                r,
+                column=side[1],
+                vocab_size=r.vocab_size if sources[side].is_ids else None,
+            ).kwargs(),
         )
-        for name in (a, b)
+        for side in sides
     ]
     ca, cb = out
     _check_compatible(ca, cb)

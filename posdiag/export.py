@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__
 from ._io import atomic_outputs
+from ._memory import require
 from ._validate import check_int
 from .analysis import CorpusGeometry
 from .errors import PosdiagError
@@ -98,6 +99,8 @@ def low_rank_encoding(
     rank = check_int("rank", rank, 1, n_eff - 1, hi_label="n_eff-1")
     dim = check_int("dim", dim, rank, lo_label="rank")
     seed = check_int("seed", seed, 0)
+    # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
+    require(f"an encoding of dimension {dim:,} (--dim)", 8 * dim * (4 * rank + 2 * n_eff))
     stress = float(geometry.mds.stress_by_rank()[rank - 1])
     s = geometry.summary
     meta = {

@@ -11,10 +11,11 @@ A rule is a threshold on one figure posdiag measures:
     ``I(position; token)`` over the analysed positions, in bits, must reach a minimum;
 ``min-support``
     every counted position ``0..max_len-1`` (the model's context, not only the analysed prefix)
-    must have at least this many sequences.
+    must have at least this many sequences (in the model view: real, non-pad tokens).
 
 Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
-top level of ``posdiag.toml``); options override the file key by key. Evaluation is split from
+top level of ``posdiag.toml``, searched from the working directory up to the repository root, see
+:mod:`posdiag.config_file`); options override the file key by key. Evaluation is split from
 measurement (:func:`measure` then :func:`evaluate`) so the verdicts are a pure function of the
 figures.
 """
@@ -22,7 +23,6 @@ figures.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,17 +40,13 @@ from .analysis import (
     score_encodings,
     spectrum,
 )
+from .config_file import CONFIG_FILES, find_config, read_toml
 from .counts import Counts
 from .encodings import make_encoding, parse_encoding
 from .errors import PosdiagError
 from .estimator import DEFAULT_ESTIMATOR
 from .geometry import positional_information, reached_rank, stress_floor
 from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "CONFIG_FILES",
@@ -66,8 +62,6 @@ __all__ = [
     "measure",
     "run_gate",
 ]
-
-CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
 
 # Keys of the config table; reading options use the CLI's option names.
 _RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
@@ -127,24 +121,6 @@ class GateConfig:
         )
 
 
-def find_config(directory: str | Path = ".") -> Path | None:
-    """The config file in ``directory``: ``posdiag.toml``, else a ``pyproject.toml`` that has a
-    ``[tool.posdiag]`` table; None when neither exists."""
-    d = Path(directory)
-    own = d / "posdiag.toml"
-    if own.is_file():
-        return own
-    py = d / "pyproject.toml"
-    if py.is_file():
-        try:
-            data = tomllib.loads(py.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            return None  # not ours to judge: a broken pyproject without posdiag keys is ignored
-        if isinstance(data.get("tool"), dict) and "posdiag" in data["tool"]:
-            return py
-    return None
-
-
 def _parse_rank_rule(text: str) -> tuple[float, int]:
     eps_s, colon, rank_s = str(text).partition(":")
     if not colon:
@@ -172,12 +148,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise PosdiagError(f"{path}: no such config file")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise PosdiagError(f"{path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PosdiagError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(p)
     if p.name == "pyproject.toml":
         tool = data.get("tool", {})
         table = tool.get("posdiag") if isinstance(tool, dict) else None
@@ -507,7 +478,8 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
             )
         )
     if config.min_support is not None:
-        low, pos = _support_figure(facts.corpus.supports)
+        # Model view: real (non-pad) tokens, since every sequence is padded to every position.
+        low, pos = _support_figure(facts.corpus.counted_supports)
         out.append(
             RuleResult(
                 "min-support",
@@ -518,7 +490,7 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
                 low >= config.min_support,
                 "smallest support",
                 f"at position {pos} of 0..{facts.corpus.max_len - 1}",
-                " sequences",
+                f" {facts.corpus.support_unit}",
             )
         )
     return GateReport(facts.corpus, tuple(out), config.strict, config.source)

@@ -6,11 +6,14 @@ initialisation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ._memory import require
 from ._validate import check_float, check_int
 from .analysis import CorpusGeometry, CorpusSummary
 from .encodings import read_position_table
@@ -65,6 +68,9 @@ def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, 
     table = read.rows
     if table.shape[0] < 2:
         raise PosdiagError(f"{path}: an encoding table needs >= 2 rows; got {table.shape[0]}")
+    # Distances, Gram matrix and the MDS of the table and of its random baseline: n x n each.
+    rows = int(table.shape[0])
+    require(f"{path}: inspecting {rows:,} positions", 8 * 8 * rows * rows)
     return table, read.tensor  # the name found (a checkpoint's known name), "" for .npy
 
 
@@ -101,7 +107,11 @@ class CorpusFit:
 
 @dataclass(frozen=True)
 class Inspection:
-    """Everything ``posdiag inspect`` prints; ``corpus``/``fit`` are None without a corpus."""
+    """Everything ``posdiag inspect`` prints; ``corpus``/``fit`` are None without a corpus.
+
+    ``from_file`` holds the reading options taken from the encoding file's metadata (key ->
+    value); ``warnings`` the conflicts and row-count mismatches to state loudly.
+    """
 
     path: str
     tensor: str
@@ -110,6 +120,8 @@ class Inspection:
     baseline_seed: int
     corpus: CorpusSummary | None = None
     fit: CorpusFit | None = None
+    from_file: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 def _figures(p: np.ndarray, tol: float) -> TableFigures:
@@ -137,6 +149,8 @@ def inspect_table(
     tensor: str = "",
     collapse_tol: float = 0.01,
     seed: int = 0,
+    from_file: Mapping[str, Any] | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> Inspection:
     """Figures of ``table`` (rows, d), and its fit to ``geometry`` when given.
 
@@ -150,8 +164,9 @@ def inspect_table(
     seed = check_int("seed", seed, 0)
     base = np.random.default_rng(seed).normal(0.0, BASELINE_STD, size=t.shape)
     figs, base_figs = _figures(t, collapse_tol), _figures(base, collapse_tol)
+    told = dict(from_file or {})
     if geometry is None:
-        return Inspection(path, tensor, figs, base_figs, seed)
+        return Inspection(path, tensor, figs, base_figs, seed, None, None, told, tuple(warnings))
     n = min(t.shape[0], geometry.n_eff)
     if n < 2:
         raise PosdiagError(f"{path}: fewer than 2 positions to compare with the corpus")
@@ -163,6 +178,7 @@ def inspect_table(
 
     s, v = fit(t)
     bs, bv = fit(base)
+    fitted = CorpusFit(n, s, v, bs, bv)
     return Inspection(
-        path, tensor, figs, base_figs, seed, geometry.summary, CorpusFit(n, s, v, bs, bv)
+        path, tensor, figs, base_figs, seed, geometry.summary, fitted, told, tuple(warnings)
     )

@@ -26,10 +26,11 @@ import glob as globlib
 import gzip
 import json
 import os
+import shlex
 import socket
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -37,6 +38,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from ._memory import available_memory, require
 from ._validate import check_choice, check_float, check_int
 from .errors import PosdiagError
 
@@ -108,8 +110,65 @@ PRESETS: dict[str, Preset] = {
 class HubUnavailable(PosdiagError):
     """A hub data set or tokenizer cannot be reached and is not in the local cache.
 
-    The message contains ``posdiag <command>``; the CLI fills in the command that was run.
+    For a data set, ``corpus`` is the corpus as the user gave it, ``local`` the file name the
+    message suggests for a local copy and ``column`` its text column; :meth:`message_for` then
+    rewrites the user's own command line to read that copy (``str(exc)`` says
+    ``posdiag <command>``).
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        corpus: str | None = None,
+        local: str | None = None,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.corpus, self.local, self.column = corpus, local, column
+
+    def message_for(self, argv: Sequence[str] | None) -> str:
+        """The message with ``posdiag <command> ...`` replaced by ``argv`` (the arguments after
+        ``posdiag``, command first) with the corpus swapped for the local copy and ``--column``
+        set; every other option is kept as typed."""
+        text = str(self)
+        if not argv or self.corpus is None or self.local is None:
+            return text
+        old = _template_command(self.local, self.column)
+        return text.replace(old, local_command(argv, self.corpus, self.local, self.column))
+
+
+_COMMAND_PLACEHOLDER = "posdiag <command>"
+
+
+def _template_command(local: str, column: str | None) -> str:
+    col = f" --column {shlex.quote(column)}" if column else ""
+    return f"{_COMMAND_PLACEHOLDER} {shlex.quote(local)}{col}"
+
+
+def local_command(argv: Sequence[str], corpus: str, local: str, column: str | None = None) -> str:
+    """``posdiag`` + ``argv`` with the argument ``corpus`` replaced by ``local`` and
+    ``--column`` set to ``column`` (an existing ``--column`` is replaced), shell-quoted."""
+    out: list[str] = []
+    skip = False
+    replaced = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if column is not None and arg == "--column" and i + 1 < len(argv):
+            skip = True
+            continue
+        if column is not None and arg.startswith("--column="):
+            continue
+        if not replaced and arg == corpus:
+            out.append(local)
+            replaced = True
+            continue
+        out.append(arg)
+    if column is not None:
+        out += ["--column", column]
+    return "posdiag " + shlex.join(out)
 
 
 @dataclass(frozen=True)
@@ -444,6 +503,8 @@ def _first_line(exc: BaseException) -> str:
 
 def _open_binary(name: str) -> BinaryIO:
     if name == "-":
+        if sys.stdin is None:
+            raise PosdiagError("-: standard input is closed; nothing to read")
         return sys.stdin.buffer
     try:
         if name.lower().endswith(".gz"):
@@ -459,7 +520,7 @@ def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
             if fmt == "json":
                 yield from _json_texts(fh, name, column or DEFAULT_COLUMN)
                 return
-            lines = _decoded_lines(fh, name)
+            lines = _decoded_lines(_bounded_lines(fh, name), name)
             if fmt == "txt":
                 for _, line in lines:
                     text = line.strip()
@@ -473,8 +534,39 @@ def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
         raise PosdiagError(f"{name}: corrupt gzip file ({_first_line(exc)})") from None
 
 
+_BOM = b"\xef\xbb\xbf"
+# Memory per byte of one line while it is decoded and tokenized (text, ids, pieces).
+_BYTES_PER_CHAR = 16
+
+
+def _line_cap() -> int:
+    """Longest line (bytes) that fits the memory budget; at least 1 MiB."""
+    budget, _ = available_memory()
+    return max(1 << 20, budget // _BYTES_PER_CHAR)
+
+
+def _bounded_lines(fh: Any, name: str) -> Iterator[bytes]:
+    """Lines of ``fh``, refusing one too long for memory (a .gz of zeros has no newline)."""
+    cap = _line_cap()
+    lineno = 0
+    while True:
+        raw = fh.readline(cap)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) == cap and not raw.endswith(b"\n"):
+            require(
+                f"{name or 'input'}: line {lineno} of more than {cap:,} bytes",
+                2 * _BYTES_PER_CHAR * cap,
+            )
+        yield raw
+
+
 def _decoded_lines(fh: Iterable[bytes], name: str) -> Iterator[tuple[int, str]]:
+    """Decoded lines; a UTF-8 byte-order mark opening the file is dropped (not a character)."""
     for lineno, raw in enumerate(fh, start=1):
+        if lineno == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
         try:
             yield lineno, raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -516,11 +608,15 @@ def _jsonl_texts(lines: Iterator[tuple[int, str]], name: str, column: str) -> It
 def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
     """A ``.json`` file: an array of objects (parsed whole), else JSON Lines."""
     head = fh.read(4096)
+    head = head.removeprefix(_BOM)
     if not head.lstrip().startswith(b"["):
         rest = _ChainLines(head, fh)
         yield from _jsonl_texts(_decoded_lines(rest, name), name, column)
         return
-    data = head + fh.read()
+    cap = _line_cap()
+    data = head + fh.read(cap + 1)  # a .json.gz may inflate far beyond its size on disk
+    if len(data) > cap + len(head):
+        require(f"{name}: a JSON array of more than {cap:,} bytes", 2 * _BYTES_PER_CHAR * cap)
     try:
         records = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -538,29 +634,49 @@ class _ChainLines:
         self._head, self._fh = head, fh
 
     def __iter__(self) -> Iterator[bytes]:
-        first = self._head + self._fh.readline()
+        first = self._head + self._fh.readline(_line_cap())
         parts = first.splitlines(keepends=True)
         yield from parts
-        yield from self._fh
+        yield from _bounded_lines(self._fh, "")
 
 
 def _csv_texts(
     lines: Iterator[tuple[int, str]], name: str, column: str, tab: bool
 ) -> Iterator[str]:
-    reader = csv.reader((line for _, line in lines), delimiter="\t" if tab else ",")
+    """The ``column`` of a CSV (quoted fields, strict) or TSV (no quoting) file.
+
+    TSV fields are read literally, as ``datasets``/pandas read GLUE's TSVs with
+    ``quoting=QUOTE_NONE``: a field that starts with ``"`` is text, not the start of a quoted
+    field that would swallow the next lines. In CSV, a quote that is never closed (or text after
+    a closing quote) is an error naming the line where the record starts.
+    """
+    if tab:
+        reader = csv.reader(
+            (line for _, line in lines), delimiter="\t", quoting=csv.QUOTE_NONE, strict=True
+        )
+    else:
+        reader = csv.reader((line for _, line in lines), delimiter=",", strict=True)
+    start = 1
     try:
-        header = next(reader)
-    except StopIteration:
-        return
-    if column not in header:
-        raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(header)}")
-    idx = header.index(column)
-    try:
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        if column not in header:
+            raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(header)}")
+        idx = header.index(column)
+        start = reader.line_num + 1
         for row in reader:
             if idx < len(row) and row[idx].strip():
                 yield row[idx]
+            start = reader.line_num + 1
     except csv.Error as exc:
-        raise PosdiagError(f"{name}: line {reader.line_num} is not valid CSV ({exc})") from None
+        what = str(exc)
+        if "unexpected end of data" in what:
+            what = "a quoted field opened here is never closed"
+        raise PosdiagError(
+            f"{name}: line {start} is not valid {'TSV' if tab else 'CSV'} ({what})"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -857,18 +973,31 @@ def _load_hf(src: Source) -> Any:
     except Exception as exc:
         msg = _first_line(exc)
         if why is not None or isinstance(exc, ConnectionError):
-            preset = next((p for p in PRESETS.values() if p.dataset == dataset), None)
-            local = f"{preset.name if preset else dataset.split('/')[-1]}.parquet"
-            col = src.column or DEFAULT_COLUMN
-            raise HubUnavailable(
-                f"{src.name}: cannot reach the Hugging Face Hub ({why or msg}) and it is not "
-                f"in the datasets cache; use a local copy: posdiag <command> {local} "
-                f"--column {col} (or --data-dir DIR holding "
-                f"{preset.name if preset else dataset.split('/')[-1]}/)"
-            ) from None
+            raise _unavailable(src, why or msg) from None
         if "split" in msg.lower() or isinstance(exc, ValueError):
             raise PosdiagError(f"{src.name}: {msg}") from None
         raise PosdiagError(f"{src.name}: cannot load the data set ({msg})") from None
+
+
+def _unavailable(src: Source, why: str) -> HubUnavailable:
+    """What to do when a data set is neither reachable nor cached: the ``datasets`` line that
+    makes a local copy on a connected machine, and the user's command reading it."""
+    dataset = str(src.dataset)
+    preset = next((p for p in PRESETS.values() if p.dataset == dataset), None)
+    stem = preset.name if preset else dataset.split("/")[-1]
+    local = f"{stem}.parquet"
+    col = src.column or DEFAULT_COLUMN
+    args = ", ".join(repr(a) for a in (dataset, src.config) if a is not None)
+    load = f"datasets.load_dataset({args}, split={src.split!r})"
+    return HubUnavailable(
+        f"{src.name}: cannot reach the Hugging Face Hub ({why}) and it is not in the datasets "
+        f'cache; make a local copy on a connected machine: python -c "import datasets; '
+        f'{load}.to_parquet({local!r})", then run {_template_command(local, col)} '
+        f"(or {load}.save_to_disk('DIR/{stem}') there and pass --data-dir DIR)",
+        corpus=src.name,
+        local=local,
+        column=col,
+    )
 
 
 def _hub_texts(src: Source) -> Iterator[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._memory import require
 from ._validate import check_choice, check_float, check_int
 
 __all__ = [
@@ -152,6 +153,10 @@ class SynthSpec:
 def synth_distributions(spec: SynthSpec) -> np.ndarray:
     """The exact positional distributions of ``spec``, of shape (positions, vocab)."""
     mode = check_choice("mode", spec.mode, MODES)
+    p, v = spec.positions, spec.vocab
+    if all(isinstance(x, int) and x > 0 for x in (p, v)):  # else the builders say what is wrong
+        # The distributions, their cumulative sums and the sampler's work arrays: (p, v) floats.
+        require(f"synth: {p:,} positions x {v:,} words", 8 * 4 * p * v)
     if mode == "drift":
         return low_rank_distributions(
             spec.positions, spec.vocab, spec.rank, sharpness=spec.sharpness, seed=spec.seed
@@ -190,6 +195,14 @@ def synth_texts(spec: SynthSpec) -> Iterator[str]:
     """
     mu = synth_distributions(spec)
     total = check_int("sequences", spec.sequences, 1)
+    # One chunk of draws: uniforms, ids and the words of each line (about 40 bytes a token).
+    require(
+        f"synth: chunks of {_CHUNK} lines of {spec.positions:,} words", 40 * _CHUNK * mu.shape[0]
+    )
+    return _synth_lines(spec, mu, total)
+
+
+def _synth_lines(spec: SynthSpec, mu: np.ndarray, total: int) -> Iterator[str]:
     rng = np.random.default_rng([spec.seed, 1])
     cdf = np.cumsum(mu, axis=1)
     cdf[:, -1] = 1.0

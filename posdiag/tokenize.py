@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.pre_tokenizers import Whitespace
 
+from ._memory import require
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
 
@@ -45,6 +48,8 @@ class Tokenizer:
     """What posdiag needs of a tokenizer: batch encoding with and without special tokens."""
 
     name: str
+    # Peak memory per character of a text while it is encoded (checked for huge batches).
+    bytes_per_char: int = 100
 
     @property
     def vocab_size(self) -> int:
@@ -75,6 +80,10 @@ class Tokenizer:
         """Id of the token that separates documents in the packed view."""
         raise NotImplementedError
 
+    def pad_id(self) -> int | None:
+        """Id of the token the model view pads with (None when there is none)."""
+        return None
+
 
 class WhitespaceTokenizer(Tokenizer):
     """Built-in offline word-level tokenizer.
@@ -86,6 +95,7 @@ class WhitespaceTokenizer(Tokenizer):
     """
 
     SPECIALS = ("[PAD]", "[CLS]", "[SEP]")
+    bytes_per_char = 0  # texts are pre-tokenized in pieces (see _pieces): no per-text peak
 
     def __init__(self) -> None:
         self.name = "whitespace"
@@ -99,11 +109,12 @@ class WhitespaceTokenizer(Tokenizer):
     def _ids(self, text: str) -> list[int]:
         vocab = self._vocab
         out = []
-        for word, _ in self._pre.pre_tokenize_str(text):
-            idx = vocab.get(word)
-            if idx is None:
-                idx = vocab[word] = len(vocab)
-            out.append(idx)
+        for piece in _pieces(text):
+            for word, _ in self._pre.pre_tokenize_str(piece):
+                idx = vocab.get(word)
+                if idx is None:
+                    idx = vocab[word] = len(vocab)
+                out.append(idx)
         return out
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -120,12 +131,37 @@ class WhitespaceTokenizer(Tokenizer):
     def eot_id(self) -> int:
         return 2
 
+    def pad_id(self) -> int | None:
+        return 0
+
     @property
     def fingerprint(self) -> str:
         return "run"
 
     def vocabulary(self) -> list[str] | None:
         return list(self._vocab)
+
+
+# Longer texts are pre-tokenized in pieces of about this many characters: the pre-tokenizer's
+# (word, offsets) list costs ~700 bytes a word, 2.1 GB for one 20 MB line.
+_PIECE = 1 << 20
+_SPACE = re.compile(r"[ \t\n\r]")
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` cut at whitespace into pieces of about :data:`_PIECE` characters.
+
+    The ``Whitespace`` pre-tokenizer's words never contain whitespace, so the words of the
+    pieces are exactly the words of the text.
+    """
+    start, size = 0, len(text)
+    while start < size:
+        end = start + _PIECE
+        if end < size:
+            m = _SPACE.search(text, end)
+            end = m.start() if m else size
+        yield text[start:end]
+        start = end
 
 
 class BytesTokenizer(Tokenizer):
@@ -135,6 +171,8 @@ class BytesTokenizer(Tokenizer):
     single ASCII character, required), and the packed view separates documents with the newline
     byte 10, so a packed ``.txt`` corpus is exactly its file's bytes.
     """
+
+    bytes_per_char = 40  # UTF-8 bytes, then a list of ids (8-byte pointers) of up to 4 per char
 
     def __init__(self, pad_token: str | None = None) -> None:
         self.name = "bytes"
@@ -170,6 +208,9 @@ class BytesTokenizer(Tokenizer):
             out.append(ids + pad[: max_len - len(ids)])
         return out
 
+    def pad_id(self) -> int | None:
+        return self._pad
+
     def eot_id(self) -> int:
         return 10
 
@@ -191,6 +232,7 @@ class FileTokenizer(Tokenizer):
                 raise PosdiagError(
                     f"tokenizer {path!r}: no such file (built-in tokenizers: {', '.join(BUILTIN)})"
                 )
+            _check_tokenizer_file(p, path)
             try:
                 loaded = HFTokenizer.from_file(str(p))
             except Exception as exc:  # tokenizers raises bare Exception subclasses
@@ -246,6 +288,9 @@ class FileTokenizer(Tokenizer):
             )
         return found
 
+    def pad_id(self) -> int | None:
+        return self._pad()[1]
+
     def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
         pad_token, pad_id = self._pad()
         # tokenizers cannot truncate below the special tokens; it would return whole sequences.
@@ -271,6 +316,45 @@ class FileTokenizer(Tokenizer):
                 f"(looked for {', '.join(EOT_CANDIDATES)}); the packed view joins documents with it"
             )
         return found[1]
+
+
+def _largest_id(doc: object) -> int:
+    """The largest token id a parsed ``tokenizer.json`` declares (model vocab, added tokens)."""
+    if not isinstance(doc, dict):
+        return -1
+    ids: list[int] = []
+    model = doc.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        ids += [v for v in vocab.values() if isinstance(v, int)]
+    elif isinstance(vocab, list):  # Unigram: [token, score] pairs, ids are positions
+        ids.append(len(vocab) - 1)
+    added = doc.get("added_tokens")
+    if isinstance(added, list):
+        ids += [a["id"] for a in added if isinstance(a, dict) and isinstance(a.get("id"), int)]
+    return max(ids, default=-1)
+
+
+def _check_tokenizer_file(p: Path, path: str) -> None:
+    """Refuse a ``tokenizer.json`` whose ids would make the tokenizers library allocate too much.
+
+    The library keeps a table indexed by id: one id of 4,294,967,294 in a 281-byte file costs
+    ~17 GB (and then a crash). The file is parsed once here, bounded by its size on disk.
+    """
+    size = p.stat().st_size
+    require(f"{path}: parsing a {size:,}-byte tokenizer.json", 20 * size)
+    try:
+        doc = json.loads(p.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+    largest = _largest_id(doc)
+    if largest >= 2**31 - 1:
+        raise PosdiagError(
+            f"{path}: token id {largest:,} is outside [0, 2147483646]; not a usable tokenizer"
+        )
+    # The library's id table and posdiag's vocabulary list: ~100 bytes per id up to the largest.
+    require(f"{path}: a vocabulary of ids up to {largest:,}", 100 * (largest + 1))
 
 
 def load_tokenizer(spec: str = "whitespace", *, pad_token: str | None = None) -> Tokenizer:
@@ -310,14 +394,30 @@ def _from_hub(name: str) -> HFTokenizer:
         ) from None
 
 
-def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+# A batch's characters above which the tokenizer's memory is estimated (and checked) first.
+_CHECK_CHARS = 1 << 22
+
+
+def _batches(texts: Iterable[str], size: int, per_char: int = 0) -> Iterator[list[str]]:
+    """Batches of ``size`` texts; a batch with a huge text is checked against the memory budget.
+
+    Hub tokenizers hold ~100 bytes per character of a text while encoding it (offsets, tokens),
+    so one 20 MB line costs ~2 GB: refused up front when that does not fit.
+    """
     batch: list[str] = []
+    chars = 0
     for t in texts:
         batch.append(t)
+        chars += len(t)
         if len(batch) == size:
+            if per_char and chars > _CHECK_CHARS:
+                require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
             yield batch
             batch = []
+            chars = 0
     if batch:
+        if per_char and chars > _CHECK_CHARS:
+            require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
         yield batch
 
 
@@ -341,7 +441,7 @@ def view(
     max_len = check_int("max_len", max_len, 1)
     batch_size = check_int("batch_size", batch_size, 1)
     if view == "text":
-        for batch in _batches(texts, batch_size):
+        for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
             # Cut only what is too long: copying every list costs ~2% of counting throughput.
             seqs = [
                 ids if len(ids) <= max_len else ids[:max_len]
@@ -349,12 +449,12 @@ def view(
             ]
             yield seqs, len(batch)
     elif view == "model":
-        for batch in _batches(texts, batch_size):
+        for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
             yield tokenizer.encode_batch_model(batch, max_len), len(batch)
     else:
         eot = tokenizer.eot_id()
         carry: list[int] = []
-        for batch in _batches(texts, batch_size):
+        for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
             for ids in tokenizer.encode_batch(batch):
                 carry.extend(ids)
                 carry.append(eot)

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why: see there
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
+from ._memory import require
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -49,13 +51,6 @@ __all__ = [
     "noise_floor",
     "pair_floor",
 ]
-
-# Why 20 shards: the bootstrap resamples shards, so K bounds how many distinct replicate corpora
-# exist (C(2K-1, K) ~ 7e10 for K = 20) and how finely the interval's tails are resolved; more
-# shards cost memory (one accumulator each) for little gain in a 95% interval.
-DEFAULT_SHARDS = 20
-DEFAULT_REPLICATES = 200
-DEFAULT_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -280,6 +275,11 @@ def bootstrap_stress(
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     k = sharded.k
+    # Replicate weights and samples, plus the running sums and one replicate's geometry.
+    require(
+        f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
+        8 * replicates * (k + len(encodings) + n) + 8 * 8 * n * n,
+    )
     if estimator == "crossfit" and k < 4:
         raise PosdiagError(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "

@@ -153,7 +153,8 @@ def test_stdin_and_counts_file_give_same_report(
     fails(
         cli,
         ["stress", str(out), "--view", "model"],
-        f"{out}: was counted with view='text', not 'model'; count the corpus again to change it",
+        f"{out}: was counted with view='text', not view='model'; drop --view to use {out} as "
+        "counted, or count the corpus again with --view model",
     )
     fails(
         cli,
@@ -285,7 +286,8 @@ def test_bad_encodings(cli: Callable[..., Result], tmp_path: Path, synth_corpus:
     fails(
         cli,
         [*base, "sinusoid"],
-        "unknown encoding 'sinusoid'; encodings: nope, sinusoidal, scaled-sinusoidal, "
+        "unknown encoding 'sinusoid'; did you mean 'sinusoidal'? encodings: nope, sinusoidal, "
+        "scaled-sinusoidal, "
         "learned-random, learned, rope, rope-linear, rope-ntk, rope-dynamic, rope-yarn, "
         "rope-llama3, rope-longrope, xpos, alibi, alibi-kernel, t5, kerple-log, kerple-power, "
         "shaw, mds",
@@ -479,7 +481,7 @@ def _help(cli: Callable[..., Result], command: str) -> str:
         ("stress", "hub data sets [default: $POSDIAG_DATA_DIR]."),
         ("count", "hub data sets [default: $POSDIAG_DATA_DIR]."),
         ("synth", "bump width in tokens [default: n/2]."),
-        ("check", "[default: ./posdiag.toml, else ./pyproject.toml with [tool.posdiag]]"),
+        ("check", "[default: the nearest posdiag.toml, else pyproject.toml with [tool.posdiag],"),
         ("diff", "[default: each corpus's effective rank at --tolerance]"),
     ],
 )

@@ -244,7 +244,8 @@ def test_limit_and_sample_are_recorded_and_checked(
     r = cli(["stress", str(out), "--limit", "200"])
     assert r.exit_code == 2
     assert r.stderr == (
-        f"Error: {out}: was counted with limit=300, not 200; count the corpus again to change it\n"
+        f"Error: {out}: was counted with limit=300, not limit=200; drop --limit to use {out} as "
+        "counted, or count the corpus again with --limit 200\n"
     )
 
 

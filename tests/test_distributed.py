@@ -360,6 +360,19 @@ def test_cli_stress_intervals_are_the_same_on_dask(text_dir: Path, cluster: Any)
     assert all(e["ci_low"] <= e["stress"] <= e["ci_high"] for e in a["encodings"])
 
 
+def test_model_view_on_dask_counts_real_tokens_as_one_process(text_dir: Path, cluster: Any) -> None:
+    """The pad id reaches the metadata on Dask too, so min_count counts real tokens there."""
+    runner = CliRunner()
+    args = ["stress", str(text_dir), "--view", "model", "-n", "24", "--min-count", "5"]
+    args += ["--shards", "0", "--json", "--quiet", "-e", "sinusoidal"]
+    local = runner.invoke(app, args)
+    dask = runner.invoke(app, [*args, "--engine", "dask", "--scheduler", cluster.scheduler_address])
+    assert local.exit_code == dask.exit_code == 0, dask.output
+    a, b = json.loads(local.stdout)["corpus"], json.loads(dask.stdout)["corpus"]
+    assert a["support_unit"] == b["support_unit"] == "real tokens"
+    assert a["real_supports"] == b["real_supports"] and a["n_eff"] == b["n_eff"]
+
+
 @pytest.mark.parametrize(
     ("opts", "message"),
     [

@@ -188,8 +188,8 @@ def test_mismatched_view_or_max_len_is_a_clear_error(
     res = cli(["diff", str(pa), str(pa), "--view", "model"])
     assert res.exit_code == 2
     assert res.stderr.strip() == (
-        f"Error: {pa}: was counted with view='text', not 'model'; count the corpus again to "
-        "change it"
+        f"Error: {pa}: was counted with view='text', not view='model'; drop --view to use {pa} "
+        "as counted, or count the corpus again with --view model"
     )
 
 

@@ -565,7 +565,7 @@ def test_nope_and_mds() -> None:
     m = classical_mds(d)
     assert stress(m.gram, make_encoding("nope", N_CORE).gram()) == 1.0
     e = make_encoding("mds", N_CORE, {"rank": 2}, mds=m)
-    assert e.name == "mds-2" and e.n_params == 2 * (N_CORE + 512)
+    assert e.name == "mds-2" and e.n_params == 2 * (N_CORE + 768)
     np.testing.assert_allclose(e.delta, squareform(pdist(m.coordinates(2))), atol=1e-12)
 
 
@@ -573,7 +573,9 @@ def test_parse_encoding_syntax_and_errors() -> None:
     assert parse_encoding("rope:head_dim=128,base=5e5") == ("rope", {"head_dim": 128, "base": 5e5})
     assert parse_encoding("mds-4") == ("mds", {"rank": 4})
     assert parse_encoding("t5:bidirectional=false") == ("t5", {"bidirectional": False})
-    with pytest.raises(PosdiagError, match=r"^unknown encoding 'ropey'; encodings: nope, "):
+    with pytest.raises(
+        PosdiagError, match=r"^unknown encoding 'ropey'; did you mean 'rope'\? encodings: nope, "
+    ):
         parse_encoding("ropey")
     with pytest.raises(
         PosdiagError, match=r"^encoding 'rope': unknown parameter 'dim'; parameters: head_dim, base"

@@ -49,7 +49,9 @@ def test_one_encoding_in_detail(cli: Callable[..., Result]) -> None:
         assert re.search(rf"(?m)^│ {key} +│", res.stdout) and doc[:30] in res.stdout
     res = cli(["encodings", "rope-yam"])
     assert res.exit_code == 2
-    assert res.stderr.startswith("Error: unknown encoding 'rope-yam'; encodings: nope, ")
+    assert res.stderr.startswith(
+        "Error: unknown encoding 'rope-yam'; did you mean 'rope-yarn'? encodings: nope, "
+    )
 
 
 @pytest.mark.parametrize("preset", list(MODEL_PRESETS))

@@ -408,7 +408,7 @@ def test_load_config_errors(tmp_path: Path) -> None:
     broken = write(tmp_path, "x = = 1\n", "broken.toml")
     with pytest.raises(PosdiagError) as exc:
         load_config(broken)
-    assert str(exc.value).startswith(f"{broken}: not valid TOML (")
+    assert str(exc.value).startswith(f"{broken}:1:5: not valid TOML (")
 
 
 def test_load_config_reads_pyproject_table(tmp_path: Path) -> None:
@@ -419,6 +419,8 @@ def test_load_config_reads_pyproject_table(tmp_path: Path) -> None:
 
 
 def test_find_config_order_and_misses(tmp_path: Path) -> None:
+    # Each folder is its own repository root, so the upward search stops there.
+    (tmp_path / ".git").mkdir()
     assert find_config(tmp_path) is None
     write(tmp_path, "[project]\nname = 'x'\n", "pyproject.toml")
     assert find_config(tmp_path) is None
@@ -427,11 +429,13 @@ def test_find_config_order_and_misses(tmp_path: Path) -> None:
     write(tmp_path, "min-support = 2\n", "posdiag.toml")
     assert find_config(tmp_path) == tmp_path / "posdiag.toml"
     broken = tmp_path / "b"
-    broken.mkdir()
+    (broken / ".git").mkdir(parents=True)
     write(broken, "[tool.posdiag\n", "pyproject.toml")
-    assert find_config(broken) is None
+    # A broken file that would be used is an error, never a silent skip (issue 12).
+    with pytest.raises(PosdiagError, match=r"pyproject.toml:1:14: not valid TOML"):
+        find_config(broken)
     toolstr = tmp_path / "c"
-    toolstr.mkdir()
+    (toolstr / ".git").mkdir(parents=True)
     write(toolstr, 'tool = "posdiag"\n', "pyproject.toml")
     assert find_config(toolstr) is None
 

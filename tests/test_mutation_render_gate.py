@@ -172,10 +172,13 @@ def test_junit_every_field(tmp_path: Path) -> None:
     assert fail.text == rule_line(STRESS_BAD)
     path = write_junit(report, tmp_path / "j.xml")
     assert path == tmp_path / "j.xml" and path.read_bytes() == raw
-    with pytest.raises(PosdiagError):
-        write_junit(report, tmp_path / "j.xml")  # no overwrite without force
-    write_junit(GateReport(CORPUS, (STRESS_OK,), True), tmp_path / "j.xml", force=True)
+    # Replaced on every run, as pytest's --junitxml (issue 12); missing folders are created.
+    write_junit(GateReport(CORPUS, (STRESS_OK,), True), tmp_path / "j.xml")
     assert b'value="True"' in (tmp_path / "j.xml").read_bytes()
+    nested = write_junit(report, tmp_path / "reports" / "j.xml")
+    assert nested.read_bytes() == raw
+    with pytest.raises(PosdiagError):
+        write_junit(report, tmp_path)  # a folder is not a report file
 
 
 def test_check_format() -> None:

@@ -117,7 +117,7 @@ def test_stress_bars_draw_intervals_only_when_they_exist(synth_corpus: Path) -> 
     fig = plot_stress(report)
     ax = fig.axes[0]
     assert not any(isinstance(c, ErrorbarContainer) for c in ax.containers)
-    assert ax.get_title() == "no confidence intervals were computed"
+    assert ax.get_title() == "no confidence intervals were computed (--shards 0)"
     png_bytes(fig)
     with_ci = [
         replace(

@@ -160,8 +160,11 @@ def test_hub_unreachable_fails_fast_with_the_local_form(
     assert r.exit_code == 2
     assert r.stderr == (
         "Error: sst2: cannot reach the Hugging Face Hub (HF_DATASETS_OFFLINE=1) and it is not "
-        "in the datasets cache; use a local copy: posdiag stress sst2.parquet --column sentence "
-        "(or --data-dir DIR holding sst2/)\n"
+        'in the datasets cache; make a local copy on a connected machine: python -c "import '
+        "datasets; datasets.load_dataset('stanfordnlp/sst2', split='train')"
+        ".to_parquet('sst2.parquet')\", then run posdiag stress sst2.parquet --column sentence "
+        "(or datasets.load_dataset('stanfordnlp/sst2', split='train').save_to_disk('DIR/sst2') "
+        "there and pass --data-dir DIR)\n"
     )
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from . import absolute, bias, optimal, rope  # noqa: F401  (they register their encodings)
 from ._core import (
+    DEFAULT_DIM,
     DEFAULT_SET,
+    DIM_PARAMS,
     REGISTRY,
     Context,
     Encoding,
@@ -22,10 +24,11 @@ from ._core import (
     describe,
     make_encoding,
     parse_encoding,
+    with_dim,
 )
 from .bias import alibi_slopes, t5_bucket
 from .checkpoint import POSITION_TENSOR_NAMES, PositionTable, load_table, read_position_table
-from .presets import MODEL_PRESETS, ModelPreset, expand_preset
+from .presets import MODEL_PRESETS, ModelPreset, expand_preset, preset_specs
 
 # List by family (absolute, relative, bias, optimal), registration order within a family: the
 # order `posdiag encodings` shows.
@@ -34,7 +37,9 @@ for _spec in sorted(REGISTRY.values(), key=lambda s: _FAMILIES.index(s.kind)):
     REGISTRY[_spec.name] = REGISTRY.pop(_spec.name)
 
 __all__ = [
+    "DEFAULT_DIM",
     "DEFAULT_SET",
+    "DIM_PARAMS",
     "MODEL_PRESETS",
     "POSITION_TENSOR_NAMES",
     "REGISTRY",
@@ -49,6 +54,8 @@ __all__ = [
     "load_table",
     "make_encoding",
     "parse_encoding",
+    "preset_specs",
     "read_position_table",
     "t5_bucket",
+    "with_dim",
 ]

@@ -9,30 +9,46 @@ dissimilarity ``delta_E`` the encoding induces between positions. The family mod
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
+from .._defaults import DEFAULT_DIM  # why one d: see there
+from .._memory import require
 from .._validate import check_float, check_int
 from ..errors import PosdiagError
 from ..geometry import MDS, gram_from_distances
 
 __all__ = [
     "Context",
+    "DEFAULT_DIM",
     "DEFAULT_SET",
+    "DIM_PARAMS",
     "Encoding",
     "EncodingSpec",
     "REGISTRY",
     "describe",
+    "did_you_mean",
     "lag_profile",
     "make_encoding",
     "parse_encoding",
     "register",
+    "with_dim",
 ]
+
+# The parameter holding the model dimension d, per encoding (``--dim`` sets it). Per-head sizes
+# (rope's head_dim, shaw's d_head) are not the model dimension and are left alone.
+DIM_PARAMS: dict[str, str] = {
+    "sinusoidal": "d",
+    "scaled-sinusoidal": "d",
+    "learned-random": "d",
+    "mds": "dim",
+}
 
 
 @dataclass(frozen=True)
@@ -246,8 +262,23 @@ def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
         ) from None
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the closest of ``choices`` (case-insensitive), else ``""``."""
+    names = list(choices)
+    lower = {c.lower(): c for c in names}
+    if word.lower() in lower:
+        return f"did you mean {lower[word.lower()]!r}? "
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    if not close:
+        # A unique completion: 'bert' -> 'bert-base'.
+        close = [c for c in lower if c.startswith(word.lower())][:2]
+        close = close if len(close) == 1 else []
+    return f"did you mean {lower[close[0]]!r}? " if close else ""
+
+
 def _unknown(name: str) -> PosdiagError:
-    return PosdiagError(f"unknown encoding {name!r}; encodings: {', '.join(REGISTRY)}")
+    hint = did_you_mean(name, [*REGISTRY, *(f"mds-{r}" for r in (1, 2, 3))])
+    return PosdiagError(f"unknown encoding {name!r}; {hint}encodings: {', '.join(REGISTRY)}")
 
 
 def parse_encoding(text: str) -> tuple[str, dict[str, Any]]:
@@ -270,6 +301,16 @@ def parse_encoding(text: str) -> tuple[str, dict[str, Any]]:
             raise PosdiagError(f"encoding {name!r}: unknown parameter {key!r}; parameters: {known}")
         params[key] = _coerce(name, key, spec.types[key], raw.strip())
     return name, params
+
+
+def with_dim(name: str, params: Mapping[str, Any], dim: int | None) -> dict[str, Any]:
+    """``params`` with the model dimension set to ``dim`` when ``name`` has one and ``params``
+    does not give it explicitly (an explicit ``d=`` wins); unchanged when ``dim`` is None."""
+    out = dict(params)
+    key = DIM_PARAMS.get(name)
+    if dim is not None and key is not None and key not in out:
+        out[key] = check_int("dim", dim, 1)
+    return out
 
 
 def make_encoding(
@@ -303,7 +344,23 @@ def make_encoding(
     if missing:
         raise PosdiagError(f"encoding {name!r}: parameter {missing[0]!r} is required")
     check_int("n", n, 1)
+    _require_memory(name, n, full)
     return spec.factory(n, Context(mds=mds), **full)
+
+
+# Integer parameters that size an encoding's arrays (a table n x width, or one n x n per head).
+_WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
+
+
+def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
+    """Refuse parameters whose arrays cannot fit (``sinusoidal:d=1000000000``) before building."""
+    ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    width = max([abs(ints[k]) for k in _WIDTHS if k in ints] or [1])
+    heads = abs(ints.get("heads", 1))
+    # A few n x width tables (angles, sin, cos, the table) and n x n matrices per head.
+    need = 8 * n * (4 * width + (4 + heads) * n)
+    shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))
+    require(f"encoding {name!r} on {n:,} positions ({shown})", need)
 
 
 def describe(name: str | None = None) -> list[dict[str, Any]]:

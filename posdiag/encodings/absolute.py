@@ -9,7 +9,15 @@ import numpy as np
 
 from .._validate import check_float, check_int
 from ..errors import PosdiagError
-from ._core import Context, Encoding, cosine_sum_distance, even, lag_profile, register
+from ._core import (
+    DEFAULT_DIM,
+    Context,
+    Encoding,
+    cosine_sum_distance,
+    even,
+    lag_profile,
+    register,
+)
 from .checkpoint import read_position_table
 
 __all__ = ["sinusoidal_frequencies"]
@@ -29,7 +37,7 @@ def _nope(n: int, ctx: Context) -> Encoding:
 
 @register(
     "sinusoidal",
-    params={"d": (int, 512, "model dimension (even)"), "base": _BASE},
+    params={"d": (int, DEFAULT_DIM, "model dimension (even)"), "base": _BASE},
     summary="Vaswani et al. 2017: p_i[2k] = sin(i w_k), p_i[2k+1] = cos(i w_k), w_k = base^(-2k/d)",
     n_params="0",
 )
@@ -47,7 +55,7 @@ def _sinusoidal(n: int, ctx: Context, *, d: int, base: float) -> Encoding:
 @register(
     "scaled-sinusoidal",
     params={
-        "d": (int, 512, "model dimension (even)"),
+        "d": (int, DEFAULT_DIM, "model dimension (even)"),
         "base": _BASE,
         "scale": (float, 0.0, "the learned scalar s; 0 = its initialisation d^-1/2"),
     },
@@ -71,7 +79,7 @@ def _scaled_sinusoidal(n: int, ctx: Context, *, d: int, base: float, scale: floa
 @register(
     "learned-random",
     params={
-        "d": (int, 768, "model dimension"),
+        "d": (int, DEFAULT_DIM, "model dimension"),
         "std": (float, 0.02, "standard deviation of the N(0, std^2) entries"),
         "seed": (int, 0, "random seed"),
     },

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._memory import require
 from .._validate import check_int
 from ..errors import PosdiagError
 
@@ -99,14 +100,28 @@ def _choose(path: str, names: Sequence[str], tensor: str) -> tuple[str, int]:
     )
 
 
+# safetensors refuses headers above 100 MB; so does posdiag, before reading one.
+_MAX_HEADER = 100_000_000
+
+
 def _safetensors_header(file: Path) -> tuple[dict[str, dict[str, object]], int]:
     """The JSON header of a ``.safetensors`` file and where its data starts."""
+    total = file.stat().st_size
     with file.open("rb") as fh:
         raw = fh.read(8)
         if len(raw) < 8:
             raise ValueError("file shorter than the 8-byte header length")
         (size,) = struct.unpack("<Q", raw)
+        # Never trust the declared length: it must fit in the file (and safetensors' 100 MB cap).
+        if size > total - 8 or size > _MAX_HEADER:
+            raise ValueError(
+                f"header length {size:,} exceeds the {total - 8:,} bytes after it"
+                if size > total - 8
+                else f"header length {size:,} exceeds the safetensors limit of {_MAX_HEADER:,}"
+            )
         header = json.loads(fh.read(size))
+    if not isinstance(header, dict) or not all(isinstance(v, dict) for v in header.values()):
+        raise ValueError("the header must be a JSON object of tensor entries")
     header.pop("__metadata__", None)
     return header, 8 + size
 
@@ -137,7 +152,8 @@ def _from_safetensors(path: str, file: Path, tensor: str) -> tuple[np.ndarray, s
     except PosdiagError:
         raise
     except Exception as exc:  # a damaged file: struct, json, safetensors errors alike
-        raise PosdiagError(f"learned: {path}: not a readable .safetensors file ({exc})") from None
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PosdiagError(f"learned: {path}: not a readable .safetensors file ({why})") from None
 
 
 def _from_index(path: str, index: Path, tensor: str) -> tuple[np.ndarray, str, int, Path]:
@@ -197,7 +213,9 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
                 f"learned: tensor={tensor!r} applies to .safetensors files, not {path}"
             )
         try:
-            table = np.load(p, allow_pickle=False)
+            # Memory-mapped first: a header claiming more than the file holds fails here,
+            # before anything is allocated; the rows are copied below once they are checked.
+            table = np.load(p, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise PosdiagError(f"learned: {path}: not a readable .npy file ({exc})") from None
     elif p.suffix == ".safetensors":
@@ -216,6 +234,7 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
         raise PosdiagError(
             f"learned: {path}: table must be 2-D (positions x d); got shape {tuple(table.shape)}"
         )
+    require(f"learned: {path}: a table of shape {tuple(table.shape)}", 3 * 8 * table.size)
     table = np.asarray(table, dtype=np.float64)
     bad = ~np.isfinite(table)
     if bad.any():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .._validate import check_int
 from ..errors import PosdiagError
-from ._core import Context, Encoding, register
+from ._core import DEFAULT_DIM, Context, Encoding, register
 
 __all__: list[str] = []
 
@@ -14,7 +14,7 @@ __all__: list[str] = []
     "mds",
     params={
         "rank": (int, None, "MDS rank r, in [1, n_eff-1]"),
-        "dim": (int, 512, "model dimension d the rank-r table is embedded in (>= rank)"),
+        "dim": (int, DEFAULT_DIM, "model dimension d the rank-r table is embedded in (>= rank)"),
     },
     summary="the rank-r classical MDS encoding of the corpus (optimal at rank r); also 'mds-R'",
     n_params="rank*(n+dim)",

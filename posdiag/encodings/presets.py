@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import PosdiagError
 
-__all__ = ["MODEL_PRESETS", "ModelPreset", "expand_preset"]
+__all__ = ["MODEL_PRESETS", "ModelPreset", "expand_preset", "preset_specs"]
 
 
 @dataclass(frozen=True)
@@ -143,5 +143,17 @@ def expand_preset(name: str) -> list[tuple[str, dict[str, Any]]]:
     """The ``(encoding, params)`` pairs of the model preset ``name``."""
     preset = MODEL_PRESETS.get(name)
     if preset is None:
-        raise PosdiagError(f"unknown model preset {name!r}; presets: {', '.join(MODEL_PRESETS)}")
+        from ._core import did_you_mean
+
+        hint = did_you_mean(name, MODEL_PRESETS)
+        raise PosdiagError(
+            f"unknown model preset {name!r}; {hint}presets: {', '.join(MODEL_PRESETS)}"
+        )
     return [(enc, dict(params)) for enc, params in preset.encodings]
+
+
+def preset_specs(name: str) -> list[tuple[str, dict[str, Any], str]]:
+    """``(encoding, params, preset)`` triples of the model preset ``name``: the form the stress
+    table takes to name, on every row, the preset it came from (two presets may expand to the
+    same encoding, e.g. gpt2 and bert-base both to ``learned-random``)."""
+    return [(enc, params, name) for enc, params in expand_preset(name)]

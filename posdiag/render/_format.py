@@ -8,7 +8,17 @@ from typing import Any
 
 from ..analysis import CorpusSummary
 
-__all__ = ["SHOWN_RANKS", "ci_text", "fmt", "jsonable", "params", "ranges", "span", "summary_rows"]
+__all__ = [
+    "SHOWN_RANKS",
+    "ci_text",
+    "corpus_json",
+    "fmt",
+    "jsonable",
+    "params",
+    "ranges",
+    "span",
+    "summary_rows",
+]
 
 # Ranks shown in the human spectrum tables; JSON carries all of them.
 SHOWN_RANKS = 10
@@ -62,6 +72,17 @@ def span(positions: tuple[int, ...]) -> str:
     return f"{positions[0]}..{positions[-1]} ({len(positions)})"
 
 
+def corpus_json(c: CorpusSummary) -> dict[str, Any]:
+    """A corpus summary as JSON: its fields, and in the model view the real-token share per
+    position (``real_supports / supports``)."""
+    from dataclasses import asdict
+
+    out = asdict(c)
+    if c.real_supports:
+        out["real_share"] = list(c.real_share)
+    return out
+
+
 def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
     """The corpus summary as (label, value) rows, shared by the terminal and HTML reports."""
     sup = c.supports
@@ -74,5 +95,20 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("max_len n / n_eff", f"{c.max_len} / {c.n_eff}"),
         ("min_count", str(c.min_count)),
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
+        *_real_rows(c),
         ("dropped positions", span(c.dropped)),
+    ]
+
+
+def _real_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """The model view's real (non-pad) tokens: what min_count counted there."""
+    if not c.real_supports:
+        return []
+    real, share, last = c.real_supports, c.real_share, c.n_eff - 1
+    return [
+        (
+            "real (non-pad) tokens",
+            f"{real[0]:,} ({share[0]:.1%}) .. {real[last]:,} ({share[last]:.1%}); "
+            "min_count counts these",
+        )
     ]

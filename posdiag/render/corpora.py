@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..sources import PRESETS
+from ._fit import Column, fitted_table
 
 __all__ = ["corpora_json", "print_corpora"]
 
@@ -28,16 +28,20 @@ def corpora_json() -> list[dict[str, Any]]:
 
 
 def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:
-    t = Table(
+    t, dropped = fitted_table(
         # \\[ keeps rich from reading [SPLIT] as markup.
-        title="Presets (corpus NAME\\[@SPLIT]; "
-        "any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
-        title_justify="left",
+        "Presets (corpus NAME\\[@SPLIT]; any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
+        # Names users type (preset, data set, config, column) are never cut.
+        [
+            Column("name", [r["name"] for r in rows]),
+            Column("dataset", [r["dataset"] for r in rows]),
+            Column("config", [r["config"] or "-" for r in rows], keep=30),
+            Column("split", [r["split"] for r in rows], keep=20),
+            Column("column", [r["column"] for r in rows], keep=40),
+            Column("description", [r["summary"] for r in rows], keep=10, prose=True),
+        ],
+        console,
     )
-    for col in ("name", "dataset", "config", "split", "column", "description"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(
-            r["name"], r["dataset"], r["config"] or "-", r["split"], r["column"], r["summary"]
-        )
     console.print(t)
+    if dropped:
+        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")

@@ -8,11 +8,11 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import Diagnosis, Uncertainty
-from ._format import SHOWN_RANKS, ci_text, fmt, jsonable, params, ranges
+from ._fit import Column, fitted_table
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
 from .stress import print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -39,7 +39,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     }
     return jsonable(
         {
-            "corpus": asdict(d.corpus),
+            "corpus": corpus_json(d.corpus),
             "information": asdict(d.information),
             "noise": asdict(d.noise),
             "shift": asdict(d.shift),
@@ -131,20 +131,21 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print(t)
     console.print(f"  {spectrum_line(rk.spectrum, ' at ')}")
     console.print(f"  -> {rk.reading}")
-    t = Table(title="Stress, best first", title_justify="left")
-    t.add_column("encoding")
-    t.add_column("parameters")
-    for col in ("stress", "interval", "params"):
-        t.add_column(col, justify="right")
-    for e in d.encodings:
-        t.add_row(
-            e.name,
-            escape(params(e.params)),
-            fmt(e.stress),
-            ci_text(e.ci_low, e.ci_high),
-            f"{e.n_params:,}",
-        )
+    es = d.encodings
+    t, dropped = fitted_table(
+        "Stress, best first",
+        [
+            Column("encoding", [e.label for e in es]),
+            Column("parameters", [params(e.params) for e in es], prose=True),
+            Column("stress", [fmt(e.stress) for e in es], "right"),
+            Column("interval", [ci_text(e.ci_low, e.ci_high) for e in es], "right", 60),
+            Column("params", [f"{e.n_params:,}" for e in es], "right", 40),
+        ],
+        console,
+    )
     console.print()
     console.print(t)
+    if dropped:
+        console.print(f"  (not shown at this width: {', '.join(dropped)}; see --json)")
     console.print(f"  {_uncertainty_line(d.uncertainty)}")
     console.print(f"\n[bold]Recommendation:[/bold] {d.recommendation.text}")

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..encodings import MODEL_PRESETS
+from ._fit import Column, fitted_table
 
 __all__ = ["presets_json", "print_encoding_detail", "print_encodings", "print_presets"]
 
@@ -44,27 +45,57 @@ def print_presets(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(t)
 
 
+def _params(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_shown(v)}" for k, v in r["params"].items()) or "-"
+
+
+def _dropped(headers: list[str], console: Console) -> None:
+    if headers:
+        console.print(f"(not shown at this width: {', '.join(headers)}; see --json)")
+
+
 def print_encoding_detail(r: dict[str, Any], console: Console) -> None:
     """One encoding (a row of :func:`posdiag.encodings.describe`): each parameter explained."""
     console.print(f"[bold]{r['name']}[/bold] ({r['kind']}): {escape(r['summary'])}")
     console.print(f"trainable parameters: {r['n_params']}")
-    t = Table(title_justify="left")
-    for col in ("parameter", "type", "default", "meaning"):
-        t.add_column(col)
-    for k, v in r["params"].items():
-        t.add_row(k, r["types"][k], _shown(v), escape(r["docs"][k]))
+    ps = r["params"]
+    t, dropped = fitted_table(
+        "",
+        [
+            Column("parameter", list(ps)),
+            Column("type", [r["types"][k] for k in ps], keep=10),
+            Column("default", [_shown(v) for v in ps.values()]),
+            Column("meaning", [r["docs"][k] for k in ps], keep=20, prose=True),
+        ],
+        console,
+    )
     console.print(t)
+    _dropped(dropped, console)
 
 
 def print_encodings(rows: list[dict[str, Any]], console: Console) -> None:
     """Every encoding with its parameters and defaults, then where to read more."""
-    t = Table(title="Encodings (use as --encoding NAME[:key=value,...])", title_justify="left")
-    for col in ("name", "kind", escape("parameters [defaults]"), "params", "definition"):
-        t.add_column(col)
-    for r in rows:
-        ps = ", ".join(f"{k}={_shown(v)}" for k, v in r["params"].items())
-        t.add_row(r["name"], r["kind"], ps or "-", r["n_params"], escape(r["summary"]))
+    t, dropped = fitted_table(
+        "Encodings (use as --encoding NAME\\[:key=value,...])",
+        [
+            Column("name", [r["name"] for r in rows]),
+            Column("kind", [r["kind"] for r in rows], keep=20),
+            Column(
+                "parameters [defaults]",
+                [
+                    ", ".join(f"{k}={_shown(v)}" for k, v in r["params"].items()) or "-"
+                    for r in rows
+                ],
+                keep=60,
+                wrap=True,
+            ),
+            Column("params", [r["n_params"] for r in rows], keep=30, wrap=True),
+            Column("definition", [r["summary"] for r in rows], keep=40, prose=True),
+        ],
+        console,
+    )
     console.print(t)
+    _dropped(dropped, console)
     console.print(
         "One encoding's parameters: posdiag encodings NAME; "
         f"model presets ({', '.join(MODEL_PRESETS)}): posdiag encodings --presets"

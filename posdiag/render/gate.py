@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_outputs
 from .._validate import check_choice
+from ..errors import PosdiagError
 from ..gate import GateReport, RuleResult
-from ._format import jsonable
+from ._format import corpus_json, jsonable
 
 __all__ = [
     "FORMATS",
@@ -92,7 +92,7 @@ def gate_json(report: GateReport) -> dict[str, Any]:
     """The ``--json`` document of ``posdiag check``."""
     return jsonable(
         {
-            "corpus": asdict(report.corpus),
+            "corpus": corpus_json(report.corpus),
             "config_file": report.config_file,
             "strict": report.strict,
             "passed": report.passed,
@@ -152,11 +152,40 @@ def junit_xml(report: GateReport) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def write_junit(report: GateReport, path: str | Path, *, force: bool = False) -> Path:
-    """Write :func:`junit_xml` atomically."""
-    with atomic_outputs([path], force) as (tmp,):
+def check_junit_path(path: str | Path) -> Path:
+    """Refuse a JUnit target that is a folder, before a pass over the corpus."""
+    p = Path(path)
+    if p.is_dir():
+        raise PosdiagError(f"{path}: is a directory; expected a file name for --junit")
+    return p
+
+
+def write_junit(report: GateReport, path: str | Path) -> Path:
+    """Write :func:`junit_xml` atomically, replacing an existing file and creating missing
+    folders, as pytest's ``--junitxml`` does: the report is a CI artifact rewritten on every
+    run (data outputs such as encodings and counts are never overwritten without --force)."""
+    p = check_junit_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_outputs([p], True) as (tmp,):
         tmp.write_bytes(junit_xml(report))
-    return Path(path)
+    return p
+
+
+def asks_github_format(argv: list[str] | None) -> bool:
+    """Whether a command line asks for ``--format github`` (read from the raw arguments, so an
+    error raised before the options are parsed still gets its annotation)."""
+    args = list(argv or ())
+    for i, a in enumerate(args):
+        if a == "--format=github" or (a == "--format" and args[i + 1 : i + 2] == ["github"]):
+            return True
+    return False
+
+
+def error_annotation(message: str) -> str:
+    """A GitHub Actions ``::error`` workflow command for an error that stops ``posdiag check``
+    (exit 2), so a broken gate shows on the PR like a failing rule does."""
+    title = _escape_property("posdiag check error")
+    return f"::error title={title}::{_escape_data(message)}"
 
 
 def check_format(fmt: str) -> str:

@@ -11,25 +11,25 @@ from __future__ import annotations
 import base64
 import importlib.util
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .._io import atomic_outputs
-from ..analysis import (
+from .._defaults import (
+    DEFAULT_DIM,
+    DEFAULT_ESTIMATOR,
+    DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
-    CorpusGeometry,
-    StressReport,
-    corpus_geometry,
-    geometry_report,
-    rank_text,
+    DEFAULT_REPLICATES,
 )
+from .._io import atomic_outputs
+from ..analysis import EncodingRequest, StressReport, diagnose, rank_text
 from ..counts import Counts
-from ..geometry import positional_information
-from ._format import SHOWN_RANKS, fmt, params, summary_rows
+from ..uncertainty import ShardedCounts
+from ._format import SHOWN_RANKS, fmt, params, ranges, summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
 
@@ -40,6 +40,7 @@ table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; }
 th { background: #eee; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+ul.warnings li { color: #8a4b00; } p.recommendation { font-weight: 600; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #ddd; }
 figcaption, .note { color: #555; font-size: 0.9em; }
 """
@@ -55,6 +56,7 @@ class HtmlReport:
     html: str
     plots: tuple[str, ...]
     plots_omitted: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def _table(
@@ -80,6 +82,7 @@ def render_html(
     plots: Mapping[str, bytes] | None = None,
     plots_omitted: str | None = None,
     diagnostics: Mapping[str, str] | None = None,
+    recommendation: str | None = None,
 ) -> str:
     """The page for a stress report.
 
@@ -89,6 +92,12 @@ def render_html(
         Caption -> PNG bytes, embedded inline in this order.
     diagnostics : mapping of str to str, optional
         Extra rows for the diagnostics table (e.g. noise floor, shift-equivariance).
+    recommendation : str, optional
+        The recommendation with its reason (:class:`~posdiag.analysis.Recommendation`), shown
+        first.
+
+    Every warning of ``report`` (and its unstable positions and interval note) is listed in a
+    Warnings section at the top, as the terminal prints them.
     """
     c = report.corpus
     sp = report.spectrum
@@ -107,7 +116,7 @@ def render_html(
     headers += ["raw", "kruskal", "spearman", "params"]
     rows = []
     for e in report.encodings:
-        row: list[Any] = [e.name, params(e.params), fmt(e.stress)]
+        row: list[Any] = [e.label, params(e.params), fmt(e.stress)]
         if has_ci:
             lo = float(getattr(e, "ci_low", float("nan")))
             hi = float(getattr(e, "ci_high", float("nan")))
@@ -137,9 +146,24 @@ def render_html(
     if sp.negative:
         diag.append(("negative eigenvalues", sp.negative))
     diag += list((diagnostics or {}).items())
-    for w in report.warnings:
-        diag.append(("warning", w))
     diag_table = _table(("diagnostic", "value"), diag, "diagnostics", (False, False))
+    eff = ", ".join(
+        f"{rank_text(r, sp.floor)} at stress <= {eps:g}" for eps, r in sp.effective_rank.items()
+    )
+    cautions = [*report.warnings, *_uncertainty_notes(report)]
+    warn_html = (
+        '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in cautions) + "</ul>"
+        if cautions
+        else '<p class="note">none</p>'
+    )
+    rec_html = (
+        [
+            "<h2>Recommendation</h2>",
+            f'<p class="recommendation">{escape(recommendation)}</p>',
+        ]
+        if recommendation
+        else []
+    )
     figs = []
     for caption, png in (plots or {}).items():
         data = base64.b64encode(png).decode("ascii")
@@ -160,12 +184,17 @@ def render_html(
             f'<p class="note">{escape(c.tokenizer)} tokenizer, {escape(c.view)} view, '
             f"n = {c.max_len}, n_eff = {c.n_eff}, min_count = {c.min_count}. Stress: 0 = the "
             "encoding reproduces the corpus geometry, 1 = it carries none of it.</p>",
+            *rec_html,
+            "<h2>Warnings</h2>",
+            warn_html,
             "<h2>Summary</h2>",
             summary,
             "<h2>Stress per encoding (best first)</h2>",
             stress_table,
+            f'<p class="note">{escape(_interval_note(report))}</p>',
             "<h2>MDS spectrum</h2>",
             spec_table,
+            f'<p class="effective-rank">effective rank: {escape(eff)}</p>',
             "<h2>Diagnostics</h2>",
             diag_table,
             "<h2>Plots</h2>",
@@ -176,6 +205,30 @@ def render_html(
             "",
         ]
     )
+
+
+def _interval_note(report: StressReport) -> str:
+    unc = report.uncertainty
+    if unc is None:
+        return "no intervals were computed"
+    return unc.note or (
+        f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, {unc.replicates} "
+        f"replicates, seed {unc.seed})"
+    )
+
+
+def _uncertainty_notes(report: StressReport) -> list[str]:
+    """The cautions the terminal prints under the stress table."""
+    unc = report.uncertainty
+    out = []
+    if unc is not None and unc.unstable:
+        out.append(
+            f"{len(unc.unstable)} of {report.corpus.n_eff} positions are unstable (mostly "
+            f"sampling noise): {ranges(unc.unstable)}"
+        )
+    if unc is not None and not unc.shards:
+        out.append(_interval_note(report))
+    return out
 
 
 _CAPTIONS = {
@@ -189,17 +242,40 @@ _CAPTIONS = {
 
 
 def build_report(
-    counts: Counts,
-    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+    counts: Counts | ShardedCounts,
+    encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
     plots: bool = True,
-    geometry: CorpusGeometry | None = None,
+    dim: int = DEFAULT_DIM,
+    level: float = DEFAULT_LEVEL,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> HtmlReport:
-    """Analyse ``counts`` and render its page (plots inline when matplotlib is installed)."""
-    geo = geometry if geometry is not None else corpus_geometry(counts, min_count)
-    report = geometry_report(geo, encodings)
-    info, _ = positional_information(counts.matrix[: geo.n_eff])
+    """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
+
+    The page says what ``posdiag diagnose`` says: with sharded counts
+    (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress carries its interval; the
+    recommendation with its reason, the spectrum with its effective ranks, the readings
+    (information, noise, shift, rank) and every warning are on it. ``warnings`` of the result
+    repeats them for the terminal.
+    """
+    d = diagnose(
+        counts,
+        encodings,
+        min_count=min_count,
+        dim=dim,
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+        estimator=estimator,
+    )
+    geo = d.geometry
+    assert geo is not None
+    report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)
     pngs: dict[str, bytes] = {}
     omitted = None
     if not plots:
@@ -212,8 +288,21 @@ def build_report(
         makers = figures(geo, report)
         order = [k for k in _CAPTIONS if k in makers]
         pngs = {_CAPTIONS[k]: png_bytes(makers[k]()) for k in order}
-    page = render_html(report, positional_info=info, plots=pngs, plots_omitted=omitted)
-    return HtmlReport(page, tuple(pngs), omitted)
+    readings = {
+        "information": d.information.reading,
+        "noise": d.noise.reading,
+        "shift-equivariance": d.shift.reading,
+        "rank": d.rank.reading,
+    }
+    page = render_html(
+        report,
+        positional_info=d.information.bits,
+        plots=pngs,
+        plots_omitted=omitted,
+        diagnostics=readings,
+        recommendation=d.recommendation.text,
+    )
+    return HtmlReport(page, tuple(pngs), omitted, d.warnings)
 
 
 def write_html(page: HtmlReport | str, path: str | Path, *, force: bool = False) -> Path:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..inspect import Inspection, TableFigures
-from ._format import fmt, jsonable
+from ._format import corpus_json, fmt, jsonable
 
 __all__ = ["inspection_json", "print_inspection"]
 
@@ -30,8 +30,10 @@ def inspection_json(x: Inspection) -> dict[str, Any]:
             "tensor": x.tensor,
             "table": _figures_json(x.table),
             "baseline": {"seed": x.baseline_seed, **_figures_json(x.baseline)},
-            "corpus": asdict(x.corpus) if x.corpus is not None else None,
+            "corpus": corpus_json(x.corpus) if x.corpus is not None else None,
             "fit": asdict(x.fit) if x.fit is not None else None,
+            "from_file": dict(x.from_file),
+            "warnings": list(x.warnings),
         }
     )
 
@@ -80,7 +82,13 @@ def print_inspection(x: Inspection, console: Console) -> None:
         shown = ", ".join(f"({i},{j}) {d:.3g}" for i, j, d in x.table.separation.collapsed[:20])
         console.print(f"collapsed pairs: {shown}")
     if x.fit is not None and x.corpus is not None:
+        c = x.corpus
         console.print(
-            f"compared on positions 0..{x.fit.n - 1} of {x.corpus.source} "
-            f"(n_eff {x.corpus.n_eff}, view {x.corpus.view})"
+            escape(
+                f"compared on positions 0..{x.fit.n - 1} of {c.source} (n_eff {c.n_eff}; "
+                f"{c.tokenizer} / {c.view}, n={c.max_len}, min_count={c.min_count})"
+            )
         )
+        if x.from_file:
+            told = ", ".join(f"{k}={v}" for k, v in x.from_file.items())
+            console.print(escape(f"read as the encoding file was built: {told}"))

@@ -64,6 +64,14 @@ OKABE_ITO = (
     "#000000",
 )
 CMAP = "viridis"
+# One colour per encoding family, whatever order the encodings come in (legend order too).
+FAMILY_COLOURS = {
+    "absolute": OKABE_ITO[0],
+    "relative": OKABE_ITO[1],
+    "bias": OKABE_ITO[2],
+    "optimal": OKABE_ITO[3],
+    "other": OKABE_ITO[7],
+}
 
 
 def _pyplot() -> Any:
@@ -119,10 +127,15 @@ def plot_spectrum(
     *,
     max_rank: int = 40,
 ) -> Figure:
-    """MDS eigenvalues (left) and the stress of the rank-r MDS encoding against r (right)."""
+    """MDS eigenvalues (left) and the stress of the rank-r MDS encoding against r (right).
+
+    At least ``max_rank`` ranks are drawn, and always every effective rank the legend cites.
+    """
     lam = np.asarray(geometry.mds.eigenvalues)
     by_rank = geometry.mds.stress_by_rank()
-    shown = min(max_rank, len(by_rank))
+    sp = spectrum_of(geometry, tolerances)
+    cited = max((r for r in sp.effective_rank.values() if r is not None), default=0)
+    shown = min(max(max_rank, cited), len(by_rank))
     fig = _figure()
     left, right = fig.subplots(1, 2)
     ranks = np.arange(1, len(lam) + 1)[:shown]
@@ -132,7 +145,6 @@ def plot_spectrum(
     left.set_ylabel("eigenvalue l_k of B_H")
     left.set_title("MDS eigen spectrum", fontsize=10)
     right.plot(ranks, by_rank[:shown], marker="o", markersize=3, color=OKABE_ITO[0])
-    sp = spectrum_of(geometry, tolerances)
     for k, (eps, r) in enumerate(sp.effective_rank.items()):
         colour = OKABE_ITO[(k + 1) % len(OKABE_ITO)]
         label = f"stress {eps:g}: " + (f"rank {r}" if r is not None else "not reached")
@@ -186,7 +198,8 @@ def _interval(score: Any) -> tuple[float, float]:
 
 def _kind(name: str, registry: Mapping[str, Any]) -> str:
     base = "mds" if name.startswith("mds-") else name
-    return str(registry[base].kind) if base in registry else "other"
+    kind = str(registry[base].kind) if base in registry else "other"
+    return kind if kind in FAMILY_COLOURS else "other"
 
 
 def plot_stress(report: StressReport) -> Figure:
@@ -195,12 +208,12 @@ def plot_stress(report: StressReport) -> Figure:
     from ..encodings import REGISTRY
 
     scores = list(report.encodings)
-    names = [s.name for s in scores]
+    names = [s.label for s in scores]
     values = np.array([s.stress for s in scores])
     lo_hi = np.array([_interval(s) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
     kinds = [_kind(s.name, REGISTRY) for s in scores]
-    palette = {k: OKABE_ITO[i] for i, k in enumerate(dict.fromkeys(kinds))}
+    palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
     fig = _figure()
     ax = fig.add_subplot()
     y = np.arange(len(scores))
@@ -222,25 +235,57 @@ def plot_stress(report: StressReport) -> Figure:
     note = (
         "bars: stress; whiskers: confidence interval"
         if has_ci.any()
-        else ("no confidence intervals were computed")
+        else ("no confidence intervals were computed (--shards 0)")
     )
+    unc = report.uncertainty
+    if unc is not None and unc.unstable:
+        # The caution the terminal prints under the table belongs on the chart too.
+        note += (
+            f"\ncaution: {len(unc.unstable)} of {report.corpus.n_eff} positions are mostly "
+            "sampling noise"
+        )
     ax.set_title(note, fontsize=9)
     _title(fig, "Stress per encoding", report.corpus)
     return fig
 
 
 def plot_support(summary: CorpusSummary) -> Figure:
-    """Support ``N_i`` of every counted position, ``min_count`` and the analysed prefix."""
+    """Support ``N_i`` of every counted position, ``min_count`` and the analysed prefix.
+
+    In the model view every sequence is padded to every position, so ``N_i`` is flat; the real
+    (non-pad) tokens, which ``min_count`` counts there, are drawn too, with their share of the
+    sequences on a second axis.
+    """
     sup = np.asarray(summary.supports, dtype=np.float64)
     fig = _figure()
     ax = fig.add_subplot()
     pos = np.arange(len(sup))
     ax.step(pos, np.where(sup > 0, sup, np.nan), where="mid", color=OKABE_ITO[0], label="N_i")
+    if summary.real_supports:
+        real = np.asarray(summary.real_supports, dtype=np.float64)
+        ax.step(
+            pos,
+            np.where(real > 0, real, np.nan),
+            where="mid",
+            color=OKABE_ITO[2],
+            label="real (non-pad) tokens",
+        )
+        share = ax.twinx()
+        share.plot(
+            pos,
+            100.0 * np.asarray(summary.real_share),
+            color=OKABE_ITO[3],
+            linestyle=":",
+            label="real-token share (right axis)",
+        )
+        share.set_ylim(0.0, 102.0)
+        share.set_ylabel("real (non-pad) tokens, % of sequences")
+        share.legend(fontsize=8, loc="lower left")
     ax.axhline(
         summary.min_count,
         color=OKABE_ITO[5],
         linestyle="--",
-        label=f"min_count {summary.min_count}",
+        label=f"min_count {summary.min_count} ({summary.support_unit})",
     )
     ax.axvspan(
         -0.5, summary.n_eff - 0.5, color=OKABE_ITO[4], alpha=0.2, label="analysed 0..n_eff-1"
@@ -250,7 +295,7 @@ def plot_support(summary: CorpusSummary) -> Figure:
     ax.set_xlim(-0.5, len(sup) - 0.5)
     ax.set_xlabel("position i")
     ax.set_ylabel("support N_i (sequences reaching position i)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     _title(fig, "Per-position support", summary)
     return fig
 

@@ -11,7 +11,9 @@ from rich.table import Table
 
 from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
 from ..export import LowRankEncoding
-from ._format import SHOWN_RANKS, fmt, jsonable, params, ranges, summary_rows
+from ._fit import Column, fitted_table
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
+from .takeaway import takeaway
 
 __all__ = [
     "encoding_json",
@@ -24,7 +26,7 @@ __all__ = [
 
 
 def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
-    return asdict(c)
+    return corpus_json(c)
 
 
 def stress_json(report: StressReport) -> dict[str, Any]:
@@ -59,48 +61,57 @@ def print_summary(c: CorpusSummary, console: Console) -> None:
     console.print(t)
 
 
-def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
-    """Corpus summary, stress table (best first) and MDS spectrum.
+def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Column]:
+    """The stress table's columns, most important first in ``keep`` order.
 
-    ``verbose`` adds the plug-in stress of every encoding and the in-sample stress of ``mds-r``
-    (scored held-out in the stress column).
+    ``raw`` (unnormalised, e.g. 17023.966 beside stresses in [0, 1]), ``mds-r``'s in-sample
+    stress and every encoding's plug-in stress only with ``verbose``; the JSON always has them.
     """
-    print_summary(report.corpus, console)
-    t = Table(
-        title="Stress (0 = corpus geometry reproduced, 1 = no positional information)",
-        title_justify="left",
-    )
-    for col in ("encoding", "parameters"):
-        t.add_column(col)
+    es = report.encodings
     unc = report.uncertainty
-    cols: tuple[str, ...] = ("stress", "interval", "raw", "kruskal", "spearman", "params")
-    if not (unc and unc.shards):
-        cols = tuple(c for c in cols if c != "interval")
+    cols = [
+        Column("encoding", [e.label for e in es]),
+        Column("parameters", [params(e.params) for e in es], prose=True),
+        Column("stress", [fmt(e.stress) for e in es], "right"),
+    ]
+    if unc and unc.shards:
+        cols.append(Column("interval", [ci_text(e.ci_low, e.ci_high) for e in es], "right", 60))
     if verbose:
-        cols = (*cols[:-1], "in-sample", "plug-in", cols[-1])
-    for col in cols:
-        t.add_column(col, justify="right")
-    for e in report.encodings:
-        ci = [] if not (unc and unc.shards) else [f"[{e.ci_low:.4f}, {e.ci_high:.4f}]"]
-        more = [fmt(e.in_sample) if e.name.startswith("mds") else "", fmt(e.plain)]
-        t.add_row(
-            e.name,
-            escape(params(e.params)),
-            fmt(e.stress),
-            *ci,
-            fmt(e.raw, 3),
-            fmt(e.kruskal),
-            fmt(e.spearman, 3),
-            *(more if verbose else []),
-            f"{e.n_params:,}",
-        )
+        cols += [
+            Column("raw", [fmt(e.raw, 3) for e in es], "right", 10),
+            Column(
+                "in-sample",
+                [fmt(e.in_sample) if e.name.startswith("mds") else "" for e in es],
+                "right",
+                15,
+            ),
+            Column("plug-in", [fmt(e.plain) for e in es], "right", 16),
+        ]
+    cols += [
+        Column("kruskal", [fmt(e.kruskal) for e in es], "right", 20),
+        Column("spearman", [fmt(e.spearman, 3) for e in es], "right", 30),
+        Column("params", [f"{e.n_params:,}" for e in es], "right", 40),
+    ]
+    return cols
+
+
+def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
+    """Corpus summary, stress table (best first), what it says, and the MDS spectrum."""
+    print_summary(report.corpus, console)
+    t, dropped = fitted_table(
+        "Stress (0 = corpus geometry reproduced, 1 = no positional information)",
+        stress_columns(report, verbose=verbose),
+        console,
+    )
     console.print(t)
-    estimator = report.spectrum.estimator
-    if estimator == "crossfit":
+    if dropped:
+        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
+    if report.spectrum.estimator == "crossfit":
         console.print(
             "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
             "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
         )
+    unc = report.uncertainty
     if unc is not None:
         line = unc.note or (
             f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
@@ -119,6 +130,8 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
     console.print(spectrum_line(sp))
+    for text in takeaway(report):
+        console.print(escape(text), style="bold" if text.startswith("Reading") else None)
 
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:

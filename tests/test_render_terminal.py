@@ -1,0 +1,133 @@
+"""What the terminal shows: at 80 columns no table cuts a name users type (secondary columns
+give way first), ``raw`` only with --verbose, and two lines that read the stress table."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from posdiag.analysis import stress_report
+from posdiag.cli import app
+from posdiag.encodings import REGISTRY, describe, preset_specs
+from posdiag.render.corpora import corpora_json, print_corpora
+from posdiag.render.encodings import print_encoding_detail, print_encodings
+from posdiag.render.stress import print_stress
+from posdiag.render.takeaway import takeaway
+from posdiag.sources import PRESETS
+from posdiag.uncertainty import corpus_counts_sharded
+
+runner = CliRunner()
+
+
+def _console(width: int) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=width, highlight=False, color_system=None), buf
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    lines = (Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt").read_text()
+    path = tmp_path_factory.mktemp("c") / "c.txt"
+    path.write_text("\n".join(lines.splitlines()[:600]) + "\n")
+    specs = [
+        *preset_specs("bert-base"),
+        ("scaled-sinusoidal", {}),
+        ("rope-yarn", {"factor": 8.0}),
+        ("mds", {"rank": 3}),
+        ("nope", {}),
+    ]
+    counted = corpus_counts_sharded(str(path), shards=5, seed=0, max_len=48)
+    return stress_report(counted, specs, level=0.95, min_count=50, replicates=20)
+
+
+def _lines(buf: io.StringIO) -> list[str]:
+    return buf.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_stress_table_never_cuts_names(report, width: int) -> None:  # type: ignore[no-untyped-def]
+    console, buf = _console(width)
+    print_stress(report, console)
+    text = buf.getvalue()
+    assert "…" not in text
+    assert all(len(line) <= width for line in _lines(buf))
+    rows = [line for line in _lines(buf) if line.startswith("│ ")]
+    names = {row.split("│")[1].strip() for row in rows}
+    # Each label whole on one line (before the fix: 'scaled-sinuso…', 'learne…').
+    for label in ("learned-random (bert-base)", "scaled-sinusoidal", "rope-yarn", "mds-3"):
+        assert label in names
+    flat = " ".join(text.split())
+    if width == 160:
+        assert "not shown" not in flat
+    else:
+        # Secondary columns give way; the stress and its interval stay.
+        gone = flat.split("(not shown at this width: ")[1].split(";")[0].split(", ")
+        assert gone and set(gone) <= {"kruskal", "spearman", "params"}
+    assert " stress " in flat and " interval " in flat
+
+
+def test_raw_only_with_verbose(report, small_corpus: Path) -> None:  # type: ignore[no-untyped-def]
+    console, buf = _console(200)
+    print_stress(report, console)
+    assert "raw" not in _lines(buf)[0:60] and " raw " not in buf.getvalue()
+    console, buf = _console(200)
+    print_stress(report, console, verbose=True)
+    assert " raw " in buf.getvalue()
+    r = runner.invoke(app, ["stress", str(small_corpus), "-v", "--shards", "0"])
+    assert r.exit_code == 0 and " raw " in r.stdout
+    r = runner.invoke(app, ["stress", str(small_corpus), "--shards", "0"])
+    assert r.exit_code == 0 and " raw " not in r.stdout
+    doc = json.loads(
+        runner.invoke(app, ["stress", str(small_corpus), "--shards", "0", "--json"]).stdout
+    )
+    assert all("raw" in e for e in doc["encodings"])
+
+
+def test_reading_lines_follow_the_table(report) -> None:  # type: ignore[no-untyped-def]
+    reading, nxt = takeaway(report)
+    standard = [e for e in report.encodings if e.name not in ("nope",) and e.name != "mds-3"]
+    best = standard[0]
+    kind = {"bias": "relative bias"}.get(REGISTRY[best.name].kind, REGISTRY[best.name].kind)
+    assert reading.startswith(f"Reading: best family {kind}: {best.label} {best.stress:.3f}")
+    eps, rank = next(iter(report.spectrum.effective_rank.items()))
+    if rank is None:  # below the cross-fit's floor
+        sp = report.spectrum
+        assert (
+            f"signal rank {sp.signal_rank} (stress {eps:g} is below the floor {sp.floor:.3f})"
+            in (reading)
+        )
+    else:
+        assert f"effective rank {rank}/{report.corpus.n_eff - 1} at stress <= {eps:g}" in reading
+    unstable = report.uncertainty.unstable
+    if unstable:
+        assert f"noise matters: {len(unstable)} of {report.corpus.n_eff} positions" in reading
+    assert nxt.startswith(f"Next: posdiag diagnose {report.corpus.source} ")
+    assert "docs/geometry.md" in nxt
+    console, buf = _console(80)
+    print_stress(report, console)
+    text = " ".join(buf.getvalue().split())
+    assert " ".join(reading.split()) in text and " ".join(nxt.split()) in text
+
+
+def test_encodings_and_corpora_tables_at_80_columns() -> None:
+    console, buf = _console(80)
+    print_encodings(describe(), console)
+    text = buf.getvalue()
+    assert "…" not in text and all(len(x) <= 80 for x in _lines(buf))
+    firsts = {line.split("│")[1].strip() for line in _lines(buf) if line.startswith("│ ")}
+    assert set(REGISTRY) <= firsts
+    console, buf = _console(80)
+    print_encoding_detail(describe("rope-yarn")[0], console)
+    assert "…" not in buf.getvalue()
+    assert "original_max_position_embeddings" in buf.getvalue()
+    console, buf = _console(80)
+    print_corpora(corpora_json(), console)
+    text = buf.getvalue()
+    assert "…" not in text and all(len(x) <= 80 for x in _lines(buf))
+    for p in PRESETS.values():
+        assert f" {p.name} " in text and f" {p.dataset} " in text
