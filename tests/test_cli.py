@@ -91,8 +91,9 @@ def test_stress_table_and_selected_encodings(
         ).stdout
     )
     row = {e["name"]: e for e in doc["encodings"]}
-    # mds-2 stores r(n + d) = 2 (12 + 512) numbers; RoPE has no parameters.
-    assert (row["mds-2"]["n_params"], row["rope"]["n_params"]) == (1048, 0)
+    # mds-2 stores r(n + d) = 2 (12 + d) numbers; RoPE has no parameters.
+    dim = row["mds-2"]["params"]["dim"]
+    assert (row["mds-2"]["n_params"], row["rope"]["n_params"]) == (2 * (12 + dim), 0)
     # The table rows, best first, carry the JSON figures at the printed precision.
     cells = [
         [c.strip() for c in line.strip("│").split("│")]
@@ -105,13 +106,12 @@ def test_stress_table_and_selected_encodings(
             params,
             f"{e['stress']:.4f}",
             f"[{e['ci_low']:.4f}, {e['ci_high']:.4f}]",
-            f"{e['raw']:.3f}",
             f"{e['kruskal']:.4f}",
             f"{e['spearman']:.3f}",
             f"{e['n_params']:,}",
         ]
         for name, params, e in [
-            ("mds-2", "rank=2, dim=512", row["mds-2"]),
+            ("mds-2", f"rank=2, dim={dim}", row["mds-2"]),
             ("rope", "head_dim=8, base=10000", row["rope"]),
         ]
     ]
@@ -218,7 +218,7 @@ def test_encodings_lists_registry(cli: Callable[..., Result]) -> None:
     # Every registered encoding once, in registry order, with its defaults as parameters.
     assert [e["name"] for e in rows] == list(REGISTRY)
     by_name = {e["name"]: e for e in rows}
-    assert by_name["sinusoidal"]["params"] == {"d": 512, "base": 10000.0}
+    assert by_name["sinusoidal"]["params"] == {"d": 768, "base": 10000.0}
     assert by_name["sinusoidal"]["types"] == {"d": "int", "base": "float"}
     assert (by_name["nope"]["params"], by_name["nope"]["n_params"]) == ({}, "0")
     assert run(cli, "--version").stdout == f"posdiag {posdiag.__version__}\n"
