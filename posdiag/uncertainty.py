@@ -72,7 +72,7 @@ class ShardedCounts:
     counts: Counts
     shards: tuple[sp.csr_matrix, ...] = ()
     seed: int = 0
-    why_no_shards: str = "counted without shards (--shards 0)"
+    why_no_shards: str = "--shards 0 was given"
 
     @property
     def k(self) -> int:
@@ -132,7 +132,7 @@ def corpus_counts_sharded(
     if counts.shards:
         return ShardedCounts(counts, counts.shards, seed)
     if k == 0:
-        why = "counted without shards (--shards 0)"
+        why = "--shards 0 was given"
     elif is_counts_file(corpus):
         why = "a counts file keeps no shards; pass the corpus itself for intervals"
     else:

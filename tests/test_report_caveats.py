@@ -66,7 +66,7 @@ def test_report_lists_padding_warnings(tmp_path: Path) -> None:
     section = page.split("<h2>Warnings</h2>")[1].split("<h2>")[0]
     for w in warnings:
         assert w in section and w in r.stderr
-    assert "no intervals: counted without shards (--shards 0)" in section
+    assert "no intervals: --shards 0 was given" in section
 
 
 def test_spectrum_chart_covers_the_ranks_its_legend_cites() -> None:
