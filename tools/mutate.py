@@ -8,6 +8,7 @@ per module and the score with the mutants listed in ``docs/mutation.md`` as equi
     python tools/mutate.py --report        # report the stored results only
     python tools/mutate.py geometry gate   # run some modules
     python tools/mutate.py --resume        # skip the mutants an earlier run killed
+    python tools/mutate.py --ast [modules] # the AST pass only (tools/astmutate.py), after mutmut
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import astmutate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {
@@ -35,7 +38,7 @@ TARGET = ("geometry", "estimator", "rope", "bias", "gate")
 # mutmut exit codes that count as caught (killed, pytest internal error, timeout, crash).
 CAUGHT = {1, 3, 24, -24, 152, 255, 36, -11, -9, 37}
 SURVIVED = 0
-EQUIVALENT = re.compile(r"^- `(posdiag\.[\w.]+__mutmut_\d+)`")
+EQUIVALENT = re.compile(r"^- `(posdiag\.[\w.\u01c1]+__(?:mutmut|ast)_\d+)`")
 
 
 def equivalent_mutants() -> set[str]:
@@ -147,15 +150,25 @@ def main() -> int:
     ap.add_argument(
         "--resume", action="store_true", help="skip the mutants already killed in an earlier run"
     )
+    ap.add_argument(
+        "--ast",
+        action="store_true",
+        help="run the AST pass (max/min swaps, np.sqrt/np.clip removed) instead of mutmut",
+    )
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         ap.error(f"unknown module {unknown[0]!r}; modules: {', '.join(MODULES)}")
-    if not args.report:
+    chosen = args.modules or list(MODULES)
+    if args.ast and not args.report:
+        astmutate.run({m: MODULES[m] for m in chosen}, args.resume)
+    elif not args.report:
         children = int(os.environ.get("MUTATE_CHILDREN", "1"))
-        for module in args.modules or list(MODULES):
+        for module in chosen:
             run(module, children, args.resume)
-    return report()
+    worst = report()
+    astmutate.report(MODULES, equivalent_mutants())
+    return worst
 
 
 if __name__ == "__main__":
