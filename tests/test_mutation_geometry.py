@@ -550,6 +550,12 @@ def test_stress_by_rank_of_a_partial_spectrum() -> None:
         stress_by_rank(np.array([0.6, -0.2]), total=0.5), [math.sqrt(0.28)] * 2, rtol=1e-14
     )
     np.testing.assert_array_equal(stress_by_rank(np.zeros(2), total=0.0), [0.0, 0.0])
+    # A total a rounding below the kept squares (the Frobenius norm and the Lanczos eigenvalues
+    # round differently): the tail is 0, not the square root of a negative number.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = stress_by_rank(np.array([3.0, 1.0]), total=9.5)
+    np.testing.assert_array_equal(got, [math.sqrt(0.5 / 9.5), 0.0])
 
 
 @pytest.mark.parametrize("block", [1, 2, 3, 1024])
@@ -628,3 +634,13 @@ def test_compare_edge_cases_give_values_without_numpy_warnings() -> None:
     m = compare(d, gram_from_distances(d), line, gram_from_distances(line))
     dh, de = np.array([0.0, 1.0, 1.0]), np.array([1.0, 2.0, 1.0])
     assert m.spearman == pytest.approx(spearmanr(dh, de).statistic, rel=1e-12)
+
+
+def test_stress_by_rank_stays_at_most_one_when_the_tail_rounds_above_the_total() -> None:
+    # No eigenvalue worth a square (1e-200 squares to 0): every rank's stress is 1. The tail
+    # (negatives summed apart) and the total (all squares) are summed in different orders, and
+    # for these values the tail comes out one ulp above the total.
+    lam = np.array([1e-200, -0.005, -0.123, -2.179, -2.451, -3.889, -4.165, -4.192, -8.881])
+    got = stress_by_rank(lam)
+    assert got.max() <= 1.0
+    np.testing.assert_allclose(got, np.ones(8), rtol=1e-15)

@@ -82,7 +82,12 @@ def mutmut(children: int, names: list[str], generate_only: bool = False) -> None
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
     print("$", " ".join(cmd[:6]), f"... ({len(names)} names)", flush=True)
     # mutmut's progress line is long and redrawn; keep only its summary on failure.
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # mutmut forks a worker per mutant from a process whose tests already ran the numba kernel
+    # of posdiag.fastgram (parallel=True); numba's OpenMP layer then SIGTERMs the forked child
+    # ("fork() called from a process already using GNU OpenMP"), which mutmut counts as
+    # "suspicious" instead of a verdict. The workqueue layer is fork-safe.
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if generate_only and "nothing matches" in res.stdout + res.stderr:
         return  # mutants generated and tests traced; the filter matched no mutant, as meant
     if res.returncode != 0:
