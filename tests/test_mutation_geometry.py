@@ -18,6 +18,7 @@ from scipy.stats import kendalltau, spearmanr
 from posdiag.errors import PosdiagError, PosdiagWarning
 from posdiag.geometry import (
     MDS,
+    _fix_signs,
     classical_mds,
     compare,
     double_center,
@@ -644,3 +645,11 @@ def test_stress_by_rank_stays_at_most_one_when_the_tail_rounds_above_the_total()
     got = stress_by_rank(lam)
     assert got.max() <= 1.0
     np.testing.assert_allclose(got, np.ones(8), rtol=1e-15)
+
+
+def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -> None:
+    # Column 0 is zero (sign 0 -> kept as is), column 1's largest |entry| is -3 (flipped),
+    # column 2's is +2 (kept); ties go to the first row (argmax).
+    u = np.array([[0.0, 1.0, 2.0], [0.0, -3.0, -2.0], [0.0, 2.0, 0.5]])
+    got = _fix_signs(u)
+    np.testing.assert_array_equal(got, [[0.0, -1.0, 2.0], [0.0, 3.0, -2.0], [0.0, -2.0, 0.5]])
