@@ -4,11 +4,11 @@ Runs mutmut once per module (``--max-children`` from ``MUTATE_CHILDREN``, defaul
 machines are shared), each mutant against the tests that cover it, then prints killed / total
 per module and the score with the mutants listed in ``docs/mutation.md`` as equivalent set aside.
 
-    python tools/mutate.py                 # run all seven modules, then report
+    python tools/mutate.py                 # mutmut and the AST pass on all seven modules
     python tools/mutate.py --report        # report the stored results only
     python tools/mutate.py geometry gate   # run some modules
     python tools/mutate.py --resume        # skip the mutants an earlier run killed
-    python tools/mutate.py --ast [modules] # the AST pass only (tools/astmutate.py), after mutmut
+    python tools/mutate.py --ast [modules] # only the AST pass (tools/astmutate.py)
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def main() -> int:
         children = int(os.environ.get("MUTATE_CHILDREN", "1"))
         for module in chosen:
             run(module, children, args.resume)
+        astmutate.run({m: MODULES[m] for m in chosen}, args.resume)
     worst = report()
     astmutate.report(MODULES, equivalent_mutants())
     return worst
