@@ -10,17 +10,26 @@ import math
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from posdiag.errors import PosdiagError
 from posdiag.estimator import (
     SplitHalf,
+    crossfit_bc,
     estimate_hellinger,
     gram_from_bc,
     heldout_mds_stress,
     implied_distances,
     negative_eigenvalue_note,
     noise_energy,
+    plugin_bc,
     restrict,
+    shard_halves,
+    split_half_grams,
+    sqrt_rows,
+    stack_shards,
+    stacked_halves,
+    thinned_halves,
 )
 
 
@@ -187,3 +196,166 @@ def test_restrict_recentres_the_leading_block() -> None:
     for bad in (1, 7):
         with pytest.raises(PosdiagError, match=rf"^'n' must be an int in \[2, 6\]; got {bad}$"):
             restrict(est, bad)
+
+
+# --- thinned_halves: the split of each position's counts ----------------------------------------
+
+
+def test_thinning_reads_whole_float_counts_and_splits_each_row_exactly() -> None:
+    # Counts that arrive as floats (a float .npz) are whole numbers: thinned as integers.
+    counts = np.array([[2.0, 3.0, 0.0], [4.0, 1.0, 6.0], [0.0, 0.0, 2.0]])
+    halves = thinned_halves(counts, 3, 4, np.random.default_rng(0))
+    assert len(halves) == 4
+    for a, b in halves:
+        assert a.dtype == np.int64 and b.dtype == np.int64
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
+        np.testing.assert_array_equal(a.toarray().sum(axis=1), [2, 5, 1])  # floor(N_i / 2)
+        assert (a.toarray() >= 0).all() and (b.toarray() >= 0).all()
+
+
+def test_thinning_names_the_first_position_below_two_tokens() -> None:
+    # Supports 3, 2, 1, 0: position 2 is the first that cannot be split (2 tokens can).
+    counts = np.array([[2, 1], [1, 1], [1, 0], [0, 0]])
+    with pytest.raises(
+        PosdiagError, match=r"^cross-fit: position 2 has 1 tokens; thinning needs >= 2$"
+    ):
+        thinned_halves(counts, 4, 1, np.random.default_rng(0))
+    # Only the analysed prefix counts: the first two positions split fine.
+    ((a, b),) = thinned_halves(counts, 2, 1, np.random.default_rng(0))
+    np.testing.assert_array_equal(a.toarray().sum(axis=1), [1, 1])
+
+
+# --- splits by shard ----------------------------------------------------------------------------
+
+
+def _shards(k: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 6, size=(4, 5)) for _ in range(k)]
+
+
+def test_shard_halves_are_sums_of_half_the_shards() -> None:
+    shards = _shards(5)
+    total = sum(shards)
+    pair_sums = [shards[i] + shards[j] for i in range(5) for j in range(i + 1, 5)]
+    halves = shard_halves([sp.csr_matrix(s) for s in shards], 3, 6, np.random.default_rng(1))
+    assert len(halves) == 6
+    picked = set()
+    for a, b in halves:
+        a, b = a.toarray(), b.toarray()
+        np.testing.assert_array_equal(a + b, total[:3])
+        # A is floor(5/2) = 2 of the shards, on positions 0..2.
+        hits = [i for i, s in enumerate(pair_sums) if np.array_equal(a, s[:3])]
+        assert len(hits) == 1
+        picked.add(hits[0])
+    assert len(picked) > 1  # the splits differ
+
+
+def test_stacked_halves_split_only_the_subset() -> None:
+    shards = _shards(6, seed=2)
+    stack = stack_shards([sp.csr_matrix(s) for s in shards], 4)
+    subset = np.array([0, 2, 3, 5])
+    for a, b in stacked_halves(stack, 4, subset, 3, np.random.default_rng(0)):
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), sum(shards[i] for i in subset))
+        assert any(
+            np.array_equal(a.toarray(), shards[i] + shards[j])
+            for i in subset
+            for j in subset
+            if i < j
+        )
+
+
+def test_shard_halves_need_two_shards_and_tokens_in_each_half() -> None:
+    one = [sp.csr_matrix(np.ones((3, 2)))]
+    with pytest.raises(
+        PosdiagError, match=r"^'shards' must be an int >= 2 for a split by sequence; got 1$"
+    ):
+        shard_halves(one, 3, 1, np.random.default_rng(0))
+    # Position 1 has tokens in shard 0 only: one half of every split lacks it.
+    s0 = np.array([[1, 1], [2, 0], [1, 0]])
+    s1 = np.array([[1, 0], [0, 0], [0, 3]])
+    with pytest.raises(
+        PosdiagError,
+        match=r"^cross-fit: position 1 has no tokens in one half of the data; use fewer "
+        r"--shards, a larger --min-count, or --estimator plugin$",
+    ):
+        shard_halves([sp.csr_matrix(s0), sp.csr_matrix(s1)], 3, 1, np.random.default_rng(0))
+    # ... so the estimate splits each position's counts instead.
+    est = estimate_hellinger(s0 + s1 + 2, 3, shards=[s0, s1], splits=2)
+    assert est.method == "thinning"
+    est = estimate_hellinger(s0 + s1 + 2, 3, shards=[s0 + 1, s1 + 1], splits=2)
+    assert est.method == "shards"
+
+
+# --- estimate_hellinger: arguments and the plug-in ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"estimator": "mle"}, "'estimator' must be one of crossfit, plugin; got 'mle'"),
+        ({"n": 1}, "'n_eff' must be an int in [2, n_positions=4]; got 1"),
+        ({"n": 5}, "'n_eff' must be an int in [2, n_positions=4]; got 5"),
+        ({"splits": 0}, "'splits' must be an int in [1, inf]; got 0"),
+        ({"seed": -1}, "'seed' must be an int in [0, inf]; got -1"),
+    ],
+)
+def test_estimate_hellinger_argument_errors(kwargs: dict, message: str) -> None:
+    args = {"n": 3, **kwargs}
+    n = args.pop("n")
+    with pytest.raises(PosdiagError) as err:
+        estimate_hellinger(np.ones((4, 3)), n, **args)
+    assert str(err.value) == message
+
+
+def test_crossfit_of_no_halves_is_an_error() -> None:
+    with pytest.raises(PosdiagError, match=r"^'splits' must be an int in \[1, inf\]; got 0$"):
+        crossfit_bc([])
+
+
+def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
+    counts = np.array([[3, 1, 0, 0], [0, 2, 2, 0], [1, 1, 1, 1], [0, 0, 0, 5]])
+    s = np.sqrt(counts / counts.sum(axis=1, keepdims=True))
+    want = s @ s.T
+    np.fill_diagonal(want, 1.0)
+    got = plugin_bc(counts)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert np.all(np.diag(got) == 1.0) and got.min() >= 0.0 and got[0, 3] == 0.0
+    est = estimate_hellinger(counts, 3, estimator="plugin", seed=4)
+    assert (est.estimator, est.method, est.splits, est.seed) == ("plugin", "none", 0, 4)
+    np.testing.assert_allclose(est.bc, want[:3, :3], atol=1e-15)
+
+
+def test_sqrt_rows_keeps_empty_rows_zero() -> None:
+    counts = np.array([[1, 3], [0, 0], [2, 2]])
+    got = sqrt_rows(counts).toarray()
+    np.testing.assert_allclose(got, [[0.5, math.sqrt(0.75)], [0.0, 0.0], [math.sqrt(0.5)] * 2])
+
+
+# --- split_half_grams ----------------------------------------------------------------------------
+
+
+def test_split_half_grams_by_shard_and_by_thinning() -> None:
+    shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
+    total = sum(s.toarray() for s in shards)
+    for kw in ({"shards": shards}, {}):
+        halves = split_half_grams(total, 4, splits=5, seed=1, repeats=3, **kw)
+        assert len(halves.grams) == 3
+        for g_p, g_q in halves.grams:
+            for g in (g_p, g_q):
+                assert g.shape == (4, 4)
+                np.testing.assert_allclose(g, g.T, atol=1e-15)
+                np.testing.assert_allclose(g.sum(axis=0), 0.0, atol=1e-13)  # centred
+            assert not np.allclose(g_p, g_q)  # independent halves
+    with pytest.raises(PosdiagError, match=r"^'repeats' must be an int in \[1, inf\]; got 0$"):
+        split_half_grams(total, 4, repeats=0)
+
+
+def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
+    # From TOP_MDS_FROM positions the fits take only the top pairs (Lanczos): same stresses.
+    rng = np.random.default_rng(8)
+    n = 512
+    truth = _centred_gram(rng, n, 4)
+    grams = [(truth + 0.05 * _centred_gram(rng, n, 12), truth + 0.05 * _centred_gram(rng, n, 12))]
+    got = heldout_mds_stress(SplitHalf(tuple(grams)), [1, 3])
+    for r in (1, 3):
+        assert got[r] == pytest.approx(_heldout_by_hand(grams, r), rel=1e-8, abs=1e-10)
