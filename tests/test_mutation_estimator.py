@@ -135,14 +135,15 @@ def _heldout_by_hand(grams: list[tuple[np.ndarray, np.ndarray]], r: int) -> floa
     return sum(out) / len(out)
 
 
-def test_heldout_mds_stress_equals_a_direct_computation() -> None:
+@pytest.mark.parametrize("scale", [1.0, 1e-3])  # B_H's own scale is ~1e-3 on real corpora
+def test_heldout_mds_stress_equals_a_direct_computation(scale: float) -> None:
     rng = np.random.default_rng(11)
     truth = _centred_gram(rng, 7, 3)
     grams = []
     for _ in range(3):  # three outer splits, each half with its own noise
         p = truth + 0.3 * _centred_gram(rng, 7, 6)
         q = truth + 0.3 * _centred_gram(rng, 7, 6)
-        grams.append((p, q))
+        grams.append((scale * p, scale * q))
     got = heldout_mds_stress(SplitHalf(tuple(grams)), [1, 2, 3, 6])
     assert list(got) == [1, 2, 3, 6]
     for r in (1, 2, 3, 6):
@@ -154,6 +155,16 @@ def test_heldout_mds_stress_is_one_when_the_halves_disagree_in_sign() -> None:
     # <B_P, B_Q> < 0: noise swamps all signal, nothing is left to fit.
     g = _centred_gram(np.random.default_rng(2), 5, 2)
     assert heldout_mds_stress(SplitHalf(((g, -g),)), [1, 2]) == {1: 1.0, 2: 1.0}
+    # <B_P, B_Q> = 0 exactly (1 * 0.5 + 0.25 * -2) and < 0, although the rank-1 fit of B_P
+    # overlaps B_Q: still nothing to fit.
+    p, q = np.diag([1.0, 0.25, 0.0]), np.diag([0.5, -2.0, 0.0])
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1]) == {1: 1.0}
+    p = np.diag([1.0, 0.9, 0.0])
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1]) == {1: 1.0}
+    # <B_P, B_Q> > 0 but neither half has a positive eigenvalue: the fits are 0, stress 1.
+    assert heldout_mds_stress(SplitHalf(((-g, -0.5 * g),)), [1, 2]) == {1: 1.0, 2: 1.0}
+    p, q = np.diag([-1.0, -2.0, 0.0]), np.diag([-0.5, -1.0, 0.0])  # top eigenvalue exactly 0
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1, 2]) == {1: 1.0, 2: 1.0}
 
 
 def test_heldout_mds_stress_rank_bounds() -> None:
