@@ -74,6 +74,12 @@ def test_implied_distances_by_loop() -> None:
         ([-1.0, -2.0], None),
         ([4.0, 1.0], None),  # no negative eigenvalue
         ([1.0, -1e-10], None),  # exactly the rounding bound
+        ([100.0, -5e-9], None),  # the bound scales with l_1: -1e-8 here
+        (
+            [100.0, -2e-8],
+            "most negative eigenvalue -2e-08 (-0.0% of l_1 = 100); "
+            "1 eigenvalue exceed its magnitude (signal rank)",
+        ),
         (
             [1.0, -1.5e-10],
             "most negative eigenvalue -1.5e-10 (-0.0% of l_1 = 1); "
@@ -359,6 +365,19 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
             assert not np.allclose(g_p, g_q)  # independent halves
     with pytest.raises(PosdiagError, match=r"^'repeats' must be an int in \[1, inf\]; got 0$"):
         split_half_grams(total, 4, repeats=0)
+    for bad in (1, 5):
+        with pytest.raises(
+            PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=4\]; got {bad}$"
+        ):
+            split_half_grams(total, bad)
+    # Defaults: two repeats, seed 0; two positions are enough.
+    default, seeded = split_half_grams(total, 2), split_half_grams(total, 2, seed=0, repeats=2)
+    assert len(default.grams) == 2
+    for (p1, q1), (p2, q2) in zip(default.grams, seeded.grams, strict=True):
+        np.testing.assert_array_equal(p1, p2)
+        np.testing.assert_array_equal(q1, q2)
+    other = split_half_grams(total, 2, seed=1)
+    assert not np.array_equal(other.grams[0][0], default.grams[0][0])
 
 
 def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
