@@ -370,6 +370,13 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
             PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=4\]; got {bad}$"
         ):
             split_half_grams(total, bad)
+    for kw, message in (
+        ({"seed": -1}, "'seed' must be an int in [0, inf]; got -1"),
+        ({"splits": 0}, "'splits' must be an int in [1, inf]; got 0"),
+    ):
+        with pytest.raises(PosdiagError) as err:
+            split_half_grams(total, 2, **kw)
+        assert str(err.value) == message
     # Defaults: two repeats, seed 0; two positions are enough.
     default, seeded = split_half_grams(total, 2), split_half_grams(total, 2, seed=0, repeats=2)
     assert len(default.grams) == 2
