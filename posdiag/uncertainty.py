@@ -10,7 +10,9 @@ multinomial bootstrap).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from .geometry import (
     positional_information,
     stress_by_rank,
 )
+from .replicates import ShardPattern
 from .tokenize import Tokenizer
 
 __all__ = [
@@ -219,6 +222,11 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
 # the interval. With 2, mean width / (3.92 sd over 30 independent synthetic samples) was
 # 0.91-0.98 for fixed encodings, 0.93 for mds-2, 1.39 for learned-random (benchmarks/estimator.py).
 REPLICATE_SPLITS = 2
+# Replicate Grams whose eigenvalues are computed in one stacked call (bytes of the stack).
+EIG_BATCH_BYTES = 32 << 20
+ENGINES = ("pattern", "scipy")
+# From this n a replicate's products are large enough for BLAS threads to pay off.
+BLAS_THREADS_FROM = 512
 
 
 def bootstrap_stress(
@@ -234,6 +242,7 @@ def bootstrap_stress(
     estimator: str = "plugin",
     replicate_splits: int = REPLICATE_SPLITS,
     full_eigenvalues: np.ndarray | None = None,
+    engine: str = "pattern",
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -266,6 +275,10 @@ def bootstrap_stress(
     full_eigenvalues : ndarray of shape (n_eff,), optional
         Eigenvalues of the full-data ``B_H`` (centre of the rank intervals); default: those of
         the plug-in.
+    engine : {"pattern", "scipy"}
+        How each replicate's counts and products are formed: on the shards' fixed pattern
+        (:class:`~posdiag.replicates.ShardPattern`, default) or with scipy selections and
+        products per split as before (the reference; same draws, same numbers to ~1e-15).
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -274,6 +287,7 @@ def bootstrap_stress(
     n = check_int("n_eff", n_eff, 2)
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
+    engine = check_choice("engine", engine, ENGINES)
     k = sharded.k
     # Replicate weights and samples, plus the running sums and one replicate's geometry.
     require(
@@ -285,7 +299,6 @@ def bootstrap_stress(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "
             f"shards is split again); got {k}"
         )
-    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
     ranks_of = [_mds_rank(e) for e in encodings]
     # Each fixed encoding's side once (issue 13): Toeplitz encodings share one diagonal-sum
     # pass per replicate, tables a vdot (or B JP past n = 2,048); no n x n Gram per encoding.
@@ -301,47 +314,44 @@ def bootstrap_stress(
     for row in weights:
         row[rng.choice(k, size=h, replace=False)] = 1.0
     scale = float(np.sqrt(h / (k - h)))
-    rows = np.tile(np.arange(n), k)
-    cols = np.arange(k * n)
     enc_samples: list[list[float]] = [[] for _ in encodings]
     rank_samples: list[np.ndarray] = []
     d_sum = np.zeros((n, n))
     d_sq = np.zeros((n, n))
     used = 0
-    for done, w in enumerate(weights, 1):
-        if progress is not None:
-            progress(done, replicates)
-        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
-        c = select @ stack
-        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
-            continue
-        if estimator == "crossfit":
-            try:
-                halves = stacked_halves(stack, n, np.flatnonzero(w), replicate_splits, split_rng)
-                bc = crossfit_bc(halves)
-            except PosdiagError:
-                continue  # a position lost all its support in a quarter of the shards
-            b = gram_from_bc(bc)
-            d = implied_distances(bc)
-        else:
-            d = hellinger_distances_fast(c)
-            b = gram_from_distances(d)
-        nb = float(np.linalg.norm(b))
-        if nb == 0.0:
-            continue
-        lam = np.sort(np.linalg.eigvalsh(b))[::-1]
-        by_rank = _tail_stress(lam)
-        rank_samples.append(by_rank)
-        lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
-        for idx, (scorer, rank) in enumerate(zip(scorers, ranks_of, strict=True)):
-            if rank is not None:
-                enc_samples[idx].append(float(by_rank[rank - 1]))
-            else:
-                assert scorer is not None
-                enc_samples[idx].append(scorer.stress(b, nb, lags))
-        d_sum += d
-        d_sq += d * d
-        used += 1
+    # Eigenvalues of several replicates in one stacked call (the same LAPACK routine per matrix,
+    # without the per-call overhead that dominated at n = 76); memory bounded by EIG_BATCH_BYTES.
+    batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
+    pending: list[np.ndarray] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        for lam_desc in np.linalg.eigvalsh(np.stack(pending))[:, ::-1]:
+            by_rank = _tail_stress(lam_desc)
+            rank_samples.append(by_rank)
+            for idx, rank in enumerate(ranks_of):
+                if rank is not None:
+                    enc_samples[idx].append(float(by_rank[rank - 1]))
+        pending.clear()
+
+    make = _scipy_replicates if engine == "scipy" else _pattern_replicates
+    with _small_blas(n if engine == "pattern" else BLAS_THREADS_FROM):
+        for b, d in make(sharded, n, weights, estimator, replicate_splits, split_rng, progress):
+            nb = float(np.linalg.norm(b))
+            if nb == 0.0:
+                continue
+            pending.append(b)
+            lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
+            for idx, scorer in enumerate(scorers):
+                if scorer is not None:
+                    enc_samples[idx].append(scorer.stress(b, nb, lags))
+            d_sum += d
+            d_sq += d * d
+            used += 1
+            if len(pending) >= batch:
+                flush()
+        flush()
     if used < 2:
         raise PosdiagError(
             f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
@@ -372,6 +382,102 @@ def bootstrap_stress(
             float(np.mean(s)) - float(est) for est, s in zip(estimates, enc_samples, strict=True)
         ),
     )
+
+
+ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray]]
+
+
+def _small_blas(n: int) -> AbstractContextManager[object]:
+    """One BLAS thread while replicates are small (``n`` below :data:`BLAS_THREADS_FROM`).
+
+    A replicate at n = 76 is a few hundred small products; multi-threaded OpenBLAS spends more
+    on waking and syncing its threads than on the work, badly so on a loaded machine: the
+    (76 x 1,332) @ (1,332 x 76) product of a split took 7.4 ms with 2 threads and 0.39 ms with
+    one, a (20 x 40k) matrix-vector product 9.8 ms against 0.19 ms (load 6 on 2 cores).
+    """
+    if n >= BLAS_THREADS_FROM:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _pattern_replicates(
+    sharded: ShardedCounts,
+    n: int,
+    weights: np.ndarray,
+    estimator: str,
+    splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+) -> ReplicateGrams:
+    """``(B, D)`` of each replicate whose every position keeps support, on the fixed pattern of
+    :class:`~posdiag.replicates.ShardPattern` (same draws, same numbers as
+    :func:`_scipy_replicates` up to the order of additions)."""
+    pattern = ShardPattern(sharded.shards, n)
+    k = sharded.k
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, len(weights))
+        cw = pattern.counts(w)
+        if np.any(pattern.supports(cw) <= 0):
+            continue
+        if estimator != "crossfit":
+            d = hellinger_distances_fast(pattern.csr(cw))
+            yield gram_from_distances(d), d
+            continue
+        subset = np.flatnonzero(w)
+        acc: np.ndarray | None = None
+        for _ in range(splits):
+            # The draw of posdiag.estimator.stacked_halves, checked split by split as there.
+            pick = np.zeros(k)
+            pick[subset[split_rng.choice(subset.size, size=subset.size // 2, replace=False)]] = 1.0
+            ca = pattern.counts(pick)
+            cb = cw - ca
+            na, nb = pattern.supports(ca), pattern.supports(cb)
+            if np.any(na <= 0) or np.any(nb <= 0):
+                acc = None  # a position lost all its support in a quarter of the shards
+                break
+            x = pattern.product(pattern.sqrt_rows(ca, na), pattern.sqrt_rows(cb, nb))
+            acc = x + x.T if acc is None else acc + x + x.T
+        if acc is None:
+            continue
+        bc = acc / (2.0 * splits)
+        yield gram_from_bc(bc), implied_distances(bc)
+
+
+def _scipy_replicates(
+    sharded: ShardedCounts,
+    n: int,
+    weights: np.ndarray,
+    estimator: str,
+    splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+) -> ReplicateGrams:
+    """The replicates as computed before :class:`~posdiag.replicates.ShardPattern`: scipy
+    selections and products per split (kept as the reference of tests and `make bench`)."""
+    k = sharded.k
+    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
+    rows = np.tile(np.arange(n), k)
+    cols = np.arange(k * n)
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, len(weights))
+        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
+        c = select @ stack
+        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
+            continue
+        if estimator == "crossfit":
+            try:
+                halves = stacked_halves(stack, n, np.flatnonzero(w), splits, split_rng)
+                bc = crossfit_bc(halves)
+            except PosdiagError:
+                continue  # a position lost all its support in a quarter of the shards
+            yield gram_from_bc(bc), implied_distances(bc)
+        else:
+            d = hellinger_distances_fast(c)
+            yield gram_from_distances(d), d
 
 
 def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
