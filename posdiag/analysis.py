@@ -606,6 +606,7 @@ def interval_scores(
     *,
     estimator: str = "plugin",
     full_eigenvalues: np.ndarray | None = None,
+    full_mds: MDS | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
@@ -625,6 +626,7 @@ def interval_scores(
         progress=progress,
         estimator=estimator,
         full_eigenvalues=full_eigenvalues,
+        full_mds=full_mds,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -660,6 +662,7 @@ def _with_intervals(
         progress,
         estimator=geometry.estimator,
         full_eigenvalues=geometry.mds.eigenvalues,
+        full_mds=geometry.mds,
     )
     unc = Uncertainty(
         iv.level,
