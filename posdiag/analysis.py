@@ -991,7 +991,8 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
     r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
-    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    # Rank intervals stop at the replicates' computed ranks at long contexts.
+    iv = unc.stress_by_rank[r - 1] if r <= len(unc.stress_by_rank) else (math.nan, math.nan)
     saving = parameter_saving(r, n, dim)
     cost = (
         f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "

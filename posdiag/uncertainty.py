@@ -37,7 +37,8 @@ from .geometry import (
     positional_information,
     stress_by_rank,
 )
-from .replicates import ShardPattern, linear_samples, shard_influence
+from .replicates import PatternTooLarge, ShardPattern
+from .spectral import top_eigenpairs
 from .tokenize import Tokenizer
 
 __all__ = [
@@ -226,13 +227,18 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
 REPLICATE_SPLITS = 2
 # Replicate Grams whose eigenvalues are computed in one stacked call (bytes of the stack).
 EIG_BATCH_BYTES = 32 << 20
-ENGINES = ("pattern", "scipy")
-METHODS = ("auto", "exact", "linear")
-# Evaluated, not used by "auto": the linearised replicates (secant slopes) against the 30-sample
-# calibration protocol gave width / (3.92 sd) alibi 0.91, sinusoidal 0.85, rope 0.86, mds-2
-# 0.84, learned-random 2.49 (exact loop: 0.98, 0.91, 0.91, 0.93, 1.39); Taylor slopes 0.79,
-# 0.71, 0.70, 0.75, 1.23. The exact replicate's quarter-split noise (second order) is missing.
-LINEAR_FROM = 512
+ENGINES = ("auto", "pattern", "scipy")
+# From this n a replicate's rank stresses come from its top REPLICATE_RANKS eigenpairs (block
+# subspace iteration warm-started from the full-data eigenvectors) and ||B||_F^2, not a full
+# eigvalsh (4.6 s per replicate at n = 1,024 under load, 19 s at 4,096). The rank intervals
+# then cover ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
+PARTIAL_EIG_FROM = 512
+REPLICATE_RANKS = 10
+# Residual bound of the replicates' Ritz pairs, relative to ||B||_F. Measured on a replicate
+# of the long synthetic corpus at n = 1,024 (top 10, warm start): 6 passes, 0.4 s, largest
+# error of a rank stress 1e-7 against eigvalsh (1e-3: 5e-6; 1e-5: 6e-10 in 10 passes).
+REPLICATE_EIG_TOL = 1e-4
+REPLICATE_EIG_ITER = 200
 # From this n a replicate's products are large enough for BLAS threads to pay off.
 BLAS_THREADS_FROM = 512
 
@@ -250,8 +256,7 @@ def bootstrap_stress(
     estimator: str = "plugin",
     replicate_splits: int = REPLICATE_SPLITS,
     full_eigenvalues: np.ndarray | None = None,
-    engine: str = "pattern",
-    method: str = "auto",
+    engine: str = "auto",
     full_mds: MDS | None = None,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
@@ -285,20 +290,19 @@ def bootstrap_stress(
     full_eigenvalues : ndarray of shape (n_eff,), optional
         Eigenvalues of the full-data ``B_H`` (centre of the rank intervals); default: those of
         the plug-in.
-    engine : {"pattern", "scipy"}
+    engine : {"auto", "pattern", "scipy"}
         How each replicate's counts and products are formed: on the shards' fixed pattern
-        (:class:`~posdiag.replicates.ShardPattern`, default) or with scipy selections and
-        products per split as before (the reference; same draws, same numbers to ~1e-15).
-    method : {"auto", "exact", "linear"}
-        ``exact`` recomputes every replicate; ``linear`` evaluates the same replicate draws on
-        the first-order model of :func:`~posdiag.replicates.shard_influence` (one product per
-        shard instead of two per replicate, no eigendecomposition per replicate;
-        docs/geometry.md, "Intervals at long contexts"); ``auto`` takes ``linear`` from
-        ``n_eff >=`` :data:`LINEAR_FROM`.
+        (:class:`~posdiag.replicates.ShardPattern`) or with scipy selections and
+        :mod:`posdiag.fastgram` products per split. ``auto``: the pattern while it fits its
+        memory bounds, and from :data:`PARTIAL_EIG_FROM` positions the replicates' top
+        eigenpairs only. ``scipy``: the loop as it was (scipy products, a full ``eigvalsh`` per
+        replicate), the reference of tests and ``make bench``; same draws, same numbers to
+        ~1e-14.
     full_mds : MDS, optional
-        The full-data geometry (Gram, eigenvalues, eigenvectors; partial spectra allowed): the
-        point the linear model expands around, and the centre of the rank intervals when
-        ``full_eigenvalues`` is not given. Default: the plug-in's, computed here.
+        The full-data geometry (eigenvalues, eigenvectors; partial spectra allowed): the centre
+        of the rank intervals when ``full_eigenvalues`` is not given, and the warm start of the
+        replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions. Default: the
+        plug-in's, computed here.
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -308,9 +312,6 @@ def bootstrap_stress(
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     engine = check_choice("engine", engine, ENGINES)
-    method = check_choice("method", method, METHODS)
-    if method == "auto":
-        method = "exact"  # the linear model is not calibrated (see LINEAR_FROM)
     k = sharded.k
     # Replicate weights and samples, plus the running sums and one replicate's geometry.
     require(
@@ -337,31 +338,26 @@ def bootstrap_stress(
     for row in weights:
         row[rng.choice(k, size=h, replace=False)] = 1.0
     scale = float(np.sqrt(h / (k - h)))
-    if full_mds is None and (method == "linear" or full_eigenvalues is None):
+    if full_mds is None:
         full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
     if full_eigenvalues is not None:
         full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
     else:
         assert full_mds is not None
         full_by_rank = full_mds.stress_by_rank()
-    if method == "linear":
-        assert full_mds is not None
-        enc_arrays, ranks, sd, used = _linear_replicates(
-            sharded, n, ranks_of, scorers, weights, h, full_mds, progress
-        )
-    else:
-        enc_arrays, ranks, sd, used = _exact_replicates(
-            sharded,
-            n,
-            ranks_of,
-            scorers,
-            weights,
-            estimator,
-            replicate_splits,
-            split_rng,
-            progress,
-            engine,
-        )
+    enc_arrays, ranks, sd, used = _exact_replicates(
+        sharded,
+        n,
+        ranks_of,
+        scorers,
+        weights,
+        estimator,
+        replicate_splits,
+        split_rng,
+        progress,
+        engine,
+        full_mds,
+    )
     if used < 2:
         raise PosdiagError(
             f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
@@ -401,6 +397,7 @@ def _exact_replicates(
     split_rng: np.random.Generator,
     progress: Callable[[int, int], None] | None,
     engine: str,
+    full: MDS | None,
 ) -> Samples:
     """Every replicate recomputed: samples per encoding, rank samples (R, n-1), the spread of
     each distance and the number of replicates kept."""
@@ -409,29 +406,55 @@ def _exact_replicates(
     d_sum = np.zeros((n, n))
     d_sq = np.zeros((n, n))
     used = 0
+    pattern: ShardPattern | None = None
+    if engine != "scipy":
+        try:
+            pattern = ShardPattern(sharded.shards, n)
+        except PatternTooLarge:
+            if engine == "pattern":
+                raise
+    if pattern is not None:
+        grams = _pattern_replicates(
+            pattern, n, weights, estimator, replicate_splits, split_rng, progress
+        )
+    else:
+        grams = _scipy_replicates(
+            sharded, n, weights, estimator, replicate_splits, split_rng, progress
+        )
     # Eigenvalues of several replicates in one stacked call (the same LAPACK routine per matrix,
     # without the per-call overhead that dominated at n = 76); memory bounded by EIG_BATCH_BYTES.
+    # From PARTIAL_EIG_FROM positions only the top pairs the rank intervals show, warm-started.
+    partial = n >= PARTIAL_EIG_FROM and engine != "scipy"  # scipy: the previous loop
+    top = min(n - 1, max([REPLICATE_RANKS, *(r for r in ranks_of if r is not None)]))
+    start = None if full is None else full.vectors[:, :top]
     batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
     pending: list[np.ndarray] = []
 
-    def flush() -> None:
-        if not pending:
-            return
-        for lam_desc in np.linalg.eigvalsh(np.stack(pending))[:, ::-1]:
-            by_rank = _tail_stress(lam_desc)
-            rank_samples.append(by_rank)
-            for idx, rank in enumerate(ranks_of):
-                if rank is not None:
-                    enc_samples[idx].append(float(by_rank[rank - 1]))
-        pending.clear()
+    def add_ranks(by_rank: np.ndarray) -> None:
+        rank_samples.append(by_rank)
+        for idx, rank in enumerate(ranks_of):
+            if rank is not None:
+                enc_samples[idx].append(float(by_rank[rank - 1]))
 
-    make = _scipy_replicates if engine == "scipy" else _pattern_replicates
-    with _small_blas(n if engine == "pattern" else BLAS_THREADS_FROM):
-        for b, d in make(sharded, n, weights, estimator, replicate_splits, split_rng, progress):
+    def flush() -> None:
+        if pending:
+            for lam_desc in np.linalg.eigvalsh(np.stack(pending))[:, ::-1]:
+                add_ranks(_tail_stress(lam_desc))
+            pending.clear()
+
+    with _small_blas(n if pattern is not None else BLAS_THREADS_FROM):
+        for b, d in grams:
             nb = float(np.linalg.norm(b))
             if nb == 0.0:
                 continue
-            pending.append(b)
+            if partial:
+                lam, _, _, _ = top_eigenpairs(
+                    b, top, tol=REPLICATE_EIG_TOL, start=start, max_iter=REPLICATE_EIG_ITER
+                )
+                kept = np.cumsum(np.clip(lam, 0.0, None) ** 2)
+                add_ranks(np.sqrt(np.clip((nb * nb - kept) / (nb * nb), 0.0, 1.0)))
+            else:
+                pending.append(b)
             lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
             for idx, scorer in enumerate(scorers):
                 if scorer is not None:
@@ -447,58 +470,6 @@ def _exact_replicates(
     mean = d_sum / used
     sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
     return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used
-
-
-def _linear_replicates(
-    sharded: ShardedCounts,
-    n: int,
-    ranks_of: list[int | None],
-    scorers: list[GramScorer | None],
-    weights: np.ndarray,
-    h: int,
-    full: MDS,
-    progress: Callable[[int, int], None] | None,
-) -> Samples:
-    """The replicate draws ``weights`` on the linear model around ``full``
-    (:func:`~posdiag.replicates.shard_influence`); every replicate is kept."""
-    k = sharded.k
-    fixed = [i for i, sc in enumerate(scorers) if sc is not None]
-    sides: list[tuple[np.ndarray | None, np.ndarray | None, float]] = []
-    for i in fixed:
-        sc = scorers[i]
-        assert sc is not None
-        dense = sc.dense if sc.jp is None else sc.jp @ sc.jp.T
-        sides.append((sc.weights, dense, sc.norm))
-    require(
-        f"the linearised bootstrap of {n:,} positions x {k} shards",
-        4 * k * n * n + 10 * 8 * n * n,
-    )
-    infl = shard_influence(sharded.shards, n, full.gram, full.eigenvalues, full.vectors, sides)
-    # Half-sample weights relative to the full data: R = sqrt(C/N) ignores scale, so keeping h
-    # of K shards is weight K/h on each kept shard and 0 on the others.
-    u = weights * (k / h) - 1.0
-    n_ranks = min(n - 1, infl.lam.size + infl.rest.size)
-    smp = linear_samples(infl, u, np.array([side[2] for side in sides]), n_ranks)
-    if progress is not None:
-        for done in range(1, len(weights) + 1):
-            progress(done, len(weights))
-    enc_arrays: list[np.ndarray] = []
-    for i, rank in enumerate(ranks_of):
-        if rank is not None:
-            enc_arrays.append(smp.by_rank[:, rank - 1])
-        else:
-            enc_arrays.append(smp.enc_stress[:, fixed.index(i)])
-    # Spread of each distance by the delta method: under half-sampling without replacement
-    # var BC_ij = (K/h - 1) K/(K-1) (sum_k G_k^2 - (sum_k G_k)^2 / K), and d^2 moves with -BC_ij.
-    f = h / k
-    var_bc = (1.0 - f) / f * k / (k - 1) * np.clip(infl.bc_var, 0.0, None)
-    g = full.gram
-    diag = np.diag(g)
-    d = np.sqrt(np.clip(diag[:, None] + diag[None, :] - 2.0 * g, 0.0, None))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sd = np.where(d > 0, np.sqrt(var_bc) / (2.0 * d), 0.0)
-    np.fill_diagonal(sd, 0.0)
-    return enc_arrays, smp.by_rank, sd, len(weights)
 
 
 ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray]]
@@ -520,7 +491,7 @@ def _small_blas(n: int) -> AbstractContextManager[object]:
 
 
 def _pattern_replicates(
-    sharded: ShardedCounts,
+    pattern: ShardPattern,
     n: int,
     weights: np.ndarray,
     estimator: str,
@@ -531,8 +502,7 @@ def _pattern_replicates(
     """``(B, D)`` of each replicate whose every position keeps support, on the fixed pattern of
     :class:`~posdiag.replicates.ShardPattern` (same draws, same numbers as
     :func:`_scipy_replicates` up to the order of additions)."""
-    pattern = ShardPattern(sharded.shards, n)
-    k = sharded.k
+    k = pattern.k
     for done, w in enumerate(weights, 1):
         if progress is not None:
             progress(done, len(weights))

@@ -104,3 +104,50 @@ def test_unknown_engine_is_an_error() -> None:
     sharded = _sharded(6, 200, 8, seed=0)
     with pytest.raises(PosdiagError, match=r"^'engine' must be one of"):
         bootstrap_stress(sharded, 6, [], [], engine="dense")
+
+
+def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From PARTIAL_EIG_FROM the replicates take their top eigenpairs by warm-started subspace
+    iteration and ||B||_F^2: the mds-r and rank intervals agree with the full eigvalsh ones
+    (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed."""
+    from posdiag import uncertainty
+    from posdiag.geometry import gram_from_distances, hellinger_distances, mds_from_gram
+
+    n = 24
+    sharded = _sharded(n, 600, 20, seed=5)
+    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.counts.matrix[:n])))
+    encs = [make_encoding("mds", n, {"rank": 3}, mds=full), make_encoding("alibi", n, {})]
+    kw = {"replicates": 30, "seed": 1, "estimator": "crossfit", "full_mds": full}
+    ref = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(uncertainty, "PARTIAL_EIG_FROM", 2)
+    monkeypatch.setattr(uncertainty, "REPLICATE_RANKS", 8)
+    calls: list[int] = []
+    real = uncertainty.top_eigenpairs
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "top_eigenpairs", spy)
+    fast = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
+    assert len(calls) == fast.replicates == ref.replicates
+    assert len(fast.stress_by_rank) == 8 and len(ref.stress_by_rank) == n - 1
+    np.testing.assert_allclose(fast.encodings, ref.encodings, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank[:8], rtol=0, atol=1e-6)
+
+
+def test_pattern_too_large_falls_back_to_the_scipy_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag import replicates
+    from posdiag.replicates import PatternTooLarge
+
+    n = 10
+    sharded = _sharded(n, 300, 8, seed=2)
+    encs = [make_encoding("alibi", n, {})]
+    ref = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="scipy")
+    monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)
+    got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20)
+    assert got.encodings == ref.encodings and got.stress_by_rank == ref.stress_by_rank
+    with pytest.raises(PatternTooLarge, match=r"^the replicate pattern needs"):
+        bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="pattern")
