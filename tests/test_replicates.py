@@ -139,15 +139,29 @@ def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.Monk
 def test_pattern_too_large_falls_back_to_the_scipy_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag import replicates
+    from posdiag import replicates, uncertainty
     from posdiag.replicates import PatternTooLarge
 
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
     encs = [make_encoding("alibi", n, {})]
-    ref = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="scipy")
+    ref = bootstrap_stress(
+        sharded, n, encs, [0.5], replicates=20, engine="scipy", estimator="crossfit"
+    )
     monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)
-    got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20)
-    assert got.encodings == ref.encodings and got.stress_by_rank == ref.stress_by_rank
+    dtypes: list[object] = []
+    real = uncertainty.fast_cross_product
+
+    def spy(a: object, b: object, **kw: object) -> np.ndarray:
+        dtypes.append(kw.get("dtype"))
+        return real(a, b, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "fast_cross_product", spy)
+    got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, estimator="crossfit")
+    # The fallback's products use a float32 dense block: the same intervals to ~1e-6.
+    assert dtypes and set(dtypes) == {np.float32}
+    assert got.replicates == ref.replicates
+    np.testing.assert_allclose(got.encodings, ref.encodings, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-5)
     with pytest.raises(PatternTooLarge, match=r"^the replicate pattern needs"):
         bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="pattern")
