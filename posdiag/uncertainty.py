@@ -309,8 +309,9 @@ def bootstrap_stress(
     full_mds : MDS, optional
         The full-data geometry (eigenvalues, eigenvectors; partial spectra allowed): the centre
         of the rank intervals when ``full_eigenvalues`` is not given, and the warm start of the
-        replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions. Default: the
-        plug-in's, computed here.
+        replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions (a cold start
+        without it). Default: the plug-in's, computed here when ``full_eigenvalues`` is not
+        given either.
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -346,7 +347,7 @@ def bootstrap_stress(
     for row in weights:
         row[rng.choice(k, size=h, replace=False)] = 1.0
     scale = float(np.sqrt(h / (k - h)))
-    if full_mds is None:
+    if full_mds is None and full_eigenvalues is None:
         full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
     if full_eigenvalues is not None:
         full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
