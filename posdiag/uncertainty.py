@@ -296,8 +296,8 @@ def bootstrap_stress(
     replicate_splits : int
         Cross-fit splits per replicate.
     full_eigenvalues : ndarray of shape (n_eff,), optional
-        Eigenvalues of the full-data ``B_H`` (centre of the rank intervals); default: those of
-        the plug-in.
+        Eigenvalues of the full-data ``B_H`` (centre of the rank intervals when ``full_mds`` is
+        not given); default: those of the plug-in.
     engine : {"auto", "pattern", "scipy"}
         How each replicate's counts and products are formed: on the shards' fixed pattern
         (:class:`~posdiag.replicates.ShardPattern`) or with scipy selections and
@@ -308,7 +308,7 @@ def bootstrap_stress(
         ~1e-14.
     full_mds : MDS, optional
         The full-data geometry (eigenvalues, eigenvectors; partial spectra allowed): the centre
-        of the rank intervals when ``full_eigenvalues`` is not given, and the warm start of the
+        of the rank intervals, and the warm start of the
         replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions (a cold start
         without it). Default: the plug-in's, computed here when ``full_eigenvalues`` is not
         given either.
@@ -349,11 +349,12 @@ def bootstrap_stress(
     scale = float(np.sqrt(h / (k - h)))
     if full_mds is None and full_eigenvalues is None:
         full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
-    if full_eigenvalues is not None:
-        full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
-    else:
-        assert full_mds is not None
+    if full_mds is not None:
+        # A partial spectrum (long contexts) carries ||B||_F^2: its tails stay exact.
         full_by_rank = full_mds.stress_by_rank()
+    else:
+        assert full_eigenvalues is not None
+        full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
     enc_arrays, ranks, sd, used = _exact_replicates(
         sharded,
         n,
