@@ -6,6 +6,7 @@ calculation, never by calling the function under test on other data.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ from posdiag.estimator import (
     SplitHalf,
     crossfit_bc,
     estimate_hellinger,
+    expected_thinning_bc,
     gram_from_bc,
     heldout_mds_stress,
     implied_distances,
@@ -396,3 +398,76 @@ def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
     got = heldout_mds_stress(SplitHalf(tuple(grams)), [1, 3])
     for r in (1, 3):
         assert got[r] == pytest.approx(_heldout_by_hand(grams, r), rel=1e-8, abs=1e-10)
+
+
+# --- expected_thinning_bc: the average over every thinning, by enumeration ----------------------
+
+
+def _expected_halves_by_enumeration(row: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """E sqrt(A / N_A), E sqrt(B / N_B) and E <sqrt(A / N_A), sqrt(B / N_B)> over every choice
+    of floor(N/2) of the row's N tokens (all subsets of token instances equally likely)."""
+    tokens = [v for v, c in enumerate(row) for _ in range(int(c))]
+    n, half = len(tokens), len(tokens) // 2
+    ma, mb, cross, count = np.zeros(row.size), np.zeros(row.size), 0.0, 0
+    for chosen in itertools.combinations(range(n), half):
+        a = np.bincount([tokens[t] for t in chosen], minlength=row.size)
+        b = row - a
+        ra, rb = np.sqrt(a / half), np.sqrt(b / (n - half))
+        ma += ra
+        mb += rb
+        cross += float(ra @ rb)
+        count += 1
+    return ma / count, mb / count, cross / count
+
+
+def test_expected_thinning_bc_equals_the_average_over_every_thinning() -> None:
+    counts = np.array([[2, 1, 0, 2], [0, 3, 1, 0], [1, 1, 1, 1], [4, 0, 0, 1], [0, 0, 2, 2]])
+    parts = [_expected_halves_by_enumeration(r) for r in counts]
+    n = len(counts)
+    want = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                want[i, i] = parts[i][2]
+            else:  # rows are thinned independently; X and X^T averaged
+                want[i, j] = (parts[i][0] @ parts[j][1] + parts[j][0] @ parts[i][1]) / 2.0
+    np.testing.assert_allclose(expected_thinning_bc(counts), want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(expected_thinning_bc(counts, 3), want[:3, :3], rtol=0, atol=1e-13)
+    # The thinning path of the estimator is that average, whatever the seed.
+    est = estimate_hellinger(counts, 4, seed=3)
+    assert est.method == "thinning"
+    np.testing.assert_allclose(est.bc, want[:4, :4], rtol=0, atol=1e-13)
+
+
+def test_expected_thinning_bc_needs_two_tokens_per_position() -> None:
+    counts = np.array([[2, 1], [1, 0], [0, 0]])
+    with pytest.raises(
+        PosdiagError, match=r"^cross-fit: position 1 has 1 tokens; thinning needs >= 2$"
+    ):
+        expected_thinning_bc(counts)
+    assert expected_thinning_bc(counts, 1).shape == (1, 1)
+
+
+def test_split_half_thinning_needs_four_tokens_per_position() -> None:
+    counts = np.array([[4, 1], [2, 1], [5, 5]])
+    with pytest.raises(
+        PosdiagError,
+        match=r"^cross-fit: position 1 has 3 tokens; split-half thinning needs >= 4$",
+    ):
+        split_half_grams(counts, 3)
+    assert len(split_half_grams(counts[[0, 2]], 2).grams) == 2
+
+
+@pytest.mark.parametrize(
+    ("lam", "line"),
+    [
+        ([5.0, 4.0, -1.0], "at least 2 eigenvalues exceed"),  # every computed one
+        ([5.0, 0.5, -1.0], "1 eigenvalue exceed"),
+        ([5.0, -1.0], "at least 1 eigenvalue exceed"),
+    ],
+)
+def test_negative_eigenvalue_note_of_a_partial_spectrum(lam: list[float], line: str) -> None:
+    note = negative_eigenvalue_note(np.array(lam), partial=True)
+    assert note is not None and note.endswith(f"; {line} its magnitude (signal rank)")
+    full = negative_eigenvalue_note(np.array(lam))
+    assert full is not None and "at least" not in full
