@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import scipy.sparse as sp
 from posdiag.errors import PosdiagError
 from posdiag.estimator import (
     SplitHalf,
+    cross_product,
     crossfit_bc,
     estimate_hellinger,
     expected_thinning_bc,
@@ -222,11 +224,13 @@ def test_restrict_recentres_the_leading_block() -> None:
 
 def test_thinning_reads_whole_float_counts_and_splits_each_row_exactly() -> None:
     # Counts that arrive as floats (a float .npz) are whole numbers: thinned as integers.
-    counts = np.array([[2.0, 3.0, 0.0], [4.0, 1.0, 6.0], [0.0, 0.0, 2.0]])
+    # The last column is empty: both halves keep the full vocabulary width.
+    counts = np.array([[2.0, 3.0, 0.0, 0.0], [4.0, 1.0, 6.0, 0.0], [0.0, 0.0, 2.0, 0.0]])
     halves = thinned_halves(counts, 3, 4, np.random.default_rng(0))
     assert len(halves) == 4
     for a, b in halves:
         assert a.dtype == np.int64 and b.dtype == np.int64
+        assert a.shape == b.shape == (3, 4)
         np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
         np.testing.assert_array_equal(a.toarray().sum(axis=1), [2, 5, 1])  # floor(N_i / 2)
         assert (a.toarray() >= 0).all() and (b.toarray() >= 0).all()
@@ -346,7 +350,9 @@ def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
 
 def test_sqrt_rows_keeps_empty_rows_zero() -> None:
     counts = np.array([[1, 3], [0, 0], [2, 2]])
-    got = sqrt_rows(counts).toarray()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by the zero support
+        got = sqrt_rows(counts).toarray()
     np.testing.assert_allclose(got, [[0.5, math.sqrt(0.75)], [0.0, 0.0], [math.sqrt(0.5)] * 2])
 
 
@@ -471,3 +477,38 @@ def test_negative_eigenvalue_note_of_a_partial_spectrum(lam: list[float], line: 
     assert note is not None and note.endswith(f"; {line} its magnitude (signal rank)")
     full = negative_eigenvalue_note(np.array(lam))
     assert full is not None and "at least" not in full
+
+
+def test_cross_product_is_float64_exact_on_the_hybrid_path() -> None:
+    # >= 128 rows and columns in most rows: the blocked dense path runs; float32 there would
+    # err by ~1e-8 on these products.
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 50, size=(140, 30)) * (rng.random((140, 30)) < 0.7)
+    counts[:, 0] += 1
+    s = np.sqrt(counts / counts.sum(axis=1, keepdims=True))
+    got = cross_product(sqrt_rows(counts), sqrt_rows(counts))
+    np.testing.assert_allclose(got, s @ s.T, rtol=0, atol=1e-14)
+
+
+def test_split_half_grams_by_shard_are_the_cross_fits_of_single_shards() -> None:
+    # Four shards: each half holds two, and its inner split pits one against the other, so
+    # B_P = 1/2 J BC J with BC the symmetrised product of those two shards' square-root rows.
+    shards = _shards(4, seed=9)
+    rows = [np.sqrt(s / s.sum(axis=1, keepdims=True)) for s in shards]
+    j = np.eye(4) - 0.25
+
+    def half(i: int, k: int) -> np.ndarray:
+        x = rows[i] @ rows[k].T
+        return 0.5 * j @ ((x + x.T) / 2.0) @ j
+
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    ((g_p, g_q),) = split_half_grams(
+        sum(shards), 4, shards=[sp.csr_matrix(s) for s in shards], repeats=1
+    ).grams
+    found = [
+        (p, q)
+        for p in pairs
+        for q in pairs
+        if np.allclose(g_p, half(*p), atol=1e-14) and np.allclose(g_q, half(*q), atol=1e-14)
+    ]
+    assert len(found) == 1 and not set(found[0][0]) & set(found[0][1])
