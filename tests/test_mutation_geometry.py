@@ -653,3 +653,43 @@ def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -
     u = np.array([[0.0, 1.0, 2.0], [0.0, -3.0, -2.0], [0.0, 2.0, 0.5]])
     got = _fix_signs(u)
     np.testing.assert_array_equal(got, [[0.0, -1.0, 2.0], [0.0, 3.0, -2.0], [0.0, -2.0, 0.5]])
+
+
+def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag import spectral
+    from posdiag.geometry import mds_of_gram
+
+    rng = np.random.default_rng(3)
+    d = rng.uniform(0.5, 1.0, (40, 40))
+    d = (d + d.T) / 2
+    np.fill_diagonal(d, 0)
+    j = np.eye(40) - 1 / 40
+    b = -0.5 * j @ (d * d) @ j  # negative eigenvalues too
+    lam, u = np.linalg.eigh(b)
+    lam, u = lam[::-1], u[:, ::-1]
+    monkeypatch.setattr(spectral, "START_RANK", 5)
+    # full_max < n <= eigvalsh_max (here n = eigvalsh_max): every eigenvalue, the top vectors.
+    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 30)
+    for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40), mds_of_gram(b)):
+        np.testing.assert_allclose(band.eigenvalues, lam, atol=1e-12)
+        assert band.total is None and band.bottom is None and band.gram is b
+        assert band.vectors.shape == (40, 5)
+        np.testing.assert_allclose(np.abs(band.vectors), np.abs(u[:, :5]), atol=1e-6)
+        top = np.argmax(np.abs(band.vectors), axis=0)
+        assert np.all(band.vectors[top, np.arange(5)] > 0)
+    # Given full_max alone, there is no eigenvalues-only band: n > full_max is partial.
+    assert mds_of_gram(b, full_max=39).total is not None
+    # Beyond the band without the bottom: NaN, and the tolerances alone size the spectrum.
+    tail = np.sqrt(1 - np.cumsum(np.where(lam > 0, lam**2, 0)) / np.sum(lam**2))
+    needed = int(np.argmax(tail <= 0.3)) + 1
+    part = mds_of_gram(b, tolerances=(0.3,), full_max=20, eigvalsh_max=30, bottom=False)
+    assert math.isnan(part.bottom) and needed <= part.eigenvalues.size < 40
+    np.testing.assert_allclose(part.eigenvalues, lam[: part.eigenvalues.size], atol=1e-8)
+    # With the bottom: the top pairs grow past its magnitude (every signal eigenvalue).
+    grown = mds_of_gram(b, full_max=20, eigvalsh_max=30)
+    low = lam[-1]
+    assert grown.bottom == pytest.approx(low, abs=1e-8)
+    k = grown.eigenvalues.size
+    assert grown.eigenvalues[-1] < abs(low) and np.sum(lam > abs(low)) < k < 40
