@@ -679,6 +679,14 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
         np.testing.assert_allclose(np.abs(band.vectors), np.abs(u[:, :5]), atol=1e-6)
         top = np.argmax(np.abs(band.vectors), axis=0)
         assert np.all(band.vectors[top, np.arange(5)] > 0)
+        # Ranks beyond the kept vectors compute theirs from the Gram (Lanczos).
+        for r in (3, 8):
+            x = band.coordinates(r)
+            keep = np.clip(lam[:r], 0.0, None)
+            assert x.shape == (40, r)
+            np.testing.assert_allclose(x @ x.T, (u[:, :r] * keep) @ u[:, :r].T, atol=1e-8)
+            top = np.argmax(np.abs(x), axis=0)
+            assert np.all(x[top, np.arange(r)] > 0)
     # Given full_max alone, there is no eigenvalues-only band: n > full_max is partial.
     assert mds_of_gram(b, full_max=39).total is not None
     # Beyond the band without the bottom: NaN, and the tolerances alone size the spectrum.
