@@ -689,10 +689,16 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
             assert np.all(x[top, np.arange(r)] > 0)
     # Given full_max alone, there is no eigenvalues-only band: n > full_max is partial.
     assert mds_of_gram(b, full_max=39).total is not None
+    # At n = full_max every eigenpair, vectors included.
+    assert mds_of_gram(b, full_max=40).vectors.shape == (40, 40)
+    # A band shorter than START_RANK keeps n - 1 vectors.
+    small = b[:5, :5] - b[:5, :5].mean(axis=0) - b[:5, :5].mean(axis=1)[:, None]
+    assert mds_of_gram(small, full_max=3, eigvalsh_max=5).vectors.shape == (5, 4)
     # Beyond the band without the bottom: NaN, and the tolerances alone size the spectrum.
     tail = np.sqrt(1 - np.cumsum(np.where(lam > 0, lam**2, 0)) / np.sum(lam**2))
-    needed = int(np.argmax(tail <= 0.3)) + 1
-    part = mds_of_gram(b, tolerances=(0.3,), full_max=20, eigvalsh_max=30, bottom=False)
+    needed = int(np.argmax(tail <= 0.5)) + 1
+    assert tail[needed - 1] <= 0.5 and needed > 5  # more than the 5 pairs of a first block
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=20, eigvalsh_max=30, bottom=False)
     assert math.isnan(part.bottom) and needed <= part.eigenvalues.size < 40
     np.testing.assert_allclose(part.eigenvalues, lam[: part.eigenvalues.size], atol=1e-8)
     # With the bottom: the top pairs grow past its magnitude (every signal eigenvalue).
@@ -701,3 +707,10 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
     assert grown.bottom == pytest.approx(low, abs=1e-8)
     k = grown.eigenvalues.size
     assert grown.eigenvalues[-1] < abs(low) and np.sum(lam > abs(low)) < k < 40
+    # A positive definite B (bottom 0.5 > 0): nothing to grow past, the same pairs as without.
+    q, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    pd = (q * np.concatenate(([10, 8, 6, 4, 2], np.linspace(1, 0.5, 35)))) @ q.T
+    with_bottom = mds_of_gram(pd, full_max=20, eigvalsh_max=30)
+    assert with_bottom.bottom == pytest.approx(0.5, abs=1e-8)
+    without = mds_of_gram(pd, full_max=20, eigvalsh_max=30, bottom=False)
+    assert with_bottom.eigenvalues.size == without.eigenvalues.size < 35
