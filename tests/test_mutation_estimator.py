@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from posdiag._hypergeom import VECTORISED_FLOOR_FROM
 from posdiag.errors import PosdiagError
 from posdiag.estimator import (
     SplitHalf,
@@ -513,3 +514,20 @@ def test_split_half_grams_by_shard_are_the_cross_fits_of_single_shards() -> None
         if np.allclose(g_p, half(*p), atol=1e-14) and np.allclose(g_q, half(*q), atol=1e-14)
     ]
     assert len(found) == 1 and not set(found[0][0]) & set(found[0][1])
+
+
+def test_thinning_at_long_contexts_gives_every_split() -> None:
+    # From VECTORISED_FLOOR_FROM positions the compiled sampler draws: still one pair per split.
+    counts = np.random.default_rng(1).integers(1, 5, size=(VECTORISED_FLOOR_FROM, 3))
+    halves = thinned_halves(counts, VECTORISED_FLOOR_FROM, 3, np.random.default_rng(0))
+    assert len(halves) == 3
+    for a, b in halves:
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
+        np.testing.assert_array_equal(a.toarray().sum(axis=1), counts.sum(axis=1) // 2)
+
+
+def test_expected_thinning_bc_reads_whole_float_counts() -> None:
+    counts = np.array([[2, 1, 0, 2], [0, 3, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(
+        expected_thinning_bc(counts.astype(np.float64)), expected_thinning_bc(counts)
+    )
