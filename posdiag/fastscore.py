@@ -63,7 +63,10 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
     m = x.size
     if m == 0:
         return np.zeros(0)
-    order = np.argsort(x, kind="stable")
+    # Any sort order will do: tied values share their average rank whatever their order, and
+    # numpy's default (vectorised) sort is several times faster than the stable one on the
+    # n^2/2 pairs of long contexts.
+    order = np.argsort(x)
     xs = x[order]
     new = np.empty(m, dtype=bool)
     new[0] = True
