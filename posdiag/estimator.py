@@ -78,6 +78,9 @@ ESTIMATORS = ("crossfit", "plugin")
 # corpus and on the synthetic validation corpora the cross-fitted stresses moved by < 0.005
 # between S = 10 and S = 40, at 1/4 of the cost.
 DEFAULT_SPLITS = 10
+# Stress levels whose effective ranks a partial headline spectrum grows for (up to
+# posdiag.spectral.DEFAULT_MAX_RANK pairs): those `posdiag stress` prints.
+HEADLINE_TOLERANCES = (0.1, 0.05)
 
 Matrix: TypeAlias = sp.spmatrix | sp.sparray | np.ndarray
 
@@ -433,7 +436,7 @@ def _estimate(
         implied_distances(bc),
         # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
         # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
-        mds_of_gram(gram, bottom=False),
+        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False),
     )
 
 
