@@ -92,12 +92,14 @@ ROWS_PER_PIECE = 1 << 16
 # scan of the whole block whatever the piece's length: a window range is made at least
 # RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
 # a small fraction of the counting, and the ranges are cut into position ranges for
-# parallelism (at least MIN_PIECES_PER_WORKER pieces per worker thread) and memory (a piece's
-# block at most PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster
-# size without changing the result.
+# parallelism (at least MIN_PIECES in all, so results stream to the client while others are
+# counted, and MIN_PIECES_PER_WORKER per worker thread) and memory (a piece's block at most
+# PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster size without
+# changing the result.
 TOKENS_PER_PIECE = 1 << 24
 RANGE_PER_CELL = 8
 MIN_PIECES_PER_WORKER = 2
+MIN_PIECES = 8
 PIECE_BLOCK_BYTES = 1 << 26
 # Ids read, checked and counted at a time inside a piece.
 BLOCK_TOKENS = 1 << 22
@@ -238,7 +240,9 @@ class Partial:
 
     Attributes
     ----------
-    matrix : csr_matrix of shape (max_len, vocab_size), int64
+    matrix : csr_matrix of shape (max_len, vocab_size)
+        int64 as counted; as received from a worker, the smallest unsigned type that holds
+        its counts (:func:`add_partials` and the final stacking widen them to int64).
     shards : tuple of csr_matrix of the same shape
         Empty without shards.
     documents, sequences, tokens : int
@@ -272,17 +276,29 @@ class Partial:
 _CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
 
 
+def _narrow(a: np.ndarray, top: int) -> np.ndarray:
+    """``a`` (values in ``[0, top]``) in the smallest unsigned integer type that holds ``top``."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dt).max:
+            return a if a.dtype == dt else a.astype(dt)
+    return a
+
+
 def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
-    data = m.data
-    # Counts travel as int32 when they fit (a third fewer bytes to move); int64 again on arrival.
-    if data.dtype == np.int64 and (data.size == 0 or data.max() <= np.iinfo(np.int32).max):
-        data = data.astype(np.int32)
-    return (data, m.indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
+    # On the wire, counts and column ids travel in the smallest unsigned type that holds them
+    # (counts of a piece are mostly below 65,536, and so are most vocabularies): half the bytes
+    # of int32, and moving bytes is what a cluster adds to counting.
+    data, indices = m.data, m.indices
+    if data.size:
+        data = _narrow(data, int(data.max()))
+        indices = _narrow(indices, int(m.shape[1]) - 1)
+    return (data, indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
 
 
 def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
+    # Arrived counts stay in their wire type (the one that holds them) until they are added or
+    # stacked: the sums widen them to int64 once, into their own output.
     data, indices, indptr, shape = parts
-    data = data.astype(np.int64, copy=False)
     return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
@@ -355,7 +371,7 @@ def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
     ranges = [(a, min(a + step, total)) for a in range(0, total, step)]
     cuts = max(
         -(-n * v * 4 // PIECE_BLOCK_BYTES),
-        -(-MIN_PIECES_PER_WORKER * workers // max(len(ranges), 1)),
+        -(-max(MIN_PIECES, MIN_PIECES_PER_WORKER * workers) // max(len(ranges), 1)),
     )
     bounds = np.linspace(0, n, min(n, cuts) + 1).astype(int)
     path = os.path.abspath(source.files[0])
@@ -568,8 +584,10 @@ def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> Non
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
-    """``m`` with columns appended up to ``width`` (ids past its vocabulary: no counts)."""
-    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], width))
+    """``m`` as int64 with columns appended up to ``width`` (ids past its vocabulary: no
+    counts)."""
+    data = m.data.astype(np.int64, copy=False)
+    return sp.csr_matrix((data, m.indices, m.indptr), shape=(m.shape[0], width), copy=False)
 
 
 def add_partials(a: Partial, b: Partial) -> Partial:
@@ -595,9 +613,8 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         if remap is None:
             return _widen(m, width)
         coo = m.tocoo()
-        return sp.csr_matrix(
-            (coo.data, (coo.row, remap[coo.col])), shape=(m.shape[0], width), dtype=np.int64
-        )
+        data = coo.data.astype(np.int64, copy=False)
+        return sp.csr_matrix((data, (coo.row, remap[coo.col])), shape=(m.shape[0], width))
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
         return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
@@ -654,6 +671,27 @@ def _client(engine: Engine) -> Iterator[Any]:
         yield client
 
 
+def _direct(client: Any) -> bool | None:
+    """Whether to fetch results straight from the workers rather than through the scheduler.
+
+    Through the scheduler every result crosses the network twice; straight needs the client to
+    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
+    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
+    default, through the scheduler).
+    """
+    import dask
+    from distributed.comm import get_address_host
+
+    setting = dask.config.get("distributed.client.direct-to-workers", None)
+    if setting is not None:
+        return bool(setting)
+    try:
+        host = get_address_host(client.scheduler.address)
+    except (AttributeError, ValueError):
+        return None
+    return True if host in ("127.0.0.1", "localhost", "::1") else None
+
+
 def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
     """One future for the sum of ``futures``, added pairwise in order (left before right)."""
     level = list(futures)
@@ -674,15 +712,18 @@ def run_pieces(
     *,
     progress: ProgressFn | None = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
+    direct: bool | None = None,
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
     Text pieces are added in one tree. Id pieces are added in one tree per position range (the
     pieces of the same positions in successive window ranges); the client then stacks those
     sums, which hold disjoint rows, so no partial moves between workers only to be copied
-    next to another. Progress is reported as Dask marks each piece's task finished. A failing
-    piece cancels the run and its error is raised here (a worker's death is not a failure:
-    Dask reruns the pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    next to another. Each sum is fetched as soon as it is complete, while the other pieces are
+    still counted (``direct``: straight from its worker, as ``Client.gather`` takes it).
+    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
+    run and its error is raised here (a worker's death is not a failure: Dask reruns the
+    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
     """
     from distributed import as_completed
 
@@ -691,44 +732,55 @@ def run_pieces(
     groups: dict[tuple[int, int], list[Any]] = {}
     for piece, fut in zip(pieces, futures, strict=True):
         groups.setdefault(piece.positions if piece.kind == "ids" else (0, 0), []).append(fut)
-    totals = [_tree_sum(client, fs) for fs in groups.values()]
+    tree = [_tree_sum(client, fs) for fs in groups.values()]
+    where = {f.key: k for k, f in enumerate(tree)}
+    sums: list[Any] = [None] * len(tree)
+    pending = [*stats, *tree]
     del futures, groups  # the sums hold what they still need; finished pieces can be freed
     docs = seqs = toks = 0
     try:
-        for _, (d, s, t) in as_completed(stats, with_results=True):
+        for fut in as_completed(pending):
+            if fut.key in where:
+                sums[where[fut.key]] = client.gather(fut, direct=direct)
+                fut.release()  # its worker may drop it now
+                continue
+            d, s, t = fut.result()
             docs, seqs, toks = docs + d, seqs + s, toks + t
             if progress is not None:
                 progress(docs, seqs, toks)
-        parts = client.gather(totals)
     except BaseException:
-        client.cancel([*totals, *stats])
+        client.cancel(pending)
         raise
-    return parts[0] if len(parts) == 1 else _stack_rows(parts)
+    return sums[0] if len(sums) == 1 else _stack_rows(sums)
 
 
 def _stack_rows(parts: Sequence[Partial]) -> Partial:
-    """The sum of partials whose non-empty rows are disjoint and in order (id position ranges)."""
+    """The sum of partials whose non-empty rows are disjoint (id position ranges), as int64.
+
+    Written straight into the output arrays, widening each part's counts on the way: the
+    parts arrive in their wire types and are copied once.
+    """
     n, width = parts[0].matrix.shape
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    data, indices = [], []
-    nnz = 0
+    ranges = []
     for p in parts:
         m = p.matrix
         rows = np.flatnonzero(np.diff(m.indptr))
-        if rows.size == 0:
-            continue
-        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        if rows.size:
+            ranges.append((int(rows[0]), int(rows[-1]) + 1, m))
+    ranges.sort(key=lambda r: r[0])
+    nnz = sum(int(m.indptr[hi] - m.indptr[lo]) for lo, hi, m in ranges)
+    data = np.empty(nnz, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int32 if width <= np.iinfo(np.int32).max else np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    at = 0
+    for lo, hi, m in ranges:
         a, b = int(m.indptr[lo]), int(m.indptr[hi])
-        indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + nnz
-        indptr[hi + 1 :] = nnz + b - a
-        data.append(m.data[a:b])
-        indices.append(m.indices[a:b])
-        nnz += b - a
-    if not data:
-        return Partial(sp.csr_matrix((n, width), dtype=np.int64), (), 0, 0, 0)
-    matrix = sp.csr_matrix(
-        (np.concatenate(data), np.concatenate(indices), indptr), shape=(n, width), copy=False
-    )
+        indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + at
+        indptr[hi + 1 :] = at + b - a
+        data[at : at + b - a] = m.data[a:b]
+        indices[at : at + b - a] = m.indices[a:b]
+        at += b - a
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(n, width), copy=False)
     return Partial(
         matrix,
         (),
@@ -777,7 +829,9 @@ def count_on_dask(
             _start(progress, source.expected, "documents")
         if not pieces:
             raise PosdiagError(f"{source.name}: no tokens to count")
-        part = run_pieces(client, pieces, job, progress=progress, task_fn=task_fn)
+        part = run_pieces(
+            client, pieces, job, progress=progress, task_fn=task_fn, direct=_direct(client)
+        )
     if part.tokens == 0:
         if source.is_ids:
             raise PosdiagError(f"{source.name}: no tokens to count")

@@ -266,6 +266,18 @@ def test_bin_window_ranges_match_one_process(
         assert np.array_equal(dask.matrix.toarray(), want)
 
 
+def test_bin_default_layout_is_eight_position_ranges_stacked_as_one_process(
+    bin_file: Path, cluster: Any
+) -> None:
+    """One window range cut into >= 8 position ranges; their sums arrive in their wire types
+    (uint8/uint16 here) and are stacked into the int64 matrix of one process."""
+    pieces = plan_pieces(open_source(str(bin_file)), 64, 500)
+    assert [p.positions for p in pieces] == [(8 * k, 8 * k + 8) for k in range(8)]
+    assert {(p.start, p.stop) for p in pieces} == {(0, 40_007)}
+    one = corpus_counts(str(bin_file), max_len=64, vocab_size=500)
+    _same(one, corpus_counts(str(bin_file), max_len=64, vocab_size=500, **_engine(cluster)))
+
+
 def kill_once(piece: Piece, job: Job, marker: Path) -> Partial:
     """Kill this worker the first time piece 2 runs (the marker file records that it did)."""
     if piece.index == 2 and not marker.exists():
@@ -396,3 +408,37 @@ def test_stdin_cannot_be_cut_into_pieces() -> None:
     with pytest.raises(PosdiagError, match="stdin cannot be cut into pieces"):
         plan_pieces(open_source("-"))
     assert engine_from_options() == Engine("local")
+
+
+@pytest.mark.parametrize(
+    ("top", "width", "data_type", "index_type"),
+    [
+        (200, 300, np.uint8, np.uint16),
+        (70_000, 65_536, np.uint32, np.uint16),
+        (2**33, 65_537, np.int64, np.uint32),
+    ],
+)
+def test_partials_travel_narrow_and_add_without_overflow(
+    top: int, width: int, data_type: Any, index_type: Any
+) -> None:
+    """A partial crosses the wire in the smallest types that hold it; sums are exact int64."""
+    import pickle
+
+    from posdiag.distributed import _csr_parts, add_partials
+
+    rng = np.random.default_rng(4)
+    dense = rng.integers(0, 3, size=(6, width)).astype(np.int64)
+    dense[0, width - 1] = top
+    dense[5, 0] = top - 1
+    m = sp.csr_matrix(dense)
+    data, indices, _, _ = _csr_parts(m)
+    assert data.dtype == data_type and indices.dtype == index_type
+    p = Partial(m, (m,), 1, 2, 3)
+    back = pickle.loads(pickle.dumps(p, protocol=5))
+    assert np.array_equal(back.matrix.toarray(), dense)
+    # Two arrivals whose entries overflow their wire type when added: the sum widens first.
+    total = add_partials(back, back)
+    assert total.matrix.dtype == np.int64 and total.shards[0].dtype == np.int64
+    assert np.array_equal(total.matrix.toarray(), 2 * dense)
+    assert np.array_equal(total.shards[0].toarray(), 2 * dense)
+    assert (total.documents, total.sequences, total.tokens) == (2, 4, 6)
