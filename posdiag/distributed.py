@@ -640,7 +640,7 @@ def _stats(p: Partial) -> tuple[int, int, int]:
 @contextlib.contextmanager
 def _client(engine: Engine) -> Iterator[Any]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise PosdiagError(
             "--engine dask needs dask.distributed: pip install 'posdiag[dask]'"
@@ -653,22 +653,30 @@ def _client(engine: Engine) -> Iterator[Any]:
         with client:
             yield client
         return
-    workers = engine.workers or os.cpu_count() or 1
+    with local_cluster(engine.workers or os.cpu_count() or 1) as cluster, Client(cluster) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int) -> Iterator[Any]:
+    """A ``LocalCluster`` of ``workers`` single-threaded processes, closed without noise."""
+    from distributed import LocalCluster
+
+    from ._dask_quiet import QuietShutdown
+
     # One single-threaded process per worker: counting holds the GIL (np.add.at, tokenizing
     # in Python), so threads in one process would not count in parallel.
-    with (
-        LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # any free port: 8787 may be taken
-            silence_logs=logging.ERROR,
-            # One thread per worker includes the tokenizers library's own thread pool.
-            env={"TOKENIZERS_PARALLELISM": "false"},
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
+    with LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: 8787 may be taken
+        silence_logs=logging.ERROR,
+        # One thread per worker includes the tokenizers library's own thread pool.
+        env={"TOKENIZERS_PARALLELISM": "false"},
+        plugins={QuietShutdown()},
+    ) as cluster:
+        yield cluster
 
 
 def _direct(client: Any) -> bool | None:

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import gzip
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -442,3 +443,33 @@ def test_partials_travel_narrow_and_add_without_overflow(
     assert np.array_equal(total.matrix.toarray(), 2 * dense)
     assert np.array_equal(total.shards[0].toarray(), 2 * dense)
     assert (total.documents, total.sequences, total.tokens) == (2, 4, 6)
+
+
+def test_cli_run_on_its_own_local_cluster_leaves_stderr_clean(
+    bin_file: Path, tmp_path: Path
+) -> None:
+    """A normal ``--engine dask --workers 2`` run, as a user starts it: a LocalCluster of its
+    own, started and closed in the process, and no traceback (nor Dask's shutdown race) after."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.npz"
+    args = [sys.executable, "-m", "posdiag", "count", str(bin_file), "--vocab-size", "500"]
+    args += ["-n", "64", "-o", str(out), "--engine", "dask", "--workers", "2"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "CommClosedError" not in r.stderr, r.stderr
+    assert "Error" not in r.stderr, r.stderr
+    _same(corpus_counts(str(bin_file), max_len=64, vocab_size=500), load_counts(out))
+
+
+def test_only_the_heartbeat_race_is_kept_off_the_worker_log() -> None:
+    from posdiag._dask_quiet import ShutdownNoise
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, (), None)
+
+    keep = ShutdownNoise().filter
+    assert not keep(record("Failed to communicate with scheduler during heartbeat."))
+    assert keep(record("Compute Failed"))
+    assert keep(record("Unexpected exception during heartbeat. Closing worker."))
