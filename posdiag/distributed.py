@@ -7,7 +7,9 @@ nothing here is a scheduler of its own.
 Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never the data):
 
 - text files of a folder or glob: one piece per file (``.txt``, ``.jsonl``, ``.json``, ``.csv``,
-  ``.tsv``, their ``.gz``, ``.arrow``); a ``.parquet`` file: one piece per row group;
+  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl`` longer
+  than :data:`BYTES_PER_PIECE` is cut into byte ranges (a line belongs to the range where it
+  starts); a ``.parquet`` file: one piece per row group;
 - a Hugging Face data set streamed with ``datasets``: one piece per stream shard
   (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
   folder: one piece per :data:`ROWS_PER_PIECE` rows;
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import threading
@@ -88,6 +91,11 @@ ENGINES = ("local", "dask")
 # Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
 # the cluster size, because pieces are also shard-address units and must not depend on it.
 ROWS_PER_PIECE = 1 << 16
+# Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
+# line belongs to the range where it starts). Fixed for the same reason: ranges are units.
+BYTES_PER_PIECE = 1 << 23
+# Formats whose records are single lines, so that a byte range can start at any line.
+LINE_FORMATS = ("txt", "jsonl")
 # Id files. Every piece ends by turning its dense (positions x V) block into a sparse matrix, a
 # scan of the whole block whatever the piece's length: a window range is made at least
 # RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
@@ -160,12 +168,14 @@ class Piece:
     kind : str
         ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
         (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
+        ``lines`` (the lines starting in a byte range of a ``.txt`` / ``.jsonl`` file),
         ``ids`` (a window-aligned token range of an id file).
     path : str
         Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
     start, stop : int
         Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
-        ``[start, stop)`` (``rows``), token offsets ``[start, stop)`` (``ids``).
+        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
+        ``[start, stop)`` (``ids``).
     format : str
         The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
     offset : int
@@ -191,6 +201,8 @@ class Piece:
             return f"{self.path}: stream shard {self.start} of {self.stop}"
         if self.kind == "rows":
             return f"{self.path}: rows {self.start:,} to {self.stop:,}"
+        if self.kind == "lines":
+            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
         if self.kind == "ids":
             lo, hi = self.positions
             return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
@@ -358,6 +370,14 @@ def plan_pieces(
                 col = meta.row_group(g).column(0)
                 offset = col.dictionary_page_offset or col.data_page_offset
                 pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
+        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
+            size = os.path.getsize(path)
+            if size <= BYTES_PER_PIECE:
+                pieces.append(Piece(len(pieces), "file", path, format=fmt))
+                continue
+            for a in range(0, size, BYTES_PER_PIECE):
+                b = min(a + BYTES_PER_PIECE, size)
+                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
         else:
             pieces.append(Piece(len(pieces), "file", path, format=fmt))
     return pieces
@@ -415,6 +435,8 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
             yield from S._datafile_texts((piece.path,), piece.format, source.column, piece.path)
         else:
             yield from S._file_texts(piece.path, piece.format, source.column)
+    elif piece.kind == "lines":
+        yield from _range_texts(piece, column)
     elif piece.kind == "rowgroup":
         import pyarrow.parquet as pq
 
@@ -442,6 +464,65 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
         yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name)
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
+
+
+def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``.
+
+    A range that starts inside a line skips to the next line start: that line belongs to the
+    range where it starts, which reads it to its end past its own stop. So every line of the
+    file is read by exactly one range, whatever the cut.
+    """
+    from . import sources as S
+
+    with S._open_binary(piece.path) as fh:
+        at = piece.start
+        if at > 0:
+            # Past the rest of the line holding byte at - 1 (in bounded reads: it may be long).
+            fh.seek(at - 1)
+            at -= 1
+            while chunk := fh.readline(1 << 20):
+                at += len(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+        for raw in S._bounded_lines(fh, piece.path):
+            if at >= piece.stop:
+                return
+            yield at, raw
+            at += len(raw)
+
+
+def _range_texts(piece: Piece, column: str) -> Iterator[str]:
+    """The texts of a byte-range piece, as :func:`posdiag.sources._file_texts` reads them;
+    errors name the line by its byte offset (its number would need the lines before)."""
+    from . import sources as S
+
+    name = piece.path
+    for at, raw in _range_lines(piece):
+        if at == 0 and raw.startswith(S._BOM):
+            raw = raw[len(S._BOM) :]
+        where = f"line at byte offset {at:,}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PosdiagError(
+                f"{name}: {where} is not valid UTF-8 "
+                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+        if piece.format == "txt":
+            text = line.strip()
+            if text:
+                yield text
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
+        value = S._record_text(record, name, where, column)
+        if value is not None:
+            yield value
 
 
 def selected_units(source: Source, max_len: int = 512) -> Iterator[tuple[int, Iterator[str]]]:

@@ -473,3 +473,79 @@ def test_only_the_heartbeat_race_is_kept_off_the_worker_log() -> None:
     assert not keep(record("Failed to communicate with scheduler during heartbeat."))
     assert keep(record("Compute Failed"))
     assert keep(record("Unexpected exception during heartbeat. Closing worker."))
+
+
+@pytest.fixture(scope="module")
+def long_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A .txt (BOM, CRLF, blank lines, multi-byte characters, one line longer than a range)
+    and a .jsonl (nulls, blanks, escapes) to be cut into byte ranges."""
+    d = tmp_path_factory.mktemp("long")
+    rng = np.random.default_rng(12)
+    lines = _lines(rng, 150)
+    lines[10] = "ünïcödé " * 3 + lines[10]
+    lines[40] = " ".join(["long"] * 200)  # ~1,000 bytes: longer than the ranges below
+    lines[41] = ""
+    lines[70] = "   "
+    body = "\n".join(lines[:100]) + "\r\n".join(["", *lines[100:]]) + "\n"
+    (d / "big.txt").write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+    rows: list[dict[str, Any]] = [{"text": t} for t in _lines(rng, 120)]
+    rows[5] = {"text": None}
+    rows[6] = {"text": "  "}
+    rows[7] = {"text": 'quote " and \\ and \u00e9'}
+    (d / "big.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    return d
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 333, 1_000_000])
+def test_byte_ranges_read_every_line_exactly_once(
+    long_files: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """Whatever the cut (one byte per range included), the ranges' texts in order are the
+    file's texts as one reader yields them."""
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", size)
+    for name in ("big.txt", "big.jsonl"):
+        source = open_source(str(long_files / name))
+        pieces = plan_pieces(source)
+        file_size = (long_files / name).stat().st_size
+        if size < file_size:
+            assert [p.kind for p in pieces] == ["lines"] * -(-file_size // size)
+            assert pieces[-1].stop == file_size
+        got = [t for p in pieces for t in D.piece_texts(p, source)]
+        assert got == list(source.texts())
+
+
+def test_a_long_text_file_in_byte_ranges_matches_one_process(
+    long_files: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several tasks per file; shards by (range, index in range) in both passes."""
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", 1_500)
+    for name in ("big.txt", "big.jsonl"):
+        path = str(long_files / name)
+        assert len(plan_pieces(open_source(path))) >= 3
+        kw: dict[str, Any] = {"max_len": 12, "shards": 4, "shard_seed": 3}
+        one = corpus_counts(path, **kw)
+        dask = corpus_counts(path, **_engine(cluster), **kw)
+        _same(one, dask)
+        # The totals equal a plain single pass over the file (no pieces at all).
+        plain = corpus_counts(path, max_len=12)
+        _same(plain, corpus_counts(path, max_len=12, **_engine(cluster)))
+        assert (one.matrix != plain.matrix).nnz == 0 and one.vocab == plain.vocab
+
+
+def test_a_bad_line_in_a_byte_range_names_its_offset(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", 100)
+    good = "".join(f"line {i} of text\n" for i in range(30)).encode()
+    (tmp_path / "bad.txt").write_bytes(good + b"broken \xff line\n" + good)
+    with pytest.raises(PosdiagError, match=rf"bad\.txt: line at byte offset {len(good):,} is not"):
+        corpus_counts(str(tmp_path / "bad.txt"), **_engine(cluster))
+    (tmp_path / "bad.jsonl").write_text('{"text": "a b"}\n' * 20 + "{oops\n")
+    with pytest.raises(PosdiagError, match=r"bad\.jsonl: line at byte offset 320 is not valid"):
+        corpus_counts(str(tmp_path / "bad.jsonl"), **_engine(cluster))
