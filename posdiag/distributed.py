@@ -823,14 +823,14 @@ def run_pieces(
         groups.setdefault(piece.positions if piece.kind == "ids" else (0, 0), []).append(fut)
     tree = [_tree_sum(client, fs) for fs in groups.values()]
     where = {f.key: k for k, f in enumerate(tree)}
-    sums: list[Any] = [None] * len(tree)
+    rows = _RowStack(len(tree))
     pending = [*stats, *tree]
     del futures, groups  # the sums hold what they still need; finished pieces can be freed
     docs = seqs = toks = 0
     try:
         for fut in as_completed(pending):
             if fut.key in where:
-                sums[where[fut.key]] = client.gather(fut, direct=direct)
+                rows.add(where[fut.key], client.gather(fut, direct=direct))
                 fut.release()  # its worker may drop it now
                 continue
             d, s, t = fut.result()
@@ -840,43 +840,72 @@ def run_pieces(
     except BaseException:
         client.cancel(pending)
         raise
-    return sums[0] if len(sums) == 1 else _stack_rows(sums)
+    return rows.total()
 
 
-def _stack_rows(parts: Sequence[Partial]) -> Partial:
-    """The sum of partials whose non-empty rows are disjoint (id position ranges), as int64.
+class _RowStack:
+    """The sum of partials whose non-empty rows are disjoint and come in order (the sums of
+    successive id position ranges), built as they arrive.
 
-    Written straight into the output arrays, widening each part's counts on the way: the
-    parts arrive in their wire types and are copied once.
+    A sum is appended as soon as those before it are: the output arrays grow in place
+    (``ndarray.resize``: ``realloc``, which remaps large blocks without copying) and each part
+    is widened to int64 once, straight into them, then dropped. So the client holds the output
+    and the parts still out of order, and little copying is left once the last part arrives.
+    A single partial (text pieces: one tree) is returned as it came.
     """
-    n, width = parts[0].matrix.shape
-    ranges = []
-    for p in parts:
-        m = p.matrix
+
+    def __init__(self, count: int) -> None:
+        self.parts: list[Partial | None] = [None] * count
+        self.next = 0
+        self.first: Partial | None = None
+        self.data = np.empty(0, dtype=np.int64)
+        self.indices = np.empty(0, dtype=np.int32)
+        self.indptr: np.ndarray | None = None
+        self.width = 0
+        self.stats = [0, 0, 0]
+
+    def add(self, k: int, part: Partial) -> None:
+        if len(self.parts) == 1:
+            self.first = part
+            return
+        self.parts[k] = part
+        while self.next < len(self.parts) and (ready := self.parts[self.next]) is not None:
+            self.parts[self.next] = None
+            self._append(ready)
+            self.next += 1
+
+    def _append(self, part: Partial) -> None:
+        m = part.matrix
+        n, width = m.shape
+        if self.indptr is None:
+            self.indptr = np.zeros(n + 1, dtype=np.int64)
+            self.width = width
+            if width > np.iinfo(np.int32).max:
+                self.indices = self.indices.astype(np.int64)
+        self.stats = [x + y for x, y in zip(self.stats, _stats(part), strict=True)]
         rows = np.flatnonzero(np.diff(m.indptr))
-        if rows.size:
-            ranges.append((int(rows[0]), int(rows[-1]) + 1, m))
-    ranges.sort(key=lambda r: r[0])
-    nnz = sum(int(m.indptr[hi] - m.indptr[lo]) for lo, hi, m in ranges)
-    data = np.empty(nnz, dtype=np.int64)
-    indices = np.empty(nnz, dtype=np.int32 if width <= np.iinfo(np.int32).max else np.int64)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    at = 0
-    for lo, hi, m in ranges:
+        if rows.size == 0:
+            return
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
         a, b = int(m.indptr[lo]), int(m.indptr[hi])
-        indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + at
-        indptr[hi + 1 :] = at + b - a
-        data[at : at + b - a] = m.data[a:b]
-        indices[at : at + b - a] = m.indices[a:b]
-        at += b - a
-    matrix = sp.csr_matrix((data, indices, indptr), shape=(n, width), copy=False)
-    return Partial(
-        matrix,
-        (),
-        sum(p.documents for p in parts),
-        sum(p.sequences for p in parts),
-        sum(p.tokens for p in parts),
-    )
+        at = self.data.size
+        self.data.resize(at + b - a, refcheck=False)  # ours alone: no other view exists
+        self.indices.resize(at + b - a, refcheck=False)
+        self.data[at:] = m.data[a:b]
+        self.indices[at:] = m.indices[a:b]
+        self.indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + at
+        self.indptr[hi + 1 :] = at + b - a
+
+    def total(self) -> Partial:
+        if self.first is not None:
+            return self.first
+        assert self.indptr is not None and self.next == len(self.parts)
+        n = self.indptr.size - 1
+        matrix = sp.csr_matrix(
+            (self.data, self.indices, self.indptr), shape=(n, self.width), copy=False
+        )
+        docs, seqs, toks = self.stats
+        return Partial(matrix, (), docs, seqs, toks)
 
 
 def count_on_dask(
