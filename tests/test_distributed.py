@@ -549,3 +549,31 @@ def test_a_bad_line_in_a_byte_range_names_its_offset(
     (tmp_path / "bad.jsonl").write_text('{"text": "a b"}\n' * 20 + "{oops\n")
     with pytest.raises(PosdiagError, match=r"bad\.jsonl: line at byte offset 320 is not valid"):
         corpus_counts(str(tmp_path / "bad.jsonl"), **_engine(cluster))
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]])
+def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
+    order: list[int],
+) -> None:
+    """Sums of disjoint row ranges (wire types, one range empty) arriving in any order give
+    the int64 matrix of their sum, and the statistics of all of them."""
+    import pickle
+
+    from posdiag.distributed import _RowStack
+
+    rng = np.random.default_rng(8)
+    dense = rng.integers(0, 300, size=(10, 70)) * (rng.random((10, 70)) < 0.3)
+    bounds = [(0, 3), (3, 3), (3, 7), (7, 10)]
+    parts = []
+    for k, (lo, hi) in enumerate(bounds):
+        rows = np.zeros_like(dense)
+        rows[lo:hi] = dense[lo:hi]
+        p = Partial(sp.csr_matrix(rows.astype(np.int64)), (), k, k + 1, 10 * k)
+        parts.append(pickle.loads(pickle.dumps(p, protocol=5)))  # as a worker sends it
+    stack = _RowStack(len(parts))
+    for k in order:
+        stack.add(k, parts[k])
+    total = stack.total()
+    assert total.matrix.dtype == np.int64
+    assert np.array_equal(total.matrix.toarray(), dense)
+    assert (total.documents, total.sequences, total.tokens) == (6, 10, 60)
