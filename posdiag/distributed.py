@@ -109,8 +109,9 @@ RANGE_PER_CELL = 8
 MIN_PIECES_PER_WORKER = 2
 MIN_PIECES = 8
 PIECE_BLOCK_BYTES = 1 << 26
-# Ids read, checked and counted at a time inside a piece.
-BLOCK_TOKENS = 1 << 22
+# Ids read, checked and counted at a time inside a piece (of which it copies its positions):
+# as count_ids reads them. Blocks of 4 M cost ~15% more CPU (more, shorter np.add.at calls).
+BLOCK_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
