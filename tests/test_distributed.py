@@ -303,6 +303,23 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(
     client.wait_for_workers(2, timeout=60)
 
 
+def test_a_worker_killed_while_id_sums_stream_in_loses_and_doubles_nothing(
+    bin_file: Path, client: Any, tmp_path: Path
+) -> None:
+    """Id pieces: the client appends position-range sums as they arrive; a worker dying mid-run
+    (piece 2 of 8) has its pieces rerun and the stacked matrix is still one process's."""
+    marker = tmp_path / "killed"
+    source = open_source(str(bin_file))
+    job = job_for(source, None, view_name="packed", max_len=64, vocab_size=500)
+    counts = count_on_dask(
+        source, job, Engine("dask"), client=client,
+        task_fn=functools.partial(kill_once, marker=marker),
+    )  # fmt: skip
+    assert marker.exists()
+    _same(corpus_counts(str(bin_file), max_len=64, vocab_size=500), counts)
+    client.wait_for_workers(2, timeout=60)
+
+
 def test_a_corrupt_piece_fails_the_run_naming_file_and_offset(
     text_dir: Path, bin_file: Path, cluster: Any, tmp_path: Path
 ) -> None:
