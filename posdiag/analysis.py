@@ -27,6 +27,7 @@ from .estimator import (
     negative_eigenvalue_note,
     noise_energy,
     split_half_grams,
+    sqrt_rows,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
@@ -232,6 +233,7 @@ def corpus_geometry(
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
+    plain: bool = True,
 ) -> CorpusGeometry:
     """The estimated Hellinger geometry and its MDS on the supported prefix of ``counts``.
 
@@ -243,6 +245,10 @@ def corpus_geometry(
         ``crossfit`` (default) removes the noise bias of the plug-in (docs/geometry.md).
     splits, seed : int
         Random splits of the cross-fit and their seed.
+    plain : bool
+        Also compute the plug-in estimate beside a cross-fit (``CorpusGeometry.plain``, the
+        ``plain`` figure of every score: ``stress --verbose`` and the JSON). False leaves it
+        None, and the scores' ``plain`` NaN: one Gram product and one eigensolve fewer.
     """
     if isinstance(counts, ShardedCounts):
         counts = counts.counts
@@ -264,18 +270,23 @@ def corpus_geometry(
         f"{source}: the geometry of {n_eff:,} positions x {counts.vocab_size:,} token ids",
         6 * 8 * n_eff * n_eff + 24 * counts.vocab_size,
     )
-    plain = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
-    largest = float(plain.distances.max())
+    plug: HellingerEstimate | None = None
+    if estimator == "plugin" or plain or _maybe_identical(counts.matrix, n_eff):
+        plug = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
+        largest = float(plug.distances.max())
+    else:
+        largest = math.inf  # some position is >= IDENTICAL_TOL from position 0
     if largest < IDENTICAL_TOL:
         raise PosdiagError(
             f"{source}: all {n_eff} analysed positions have the same token distribution "
             f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
         )
     if estimator == "plugin":
-        est = plain
+        assert plug is not None
+        est = plug
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            mds = classical_mds(plain.distances)
+            mds = classical_mds(plug.distances)
         notes = [str(w.message) for w in caught]
     else:
         est = estimate_hellinger(
@@ -297,7 +308,17 @@ def corpus_geometry(
             "separates them has stress 0; lower --min-count or add data to compare encodings"
         )
     with_shards = dataclasses.replace(counts, shards=tuple(shards))
-    return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plain, with_shards, {})
+    return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plug, with_shards, {})
+
+
+def _maybe_identical(matrix: Any, n: int) -> bool:
+    """False when some position's plug-in Hellinger distance to position 0 is at least
+    :data:`IDENTICAL_TOL` (then the largest distance is too): one sparse product with row 0
+    instead of the whole plug-in geometry. True means "check with the full plug-in"."""
+    s = sqrt_rows(matrix[:n])
+    bc0 = np.asarray((s @ s[0].T).todense()).ravel()
+    d0 = np.sqrt(np.clip(1.0 - bc0, 0.0, 1.0))
+    return bool(d0.max() < IDENTICAL_TOL)
 
 
 @dataclass(frozen=True)
@@ -310,6 +331,12 @@ class Spectrum:
     by the negative eigenvalues). ``negative`` is the one-line note on the negative eigenvalues
     ("" when there are none); ``signal_rank`` counts the eigenvalues above the magnitude of the
     most negative one.
+
+    At long contexts (``computed > 0``, posdiag.spectral) only the top ``computed`` eigenvalues
+    are known (``stress_by_rank`` is exact for those ranks, from ``||B_H||_F^2``); an effective
+    rank of ``computed + 1`` then reads "more than ``computed``" (:func:`rank_text`), and
+    ``floor`` is a lower bound, the share of the most negative eigenvalue alone (the exact floor
+    needs every negative eigenvalue); ``signal_rank`` is exact when below ``computed``.
     """
 
     eigenvalues: tuple[float, ...]
@@ -320,28 +347,72 @@ class Spectrum:
     signal_rank: int = 0
     negative: str = ""
     estimator: str = "plugin"
+    computed: int = 0
 
 
 def spectrum(
     geometry: CorpusGeometry, tolerances: Sequence[float] = EFFECTIVE_RANK_TOLERANCES
 ) -> Spectrum:
-    lam = geometry.mds.eigenvalues
-    low = min(0.0, float(lam[-1]))
+    mds = geometry.mds
+    lam = mds.eigenvalues
+    if mds.total is None:
+        low = min(0.0, float(lam[-1]))
+        return Spectrum(
+            eigenvalues=tuple(float(x) for x in lam),
+            stress_by_rank=tuple(float(x) for x in stress_by_rank(lam)),
+            effective_rank={float(t): reached_rank(lam, t) for t in tolerances},
+            min_eigenvalue=float(lam[-1]),
+            floor=stress_floor(lam),
+            signal_rank=int(np.sum(lam > abs(low))),
+            negative=negative_eigenvalue_note(lam) or "",
+            estimator=geometry.estimator,
+        )
+    return _partial_spectrum(geometry, tolerances)
+
+
+def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> Spectrum:
+    """:func:`spectrum` of a partial MDS (the top ``k`` eigenpairs, ``||B||_F^2`` and the
+    smallest eigenvalue): see :class:`Spectrum` for what is exact and what is bounded."""
+    mds = geometry.mds
+    lam = mds.eigenvalues
+    k = int(lam.size)
+    by_rank = mds.stress_by_rank()
+    bottom = mds.min_eigenvalue
+    known = not math.isnan(bottom)
+    low = min(0.0, bottom) if known else 0.0
+    total = float(mds.total or 0.0)
+    floor = math.sqrt(low * low / total) if total > 0 else 0.0
+    eff: dict[float, int | None] = {}
+    for t in tolerances:
+        eps = check_float("eps", t, 0.0, 1.0)
+        hits = np.flatnonzero(by_rank <= eps)
+        # Beyond the computed ranks: unreachable when even the most negative eigenvalue alone
+        # leaves more than eps, else "more than k".
+        eff[float(t)] = int(hits[0] + 1) if hits.size else (None if floor > eps else k + 1)
     return Spectrum(
         eigenvalues=tuple(float(x) for x in lam),
-        stress_by_rank=tuple(float(x) for x in stress_by_rank(lam)),
-        effective_rank={float(t): reached_rank(lam, t) for t in tolerances},
-        min_eigenvalue=float(lam[-1]),
-        floor=stress_floor(lam),
-        signal_rank=int(np.sum(lam > abs(low))),
-        negative=negative_eigenvalue_note(lam) or "",
+        stress_by_rank=tuple(float(x) for x in by_rank),
+        effective_rank=eff,
+        min_eigenvalue=float(mds.min_eigenvalue),
+        floor=floor,
+        signal_rank=int(np.sum(lam > abs(low))) if known else 0,
+        negative=(
+            negative_eigenvalue_note(np.append(lam, low), partial=True) or ""
+            if known
+            else f"only the top {k} eigenvalues were computed at n_eff = {geometry.n_eff:,} "
+            "(the smallest, and so the stress floor, are not: docs/geometry.md, Long contexts)"
+        ),
         estimator=geometry.estimator,
+        computed=k,
     )
 
 
-def rank_text(rank: int | None, floor: float) -> str:
-    """An effective rank for reports: the number, or "not reached (floor 0.123)"."""
-    return str(rank) if rank is not None else f"not reached (floor {floor:.3f})"
+def rank_text(rank: int | None, floor: float, computed: int = 0) -> str:
+    """An effective rank for reports: the number, "not reached (floor 0.123)", or, past the
+    top ``computed`` eigenvalues of a partial spectrum, "> 128" (floor then a lower bound)."""
+    if rank is None:
+        return f"not reached (floor {'>= ' if computed else ''}{floor:.3f})"
+    return f"> {computed}" if computed and rank > computed else str(rank)
 
 
 @dataclass(frozen=True)
@@ -425,10 +496,12 @@ def _scored(
             # Fitted to the noise of the very estimate it is scored on: show the held-out
             # figure (docs/geometry.md, "mds-r is scored held-out").
             headline, in_sample = heldout[rank], m.stress
-        if plain is None or plain is geometry.estimate:
+        if plain is geometry.estimate or geometry.estimator == "plugin":
             plain_stress = m.stress
+        elif plain is None:
+            plain_stress = math.nan  # not asked for (corpus_geometry(plain=False))
         elif rank is not None:
-            plain_stress = float(stress_by_rank(plain.mds.eigenvalues)[rank - 1])
+            plain_stress = float(plain.mds.stress_by_rank()[rank - 1])
         else:
             if plain_lags is None:
                 plain_lags = diagonal_sums(plain.gram)
@@ -490,7 +563,8 @@ class Uncertainty:
     stress_by_rank : tuple of (float, float)
         Interval of the rank-r MDS stress, r = 1..n_eff-1 (empty without shards).
     noise_floor : tuple of float
-        Split-half ``d_H`` of each position 0..n_eff-1 (always computed).
+        Split-half ``d_H`` of each position 0..n_eff-1 (empty when a cross-fit report without
+        intervals was asked for without details: ``stress_report(details=False)``).
     unstable : tuple of int
         Positions too thinly supported for a stable estimate: within the noise floor of at least
         half of the other positions, or with at least half of their squared distance to the
@@ -606,6 +680,7 @@ def interval_scores(
     *,
     estimator: str = "plugin",
     full_eigenvalues: np.ndarray | None = None,
+    full_mds: MDS | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
@@ -625,6 +700,7 @@ def interval_scores(
         progress=progress,
         estimator=estimator,
         full_eigenvalues=full_eigenvalues,
+        full_mds=full_mds,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -641,9 +717,20 @@ def _with_intervals(
     replicates: int,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    if sharded.k < 2 and not details and geometry.estimator == "crossfit":
+        # Without intervals a cross-fit's unstable positions come from the split-half grams;
+        # the per-position floor would only fill the JSON's noise_floor (not asked for).
+        empty = np.full(n, np.nan)
+        unstable = _unstable(
+            _pairs_within_noise(geometry, empty), _noise_shares(geometry, empty)[1]
+        )
+        note = f"no intervals: {sharded.why_no_shards}"
+        return [s for s, _ in scored], Uncertainty(level, 0, 0, seed, (), (), unstable, note)
     floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
     unstable = _unstable(_pairs_within_noise(geometry, floor), _noise_shares(geometry, floor)[1])
     if sharded.k < 2:
@@ -659,7 +746,10 @@ def _with_intervals(
         seed,
         progress,
         estimator=geometry.estimator,
-        full_eigenvalues=geometry.mds.eigenvalues,
+        # Only a complete spectrum (a partial one holds the top eigenvalues only); the MDS
+        # itself carries exact tails either way.
+        full_eigenvalues=geometry.mds.eigenvalues if geometry.mds.total is None else None,
+        full_mds=geometry.mds,
     )
     unc = Uncertainty(
         iv.level,
@@ -721,6 +811,7 @@ def stress_report(
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
+    details: bool = True,
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
@@ -729,13 +820,20 @@ def stress_report(
     skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
     ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
     ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
+    ``details=False`` skips what only ``--verbose`` and the JSON show: each score's plug-in
+    figure (``plain``, then NaN) and, without intervals, the per-position noise floor
+    (``uncertainty.noise_floor``, then empty).
     """
-    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
+    geo = corpus_geometry(
+        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
+    )
     if level is None and not isinstance(counts, ShardedCounts):
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim)
     lvl = DEFAULT_LEVEL if level is None else level
-    scores, unc = _with_intervals(geo, counts, scored, lvl, replicates, seed, progress)
+    scores, unc = _with_intervals(
+        geo, counts, scored, lvl, replicates, seed, progress, details=details
+    )
     return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
 
 
@@ -982,13 +1080,19 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
 
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
-    hit = reached_rank(geo.mds.eigenvalues, target)
+    if geo.mds.total is None:
+        hit = reached_rank(geo.mds.eigenvalues, target)
+    else:
+        # A partial spectrum: reached within the computed ranks, or treated as not reached.
+        known = np.flatnonzero(np.asarray(sp_.stress_by_rank) <= target)
+        hit = int(known[0] + 1) if known.size else None
     # Not reached: the signal rank, the eigenvalues above the noise level the negative ones
     # reveal (the ranks after it fit noise and only creep towards the floor).
     r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
-    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    # Rank intervals stop at the replicates' computed ranks at long contexts.
+    iv = unc.stress_by_rank[r - 1] if r <= len(unc.stress_by_rank) else (math.nan, math.nan)
     saving = parameter_saving(r, n, dim)
     cost = (
         f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "

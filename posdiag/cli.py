@@ -255,6 +255,8 @@ def stress(
             seed=seed,
             progress=bar,
             estimator=estimator,
+            # The plug-in column and the noise floor are shown by --verbose / --json only.
+            details=as_json or verbose,
         )
     warn(report.warnings)
     emit(
@@ -610,6 +612,7 @@ def plot_cmd(
             replicates=replicates,
             seed=seed,
             progress=bar,
+            details=False,  # no plot shows the plug-in figures or the noise floor
         )
     warn(report.warnings)
     written = write(output, geometry=report.geometry, report=report, force=force)

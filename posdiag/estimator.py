@@ -23,8 +23,11 @@ distance matrix: small negative eigenvalues are expected.
 
 Counts without shards (a counts ``.npz``, token id files counted by the dense path) are split
 by *thinning*: each position's counts are split into ``floor(N_i / 2)`` and the rest by a
-seeded multivariate hypergeometric draw, which is exactly how a random half of the sequences at
-that position splits its tokens.
+multivariate hypergeometric draw, which is exactly how a random half of the sequences at that
+position splits its tokens. Rows are thinned independently, so the average over *every*
+thinning (``S -> infinity``) is one product of expected square-root rows
+(:mod:`posdiag._thinning`): that is what the thinning path computes, exactly and without a seed,
+at the cost of one of the ``S`` products it replaces.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
-from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
+from ._hypergeom import VECTORISED_FLOOR_FROM
+from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
 from .fastgram import cross_product as fast_cross_product
-from .geometry import MDS, _fix_signs, double_center, mds_from_gram
+from .geometry import MDS, _fix_signs, double_center, mds_from_gram, mds_of_gram, symmetrize
 from .spectral import _lanczos
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "cross_product",
     "crossfit_bc",
     "estimate_hellinger",
+    "expected_thinning_bc",
     "gram_from_bc",
     "heldout_mds_stress",
     "implied_distances",
@@ -190,12 +195,50 @@ def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
     """
     if not halves:
         raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
-    acc: np.ndarray | None = None
+    # sum_s (X_s + X_s^T) = M + M^T with M = sum_s X_s: every product adds into one n x n
+    # array and the transpose is taken once, in place (no n x n temporaries: 2 GB each at
+    # n = 16,384).
+    acc = np.zeros((halves[0][0].shape[0], halves[0][1].shape[0]))
     for ca, cb in halves:
-        x = cross_product(sqrt_rows(ca), sqrt_rows(cb))
-        acc = x + x.T if acc is None else acc + x + x.T
-    assert acc is not None
-    return acc / (2.0 * len(halves))
+        fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=np.float64, out=acc)
+    symmetrize(acc)
+    acc /= len(halves)
+    return acc
+
+
+def expected_thinning_bc(counts: Matrix, n: int | None = None) -> np.ndarray:
+    """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly.
+
+    ``E X_ij = <m^A_i, m^B_j>`` for ``i != j`` (rows are thinned independently) and ``E X_ii``
+    from each token's hypergeometric share (:mod:`posdiag._thinning`), so one product replaces
+    the ``S`` seeded thinnings, and the split-to-split noise they leave is gone.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size), integer counts
+        Rows ``0..n-1`` need ``N_i >= 2`` tokens.
+    n : int, optional
+        Positions used (default all rows).
+
+    Returns
+    -------
+    ndarray of shape (n, n)
+        Symmetric; the diagonal is ``E X_ii`` (below 1).
+    """
+    c = sp.csr_matrix(counts)
+    n = c.shape[0] if n is None else n
+    c = sp.csr_matrix(c[:n], dtype=np.int64)
+    c.sum_duplicates()
+    supports = np.asarray(c.sum(axis=1)).ravel()
+    if np.any(supports < 2):
+        i = int(np.flatnonzero(supports < 2)[0])
+        raise PosdiagError(
+            f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
+        )
+    ma, mb, diag = expected_halves(c)
+    bc = symmetrize(cross_product(ma, mb))
+    np.fill_diagonal(bc, diag)
+    return bc
 
 
 def gram_from_bc(bc: np.ndarray) -> np.ndarray:
@@ -322,12 +365,14 @@ def thinned_halves(
             f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
         )
     out = []
-    rows = np.arange(n)
     for _ in range(splits):
         if n >= VECTORISED_FLOOR_FROM:
-            # All rows at once, same multivariate hypergeometric law (posdiag.uncertainty): the
-            # per-row loop cost ~18 s for 7 splits at n = 1,024 under load.
-            data_a = _half_draw(c, rows, supports.astype(np.int64), rng)
+            # All rows at once, same multivariate hypergeometric law (posdiag._thinning: a
+            # compiled selection sampler; the per-row numpy loop cost ~18 s for 7 splits at
+            # n = 1,024 under load, the vectorised chain of hypergeometrics 0.5 s per split).
+            a, b = draw_half(c, rng)
+            out.append((a, b))
+            continue
         else:
             data_a = np.empty_like(c.data)
             for i in range(n):
@@ -344,29 +389,34 @@ def thinned_halves(
     return out
 
 
-def _halves(
-    counts: Matrix,
-    shards: Sequence[Matrix],
-    n: int,
-    splits: int,
-    rng: np.random.Generator,
-) -> tuple[str, list[tuple[sp.csr_matrix, sp.csr_matrix]]]:
-    """Halves by shard when there are shards, else (or when a random half of the shards leaves a
-    position without tokens: a thin corpus cut into many shards) by thinning."""
-    if len(shards) >= 2:
-        try:
-            return "shards", shard_halves(shards, n, splits, rng)
-        except PosdiagError:
-            pass
-    return "thinning", thinned_halves(counts, n, splits, rng)
+def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
+    """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
+    has the 2 tokens its own inner thinning needs."""
+    supports = np.asarray(counts[:n].sum(axis=1)).ravel()
+    if np.any(supports < 4):
+        i = int(np.flatnonzero(supports < 4)[0])
+        raise PosdiagError(
+            f"cross-fit: position {i} has {int(supports[i])} tokens; split-half thinning needs >= 4"
+        )
 
 
 def _estimate(
     estimator: str, method: str, splits: int, seed: int, bc: np.ndarray
 ) -> HellingerEstimate:
     gram = gram_from_bc(bc)
+    # Every eigenpair up to posdiag.spectral.FULL_EIGH_MAX positions, the top ones beyond (the
+    # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
     return HellingerEstimate(
-        estimator, method, splits, seed, bc, gram, implied_distances(bc), mds_from_gram(gram)
+        estimator,
+        method,
+        splits,
+        seed,
+        bc,
+        gram,
+        implied_distances(bc),
+        # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
+        # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
+        mds_of_gram(gram, bottom=False),
     )
 
 
@@ -392,7 +442,9 @@ def estimate_hellinger(
         the cross-fit splits by sequence, otherwise by thinning.
     estimator : {"crossfit", "plugin"}
     splits : int
-        Random splits ``S >= 1`` averaged by the cross-fit.
+        Random splits ``S >= 1`` of the shards averaged by the cross-fit. Thinning (no shards)
+        averages over every split exactly (:func:`expected_thinning_bc`); ``splits`` is then
+        only recorded.
     seed : int
         Seed of the splits (``numpy.random.default_rng``).
 
@@ -408,8 +460,15 @@ def estimate_hellinger(
     if estimator == "plugin":
         return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]))
     # Own stream: the same --seed also draws the shards and the bootstrap replicates.
-    method, halves = _halves(c, shards, n, splits, np.random.default_rng([seed, 1]))
-    return _estimate("crossfit", method, splits, seed, crossfit_bc(halves))
+    if len(shards) >= 2:
+        try:
+            halves = shard_halves(shards, n, splits, np.random.default_rng([seed, 1]))
+        except PosdiagError:
+            pass  # a random half of the shards left a position without tokens: thin instead
+        else:
+            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves))
+    # Thinning: the exact average over every thinning, one product (no split noise, no seed).
+    return _estimate("crossfit", "thinning", splits, seed, expected_thinning_bc(c, n))
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
@@ -464,7 +523,8 @@ def split_half_grams(
     """Cross-fitted ``B_H`` of two independent halves of the data, ``repeats`` times.
 
     Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
-    halves of the shards, otherwise thinnings of each position's counts.
+    halves of the shards, otherwise a thinning of each position's counts, each half then
+    cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
 
     Parameters
     ----------
@@ -480,6 +540,8 @@ def split_half_grams(
     out = []
     for _ in range(repeats):
         parts: list[list[tuple[sp.csr_matrix, sp.csr_matrix]]] = []
+        g_p: np.ndarray
+        g_q: np.ndarray
         if len(shards) >= 4:
             k = len(shards)
             pick = np.zeros(k, dtype=bool)
@@ -491,10 +553,14 @@ def split_half_grams(
                 ]
             except PosdiagError:
                 parts = []  # a quarter of the shards missed a position: thin instead
-        if not parts:
-            a, b = thinned_halves(c, n, 1, rng)[0]
-            parts = [thinned_halves(a, n, inner, rng), thinned_halves(b, n, inner, rng)]
-        g_p, g_q = (gram_from_bc(crossfit_bc(p)) for p in parts)
+        if parts:
+            g_p, g_q = (gram_from_bc(crossfit_bc(p)) for p in parts)
+        else:
+            # Thinning: one random split into P and Q (it must be a real draw: held out means
+            # independent), each cross-fitted by its exact average over every inner thinning.
+            _check_thinnable(c, n)
+            halves_pq = draw_half(c[:n], rng)
+            g_p, g_q = (gram_from_bc(expected_thinning_bc(h)) for h in halves_pq)
         out.append((g_p, g_q))
     return SplitHalf(tuple(out))
 
@@ -572,11 +638,13 @@ def noise_energy(halves: SplitHalf) -> np.ndarray:
     return np.mean([(g_p - g_q) ** 2 / 4.0 for g_p, g_q in halves.grams], axis=0)
 
 
-def negative_eigenvalue_note(eigenvalues: np.ndarray) -> str | None:
+def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) -> str | None:
     """One line on the negative eigenvalues of an estimated ``B_H``, or None if there are none.
 
     Names the most negative eigenvalue, its ratio to ``l_1``, and how many eigenvalues exceed its
     magnitude (the signal rank: directions clearly above the noise the negatives reveal).
+    ``partial``: ``eigenvalues`` are the top ``k`` followed by the smallest one (a partial
+    spectrum); when all ``k`` exceed its magnitude the count reads "more than k".
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     if lam.size == 0 or lam[0] <= 0:
@@ -586,7 +654,10 @@ def negative_eigenvalue_note(eigenvalues: np.ndarray) -> str | None:
     if low >= -1e-10 * float(lam[0]):
         return None
     signal = int(np.sum(lam > abs(low)))
+    count = str(signal)
+    if partial and signal >= lam.size - 1:
+        count = f"at least {lam.size - 1}"  # every computed one (the last is the bottom)
     return (
         f"most negative eigenvalue {low:.3g} ({low / lam[0]:+.1%} of l_1 = {lam[0]:.3g}); "
-        f"{signal} eigenvalue{'s' if signal != 1 else ''} exceed its magnitude (signal rank)"
+        f"{count} eigenvalue{'s' if signal != 1 else ''} exceed its magnitude (signal rank)"
     )

@@ -7,6 +7,7 @@ Everything here works on the ``n_eff`` supported positions; no function densifie
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,11 +184,17 @@ class MDS:
     ----------
     eigenvalues : ndarray of shape (n,)
         Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
-    vectors : ndarray of shape (n, n)
-        Matching unit eigenvectors (columns), signs fixed so each column's entry of largest
-        magnitude is positive.
+    vectors : ndarray of shape (n, m)
+        Matching unit eigenvectors (columns) of the top ``m`` eigenvalues (``m = n`` up to
+        :data:`posdiag.spectral.FULL_EIGH_MAX` positions), signs fixed so each column's entry
+        of largest magnitude is positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
+    total : float or None
+        ``||B||_F^2`` when ``eigenvalues`` holds only the top ``k`` (a partial spectrum), else
+        None (every eigenvalue is known).
+    bottom : float or None
+        The smallest eigenvalue of a partial spectrum (NaN: not computed).
     """
 
     eigenvalues: np.ndarray
@@ -215,11 +222,20 @@ class MDS:
         return int(np.sum(self.eigenvalues > tol))
 
     def coordinates(self, rank: int) -> np.ndarray:
-        """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank)."""
+        """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank).
+
+        When only the top eigenvectors were kept (long contexts: every eigenvalue but the top
+        vectors) and ``rank`` needs more, they are computed from ``gram`` (Lanczos).
+        """
         top = min(self.n - 1, self.eigenvalues.shape[0])
         rank = check_int("rank", rank, 1, top, hi_label="n-1")
         lam = np.clip(self.eigenvalues[:rank], 0.0, None)
-        return self.vectors[:, :rank] * np.sqrt(lam)[None, :]
+        vectors = self.vectors
+        if vectors.shape[1] < rank:
+            from .spectral import top_vectors
+
+            vectors = _fix_signs(top_vectors(self.gram, rank))
+        return vectors[:, :rank] * np.sqrt(lam)[None, :]
 
 
 def _fix_signs(u: np.ndarray) -> np.ndarray:
@@ -273,27 +289,62 @@ def mds_from_gram(gram: np.ndarray) -> MDS:
 
 
 def mds_of_gram(
-    b: np.ndarray, *, tolerances: Sequence[float] = (), full_max: int | None = None
+    b: np.ndarray,
+    *,
+    tolerances: Sequence[float] = (),
+    full_max: int | None = None,
+    eigvalsh_max: int | None = None,
+    bottom: bool = True,
 ) -> MDS:
     """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
 
     Up to ``full_max`` positions (default :data:`posdiag.spectral.FULL_EIGH_MAX`) the full
-    ``eigh``; beyond, :func:`posdiag.spectral.partial_spectrum` grown until each stress
-    tolerance in ``tolerances`` is reached (or shown unreachable), with ``total = ||B||_F^2``
-    and the smallest eigenvalue by Lanczos, so the stress tail stays exact. No warning.
+    ``eigh``; up to :data:`posdiag.spectral.EIGVALSH_MAX` every eigenvalue (``eigvalsh``) with
+    the top eigenvectors only; beyond, :func:`posdiag.spectral.partial_spectrum` grown until
+    each stress tolerance in ``tolerances`` is reached (or shown unreachable), with
+    ``total = ||B||_F^2`` so the stress tail of the computed ranks stays exact, and the
+    smallest eigenvalue by Lanczos (``bottom=True``; slow on the dense cluster of noise
+    eigenvalues at the bottom of an estimated ``B_H``) or not at all (``bottom=False``: NaN).
+    ``eigvalsh_max`` defaults to :data:`~posdiag.spectral.EIGVALSH_MAX` when ``full_max`` is
+    not given, else to ``full_max`` (no eigenvalues-only band). No warning.
     """
-    from .spectral import FULL_EIGH_MAX, partial_spectrum, smallest_eigenvalue
+    from .spectral import (
+        EIGVALSH_MAX,
+        FULL_EIGH_MAX,
+        START_RANK,
+        partial_spectrum,
+        smallest_eigenvalue,
+        top_vectors,
+    )
 
     limit = FULL_EIGH_MAX if full_max is None else full_max
-    if b.shape[0] <= limit:
+    if eigvalsh_max is None:
+        eigvalsh_max = EIGVALSH_MAX if full_max is None else limit
+    n = b.shape[0]
+    if n <= limit:
         return mds_from_gram(b)
-    spec = partial_spectrum(b, tolerances, full_max=limit)
+    if n <= eigvalsh_max:
+        # Every eigenvalue without the vectors (LAPACK's tridiagonal path, ~5x cheaper than
+        # eigh: 2 s at n = 2,048 under load), so the tail, the floor, every effective rank and
+        # the signal rank stay exact; the top eigenvectors by Lanczos. The smallest eigenvalue
+        # alone by Lanczos was slower still: the bottom of an estimated B_H is a dense cluster
+        # of noise eigenvalues (1,000-5,000 products at n = 2,048).
+        lam = np.linalg.eigvalsh(b)[::-1]
+        vectors = _fix_signs(top_vectors(b, min(n - 1, START_RANK)))
+        return MDS(eigenvalues=lam, vectors=vectors, gram=b)
+    # Longer: the top pairs only (grown for the tolerances), the exact total ||B||_F^2; the
+    # smallest eigenvalue first when asked for, so the top pairs can grow past its magnitude
+    # (the signal rank), else NaN (posdiag.analysis.Spectrum says what is then unknown).
+    low = smallest_eigenvalue(b) if bottom else math.nan
+    spec = partial_spectrum(
+        b, tolerances, full_max=limit, until_below=abs(low) if low < 0 else None
+    )
     return MDS(
         eigenvalues=spec.eigenvalues,
         vectors=_fix_signs(spec.vectors),
         gram=b,
         total=spec.total,
-        bottom=smallest_eigenvalue(b),
+        bottom=low,
     )
 
 

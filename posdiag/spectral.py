@@ -32,15 +32,21 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from ._validate import check_int
 
 __all__ = [
+    "EIGVALSH_MAX",
     "FULL_EIGH_MAX",
     "PartialSpectrum",
     "partial_spectrum",
     "smallest_eigenvalue",
     "top_eigenpairs",
+    "top_vectors",
 ]
 
 # Up to this n a full eigh costs about as much as the partial solver with its growth steps.
 FULL_EIGH_MAX = 1024
+# Up to this n every eigenvalue is computed (eigvalsh, no vectors; ~16 s at n = 4,096 under
+# load, growing as n^3), beyond it only the top ones: the bottom of an estimated B_H is a dense
+# cluster that Lanczos resolves slowly (1,000-5,000 products at n = 2,048).
+EIGVALSH_MAX = 4096
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs
@@ -235,6 +241,17 @@ def _lanczos(
     return lam, u, float(res.max()), count[0]
 
 
+def top_vectors(b: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """The unit eigenvectors of the ``k`` largest eigenvalues of symmetric ``b`` (Lanczos),
+    columns in descending order of eigenvalue; shape (n, k)."""
+    n = b.shape[0]
+    k = check_int("k", k, 1, n - 1)
+    if n <= 2 * k + 1:
+        lam, u = np.linalg.eigh(b)
+        return np.ascontiguousarray(u[:, np.argsort(lam)[::-1][:k]])
+    return _lanczos(b, k, DEFAULT_TOL, None, seed)[1]
+
+
 def partial_spectrum(
     b: np.ndarray,
     tolerances: Sequence[float] = (),
@@ -245,6 +262,7 @@ def partial_spectrum(
     start: np.ndarray | None = None,
     full_max: int = FULL_EIGH_MAX,
     seed: int = 0,
+    until_below: float | None = None,
 ) -> PartialSpectrum:
     """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
 
@@ -262,6 +280,9 @@ def partial_spectrum(
         Warm start vectors.
     full_max : int
         Up to this ``n`` the full ``eigh`` is used.
+    until_below : float, optional
+        Also grow until the smallest computed eigenvalue is below this value (the magnitude of
+        the most negative eigenvalue: then every eigenvalue above it, the signal rank, is known).
     """
     b = np.asarray(b, dtype=np.float64)
     n = b.shape[0]
@@ -287,7 +308,8 @@ def partial_spectrum(
             for eps in tolerances
             if spec.effective_rank(eps) is None and (floor is None or floor <= eps)
         ]
-        if not missing or spec.exhausted or k >= cap:
+        short = until_below is not None and bool(lam[-1] >= until_below)
+        if (not missing and not short) or spec.exhausted or k >= cap:
             return spec
         start, k = u, min(cap, 2 * k)
 

@@ -142,13 +142,14 @@ def render_html(
         )
     diag.append(("geometry estimator", sp.estimator))
     for eps, r in sp.effective_rank.items():
-        diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor)))
+        diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor, sp.computed)))
     if sp.negative:
         diag.append(("negative eigenvalues", sp.negative))
     diag += list((diagnostics or {}).items())
     diag_table = _table(("diagnostic", "value"), diag, "diagnostics", (False, False))
     eff = ", ".join(
-        f"{rank_text(r, sp.floor)} at stress <= {eps:g}" for eps, r in sp.effective_rank.items()
+        f"{rank_text(r, sp.floor, sp.computed)} at stress <= {eps:g}"
+        for eps, r in sp.effective_rank.items()
     )
     cautions = [*report.warnings, *_uncertainty_notes(report)]
     warn_html = (

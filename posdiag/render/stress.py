@@ -44,6 +44,8 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 "signal_rank": sp.signal_rank,
                 "negative": sp.negative,
                 "estimator": sp.estimator,
+                # 0: every eigenvalue; k: only the top k were computed (long contexts).
+                "computed": sp.computed,
             },
             "encodings": [asdict(e) for e in report.encodings],
             "warnings": report.warnings,
@@ -136,7 +138,9 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
     """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
-    eff = ", ".join(f"{rank_text(r, sp.floor)}{sep}{eps:g}" for eps, r in sp.effective_rank.items())
+    eff = ", ".join(
+        f"{rank_text(r, sp.floor, sp.computed)}{sep}{eps:g}" for eps, r in sp.effective_rank.items()
+    )
     line = f"effective rank ({sp.estimator} geometry): {eff}"
     if sp.negative:
         line += f"; {sp.negative}"

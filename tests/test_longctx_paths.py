@@ -1,0 +1,270 @@
+"""Issue 13's long-context paths against the straightforward dense computation.
+
+- the expected thinning (``S -> infinity``): exact enumeration of every multivariate
+  hypergeometric split on a tiny corpus, and the mean of many seeded splits on a medium one;
+- the compiled thinning draw: the law of the halves;
+- the cross-fit's accumulated product (``out=``): the dense sum of ``S`` products, any block size;
+- the partial headline spectrum: its tail, effective ranks, floor bound and signal rank against
+  a full ``eigh`` of the same ``B_H``;
+- the report without details: no plug-in, no noise floor, same headline numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.stats import hypergeom
+
+from posdiag import analysis, estimator, fastgram, spectral
+from posdiag._thinning import draw_half, expected_halves
+from posdiag.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.counts import Counts
+from posdiag.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
+from posdiag.geometry import stress_by_rank
+from posdiag.uncertainty import ShardedCounts
+
+
+def zipf_counts(n: int, v: int, per_row: int, seed: int) -> sp.csr_matrix:
+    """Integer counts: a shared Zipf(1.1) head and a component drifting with the position."""
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, v + 1, dtype=np.float64) ** -1.1
+    p /= p.sum()
+    glob, loc = rng.permutation(v), rng.permutation(v)
+    rows = []
+    for i in range(n):
+        r = rng.choice(v, size=per_row, p=p)
+        ids = np.where(rng.random(per_row) < 0.3, loc[(r + 3 * i) % v], glob[r])
+        rows.append(np.bincount(ids, minlength=v))
+    return sp.csr_matrix(np.array(rows, dtype=np.int64))
+
+
+def _row_splits(row: np.ndarray) -> list[tuple[np.ndarray, float]]:
+    """Every split of a count row into A (floor(N/2) tokens) and B, with its probability."""
+    n_tot = int(row.sum())
+    h = n_tot // 2
+    out = []
+    for a in itertools.product(*(range(int(c) + 1) for c in row)):
+        if sum(a) != h:
+            continue
+        prob = math.prod(math.comb(int(c), k) for c, k in zip(row, a, strict=True))
+        out.append((np.array(a, dtype=np.float64), prob / math.comb(n_tot, h)))
+    return out
+
+
+def test_expected_thinning_equals_the_exact_average_over_every_split() -> None:
+    counts = np.array([[3, 1, 0, 2], [1, 2, 2, 0], [0, 1, 4, 1]])
+    n = counts.shape[0]
+    splits = [_row_splits(r) for r in counts]
+    assert all(abs(sum(p for _, p in s) - 1.0) < 1e-12 for s in splits)
+    want = np.zeros((n, n))
+    for i, j in itertools.product(range(n), repeat=2):
+        ni, nj = counts[i].sum(), counts[j].sum()
+        hi, gj = ni // 2, nj - nj // 2
+        if i == j:
+            # The same split of row i gives both halves.
+            want[i, i] = sum(
+                p * float(np.sum(np.sqrt(a / hi * (counts[i] - a) / (ni - hi))))
+                for a, p in splits[i]
+            )
+        else:
+            # Rows are thinned independently: all pairs of splits.
+            want[i, j] = sum(
+                pa * pb * float(np.sum(np.sqrt(a / hi) * np.sqrt((counts[j] - b) / gj)))
+                for a, pa in splits[i]
+                for b, pb in splits[j]
+            )
+    want = (want + want.T) / 2.0
+    got = expected_thinning_bc(sp.csr_matrix(counts))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+
+
+def test_expected_halves_match_scipy_hypergeometric_moments() -> None:
+    # Counts up to 5,000 in a row of ~20,000 tokens: the mode-outward summation (lgamma at the
+    # mode) as well as the small-count recurrence from 0.
+    rng = np.random.default_rng(0)
+    c = sp.csr_matrix(rng.integers(0, 3, size=(4, 30)) * rng.integers(1, 60, size=(4, 30)))
+    c = sp.lil_matrix(c)
+    c[0, 0], c[1, 1], c[2, 2] = 5000, 701, 65
+    c = sp.csr_matrix(c, dtype=np.int64)
+    c.sort_indices()
+    ma, mb, diag = expected_halves(c)
+    for i in range(c.shape[0]):
+        total = int(c[i].sum())
+        h, g = total // 2, total - total // 2
+        acc = 0.0
+        for p in range(c.indptr[i], c.indptr[i + 1]):
+            k = int(c.data[p])
+            ks = np.arange(k + 1)
+            pmf = hypergeom(total, k, h).pmf(ks)
+            assert ma.data[p] == pytest.approx(pmf @ np.sqrt(ks / h), rel=1e-12)
+            assert mb.data[p] == pytest.approx(pmf @ np.sqrt((k - ks) / g), rel=1e-12)
+            acc += pmf @ np.sqrt(ks * (k - ks))
+        assert diag[i] == pytest.approx(acc / math.sqrt(h * g), rel=1e-12)
+
+
+def test_expected_thinning_is_the_limit_of_seeded_thinnings() -> None:
+    """The mean of S seeded cross-fit splits converges to the expectation (error ~ 1/sqrt(S))."""
+    c = zipf_counts(40, 300, 400, seed=3)
+    exact = expected_thinning_bc(c)
+    errs = []
+    for s in (4, 64):
+        halves = estimator.thinned_halves(c, 40, s, np.random.default_rng(s))
+        errs.append(float(np.abs(crossfit_bc(halves) - exact).max()))
+    assert errs[1] < errs[0] / 2.5  # sqrt(16) = 4 in expectation
+    assert errs[1] < 0.01
+
+
+def test_compiled_draw_has_the_hypergeometric_law() -> None:
+    c = sp.csr_matrix(np.array([[5, 1, 3, 0, 7], [2, 2, 2, 2, 1]], dtype=np.int64))
+    rng = np.random.default_rng(0)
+    draws = np.array([draw_half(c, rng)[0].toarray() for _ in range(4000)])
+    # Exact sizes and complements.
+    assert np.all(draws.sum(axis=2) == c.sum(axis=1).A1 // 2)
+    assert np.all(draws <= c.toarray()[None])
+    # Marginal means c * h / N and variances of the hypergeometric law, within 5 sd.
+    for i in range(2):
+        total = int(c[i].sum())
+        h = total // 2
+        for j in range(5):
+            k = int(c[i, j])
+            if k == 0:
+                assert not draws[:, i, j].any()
+                continue
+            law = hypergeom(total, k, h)
+            sd = math.sqrt(law.var() / draws.shape[0]) or 1e-12
+            assert abs(draws[:, i, j].mean() - law.mean()) <= 5 * sd + 1e-12
+    # The same seed draws the same halves (thread schedule does not matter).
+    a1 = draw_half(c, np.random.default_rng(7))[0].toarray()
+    a2 = draw_half(c, np.random.default_rng(7))[0].toarray()
+    np.testing.assert_array_equal(a1, a2)
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 64, 1000])
+def test_accumulated_products_equal_the_dense_sum(block_rows: int) -> None:
+    c = zipf_counts(200, 2000, 800, seed=5).astype(np.float64)
+    rng = np.random.default_rng(1)
+    acc = np.full((200, 200), 0.25)
+    want = acc.copy()
+    for _ in range(3):
+        a = c.copy()
+        a.data = rng.binomial(c.data.astype(np.int64), 0.5).astype(np.float64)
+        ra, rb = sqrt_rows(a + 1e-300 * c), sqrt_rows(c - a + 1e-300 * c)
+        plan, _ = fastgram.plan_product(ra, rb, dtype=np.float64, block_rows=block_rows)
+        assert plan.hybrid and plan.dense_columns > 0  # the hybrid path is the one tested
+        got = fastgram.cross_product(ra, rb, dtype=np.float64, block_rows=block_rows, out=acc)
+        assert got is acc
+        want += ra.toarray() @ rb.toarray().T
+    np.testing.assert_allclose(acc, want, rtol=0, atol=1e-12)
+
+
+def test_out_of_the_wrong_shape_is_refused() -> None:
+    c = zipf_counts(10, 50, 40, seed=0).astype(np.float64)
+    r = sqrt_rows(c)
+    with pytest.raises(Exception, match="'out' must be float64 of shape"):
+        fastgram.cross_product(r, r, out=np.zeros((10, 9)))
+
+
+@pytest.fixture(scope="module")
+def long_counts() -> Counts:
+    """160 positions without shards: thinning, and the partial spectrum when its threshold is
+    lowered."""
+    return Counts(zipf_counts(160, 1500, 700, seed=11), {"source": "synthetic"})
+
+
+def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = corpus_geometry(long_counts, min_count=1, plain=False)
+    assert full.mds.total is None and full.mds.vectors.shape == (160, 160)
+    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
+    mid = corpus_geometry(long_counts, min_count=1, plain=False)
+    # Taken: every eigenvalue, only the top START_RANK vectors.
+    assert mid.mds.total is None and mid.mds.vectors.shape == (160, spectral.START_RANK)
+    np.testing.assert_allclose(mid.mds.eigenvalues, full.mds.eigenvalues, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mid.mds.vectors, full.mds.vectors[:, :16], rtol=0, atol=1e-6)
+    # A rank past the kept vectors is computed on demand.
+    np.testing.assert_allclose(mid.mds.coordinates(20), full.mds.coordinates(20), rtol=0, atol=1e-6)
+    a, b = spectrum(mid, (0.3, 0.05, 1e-4)), spectrum(full, (0.3, 0.05, 1e-4))
+    assert a.effective_rank == b.effective_rank and a.signal_rank == b.signal_rank
+    assert a.negative == b.negative and a.computed == b.computed == 0
+    assert a.floor == pytest.approx(b.floor, abs=1e-12)
+    np.testing.assert_allclose(a.stress_by_rank, b.stress_by_rank, rtol=0, atol=1e-12)
+
+
+def test_partial_headline_spectrum_agrees_with_full_eigh(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = corpus_geometry(long_counts, min_count=1, plain=False)
+    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
+    monkeypatch.setattr(spectral, "EIGVALSH_MAX", 64)
+    part = corpus_geometry(long_counts, min_count=1, plain=False)
+    assert part.mds.total is not None  # the partial path was taken
+    k = part.mds.eigenvalues.size
+    assert 3 <= k < 159
+    lam = np.linalg.eigvalsh(part.mds.gram)[::-1]
+    # Stated accuracy (posdiag.spectral): every computed eigenvalue and stress within 1e-7
+    # ||B||_F; in practice far better.
+    fro = float(np.linalg.norm(part.mds.gram))
+    np.testing.assert_allclose(part.mds.eigenvalues, lam[:k], rtol=0, atol=1e-7 * fro)
+    np.testing.assert_allclose(part.mds.eigenvalues, full.mds.eigenvalues[:k], atol=1e-9)
+    np.testing.assert_allclose(
+        part.mds.stress_by_rank(), stress_by_rank(lam)[:k], rtol=0, atol=1e-7
+    )
+    assert math.isnan(part.mds.min_eigenvalue)  # not computed on this path
+    sp_full, sp_part = spectrum(full, (0.3, 0.05, 1e-4)), spectrum(part, (0.3, 0.05, 1e-4))
+    assert sp_part.computed == k and sp_full.computed == 0
+    for eps, r in sp_full.effective_rank.items():
+        got = sp_part.effective_rank[eps]
+        if r is not None and r <= k:
+            assert got == r
+        else:
+            assert got == k + 1  # "more than k": the floor is unknown here
+    assert sp_part.floor == 0.0 and f"only the top {k} eigenvalues" in sp_part.negative
+    assert analysis.rank_text(k + 1, sp_part.floor, k) == f"> {k}"
+    assert analysis.rank_text(None, 0.25, k) == "not reached (floor >= 0.250)"
+    assert analysis.rank_text(None, 0.25) == "not reached (floor 0.250)"
+
+
+def test_report_without_details_skips_the_plugin_and_the_noise_floor(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_plugin, real_floor = estimator.plugin_bc, analysis.noise_floor
+    monkeypatch.setattr(estimator, "plugin_bc", lambda c: calls.append("plugin") or real_plugin(c))
+    monkeypatch.setattr(
+        analysis, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
+    )
+    lean = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    assert calls == []
+    full = stress_report(ShardedCounts(long_counts), min_count=1, details=True)
+    assert calls == ["plugin", "floor"]
+    # The headline is the same geometry either way; only the detail columns differ.
+    assert [(e.name, e.stress) for e in lean.encodings] == [
+        (e.name, e.stress) for e in full.encodings
+    ]
+    assert all(math.isnan(e.plain) for e in lean.encodings)
+    assert not any(math.isnan(e.plain) for e in full.encodings)
+    assert lean.uncertainty is not None and lean.uncertainty.noise_floor == ()
+    assert full.uncertainty is not None and len(full.uncertainty.noise_floor) == 160
+    assert lean.uncertainty.unstable == full.uncertainty.unstable
+
+
+def test_identical_positions_are_still_refused_without_the_plugin() -> None:
+    row = np.array([[5, 3, 2, 0, 1]], dtype=np.int64)
+    same = Counts(sp.csr_matrix(np.repeat(row, 6, axis=0)), {"source": "same"})
+    with pytest.raises(Exception, match="same token distribution"):
+        corpus_geometry(same, min_count=1, plain=False)
+
+
+def test_thinning_headline_uses_the_expectation(long_counts: Counts) -> None:
+    geo = corpus_geometry(long_counts, min_count=1, plain=False)
+    assert geo.estimate is not None and geo.estimate.method == "thinning"
+    want = gram_from_bc(expected_thinning_bc(long_counts.matrix, 160))
+    np.testing.assert_allclose(geo.mds.gram, want, rtol=0, atol=1e-14)
+    # No seed dependence: the expectation is over every split.
+    other = corpus_geometry(long_counts, min_count=1, plain=False, seed=5)
+    np.testing.assert_array_equal(other.mds.gram, geo.mds.gram)
