@@ -23,7 +23,8 @@ sequence of unit ``u`` belongs to bootstrap / cross-fit shard
 (:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
 reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
 the order of first appearance in the corpus, the order one process assigns. (Id pieces are
-added in one tree per position range and the client stacks the rows of those sums.) The
+added in one tree per position range and the client appends the rows of those sums in
+position order as they arrive: :class:`_RowStack`.) The
 packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
 is refused (pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a
 text corpus, which select documents in reading order across pieces.
@@ -807,10 +808,11 @@ def run_pieces(
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
     Text pieces are added in one tree. Id pieces are added in one tree per position range (the
-    pieces of the same positions in successive window ranges); the client then stacks those
-    sums, which hold disjoint rows, so no partial moves between workers only to be copied
-    next to another. Each sum is fetched as soon as it is complete, while the other pieces are
-    still counted (``direct``: straight from its worker, as ``Client.gather`` takes it).
+    pieces of the same positions in successive window ranges); the client appends those sums,
+    which hold disjoint rows, in position order (:class:`_RowStack`), so no partial moves
+    between workers only to be copied next to another. Each sum is fetched as soon as it is
+    complete, while the other pieces are still counted (``direct``: straight from its worker,
+    as ``Client.gather`` takes it).
     Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
     run and its error is raised here (a worker's death is not a failure: Dask reruns the
     pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
