@@ -8,7 +8,9 @@
    than the batch must peak at about the same memory as one batch.
 4. Long contexts (benchmarks/longctx.py): ``stress --shards 0`` at n = 1k-16k, V = 50,257, time,
    peak RSS and ratio against the scripted peer pipeline on the same counts.
-5. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
+5. Bootstrap intervals (benchmarks/intervals.py): the replicate loop against the previous one,
+   on the bundled corpus (and ``make run``, target < 3 s) and at n = 1k-4k of the long corpus.
+6. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
    (target <= 0.5 s: no numpy/scipy import before a command runs); ``stress --help`` for reference.
 """
 
@@ -296,7 +298,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument(
         "--only",
-        choices=("text", "ids", "memory", "dask", "longctx", "startup"),
+        choices=("text", "ids", "memory", "dask", "longctx", "intervals", "startup"),
         help="run one section",
     )
     ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
@@ -306,6 +308,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--peer-max", type=int, default=PEER_MAX_N, help="largest n the peer pipeline runs at"
+    )
+    ap.add_argument(
+        "--interval-sizes",
+        type=lambda v: tuple(int(x) for x in v.split(",") if x),
+        default=None,
+        help="long-context n values of the intervals section (empty: bundled corpus only)",
     )
     args = ap.parse_args()
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
@@ -327,6 +335,11 @@ def main() -> None:
             bench_dask(tmp, args.dask_tokens, args.dask_text_mb, args.repeat)
         if args.only in (None, "longctx"):
             bench_longctx(tmp, tuple(int(x) for x in args.sizes.split(",")), args.peer_max)
+        if args.only in (None, "intervals"):
+            from .intervals import LONG_SIZES, bench_intervals
+
+            sizes = LONG_SIZES if args.interval_sizes is None else args.interval_sizes
+            bench_intervals(sizes)
 
 
 if __name__ == "__main__":

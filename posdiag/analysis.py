@@ -683,6 +683,7 @@ def interval_scores(
     *,
     estimator: str = "plugin",
     full_eigenvalues: np.ndarray | None = None,
+    full_mds: MDS | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
@@ -702,6 +703,7 @@ def interval_scores(
         progress=progress,
         estimator=estimator,
         full_eigenvalues=full_eigenvalues,
+        full_mds=full_mds,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -747,8 +749,10 @@ def _with_intervals(
         seed,
         progress,
         estimator=geometry.estimator,
-        # Only a complete spectrum (a partial one holds the top eigenvalues only).
+        # Only a complete spectrum (a partial one holds the top eigenvalues only); the MDS
+        # itself carries exact tails either way.
         full_eigenvalues=geometry.mds.eigenvalues if geometry.mds.total is None else None,
+        full_mds=geometry.mds,
     )
     unc = Uncertainty(
         iv.level,
@@ -1090,7 +1094,8 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
     r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
     n = geo.n_eff
     st = sp_.stress_by_rank[r - 1]
-    iv = unc.stress_by_rank[r - 1] if unc.stress_by_rank else (math.nan, math.nan)
+    # Rank intervals stop at the replicates' computed ranks at long contexts.
+    iv = unc.stress_by_rank[r - 1] if r <= len(unc.stress_by_rank) else (math.nan, math.nan)
     saving = parameter_saving(r, n, dim)
     cost = (
         f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "

@@ -10,7 +10,9 @@ multinomial bootstrap).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +26,27 @@ from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
 from .errors import PosdiagError
-from .estimator import ESTIMATORS, crossfit_bc, gram_from_bc, implied_distances, stacked_halves
+from .estimator import (
+    ESTIMATORS,
+    crossfit_bc,
+    gram_from_bc,
+    implied_distances,
+    sqrt_rows,
+    stacked_halves,
+)
+from .fastgram import cross_product as fast_cross_product
 from .fastscore import GramScorer, diagonal_sums
 from .geometry import (
+    MDS,
     gram_from_distances,
     hellinger_distances,
     hellinger_distances_fast,
+    mds_from_gram,
     positional_information,
     stress_by_rank,
 )
+from .replicates import PatternTooLarge, ShardPattern
+from .spectral import top_eigenpairs
 from .tokenize import Tokenizer
 
 __all__ = [
@@ -219,6 +233,22 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
 # the interval. With 2, mean width / (3.92 sd over 30 independent synthetic samples) was
 # 0.91-0.98 for fixed encodings, 0.93 for mds-2, 1.39 for learned-random (benchmarks/estimator.py).
 REPLICATE_SPLITS = 2
+# Replicate Grams whose eigenvalues are computed in one stacked call (bytes of the stack).
+EIG_BATCH_BYTES = 32 << 20
+ENGINES = ("auto", "pattern", "scipy")
+# From this n a replicate's rank stresses come from its top REPLICATE_RANKS eigenpairs (block
+# subspace iteration warm-started from the full-data eigenvectors) and ||B||_F^2, not a full
+# eigvalsh (4.6 s per replicate at n = 1,024 under load, 19 s at 4,096). The rank intervals
+# then cover ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
+PARTIAL_EIG_FROM = 512
+REPLICATE_RANKS = 10
+# Residual bound of the replicates' Ritz pairs, relative to ||B||_F. Measured on a replicate
+# of the long synthetic corpus at n = 1,024 (top 10, warm start): 6 passes, 0.4 s, largest
+# error of a rank stress 1e-7 against eigvalsh (1e-3: 5e-6; 1e-5: 6e-10 in 10 passes).
+REPLICATE_EIG_TOL = 1e-4
+REPLICATE_EIG_ITER = 200
+# From this n a replicate's products are large enough for BLAS threads to pay off.
+BLAS_THREADS_FROM = 512
 
 
 def bootstrap_stress(
@@ -234,6 +264,8 @@ def bootstrap_stress(
     estimator: str = "plugin",
     replicate_splits: int = REPLICATE_SPLITS,
     full_eigenvalues: np.ndarray | None = None,
+    engine: str = "auto",
+    full_mds: MDS | None = None,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -264,8 +296,22 @@ def bootstrap_stress(
     replicate_splits : int
         Cross-fit splits per replicate.
     full_eigenvalues : ndarray of shape (n_eff,), optional
-        Eigenvalues of the full-data ``B_H`` (centre of the rank intervals); default: those of
-        the plug-in.
+        Eigenvalues of the full-data ``B_H`` (centre of the rank intervals when ``full_mds`` is
+        not given); default: those of the plug-in.
+    engine : {"auto", "pattern", "scipy"}
+        How each replicate's counts and products are formed: on the shards' fixed pattern
+        (:class:`~posdiag.replicates.ShardPattern`) or with scipy selections and
+        :mod:`posdiag.fastgram` products per split. ``auto``: the pattern while it fits its
+        memory bounds, and from :data:`PARTIAL_EIG_FROM` positions the replicates' top
+        eigenpairs only. ``scipy``: the loop as it was (scipy products, a full ``eigvalsh`` per
+        replicate), the reference of tests and ``make bench``; same draws, same numbers to
+        ~1e-14.
+    full_mds : MDS, optional
+        The full-data geometry (eigenvalues, eigenvectors; partial spectra allowed): the centre
+        of the rank intervals, and the warm start of the
+        replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions (a cold start
+        without it). Default: the plug-in's, computed here when ``full_eigenvalues`` is not
+        given either.
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -274,6 +320,7 @@ def bootstrap_stress(
     n = check_int("n_eff", n_eff, 2)
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
+    engine = check_choice("engine", engine, ENGINES)
     k = sharded.k
     # Replicate weights and samples, plus the running sums and one replicate's geometry.
     require(
@@ -285,7 +332,6 @@ def bootstrap_stress(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "
             f"shards is split again); got {k}"
         )
-    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
     ranks_of = [_mds_rank(e) for e in encodings]
     # Each fixed encoding's side once (issue 13): Toeplitz encodings share one diagonal-sum
     # pass per replicate, tables a vdot (or B JP past n = 2,048); no n x n Gram per encoding.
@@ -301,77 +347,256 @@ def bootstrap_stress(
     for row in weights:
         row[rng.choice(k, size=h, replace=False)] = 1.0
     scale = float(np.sqrt(h / (k - h)))
-    rows = np.tile(np.arange(n), k)
-    cols = np.arange(k * n)
-    enc_samples: list[list[float]] = [[] for _ in encodings]
-    rank_samples: list[np.ndarray] = []
-    d_sum = np.zeros((n, n))
-    d_sq = np.zeros((n, n))
-    used = 0
-    for done, w in enumerate(weights, 1):
-        if progress is not None:
-            progress(done, replicates)
-        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
-        c = select @ stack
-        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
-            continue
-        if estimator == "crossfit":
-            try:
-                halves = stacked_halves(stack, n, np.flatnonzero(w), replicate_splits, split_rng)
-                bc = crossfit_bc(halves)
-            except PosdiagError:
-                continue  # a position lost all its support in a quarter of the shards
-            b = gram_from_bc(bc)
-            d = implied_distances(bc)
-        else:
-            d = hellinger_distances_fast(c)
-            b = gram_from_distances(d)
-        nb = float(np.linalg.norm(b))
-        if nb == 0.0:
-            continue
-        lam = np.sort(np.linalg.eigvalsh(b))[::-1]
-        by_rank = _tail_stress(lam)
-        rank_samples.append(by_rank)
-        lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
-        for idx, (scorer, rank) in enumerate(zip(scorers, ranks_of, strict=True)):
-            if rank is not None:
-                enc_samples[idx].append(float(by_rank[rank - 1]))
-            else:
-                assert scorer is not None
-                enc_samples[idx].append(scorer.stress(b, nb, lags))
-        d_sum += d
-        d_sq += d * d
-        used += 1
+    if full_mds is None and full_eigenvalues is None:
+        full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
+    if full_mds is not None:
+        # A partial spectrum (long contexts) carries ||B||_F^2: its tails stay exact.
+        full_by_rank = full_mds.stress_by_rank()
+    else:
+        assert full_eigenvalues is not None
+        full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
+    enc_arrays, ranks, sd, used = _exact_replicates(
+        sharded,
+        n,
+        ranks_of,
+        scorers,
+        weights,
+        estimator,
+        replicate_splits,
+        split_rng,
+        progress,
+        engine,
+        full_mds,
+    )
     if used < 2:
         raise PosdiagError(
             f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
             "use fewer --shards or a larger --min-count"
         )
-    mean = d_sum / used
-    sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
-    ranks = np.array(rank_samples)
-    if full_eigenvalues is None:
-        full_gram = gram_from_distances(_full_distances(sharded, n))
-        full_eigenvalues = np.linalg.eigvalsh(full_gram)
-    full_lam = np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1]
-    full_by_rank = _tail_stress(full_lam)
+    n_ranks = min(full_by_rank.size, ranks.shape[1])
     return StressIntervals(
         level=level,
         shards=k,
         replicates=used,
         seed=seed,
         encodings=tuple(
-            _interval(float(est), np.array(s), level, scale)
-            for est, s in zip(estimates, enc_samples, strict=True)
+            _interval(float(est), smp, level, scale)
+            for est, smp in zip(estimates, enc_arrays, strict=True)
         ),
         stress_by_rank=tuple(
-            _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(n - 1)
+            _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(n_ranks)
         ),
         distance_sd=sd,
         bias=tuple(
-            float(np.mean(s)) - float(est) for est, s in zip(estimates, enc_samples, strict=True)
+            float(np.mean(smp)) - float(est) for est, smp in zip(estimates, enc_arrays, strict=True)
         ),
     )
+
+
+Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray, int]
+
+
+def _exact_replicates(
+    sharded: ShardedCounts,
+    n: int,
+    ranks_of: list[int | None],
+    scorers: list[GramScorer | None],
+    weights: np.ndarray,
+    estimator: str,
+    replicate_splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+    engine: str,
+    full: MDS | None,
+) -> Samples:
+    """Every replicate recomputed: samples per encoding, rank samples (R, n-1), the spread of
+    each distance and the number of replicates kept."""
+    enc_samples: list[list[float]] = [[] for _ in ranks_of]
+    rank_samples: list[np.ndarray] = []
+    d_sum = np.zeros((n, n))
+    d_sq = np.zeros((n, n))
+    used = 0
+    pattern: ShardPattern | None = None
+    if engine != "scipy":
+        try:
+            pattern = ShardPattern(sharded.shards, n)
+        except PatternTooLarge:
+            if engine == "pattern":
+                raise
+    if pattern is not None:
+        grams = _pattern_replicates(
+            pattern, n, weights, estimator, replicate_splits, split_rng, progress
+        )
+    else:
+        grams = _scipy_replicates(
+            sharded,
+            n,
+            weights,
+            estimator,
+            replicate_splits,
+            split_rng,
+            progress,
+            dense_dtype=np.float64 if engine == "scipy" else np.float32,
+        )
+    # Eigenvalues of several replicates in one stacked call (the same LAPACK routine per matrix,
+    # without the per-call overhead that dominated at n = 76); memory bounded by EIG_BATCH_BYTES.
+    # From PARTIAL_EIG_FROM positions only the top pairs the rank intervals show, warm-started.
+    partial = n >= PARTIAL_EIG_FROM and engine != "scipy"  # scipy: the previous loop
+    top = min(n - 1, max([REPLICATE_RANKS, *(r for r in ranks_of if r is not None)]))
+    start = None if full is None else full.vectors[:, :top]
+    batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
+    pending: list[np.ndarray] = []
+
+    def add_ranks(by_rank: np.ndarray) -> None:
+        rank_samples.append(by_rank)
+        for idx, rank in enumerate(ranks_of):
+            if rank is not None:
+                enc_samples[idx].append(float(by_rank[rank - 1]))
+
+    def flush() -> None:
+        if pending:
+            for lam_desc in np.linalg.eigvalsh(np.stack(pending))[:, ::-1]:
+                add_ranks(_tail_stress(lam_desc))
+            pending.clear()
+
+    with _small_blas(n if pattern is not None else BLAS_THREADS_FROM):
+        for b, d in grams:
+            nb = float(np.linalg.norm(b))
+            if nb == 0.0:
+                continue
+            if partial:
+                lam, _, _, _ = top_eigenpairs(
+                    b, top, tol=REPLICATE_EIG_TOL, start=start, max_iter=REPLICATE_EIG_ITER
+                )
+                kept = np.cumsum(np.clip(lam, 0.0, None) ** 2)
+                add_ranks(np.sqrt(np.clip((nb * nb - kept) / (nb * nb), 0.0, 1.0)))
+            else:
+                pending.append(b)
+            lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
+            for idx, scorer in enumerate(scorers):
+                if scorer is not None:
+                    enc_samples[idx].append(scorer.stress(b, nb, lags))
+            d_sum += d
+            d_sq += d * d
+            used += 1
+            if len(pending) >= batch:
+                flush()
+        flush()
+    if used < 2:
+        return [np.array(x) for x in enc_samples], np.zeros((used, n - 1)), d_sum, used
+    mean = d_sum / used
+    sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
+    return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used
+
+
+ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray]]
+
+
+def _small_blas(n: int) -> AbstractContextManager[object]:
+    """One BLAS thread while replicates are small (``n`` below :data:`BLAS_THREADS_FROM`).
+
+    A replicate at n = 76 is a few hundred small products; multi-threaded OpenBLAS spends more
+    on waking and syncing its threads than on the work, badly so on a loaded machine: the
+    (76 x 1,332) @ (1,332 x 76) product of a split took 7.4 ms with 2 threads and 0.39 ms with
+    one, a (20 x 40k) matrix-vector product 9.8 ms against 0.19 ms (load 6 on 2 cores).
+    """
+    if n >= BLAS_THREADS_FROM:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _pattern_replicates(
+    pattern: ShardPattern,
+    n: int,
+    weights: np.ndarray,
+    estimator: str,
+    splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+) -> ReplicateGrams:
+    """``(B, D)`` of each replicate whose every position keeps support, on the fixed pattern of
+    :class:`~posdiag.replicates.ShardPattern` (same draws, same numbers as
+    :func:`_scipy_replicates` up to the order of additions)."""
+    k = pattern.k
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, len(weights))
+        cw = pattern.counts(w)
+        if np.any(pattern.supports(cw) <= 0):
+            continue
+        if estimator != "crossfit":
+            d = hellinger_distances_fast(pattern.csr(cw))
+            yield gram_from_distances(d), d
+            continue
+        subset = np.flatnonzero(w)
+        acc: np.ndarray | None = None
+        for _ in range(splits):
+            # The draw of posdiag.estimator.stacked_halves, checked split by split as there.
+            pick = np.zeros(k)
+            pick[subset[split_rng.choice(subset.size, size=subset.size // 2, replace=False)]] = 1.0
+            ca = pattern.counts(pick)
+            cb = cw - ca
+            na, nb = pattern.supports(ca), pattern.supports(cb)
+            if np.any(na <= 0) or np.any(nb <= 0):
+                acc = None  # a position lost all its support in a quarter of the shards
+                break
+            x = pattern.product(pattern.sqrt_rows(ca, na), pattern.sqrt_rows(cb, nb))
+            acc = x + x.T if acc is None else acc + x + x.T
+        if acc is None:
+            continue
+        bc = acc / (2.0 * splits)
+        yield gram_from_bc(bc), implied_distances(bc)
+
+
+def _scipy_replicates(
+    sharded: ShardedCounts,
+    n: int,
+    weights: np.ndarray,
+    estimator: str,
+    splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+    dense_dtype: type[np.floating] = np.float64,
+) -> ReplicateGrams:
+    """The replicates as computed before :class:`~posdiag.replicates.ShardPattern`: scipy
+    selections and :mod:`posdiag.fastgram` products per split (with float64 dense blocks: the
+    reference of tests and `make bench`).
+
+    ``dense_dtype=np.float32`` (long contexts, where the pattern does not fit): the products'
+    dense BLAS block in float32, ~1.6x faster at n = 1,024; a replicate's ``B_H`` then moves by
+    ~1e-6 relative (BC entries by 2e-7), three orders below the interval widths.
+    """
+    k = sharded.k
+    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
+    rows = np.tile(np.arange(n), k)
+    cols = np.arange(k * n)
+    for done, w in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, len(weights))
+        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
+        c = select @ stack
+        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
+            continue
+        if estimator == "crossfit":
+            try:
+                halves = stacked_halves(stack, n, np.flatnonzero(w), splits, split_rng)
+            except PosdiagError:
+                continue  # a position lost all its support in a quarter of the shards
+            if dense_dtype is np.float64:
+                bc = crossfit_bc(halves)
+            else:
+                acc: np.ndarray | None = None
+                for ca, cb in halves:
+                    x = fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dense_dtype)
+                    acc = x + x.T if acc is None else acc + x + x.T
+                assert acc is not None
+                bc = acc / (2.0 * len(halves))
+            yield gram_from_bc(bc), implied_distances(bc)
+        else:
+            d = hellinger_distances_fast(c)
+            yield gram_from_distances(d), d
 
 
 def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:

@@ -120,7 +120,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         t.add_column(col, justify="right")
     ivs = d.uncertainty.stress_by_rank
     for r in range(1, min(SHOWN_RANKS, len(rk.spectrum.stress_by_rank)) + 1):
-        lo, hi = ivs[r - 1] if ivs else (math.nan, math.nan)
+        lo, hi = ivs[r - 1] if r <= len(ivs) else (math.nan, math.nan)
         t.add_row(
             str(r),
             f"{rk.spectrum.eigenvalues[r - 1]:.4g}",

@@ -1,0 +1,168 @@
+"""Bootstrap replicates on the shards' fixed pattern (posdiag.replicates) against scipy and dense
+brute force: same draws, same numbers to rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posdiag.counts import Counts
+from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
+from posdiag.estimator import estimate_hellinger
+from posdiag.replicates import ShardPattern
+from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
+from posdiag.uncertainty import ShardedCounts, bootstrap_stress
+
+
+def _dense_sqrt(c: np.ndarray) -> np.ndarray:
+    return np.sqrt(c / c.sum(axis=1, keepdims=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(2, 9),
+    st.integers(3, 30),
+    st.integers(2, 6),
+    st.integers(0, 2**31 - 1),
+)
+def test_pattern_counts_and_product_equal_dense_brute_force(
+    n: int, v: int, k: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    # Sparse shards (many zeros, some columns in every row) plus one token everywhere, so every
+    # row has support in every subset.
+    shards = [rng.integers(0, 3, (n, v)) * (rng.random((n, v)) < 0.4) for _ in range(k)]
+    for s in shards:
+        s[:, 0] += 1
+    pat = ShardPattern([sp.csr_matrix(s) for s in shards], n)
+    a = np.zeros(k)
+    a[rng.choice(k, size=k // 2, replace=False)] = 1.0  # both halves non-empty
+    b = 1.0 - a
+    ca, cb = pat.counts(a), pat.counts(b)
+    dense_a = sum(w * s for w, s in zip(a, shards, strict=True))
+    dense_b = sum(w * s for w, s in zip(b, shards, strict=True))
+    np.testing.assert_array_equal(pat.csr(ca).toarray(), dense_a)
+    np.testing.assert_array_equal(pat.supports(ca), dense_a.sum(axis=1))
+    ra = pat.sqrt_rows(ca, pat.supports(ca))
+    rb = pat.sqrt_rows(cb, pat.supports(cb))
+    want = _dense_sqrt(dense_a) @ _dense_sqrt(dense_b).T
+    np.testing.assert_allclose(pat.product(ra, rb), want, rtol=0, atol=1e-14)
+
+
+def test_pattern_uses_both_the_dense_block_and_the_rare_pairs() -> None:
+    """A column in every row goes to the BLAS block, a column in one row to the pair list."""
+    n = 40
+    c = np.zeros((n, 3))
+    c[:, 0] = 5  # every row: dense
+    c[0, 1] = 2  # one row: rare
+    c[:, 2] = 1
+    pat = ShardPattern([sp.csr_matrix(c), sp.csr_matrix(c)], n)
+    assert pat.kd == 2 and pat.pair_cell.size == 1
+    r = pat.sqrt_rows(pat.counts(np.ones(2)), pat.supports(pat.counts(np.ones(2))))
+    s = _dense_sqrt(2 * c)
+    np.testing.assert_allclose(pat.product(r, r), s @ s.T, atol=1e-15)
+
+
+def _sharded(n: int, sequences: int, shards: int, seed: int) -> ShardedCounts:
+    mu = zipf_drift_distributions(n, 400, 3, sharpness=2.0, seed=seed)
+    total, parts = sample_sharded_counts(mu, sequences, shards=shards, seed=seed + 1)
+    counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(parts))
+    return ShardedCounts(counts, counts.shards, 0)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "sequences", "shards"),
+    [("crossfit", 400, 20), ("plugin", 400, 8), ("crossfit", 12, 8)],
+)
+def test_pattern_engine_reproduces_the_scipy_replicates(
+    estimator: str, sequences: int, shards: int
+) -> None:
+    """Same draws and numbers as the scipy loop, including replicates skipped for lost support
+    (12 sequences in 8 shards: quarters often miss a position)."""
+    n = 12
+    sharded = _sharded(n, sequences, shards, seed=3)
+    est = estimate_hellinger(sharded.counts.matrix, n, estimator="plugin")
+    encs = [make_encoding(nm, n, p, mds=est.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
+    kw = {"replicates": 60, "seed": 4, "estimator": estimator}
+    fast = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), **kw)  # type: ignore[arg-type]
+    ref = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), engine="scipy", **kw)  # type: ignore[arg-type]
+    if sequences == 12:
+        assert 2 <= ref.replicates < 60  # some replicates were skipped, on both paths alike
+    assert fast.replicates == ref.replicates
+    np.testing.assert_allclose(fast.encodings, ref.encodings, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast.bias, ref.bias, rtol=0, atol=1e-12)
+    # d = sqrt(d^2) turns a rounding difference of 1e-17 in a near-zero d^2 into ~3e-9.
+    np.testing.assert_allclose(fast.distance_sd, ref.distance_sd, rtol=0, atol=1e-8)
+
+
+def test_unknown_engine_is_an_error() -> None:
+    from posdiag.errors import PosdiagError
+
+    sharded = _sharded(6, 200, 8, seed=0)
+    with pytest.raises(PosdiagError, match=r"^'engine' must be one of"):
+        bootstrap_stress(sharded, 6, [], [], engine="dense")
+
+
+def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From PARTIAL_EIG_FROM the replicates take their top eigenpairs by warm-started subspace
+    iteration and ||B||_F^2: the mds-r and rank intervals agree with the full eigvalsh ones
+    (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed."""
+    from posdiag import uncertainty
+    from posdiag.geometry import gram_from_distances, hellinger_distances, mds_from_gram
+
+    n = 24
+    sharded = _sharded(n, 600, 20, seed=5)
+    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.counts.matrix[:n])))
+    encs = [make_encoding("mds", n, {"rank": 3}, mds=full), make_encoding("alibi", n, {})]
+    kw = {"replicates": 30, "seed": 1, "estimator": "crossfit", "full_mds": full}
+    ref = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(uncertainty, "PARTIAL_EIG_FROM", 2)
+    monkeypatch.setattr(uncertainty, "REPLICATE_RANKS", 8)
+    calls: list[int] = []
+    real = uncertainty.top_eigenpairs
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "top_eigenpairs", spy)
+    fast = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
+    assert len(calls) == fast.replicates == ref.replicates
+    assert len(fast.stress_by_rank) == 8 and len(ref.stress_by_rank) == n - 1
+    np.testing.assert_allclose(fast.encodings, ref.encodings, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank[:8], rtol=0, atol=1e-6)
+
+
+def test_pattern_too_large_falls_back_to_the_scipy_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag import replicates, uncertainty
+    from posdiag.replicates import PatternTooLarge
+
+    n = 10
+    sharded = _sharded(n, 300, 8, seed=2)
+    encs = [make_encoding("alibi", n, {})]
+    ref = bootstrap_stress(
+        sharded, n, encs, [0.5], replicates=20, engine="scipy", estimator="crossfit"
+    )
+    monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)
+    dtypes: list[object] = []
+    real = uncertainty.fast_cross_product
+
+    def spy(a: object, b: object, **kw: object) -> np.ndarray:
+        dtypes.append(kw.get("dtype"))
+        return real(a, b, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uncertainty, "fast_cross_product", spy)
+    got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, estimator="crossfit")
+    # The fallback's products use a float32 dense block: the same intervals to ~1e-6.
+    assert dtypes and set(dtypes) == {np.float32}
+    assert got.replicates == ref.replicates
+    np.testing.assert_allclose(got.encodings, ref.encodings, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-5)
+    with pytest.raises(PatternTooLarge, match=r"^the replicate pattern needs"):
+        bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="pattern")
