@@ -9,7 +9,6 @@ in a temporary folder: a >= 200 M-token ``.bin`` (>= 8 pieces) and a >= 50 MB te
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from posdiag.counts import corpus_counts
-from posdiag.distributed import plan_pieces
+from posdiag.distributed import local_cluster, plan_pieces
 from posdiag.sources import open_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,16 +32,8 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def _cluster(workers: int) -> Any:
-    from distributed import LocalCluster
-
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # any free port: 8787 may be taken
-        silence_logs=logging.ERROR,
-        env={"TOKENIZERS_PARALLELISM": "false"},
-    )
+    """The LocalCluster that ``--engine dask --workers N`` starts (quiet on shutdown)."""
+    return local_cluster(workers)
 
 
 def _row(

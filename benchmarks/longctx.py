@@ -6,9 +6,13 @@ with the position (rank r at position i is token ``perm[(r + i // 2) mod V]``); 
 distinct tokens per position. Each measurement runs in a fresh subprocess, so its peak RSS
 (``ru_maxrss``) is its own.
 
-- posdiag: ``stress_report`` on counts without shards, what ``posdiag stress FILE.npz --shards 0``
-  computes: the cross-fitted geometry (S = 10 thinned splits, each one hybrid product), the
-  plug-in beside it, the spectrum, the default encodings, the noise floor it prints.
+- posdiag: ``stress_report(..., details=False)`` on counts without shards, what ``posdiag stress
+  FILE.npz --shards 0`` computes: the cross-fitted geometry (the exact average over every
+  thinning, one hybrid product), the spectrum, the default encodings with the held-out
+  ``mds-r`` scores (split-half grams: 4 more products), the unstable positions it prints.
+- reference: the SAME estimator computed the straightforward way (dense blocks of the expected
+  square-root rows, numpy products, double centring, ``eigvalsh``); its top 10 eigenvalues
+  against posdiag's give the agreement column. Skipped with the peer.
 - peer: what a researcher would script on the same counts: dense square-root probabilities
   (n x V float64) -> ``scipy.spatial.distance.pdist`` -> classical MDS (double centring and
   ``numpy.linalg.eigh``, which is what ``sklearn.manifold.ClassicalMDS`` does; scikit-learn is
@@ -74,7 +78,7 @@ def child_posdiag(path: Path) -> dict[str, object]:
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
     t0 = time.perf_counter()
-    report = stress_report(ShardedCounts(counts), min_count=1)
+    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
     t_stress = time.perf_counter() - t0
     rss = _peak_gb()
     # One cross-fit split: hypergeometric halves of every position's counts.
@@ -85,21 +89,36 @@ def child_posdiag(path: Path) -> dict[str, object]:
     cross_product(sqrt_rows(a), sqrt_rows(m - a))
     t_split = time.perf_counter() - t0
     lam = report.spectrum.eigenvalues
-    geo = report.geometry
-    # The peer computes the plug-in geometry: compare it with posdiag's plug-in, computed beside
-    # the cross-fitted headline.
-    plain = geo.plain if geo is not None and geo.plain is not None else None
-    plug = list(plain.mds.eigenvalues[:10]) if plain is not None else list(lam[:10])
     return {
-        "plugin_eigenvalues": [float(x) for x in plug],
         "time": t_stress,
         "rss": rss,
         "split": t_split,
         "eigenvalues": list(lam[:10]),
-        "k": len(lam),
+        "k": report.spectrum.computed or len(lam),
         "ranks": {str(k): v for k, v in report.spectrum.effective_rank.items()},
         "rss_split": _peak_gb(),
     }
+
+
+def child_reference(path: Path) -> dict[str, object]:
+    """posdiag's estimator the straightforward way: dense numpy blocks, full ``eigvalsh``."""
+    from posdiag._thinning import expected_halves
+
+    m = sp.load_npz(path).tocsr()
+    t0 = time.perf_counter()
+    ma, mb, diag = expected_halves(m)  # the per-entry expectations that define the estimator
+    n, v = m.shape
+    bc = np.zeros((n, n))
+    step = 4096
+    for lo in range(0, v, step):
+        a = ma[:, lo : lo + step].toarray()
+        b = mb[:, lo : lo + step].toarray()
+        bc += a @ b.T
+    bc = (bc + bc.T) / 2.0
+    np.fill_diagonal(bc, diag)
+    g = 0.5 * (bc - bc.mean(0) - bc.mean(1)[:, None] + bc.mean())
+    lam = np.sort(np.linalg.eigvalsh((g + g.T) / 2.0))[::-1]
+    return {"time": time.perf_counter() - t0, "eigenvalues": list(lam[:10])}
 
 
 def child_peer(path: Path) -> dict[str, object]:
@@ -139,6 +158,7 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
     print(f"   V = {V:,}, {TOKENS_PER_POSITION:,} Zipf tokens per position, {DRIFT:.0%} drifting")
     print(f"   load: {os.getloadavg()[0]:.1f} (1-min average) on {os.cpu_count()} cores")
     rows = []
+    print(HEADER)
     for n in sizes:
         path = tmp / f"long-{n}.npz"
         m = structured_counts(n)
@@ -147,8 +167,9 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
         del m
         ours = _run_child("posdiag", path)
         peer = _run_child("peer", path) if n <= peer_max else {}
+        ref = _run_child("reference", path) if n <= peer_max else {}
         rows.append((n, distinct, ours, peer))
-        _print_row(n, distinct, ours, peer)
+        _print_row(n, distinct, ours, peer, ref)
         path.unlink()
     done = [(n, r) for n, _, r, _ in rows if "time" in r]
     if len(done) >= 2:
@@ -163,33 +184,53 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
     print(f"   load at the end: {os.getloadavg()[0]:.1f}")
 
 
-def _print_row(n: int, distinct: float, ours: dict[str, object], peer: dict[str, object]) -> None:
+HEADER = (
+    "   |      n | tokens/pos | posdiag |  peak RSS |    peer | ratio | top-10 eigenvalues vs "
+    "dense same estimator |"
+)
+
+
+def _print_row(
+    n: int,
+    distinct: float,
+    ours: dict[str, object],
+    peer: dict[str, object],
+    ref: dict[str, object] | None = None,
+) -> None:
     if "error" in ours:
-        print(f"   n = {n:>6,}: posdiag failed: {ours['error']}")
+        print(f"   | {n:>6,} | posdiag failed: {ours['error']}")
         return
-    t, rss, split = float(ours["time"]), float(ours["rss"]), float(ours["split"])  # type: ignore[arg-type]
-    line = (
-        f"   n = {n:>6,} ({distinct:,.0f} tokens/pos): posdiag {t:7.1f} s, {rss:5.2f} GB; "
-        f"one cross-fit split {split:6.1f} s"
-    )
+    t, rss = float(ours["time"]), float(ours["rss"])  # type: ignore[arg-type]
+    cells = [f"{n:>6,}", f"{distinct:>10,.0f}", f"{t:6.1f} s", f"{rss:6.2f} GB"]
     if "time" in peer:
         tp = float(peer["time"])  # type: ignore[arg-type]
-        lam_a = np.array(ours["plugin_eigenvalues"])
-        lam_b = np.array(peer["eigenvalues"])
-        agree = float(np.abs(lam_a - lam_b[: lam_a.size]).max())
-        line += (
-            f"; peer {tp:7.1f} s, {float(peer['rss']):5.2f} GB"  # type: ignore[arg-type]
-            f"; ratio {tp / t:5.2f}x; top-10 plug-in eigenvalues agree to {agree:.1e}"
-        )
+        cells += [f"{tp:6.1f} s", f"{tp / t:4.1f}x"]
     elif "error" in peer:
-        line += f"; peer failed: {peer['error']}"
+        cells += [f"failed: {peer['error']}", "-"]
     else:
-        line += "; peer skipped (dense n x V and pdist n^2 V out of budget)"
-    print(line)
-    print(f"      effective ranks {ours['ranks']}; eigenpairs computed: {ours['k']}")
+        cells += ["skipped (dense n x V and pdist n^2 V out of budget)", "-"]
+    if ref and "eigenvalues" in ref:
+        lam_a = np.array(ours["eigenvalues"])
+        lam_b = np.array(ref["eigenvalues"])
+        cells.append(f"{float(np.abs(lam_a - lam_b[: lam_a.size]).max()):.1e}")
+    else:
+        cells.append("-")
+    print("   | " + " | ".join(cells) + " |")
+    print(
+        f"   |        | effective ranks {ours['ranks']}; eigenvalues computed: {ours['k']}; "
+        f"one cross-fit product {float(ours['split']):.1f} s"  # type: ignore[arg-type]
+    )
 
 
 if __name__ == "__main__":
     kind, arg = sys.argv[1], Path(sys.argv[2])
-    result = child_posdiag(arg) if kind == "posdiag" else child_peer(arg)
-    print(json.dumps(result))
+    children = {"posdiag": child_posdiag, "peer": child_peer, "reference": child_reference}
+    if kind == "run":
+        # python -m benchmarks.longctx run N [N ...]: the table for chosen sizes only.
+        import tempfile
+
+        sizes = tuple(int(x) for x in sys.argv[2:])
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_longctx(Path(tmp), sizes)
+    else:
+        print(json.dumps(children[kind](arg)))

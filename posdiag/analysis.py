@@ -611,13 +611,16 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     half = geo.split_half()
     if half is None:
         return _indistinguishable(geo.distances, floor)
-    err = np.sqrt(
-        np.mean(
-            [(_gram_sq_distances(p) - _gram_sq_distances(q)) ** 2 / 4.0 for p, q in half.grams],
-            axis=0,
-        )
-    )
-    mask = _gram_sq_distances(geo.mds.gram) <= err
+    # Accumulated in place (two n x n arrays, not one per outer split and term: 2 GB each at
+    # n = 16,384); d2_P - d2_Q is the squared-distance map of B_P - B_Q.
+    acc = np.zeros_like(geo.mds.gram)
+    for p, q in half.grams:
+        d = _gram_sq_distances(np.subtract(p, q))
+        d *= d
+        acc += d
+    acc /= 4.0 * len(half.grams)
+    np.sqrt(acc, out=acc)
+    mask = _gram_sq_distances(geo.mds.gram) <= acc
     np.fill_diagonal(mask, False)
     return np.asarray(mask)
 

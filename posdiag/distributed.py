@@ -7,7 +7,9 @@ nothing here is a scheduler of its own.
 Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never the data):
 
 - text files of a folder or glob: one piece per file (``.txt``, ``.jsonl``, ``.json``, ``.csv``,
-  ``.tsv``, their ``.gz``, ``.arrow``); a ``.parquet`` file: one piece per row group;
+  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl`` longer
+  than :data:`BYTES_PER_PIECE` is cut into byte ranges (a line belongs to the range where it
+  starts); a ``.parquet`` file: one piece per row group;
 - a Hugging Face data set streamed with ``datasets``: one piece per stream shard
   (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
   folder: one piece per :data:`ROWS_PER_PIECE` rows;
@@ -21,7 +23,8 @@ sequence of unit ``u`` belongs to bootstrap / cross-fit shard
 (:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
 reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
 the order of first appearance in the corpus, the order one process assigns. (Id pieces are
-added in one tree per position range and the client stacks the rows of those sums.) The
+added in one tree per position range and the client appends the rows of those sums in
+position order as they arrive: :class:`_RowStack`.) The
 packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
 is refused (pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a
 text corpus, which select documents in reading order across pieces.
@@ -42,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import threading
@@ -88,19 +92,27 @@ ENGINES = ("local", "dask")
 # Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
 # the cluster size, because pieces are also shard-address units and must not depend on it.
 ROWS_PER_PIECE = 1 << 16
+# Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
+# line belongs to the range where it starts). Fixed for the same reason: ranges are units.
+BYTES_PER_PIECE = 1 << 23
+# Formats whose records are single lines, so that a byte range can start at any line.
+LINE_FORMATS = ("txt", "jsonl")
 # Id files. Every piece ends by turning its dense (positions x V) block into a sparse matrix, a
 # scan of the whole block whatever the piece's length: a window range is made at least
 # RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
 # a small fraction of the counting, and the ranges are cut into position ranges for
-# parallelism (at least MIN_PIECES_PER_WORKER pieces per worker thread) and memory (a piece's
-# block at most PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster
-# size without changing the result.
+# parallelism (at least MIN_PIECES in all, so results stream to the client while others are
+# counted, and MIN_PIECES_PER_WORKER per worker thread) and memory (a piece's block at most
+# PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster size without
+# changing the result.
 TOKENS_PER_PIECE = 1 << 24
 RANGE_PER_CELL = 8
 MIN_PIECES_PER_WORKER = 2
+MIN_PIECES = 8
 PIECE_BLOCK_BYTES = 1 << 26
-# Ids read, checked and counted at a time inside a piece.
-BLOCK_TOKENS = 1 << 22
+# Ids read, checked and counted at a time inside a piece (of which it copies its positions):
+# as count_ids reads them. Blocks of 4 M cost ~15% more CPU (more, shorter np.add.at calls).
+BLOCK_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -158,12 +170,14 @@ class Piece:
     kind : str
         ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
         (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
+        ``lines`` (the lines starting in a byte range of a ``.txt`` / ``.jsonl`` file),
         ``ids`` (a window-aligned token range of an id file).
     path : str
         Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
     start, stop : int
         Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
-        ``[start, stop)`` (``rows``), token offsets ``[start, stop)`` (``ids``).
+        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
+        ``[start, stop)`` (``ids``).
     format : str
         The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
     offset : int
@@ -189,6 +203,8 @@ class Piece:
             return f"{self.path}: stream shard {self.start} of {self.stop}"
         if self.kind == "rows":
             return f"{self.path}: rows {self.start:,} to {self.stop:,}"
+        if self.kind == "lines":
+            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
         if self.kind == "ids":
             lo, hi = self.positions
             return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
@@ -238,7 +254,9 @@ class Partial:
 
     Attributes
     ----------
-    matrix : csr_matrix of shape (max_len, vocab_size), int64
+    matrix : csr_matrix of shape (max_len, vocab_size)
+        int64 as counted; as received from a worker, the smallest unsigned type that holds
+        its counts (:func:`add_partials` and the final stacking widen them to int64).
     shards : tuple of csr_matrix of the same shape
         Empty without shards.
     documents, sequences, tokens : int
@@ -272,17 +290,29 @@ class Partial:
 _CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
 
 
+def _narrow(a: np.ndarray, top: int) -> np.ndarray:
+    """``a`` (values in ``[0, top]``) in the smallest unsigned integer type that holds ``top``."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dt).max:
+            return a if a.dtype == dt else a.astype(dt)
+    return a
+
+
 def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
-    data = m.data
-    # Counts travel as int32 when they fit (a third fewer bytes to move); int64 again on arrival.
-    if data.dtype == np.int64 and (data.size == 0 or data.max() <= np.iinfo(np.int32).max):
-        data = data.astype(np.int32)
-    return (data, m.indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
+    # On the wire, counts and column ids travel in the smallest unsigned type that holds them
+    # (counts of a piece are mostly below 65,536, and so are most vocabularies): half the bytes
+    # of int32, and moving bytes is what a cluster adds to counting.
+    data, indices = m.data, m.indices
+    if data.size:
+        data = _narrow(data, int(data.max()))
+        indices = _narrow(indices, int(m.shape[1]) - 1)
+    return (data, indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
 
 
 def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
+    # Arrived counts stay in their wire type (the one that holds them) until they are added or
+    # stacked: the sums widen them to int64 once, into their own output.
     data, indices, indptr, shape = parts
-    data = data.astype(np.int64, copy=False)
     return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
@@ -342,6 +372,14 @@ def plan_pieces(
                 col = meta.row_group(g).column(0)
                 offset = col.dictionary_page_offset or col.data_page_offset
                 pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
+        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
+            size = os.path.getsize(path)
+            if size <= BYTES_PER_PIECE:
+                pieces.append(Piece(len(pieces), "file", path, format=fmt))
+                continue
+            for a in range(0, size, BYTES_PER_PIECE):
+                b = min(a + BYTES_PER_PIECE, size)
+                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
         else:
             pieces.append(Piece(len(pieces), "file", path, format=fmt))
     return pieces
@@ -355,7 +393,7 @@ def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
     ranges = [(a, min(a + step, total)) for a in range(0, total, step)]
     cuts = max(
         -(-n * v * 4 // PIECE_BLOCK_BYTES),
-        -(-MIN_PIECES_PER_WORKER * workers // max(len(ranges), 1)),
+        -(-max(MIN_PIECES, MIN_PIECES_PER_WORKER * workers) // max(len(ranges), 1)),
     )
     bounds = np.linspace(0, n, min(n, cuts) + 1).astype(int)
     path = os.path.abspath(source.files[0])
@@ -399,6 +437,8 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
             yield from S._datafile_texts((piece.path,), piece.format, source.column, piece.path)
         else:
             yield from S._file_texts(piece.path, piece.format, source.column)
+    elif piece.kind == "lines":
+        yield from _range_texts(piece, column)
     elif piece.kind == "rowgroup":
         import pyarrow.parquet as pq
 
@@ -426,6 +466,65 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
         yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name)
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
+
+
+def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``.
+
+    A range that starts inside a line skips to the next line start: that line belongs to the
+    range where it starts, which reads it to its end past its own stop. So every line of the
+    file is read by exactly one range, whatever the cut.
+    """
+    from . import sources as S
+
+    with S._open_binary(piece.path) as fh:
+        at = piece.start
+        if at > 0:
+            # Past the rest of the line holding byte at - 1 (in bounded reads: it may be long).
+            fh.seek(at - 1)
+            at -= 1
+            while chunk := fh.readline(1 << 20):
+                at += len(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+        for raw in S._bounded_lines(fh, piece.path):
+            if at >= piece.stop:
+                return
+            yield at, raw
+            at += len(raw)
+
+
+def _range_texts(piece: Piece, column: str) -> Iterator[str]:
+    """The texts of a byte-range piece, as :func:`posdiag.sources._file_texts` reads them;
+    errors name the line by its byte offset (its number would need the lines before)."""
+    from . import sources as S
+
+    name = piece.path
+    for at, raw in _range_lines(piece):
+        if at == 0 and raw.startswith(S._BOM):
+            raw = raw[len(S._BOM) :]
+        where = f"line at byte offset {at:,}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PosdiagError(
+                f"{name}: {where} is not valid UTF-8 "
+                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+        if piece.format == "txt":
+            text = line.strip()
+            if text:
+                yield text
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
+        value = S._record_text(record, name, where, column)
+        if value is not None:
+            yield value
 
 
 def selected_units(source: Source, max_len: int = 512) -> Iterator[tuple[int, Iterator[str]]]:
@@ -568,8 +667,10 @@ def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> Non
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
-    """``m`` with columns appended up to ``width`` (ids past its vocabulary: no counts)."""
-    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], width))
+    """``m`` as int64 with columns appended up to ``width`` (ids past its vocabulary: no
+    counts)."""
+    data = m.data.astype(np.int64, copy=False)
+    return sp.csr_matrix((data, m.indices, m.indptr), shape=(m.shape[0], width), copy=False)
 
 
 def add_partials(a: Partial, b: Partial) -> Partial:
@@ -595,9 +696,8 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         if remap is None:
             return _widen(m, width)
         coo = m.tocoo()
-        return sp.csr_matrix(
-            (coo.data, (coo.row, remap[coo.col])), shape=(m.shape[0], width), dtype=np.int64
-        )
+        data = coo.data.astype(np.int64, copy=False)
+        return sp.csr_matrix((data, (coo.row, remap[coo.col])), shape=(m.shape[0], width))
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
         return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
@@ -623,7 +723,7 @@ def _stats(p: Partial) -> tuple[int, int, int]:
 @contextlib.contextmanager
 def _client(engine: Engine) -> Iterator[Any]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise PosdiagError(
             "--engine dask needs dask.distributed: pip install 'posdiag[dask]'"
@@ -636,22 +736,51 @@ def _client(engine: Engine) -> Iterator[Any]:
         with client:
             yield client
         return
-    workers = engine.workers or os.cpu_count() or 1
+    with local_cluster(engine.workers or os.cpu_count() or 1) as cluster, Client(cluster) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int) -> Iterator[Any]:
+    """A ``LocalCluster`` of ``workers`` single-threaded processes, closed without noise."""
+    from distributed import LocalCluster
+
+    from ._dask_quiet import QuietShutdown
+
     # One single-threaded process per worker: counting holds the GIL (np.add.at, tokenizing
     # in Python), so threads in one process would not count in parallel.
-    with (
-        LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # any free port: 8787 may be taken
-            silence_logs=logging.ERROR,
-            # One thread per worker includes the tokenizers library's own thread pool.
-            env={"TOKENIZERS_PARALLELISM": "false"},
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
+    with LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: 8787 may be taken
+        silence_logs=logging.ERROR,
+        # One thread per worker includes the tokenizers library's own thread pool.
+        env={"TOKENIZERS_PARALLELISM": "false"},
+        plugins={QuietShutdown()},
+    ) as cluster:
+        yield cluster
+
+
+def _direct(client: Any) -> bool | None:
+    """Whether to fetch results straight from the workers rather than through the scheduler.
+
+    Through the scheduler every result crosses the network twice; straight needs the client to
+    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
+    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
+    default, through the scheduler).
+    """
+    import dask
+    from distributed.comm import get_address_host
+
+    setting = dask.config.get("distributed.client.direct-to-workers", None)
+    if setting is not None:
+        return bool(setting)
+    try:
+        host = get_address_host(client.scheduler.address)
+    except (AttributeError, ValueError):
+        return None
+    return True if host in ("127.0.0.1", "localhost", "::1") else None
 
 
 def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
@@ -674,15 +803,19 @@ def run_pieces(
     *,
     progress: ProgressFn | None = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
+    direct: bool | None = None,
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
     Text pieces are added in one tree. Id pieces are added in one tree per position range (the
-    pieces of the same positions in successive window ranges); the client then stacks those
-    sums, which hold disjoint rows, so no partial moves between workers only to be copied
-    next to another. Progress is reported as Dask marks each piece's task finished. A failing
-    piece cancels the run and its error is raised here (a worker's death is not a failure:
-    Dask reruns the pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    pieces of the same positions in successive window ranges); the client appends those sums,
+    which hold disjoint rows, in position order (:class:`_RowStack`), so no partial moves
+    between workers only to be copied next to another. Each sum is fetched as soon as it is
+    complete, while the other pieces are still counted (``direct``: straight from its worker,
+    as ``Client.gather`` takes it).
+    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
+    run and its error is raised here (a worker's death is not a failure: Dask reruns the
+    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
     """
     from distributed import as_completed
 
@@ -691,51 +824,91 @@ def run_pieces(
     groups: dict[tuple[int, int], list[Any]] = {}
     for piece, fut in zip(pieces, futures, strict=True):
         groups.setdefault(piece.positions if piece.kind == "ids" else (0, 0), []).append(fut)
-    totals = [_tree_sum(client, fs) for fs in groups.values()]
+    tree = [_tree_sum(client, fs) for fs in groups.values()]
+    where = {f.key: k for k, f in enumerate(tree)}
+    rows = _RowStack(len(tree))
+    pending = [*stats, *tree]
     del futures, groups  # the sums hold what they still need; finished pieces can be freed
     docs = seqs = toks = 0
     try:
-        for _, (d, s, t) in as_completed(stats, with_results=True):
+        for fut in as_completed(pending):
+            if fut.key in where:
+                rows.add(where[fut.key], client.gather(fut, direct=direct))
+                fut.release()  # its worker may drop it now
+                continue
+            d, s, t = fut.result()
             docs, seqs, toks = docs + d, seqs + s, toks + t
             if progress is not None:
                 progress(docs, seqs, toks)
-        parts = client.gather(totals)
     except BaseException:
-        client.cancel([*totals, *stats])
+        client.cancel(pending)
         raise
-    return parts[0] if len(parts) == 1 else _stack_rows(parts)
+    return rows.total()
 
 
-def _stack_rows(parts: Sequence[Partial]) -> Partial:
-    """The sum of partials whose non-empty rows are disjoint and in order (id position ranges)."""
-    n, width = parts[0].matrix.shape
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    data, indices = [], []
-    nnz = 0
-    for p in parts:
-        m = p.matrix
+class _RowStack:
+    """The sum of partials whose non-empty rows are disjoint and come in order (the sums of
+    successive id position ranges), built as they arrive.
+
+    A sum is appended as soon as those before it are: the output arrays grow in place
+    (``ndarray.resize``: ``realloc``, which remaps large blocks without copying) and each part
+    is widened to int64 once, straight into them, then dropped. So the client holds the output
+    and the parts still out of order, and little copying is left once the last part arrives.
+    A single partial (text pieces: one tree) is returned as it came.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.parts: list[Partial | None] = [None] * count
+        self.next = 0
+        self.first: Partial | None = None
+        self.data = np.empty(0, dtype=np.int64)
+        self.indices = np.empty(0, dtype=np.int32)
+        self.indptr: np.ndarray | None = None
+        self.width = 0
+        self.stats = [0, 0, 0]
+
+    def add(self, k: int, part: Partial) -> None:
+        if len(self.parts) == 1:
+            self.first = part
+            return
+        self.parts[k] = part
+        while self.next < len(self.parts) and (ready := self.parts[self.next]) is not None:
+            self.parts[self.next] = None
+            self._append(ready)
+            self.next += 1
+
+    def _append(self, part: Partial) -> None:
+        m = part.matrix
+        n, width = m.shape
+        if self.indptr is None:
+            self.indptr = np.zeros(n + 1, dtype=np.int64)
+            self.width = width
+            if width > np.iinfo(np.int32).max:
+                self.indices = self.indices.astype(np.int64)
+        self.stats = [x + y for x, y in zip(self.stats, _stats(part), strict=True)]
         rows = np.flatnonzero(np.diff(m.indptr))
         if rows.size == 0:
-            continue
+            return
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         a, b = int(m.indptr[lo]), int(m.indptr[hi])
-        indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + nnz
-        indptr[hi + 1 :] = nnz + b - a
-        data.append(m.data[a:b])
-        indices.append(m.indices[a:b])
-        nnz += b - a
-    if not data:
-        return Partial(sp.csr_matrix((n, width), dtype=np.int64), (), 0, 0, 0)
-    matrix = sp.csr_matrix(
-        (np.concatenate(data), np.concatenate(indices), indptr), shape=(n, width), copy=False
-    )
-    return Partial(
-        matrix,
-        (),
-        sum(p.documents for p in parts),
-        sum(p.sequences for p in parts),
-        sum(p.tokens for p in parts),
-    )
+        at = self.data.size
+        self.data.resize(at + b - a, refcheck=False)  # ours alone: no other view exists
+        self.indices.resize(at + b - a, refcheck=False)
+        self.data[at:] = m.data[a:b]
+        self.indices[at:] = m.indices[a:b]
+        self.indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + at
+        self.indptr[hi + 1 :] = at + b - a
+
+    def total(self) -> Partial:
+        if self.first is not None:
+            return self.first
+        assert self.indptr is not None and self.next == len(self.parts)
+        n = self.indptr.size - 1
+        matrix = sp.csr_matrix(
+            (self.data, self.indices, self.indptr), shape=(n, self.width), copy=False
+        )
+        docs, seqs, toks = self.stats
+        return Partial(matrix, (), docs, seqs, toks)
 
 
 def count_on_dask(
@@ -777,7 +950,9 @@ def count_on_dask(
             _start(progress, source.expected, "documents")
         if not pieces:
             raise PosdiagError(f"{source.name}: no tokens to count")
-        part = run_pieces(client, pieces, job, progress=progress, task_fn=task_fn)
+        part = run_pieces(
+            client, pieces, job, progress=progress, task_fn=task_fn, direct=_direct(client)
+        )
     if part.tokens == 0:
         if source.is_ids:
             raise PosdiagError(f"{source.name}: no tokens to count")

@@ -369,7 +369,9 @@ def measure(
             seed,
             progress,
             estimator=geo.estimator,
-            full_eigenvalues=geo.mds.eigenvalues,
+            # The MDS, not its eigenvalues: at long n they are only the top ones, and the MDS
+            # also warm-starts the replicates' partial eigensolver.
+            full_mds=geo.mds,
         )
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 
+from ._lazy import stats
 from ._validate import check_float, check_int
 from .errors import PosdiagWarning
 from .fastgram import cross_product

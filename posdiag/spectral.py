@@ -43,10 +43,10 @@ __all__ = [
 
 # Up to this n a full eigh costs about as much as the partial solver with its growth steps.
 FULL_EIGH_MAX = 1024
-# Up to this n every eigenvalue is computed (eigvalsh, no vectors; ~16 s at n = 4,096 under
-# load, growing as n^3), beyond it only the top ones: the bottom of an estimated B_H is a dense
-# cluster that Lanczos resolves slowly (1,000-5,000 products at n = 2,048).
-EIGVALSH_MAX = 4096
+# Up to this n every eigenvalue is computed (eigvalsh, no vectors: 2 s at n = 2,048 but 45 s at
+# n = 4,096 under load, growing as n^3), beyond it only the top ones: the bottom of an estimated
+# B_H is a dense cluster that Lanczos resolves slowly (1,000-5,000 products at n = 2,048).
+EIGVALSH_MAX = 2048
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs

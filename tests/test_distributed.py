@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import gzip
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -266,6 +267,18 @@ def test_bin_window_ranges_match_one_process(
         assert np.array_equal(dask.matrix.toarray(), want)
 
 
+def test_bin_default_layout_is_eight_position_ranges_stacked_as_one_process(
+    bin_file: Path, cluster: Any
+) -> None:
+    """One window range cut into >= 8 position ranges; their sums arrive in their wire types
+    (uint8/uint16 here) and are stacked into the int64 matrix of one process."""
+    pieces = plan_pieces(open_source(str(bin_file)), 64, 500)
+    assert [p.positions for p in pieces] == [(8 * k, 8 * k + 8) for k in range(8)]
+    assert {(p.start, p.stop) for p in pieces} == {(0, 40_007)}
+    one = corpus_counts(str(bin_file), max_len=64, vocab_size=500)
+    _same(one, corpus_counts(str(bin_file), max_len=64, vocab_size=500, **_engine(cluster)))
+
+
 def kill_once(piece: Piece, job: Job, marker: Path) -> Partial:
     """Kill this worker the first time piece 2 runs (the marker file records that it did)."""
     if piece.index == 2 and not marker.exists():
@@ -287,6 +300,23 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(
     )  # fmt: skip
     assert marker.exists()  # a worker did die
     _same(corpus_counts(str(text_dir), max_len=10, shards=4, shard_seed=11), counts)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_a_worker_killed_while_id_sums_stream_in_loses_and_doubles_nothing(
+    bin_file: Path, client: Any, tmp_path: Path
+) -> None:
+    """Id pieces: the client appends position-range sums as they arrive; a worker dying mid-run
+    (piece 2 of 8) has its pieces rerun and the stacked matrix is still one process's."""
+    marker = tmp_path / "killed"
+    source = open_source(str(bin_file))
+    job = job_for(source, None, view_name="packed", max_len=64, vocab_size=500)
+    counts = count_on_dask(
+        source, job, Engine("dask"), client=client,
+        task_fn=functools.partial(kill_once, marker=marker),
+    )  # fmt: skip
+    assert marker.exists()
+    _same(corpus_counts(str(bin_file), max_len=64, vocab_size=500), counts)
     client.wait_for_workers(2, timeout=60)
 
 
@@ -396,3 +426,171 @@ def test_stdin_cannot_be_cut_into_pieces() -> None:
     with pytest.raises(PosdiagError, match="stdin cannot be cut into pieces"):
         plan_pieces(open_source("-"))
     assert engine_from_options() == Engine("local")
+
+
+@pytest.mark.parametrize(
+    ("top", "width", "data_type", "index_type"),
+    [
+        (200, 300, np.uint8, np.uint16),
+        (70_000, 65_536, np.uint32, np.uint16),
+        (2**33, 65_537, np.int64, np.uint32),
+    ],
+)
+def test_partials_travel_narrow_and_add_without_overflow(
+    top: int, width: int, data_type: Any, index_type: Any
+) -> None:
+    """A partial crosses the wire in the smallest types that hold it; sums are exact int64."""
+    import pickle
+
+    from posdiag.distributed import _csr_parts, add_partials
+
+    rng = np.random.default_rng(4)
+    dense = rng.integers(0, 3, size=(6, width)).astype(np.int64)
+    dense[0, width - 1] = top
+    dense[5, 0] = top - 1
+    m = sp.csr_matrix(dense)
+    data, indices, _, _ = _csr_parts(m)
+    assert data.dtype == data_type and indices.dtype == index_type
+    p = Partial(m, (m,), 1, 2, 3)
+    back = pickle.loads(pickle.dumps(p, protocol=5))
+    assert np.array_equal(back.matrix.toarray(), dense)
+    # Two arrivals whose entries overflow their wire type when added: the sum widens first.
+    total = add_partials(back, back)
+    assert total.matrix.dtype == np.int64 and total.shards[0].dtype == np.int64
+    assert np.array_equal(total.matrix.toarray(), 2 * dense)
+    assert np.array_equal(total.shards[0].toarray(), 2 * dense)
+    assert (total.documents, total.sequences, total.tokens) == (2, 4, 6)
+
+
+def test_cli_run_on_its_own_local_cluster_leaves_stderr_clean(
+    bin_file: Path, tmp_path: Path
+) -> None:
+    """A normal ``--engine dask --workers 2`` run, as a user starts it: a LocalCluster of its
+    own, started and closed in the process, and no traceback (nor Dask's shutdown race) after."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.npz"
+    args = [sys.executable, "-m", "posdiag", "count", str(bin_file), "--vocab-size", "500"]
+    args += ["-n", "64", "-o", str(out), "--engine", "dask", "--workers", "2"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "CommClosedError" not in r.stderr, r.stderr
+    assert "Error" not in r.stderr, r.stderr
+    _same(corpus_counts(str(bin_file), max_len=64, vocab_size=500), load_counts(out))
+
+
+def test_only_the_heartbeat_race_is_kept_off_the_worker_log() -> None:
+    from posdiag._dask_quiet import ShutdownNoise
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, (), None)
+
+    keep = ShutdownNoise().filter
+    assert not keep(record("Failed to communicate with scheduler during heartbeat."))
+    assert keep(record("Compute Failed"))
+    assert keep(record("Unexpected exception during heartbeat. Closing worker."))
+
+
+@pytest.fixture(scope="module")
+def long_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A .txt (BOM, CRLF, blank lines, multi-byte characters, one line longer than a range)
+    and a .jsonl (nulls, blanks, escapes) to be cut into byte ranges."""
+    d = tmp_path_factory.mktemp("long")
+    rng = np.random.default_rng(12)
+    lines = _lines(rng, 150)
+    lines[10] = "ünïcödé " * 3 + lines[10]
+    lines[40] = " ".join(["long"] * 200)  # ~1,000 bytes: longer than the ranges below
+    lines[41] = ""
+    lines[70] = "   "
+    body = "\n".join(lines[:100]) + "\r\n".join(["", *lines[100:]]) + "\n"
+    (d / "big.txt").write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+    rows: list[dict[str, Any]] = [{"text": t} for t in _lines(rng, 120)]
+    rows[5] = {"text": None}
+    rows[6] = {"text": "  "}
+    rows[7] = {"text": 'quote " and \\ and \u00e9'}
+    (d / "big.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    return d
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 333, 1_000_000])
+def test_byte_ranges_read_every_line_exactly_once(
+    long_files: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """Whatever the cut (one byte per range included), the ranges' texts in order are the
+    file's texts as one reader yields them."""
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", size)
+    for name in ("big.txt", "big.jsonl"):
+        source = open_source(str(long_files / name))
+        pieces = plan_pieces(source)
+        file_size = (long_files / name).stat().st_size
+        if size < file_size:
+            assert [p.kind for p in pieces] == ["lines"] * -(-file_size // size)
+            assert pieces[-1].stop == file_size
+        got = [t for p in pieces for t in D.piece_texts(p, source)]
+        assert got == list(source.texts())
+
+
+def test_a_long_text_file_in_byte_ranges_matches_one_process(
+    long_files: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several tasks per file; shards by (range, index in range) in both passes."""
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", 1_500)
+    for name in ("big.txt", "big.jsonl"):
+        path = str(long_files / name)
+        assert len(plan_pieces(open_source(path))) >= 3
+        kw: dict[str, Any] = {"max_len": 12, "shards": 4, "shard_seed": 3}
+        one = corpus_counts(path, **kw)
+        dask = corpus_counts(path, **_engine(cluster), **kw)
+        _same(one, dask)
+        # The totals equal a plain single pass over the file (no pieces at all).
+        plain = corpus_counts(path, max_len=12)
+        _same(plain, corpus_counts(path, max_len=12, **_engine(cluster)))
+        assert (one.matrix != plain.matrix).nnz == 0 and one.vocab == plain.vocab
+
+
+def test_a_bad_line_in_a_byte_range_names_its_offset(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import posdiag.distributed as D
+
+    monkeypatch.setattr(D, "BYTES_PER_PIECE", 100)
+    good = "".join(f"line {i} of text\n" for i in range(30)).encode()
+    (tmp_path / "bad.txt").write_bytes(good + b"broken \xff line\n" + good)
+    with pytest.raises(PosdiagError, match=rf"bad\.txt: line at byte offset {len(good):,} is not"):
+        corpus_counts(str(tmp_path / "bad.txt"), **_engine(cluster))
+    (tmp_path / "bad.jsonl").write_text('{"text": "a b"}\n' * 20 + "{oops\n")
+    with pytest.raises(PosdiagError, match=r"bad\.jsonl: line at byte offset 320 is not valid"):
+        corpus_counts(str(tmp_path / "bad.jsonl"), **_engine(cluster))
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]])
+def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
+    order: list[int],
+) -> None:
+    """Sums of disjoint row ranges (wire types, one range empty) arriving in any order give
+    the int64 matrix of their sum, and the statistics of all of them."""
+    import pickle
+
+    from posdiag.distributed import _RowStack
+
+    rng = np.random.default_rng(8)
+    dense = rng.integers(0, 300, size=(10, 70)) * (rng.random((10, 70)) < 0.3)
+    bounds = [(0, 3), (3, 3), (3, 7), (7, 10)]
+    parts = []
+    for k, (lo, hi) in enumerate(bounds):
+        rows = np.zeros_like(dense)
+        rows[lo:hi] = dense[lo:hi]
+        p = Partial(sp.csr_matrix(rows.astype(np.int64)), (), k, k + 1, 10 * k)
+        parts.append(pickle.loads(pickle.dumps(p, protocol=5)))  # as a worker sends it
+    stack = _RowStack(len(parts))
+    for k in order:
+        stack.add(k, parts[k])
+    total = stack.total()
+    assert total.matrix.dtype == np.int64
+    assert np.array_equal(total.matrix.toarray(), dense)
+    assert (total.documents, total.sequences, total.tokens) == (6, 10, 60)

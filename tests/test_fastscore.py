@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from scipy import stats
 from scipy.spatial.distance import pdist
 
 from posdiag.encodings import make_encoding
@@ -15,6 +19,7 @@ from posdiag.encodings._core import toeplitz
 from posdiag.fastscore import (
     corpus_side,
     diagonal_sums,
+    pearson,
     score_profile,
     score_vectors,
     upper_distances,
@@ -167,3 +172,49 @@ def test_all_zero_corpus_distances_give_nan_kruskal_like_compare() -> None:
     want = compare(d, b, enc.delta, enc.gram())
     assert math.isnan(got.kruskal) and math.isnan(want.kruskal)
     assert got.stress == pytest.approx(want.stress, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=2, max_value=40).flatmap(
+        lambda m: st.tuples(
+            st.lists(st.floats(-1e3, 1e3), min_size=m, max_size=m),
+            st.lists(st.floats(-1e3, 1e3), min_size=m, max_size=m),
+        )
+    )
+)
+def test_pearson_equals_scipy(xy: tuple[list[float], list[float]]) -> None:
+    x, y = np.array(xy[0]), np.array(xy[1])
+    # A spread well above the values' rounding, so both centrings keep their digits.
+    assume(np.ptp(x) > 1.0 and np.ptp(y) > 1.0)
+    assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-10)
+    assert -1.0 <= pearson(x, y) <= 1.0
+
+
+def test_pearson_is_exact_at_the_ends() -> None:
+    x = np.arange(10.0)
+    assert pearson(x, 3 * x + 1) == 1.0
+    assert pearson(x, -x) == -1.0
+
+
+def test_the_default_stress_run_never_imports_scipy_stats() -> None:
+    # scipy.stats costs ~0.3 s of import; only compare()/violation_rate() need it (lazily).
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from posdiag.cli import app\n"
+        "r = CliRunner().invoke(app, ['stress', 'fixtures/corpus_en.txt', '--quiet', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_lazy_stats_is_scipy_stats() -> None:
+    from posdiag.geometry import stats as lazy
+
+    assert lazy.spearmanr is stats.spearmanr

@@ -268,3 +268,36 @@ def test_thinning_headline_uses_the_expectation(long_counts: Counts) -> None:
     # No seed dependence: the expectation is over every split.
     other = corpus_geometry(long_counts, min_count=1, plain=False, seed=5)
     np.testing.assert_array_equal(other.mds.gram, geo.mds.gram)
+
+
+def test_float32_split_half_grams_move_heldout_scores_below_1e6(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag.estimator import heldout_mds_stress, noise_energy, split_half_grams
+
+    dtypes: list[object] = []
+    real = estimator.expected_thinning_bc
+
+    def spy(*args: object, **kwargs: object) -> np.ndarray:
+        dtypes.append(kwargs.get("dtype"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimator, "expected_thinning_bc", spy)
+    m = long_counts.matrix
+    plan, _ = fastgram.plan_product(sqrt_rows(m), sqrt_rows(m))
+    assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
+    f32 = split_half_grams(m, 160)
+    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q)
+
+    def as64(*args: object, **kwargs: object) -> np.ndarray:
+        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimator, "expected_thinning_bc", as64)
+    f64 = split_half_grams(m, 160)
+    for (p32, q32), (p64, q64) in zip(f32.grams, f64.grams, strict=True):
+        assert 0 < float(np.abs(p32 - p64).max()) < 1e-6  # float32 rounding, nothing more
+        assert float(np.abs(q32 - q64).max()) < 1e-6
+    h32, h64 = heldout_mds_stress(f32, [1, 2, 3]), heldout_mds_stress(f64, [1, 2, 3])
+    for r in (1, 2, 3):
+        assert abs(h32[r] - h64[r]) < 1e-6
+    np.testing.assert_allclose(noise_energy(f32), noise_energy(f64), rtol=0, atol=1e-9)
