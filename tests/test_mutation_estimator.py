@@ -55,6 +55,10 @@ def test_gram_from_bc_is_half_the_centred_bc() -> None:
     np.testing.assert_allclose(gram_from_bc(bc), 0.5 * j @ bc @ j, rtol=0, atol=1e-15)
 
 
+def test_implied_distances_of_an_integer_bc() -> None:
+    np.testing.assert_array_equal(implied_distances(np.array([[1, 0], [0, 1]])), [[0, 1], [1, 0]])
+
+
 def test_implied_distances_by_loop() -> None:
     bc = _bc_with_uneven_diagonal()
     n = bc.shape[0]
