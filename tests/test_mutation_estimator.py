@@ -535,3 +535,22 @@ def test_expected_thinning_bc_reads_whole_float_counts() -> None:
     np.testing.assert_array_equal(
         expected_thinning_bc(counts.astype(np.float64)), expected_thinning_bc(counts)
     )
+
+
+def test_crossfit_bc_is_float64_exact_on_the_hybrid_path() -> None:
+    # Two splits of >= 128 rows on the blocked dense path: float32 products there would err by
+    # ~1e-8 against the dense float64 mean of (X_s + X_s^T) / 2.
+    rng = np.random.default_rng(1)
+
+    def half() -> np.ndarray:
+        c = rng.integers(0, 50, size=(140, 30)) * (rng.random((140, 30)) < 0.7)
+        c[:, 0] += 1
+        return c
+
+    halves = [(half(), half()) for _ in range(2)]
+
+    def r(c: np.ndarray) -> np.ndarray:
+        return np.sqrt(c / c.sum(axis=1, keepdims=True))
+
+    want = sum((r(a) @ r(b).T + r(b) @ r(a).T) / 2 for a, b in halves) / 2
+    np.testing.assert_allclose(crossfit_bc(halves), want, rtol=0, atol=1e-14)
