@@ -71,6 +71,21 @@ def test_stress_table_never_cuts_names(report, width: int) -> None:  # type: ign
     assert " stress " in flat and " interval " in flat
 
 
+def test_every_column_of_the_stress_report_is_explained(report) -> None:  # type: ignore[no-untyped-def]
+    console, buf = _console(200)
+    print_stress(report, console)
+    flat = " ".join(buf.getvalue().split())
+    assert (
+        "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the "
+        "distances; params: trained parameters (0: a fixed formula)" in flat
+    )
+    # The spectrum's tail is in-sample; the table's mds-r rows are held-out: two names, one
+    # sentence on why they differ (the same label on both read as a contradiction).
+    assert "stress of mds-r" not in flat
+    assert " in-sample stress " in flat
+    assert "the mds-r rows of the table above are scored held-out, so they differ" in flat
+
+
 def test_raw_only_with_verbose(report, small_corpus: Path) -> None:  # type: ignore[no-untyped-def]
     console, buf = _console(200)
     print_stress(report, console)

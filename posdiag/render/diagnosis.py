@@ -13,7 +13,7 @@ from rich.table import Table
 from ..analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
-from .stress import print_summary, spectrum_line
+from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
 
@@ -116,7 +116,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print(f"  -> {sh.reading}")
     rk = d.rank
     t = Table(title="MDS spectrum (Remark 8)", title_justify="left")
-    for col in ("rank", "eigenvalue", "stress of mds-r", "interval"):
+    for col in ("rank", "eigenvalue", SPECTRUM_STRESS, "interval"):
         t.add_column(col, justify="right")
     ivs = d.uncertainty.stress_by_rank
     for r in range(1, min(SHOWN_RANKS, len(rk.spectrum.stress_by_rank)) + 1):

@@ -130,7 +130,7 @@ def render_html(
         for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
     ]
     spec_table = _table(
-        ("rank", "eigenvalue", "stress of mds-r"), spec_rows, "spectrum", (True, True, True)
+        ("rank", "eigenvalue", "in-sample stress"), spec_rows, "spectrum", (True, True, True)
     )
     diag: list[tuple[str, str]] = []
     if positional_info is not None:

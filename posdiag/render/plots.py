@@ -153,7 +153,7 @@ def plot_spectrum(
             right.axvline(r, color=colour, linestyle=":", linewidth=1)
     right.set_ylim(0.0, 1.02)
     right.set_xlabel("rank r")
-    right.set_ylabel("stress of mds-r")
+    right.set_ylabel("in-sample stress of rank r")
     right.set_title("Stress of the rank-r MDS encoding", fontsize=10)
     right.legend(fontsize=8)
     _title(fig, "MDS spectrum and stress by rank", geometry.summary)

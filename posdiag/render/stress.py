@@ -97,6 +97,19 @@ def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Colum
     return cols
 
 
+# A new reader meets these columns without the docs open; say what each is once.
+COLUMNS_LEGEND = (
+    "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the distances; "
+    "params: trained parameters (0: a fixed formula)"
+)
+# The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
+SPECTRUM_STRESS = "in-sample stress"
+SPECTRUM_LEGEND = (
+    "in-sample stress: the eigenvalue tail past rank r (docs/geometry.md); the mds-r rows of "
+    "the table above are scored held-out, so they differ"
+)
+
+
 def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
     """Corpus summary, stress table (best first), what it says, and the MDS spectrum."""
     print_summary(report.corpus, console)
@@ -108,6 +121,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(t)
     if dropped:
         console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
+    console.print(COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         console.print(
             "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
@@ -127,10 +141,11 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     t = Table(title="MDS spectrum", title_justify="left")
     t.add_column("rank", justify="right")
     t.add_column("eigenvalue", justify="right")
-    t.add_column("stress of mds-r", justify="right")
+    t.add_column(SPECTRUM_STRESS, justify="right")
     for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
         t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
     console.print(t)
+    console.print(SPECTRUM_LEGEND)
     console.print(spectrum_line(sp))
     for text in takeaway(report):
         console.print(escape(text), style="bold" if text.startswith("Reading") else None)
