@@ -451,7 +451,7 @@ def sharded(
             corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()
         )
     if shards == 0:
-        return ShardedCounts(counted.counts, (), counted.seed)
+        return ShardedCounts(counted.counts, (), counted.seed, "--shards 0 was given")
     return counted
 
 

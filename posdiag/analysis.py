@@ -724,7 +724,8 @@ def _with_intervals(
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
-    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    # Plain counts that were counted with shards still get their intervals.
+    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     if sharded.k < 2 and not details and geometry.estimator == "crossfit":
         # Without intervals a cross-fit's unstable positions come from the split-half grams;
         # the per-position floor would only fill the JSON's noise_floor (not asked for).
