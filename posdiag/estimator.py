@@ -63,6 +63,7 @@ __all__ = [
     "implied_distances",
     "negative_eigenvalue_note",
     "noise_energy",
+    "noise_energy_rows",
     "plugin_bc",
     "restrict",
     "shard_halves",
@@ -675,6 +676,27 @@ def noise_energy(halves: SplitHalf) -> np.ndarray:
         acc += d
     acc /= 4.0 * len(halves.grams)
     return acc
+
+
+def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
+    """Row sums of :func:`noise_energy`, of shape (n,), without its ``n x n`` array.
+
+    Row blocks of ``block_bytes``: each row's sum is the one ``noise_energy(halves).sum(axis=1)``
+    gives, bit for bit (the same products, and numpy sums each row alone either way).
+    """
+    n = halves.grams[0][0].shape[0]
+    step = max(1, block_bytes // (8 * n))
+    out = np.empty(n)
+    for lo in range(0, n, step):
+        rows = slice(lo, min(n, lo + step))
+        acc = np.zeros((rows.stop - lo, n))
+        for g_p, g_q in halves.grams:
+            d = np.subtract(g_p[rows], g_q[rows])
+            d *= d
+            acc += d
+        acc /= 4.0 * len(halves.grams)
+        out[rows] = acc.sum(axis=1)
+    return out
 
 
 def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) -> str | None:
