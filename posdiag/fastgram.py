@@ -99,7 +99,10 @@ def sqrt_rows(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
 
 
 def _column_nnz(m: sp.csr_matrix, v: int) -> np.ndarray:
-    return np.bincount(m.indices, minlength=v).astype(np.float64)
+    counts = np.zeros(v, dtype=np.int64)
+    # Every column counts: no column is marked dense (-1 everywhere).
+    _split_kernels()["count_columns"](m.indices, np.full(v, -1, dtype=np.int64), counts)
+    return counts.astype(np.float64)
 
 
 def plan_product(
@@ -201,20 +204,19 @@ def cross_product(
             else:
                 out[lo:hi] = (a[lo:hi] @ bt).toarray()
         return out
-    a.sort_indices()
-    layout = _column_layout(a, dense)
-    ad, a_s = _apply_layout(layout, a.data, dtype)
-    if same:
-        # The plug-in multiplies a matrix by itself: split it once.
-        bd, b_s = ad, a_s
-    else:
-        b.sort_indices()
-        # The expected thinning's two factors share the sparsity of the counts: scatter by the
-        # same layout (the index work was ~0.2 s a matrix at n = 1,024 under load).
-        shared = np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
-        bd, b_s = _apply_layout(layout if shared else _column_layout(b, dense), b.data, dtype)
-    # B's rare part by column: row j lists the rows of B holding token j.
-    bst = sp.csr_matrix(b_s.T)
+    # One compiled pass per factor scatters its dense columns into the BLAS block and keeps
+    # the rest sparse (B's rare part transposed: row j lists the rows of B holding token j);
+    # numpy fancy indexing took 0.75 s per product at n = 4,096 (/tmp/long-4096.npz).
+    # Canonical rows (sorted, no duplicates): the kernel adds a row's terms in column order.
+    a.sum_duplicates()
+    b.sum_duplicates()
+    position = (np.cumsum(dense) - 1).astype(np.int64)
+    position[~dense] = -1
+    ad, a_s = _split(a, position, plan.dense_columns, dtype)
+    bd, bst = (ad, None) if same else _split(b, position, plan.dense_columns, dtype, rows=False)
+    if bst is None:
+        # The plug-in multiplies a matrix by itself: split it once, transpose its rare part.
+        bst = _transpose(a_s, b.shape[0], b.shape[1])
     kernel = _rare_kernel()
     gemm = _gemm(ad.dtype)
     for lo in range(0, a.shape[0], plan.block_rows):
@@ -248,60 +250,114 @@ def _gemm(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
     return dgemm
 
 
-def _csr(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return m.indptr, m.indices, m.data
-
-
-def _split_columns(
-    m: sp.csr_matrix, dense: np.ndarray, dtype: type[np.floating]
+def _split(
+    m: sp.csr_matrix,
+    position: np.ndarray,
+    k: int,
+    dtype: type[np.floating],
+    *,
+    rows: bool = True,
 ) -> tuple[np.ndarray, sp.csr_matrix]:
-    """The dense columns of ``m`` as an (n, k) array of ``dtype`` and the rest as csr (n, V).
+    """The dense columns of ``m`` as an (n, k) array of ``dtype`` and the rest sparse.
 
-    Scatters the stored entries directly (csr column slicing plus ``toarray`` took longer than
-    the product itself at n = 2,048). The sparse part keeps the full width with the dense
-    columns removed, so column indices stay those of the vocabulary.
+    ``position[j]`` is column ``j``'s place in the dense block, -1 for a rare column. The rare
+    part keeps the vocabulary's column indices: as an (n, V) csr (``rows``), else transposed,
+    a (V, n) csr whose row ``j`` lists the rows holding token ``j`` in ascending order (what
+    ``csr_matrix(rare.T)`` gives, so the kernel adds the same terms in the same order).
     """
-    m = sp.csr_matrix(m)
-    m.sort_indices()
-    return _apply_layout(_column_layout(m, dense), m.data, dtype)
+    kern = _split_kernels()
+    n, v = m.shape
+    indptr = m.indptr.astype(np.int64, copy=False)
+    indices = m.indices.astype(np.int32, copy=False)
+    data = m.data.astype(np.float64, copy=False)
+    block = np.zeros((n, k), dtype=dtype)
+    if rows:
+        counts = np.zeros(n, dtype=np.int64)
+        kern["count_rows"](indptr, indices, position, counts)
+    else:
+        counts = np.zeros(v, dtype=np.int64)
+        kern["count_columns"](indices, position, counts)
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    idx = np.empty(ptr[-1], dtype=np.int32)
+    val = np.empty(ptr[-1], dtype=np.float64)
+    if rows:
+        kern["split_rows"](indptr, indices, data, position, block, ptr, idx, val)
+        shape = (n, v)
+    else:
+        kern["split_columns"](indptr, indices, data, position, block, ptr.copy(), idx, val)
+        shape = (v, n)
+    return block, sp.csr_matrix((val, idx, ptr), shape=shape)
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """Where each stored entry of a csr matrix goes when its columns are split (index work
-    only, reusable for every matrix with the same sparsity pattern)."""
-
-    shape: tuple[int, int]
-    k: int
-    is_dense: np.ndarray
-    flat: np.ndarray
-    keep: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
+def _transpose(m: sp.csr_matrix, n: int, v: int) -> sp.csr_matrix:
+    """``m`` (n, V) as a (V, n) csr, rows of each column in ascending order."""
+    position = np.full(v, -1, dtype=np.int64)
+    return _split(m, position, 0, np.float64, rows=False)[1]
 
 
-def _column_layout(m: sp.csr_matrix, dense: np.ndarray) -> _Layout:
-    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
-    is_dense = dense[m.indices]
-    position = np.cumsum(dense) - 1
-    k = int(dense.sum())
-    # One flat scatter: 2-d fancy indexing took 0.6 s for 2.7 M entries.
-    flat = rows[is_dense] * k + position[m.indices[is_dense]]
-    keep = ~is_dense
-    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=m.shape[0]))))
-    shape = (int(m.shape[0]), int(m.shape[1]))
-    return _Layout(shape, k, is_dense, flat, keep, indptr, m.indices[keep])
+_SPLIT: dict[str, Callable[..., None]] = {}
 
 
-def _apply_layout(
-    layout: _Layout, data: np.ndarray, dtype: type[np.floating]
-) -> tuple[np.ndarray, sp.csr_matrix]:
-    block = np.zeros((layout.shape[0], layout.k), dtype=dtype)
-    block.reshape(-1)[layout.flat] = data[layout.is_dense]
-    rest = sp.csr_matrix(
-        (data[layout.keep], layout.indices.copy(), layout.indptr.copy()), shape=layout.shape
+def _split_kernels() -> dict[str, Callable[..., None]]:
+    """Compiled (numba) passes of :func:`_split`: rows in parallel, each writing only its own
+    block row and its own slice of the rare arrays; the transposed split is one serial pass
+    (its writes interleave across columns)."""
+    if _SPLIT:
+        return _SPLIT
+    import numba
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def count_rows(indptr, indices, position, counts):  # pragma: no cover - compiled
+        for i in numba.prange(indptr.size - 1):
+            c = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                if position[indices[p]] < 0:
+                    c += 1
+            counts[i] = c
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def split_rows(indptr, indices, data, position, block, ptr, idx, val):  # pragma: no cover
+        for i in numba.prange(indptr.size - 1):
+            q = ptr[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                k = position[j]
+                if k >= 0:
+                    block[i, k] = data[p]
+                else:
+                    idx[q] = j
+                    val[q] = data[p]
+                    q += 1
+
+    @numba.njit(cache=True, nogil=True)
+    def split_columns(indptr, indices, data, position, block, nxt, idx, val):  # pragma: no cover
+        for i in range(indptr.size - 1):
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                k = position[j]
+                if k >= 0:
+                    block[i, k] = data[p]
+                else:
+                    q = nxt[j]
+                    idx[q] = i
+                    val[q] = data[p]
+                    nxt[j] = q + 1
+
+    @numba.njit(cache=True, nogil=True)
+    def count_columns(indices, position, counts):  # pragma: no cover - compiled
+        for p in range(indices.size):
+            j = indices[p]
+            if position[j] < 0:
+                counts[j] += 1
+
+    _SPLIT.update(
+        count_rows=count_rows,
+        split_rows=split_rows,
+        split_columns=split_columns,
+        count_columns=count_columns,
     )
-    return block, rest
+    return _SPLIT
 
 
 _KERNEL: list[object] = []
