@@ -301,3 +301,30 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     for r in (1, 2, 3):
         assert abs(h32[r] - h64[r]) < 1e-6
     np.testing.assert_allclose(noise_energy(f32), noise_energy(f64), rtol=0, atol=1e-9)
+
+
+def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
+    # Counts below posdiag._thinning._MEMO come from a per-row table, larger ones are computed
+    # each time: both agree with scipy's hypergeometric law, and repeats are bit-identical.
+    from posdiag import _thinning
+
+    row = [7, 7, 3, 7, _thinning._MEMO - 1, _thinning._MEMO + 5, _thinning._MEMO + 5, 1]
+    c = sp.csr_matrix(np.array([row, row[::-1]], dtype=np.int64))
+    ma, mb, diag = expected_halves(c)
+    total = sum(row)
+    h, g = total // 2, total - total // 2
+    for i in range(2):
+        got = ma.data[c.indptr[i] : c.indptr[i + 1]]
+        counts = c.data[c.indptr[i] : c.indptr[i + 1]]
+        for k in set(counts.tolist()):
+            same = got[counts == k]
+            assert np.all(same == same[0])
+            ks = np.arange(k + 1)
+            pmf = hypergeom(total, k, h).pmf(ks)
+            assert same[0] == pytest.approx(pmf @ np.sqrt(ks / h), rel=1e-12)
+        assert mb.data[c.indptr[i]] == pytest.approx(
+            hypergeom(total, counts[0], h).pmf(np.arange(counts[0] + 1))
+            @ np.sqrt((counts[0] - np.arange(counts[0] + 1)) / g),
+            rel=1e-12,
+        )
+    assert diag[0] == pytest.approx(diag[1], rel=1e-15)  # the same counts in another order
