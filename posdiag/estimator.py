@@ -44,8 +44,10 @@ from ._hypergeom import VECTORISED_FLOOR_FROM
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
+from .fastgram import centred_half
 from .fastgram import cross_product as fast_cross_product
-from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram, symmetrize
+from .fastgram import symmetrize as fast_symmetrize
+from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram
 from .spectral import _lanczos
 
 __all__ = [
@@ -204,7 +206,7 @@ def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
     acc = np.zeros((halves[0][0].shape[0], halves[0][1].shape[0]))
     for ca, cb in halves:
         fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=np.float64, out=acc)
-    symmetrize(acc)
+    fast_symmetrize(acc)
     acc /= len(halves)
     return acc
 
@@ -245,22 +247,18 @@ def expected_thinning_bc(
             f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
         )
     ma, mb, diag = expected_halves(c)
-    bc = symmetrize(fast_cross_product(ma, mb, dtype=dtype))
+    bc = fast_symmetrize(fast_cross_product(ma, mb, dtype=dtype))
     np.fill_diagonal(bc, diag)
     return bc
 
 
 def gram_from_bc(bc: np.ndarray) -> np.ndarray:
     """``B_H = 1/2 J BC J``, symmetrised; shape (n, n)."""
-    bc = np.asarray(bc, dtype=np.float64)
-    # In place on one copy, in double_center's order of operations (the same numbers): at
-    # n = 16,384 each n x n temporary is 2 GB.
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
+    # One compiled pass writing one new array, in double_center's order of operations (the
+    # same numbers): at n = 16,384 each n x n temporary is 2 GB.
     col, row, grand = bc.mean(axis=0), bc.mean(axis=1), bc.mean()
-    b = bc - col[None, :]
-    b -= row[:, None]
-    b += grand
-    b *= 0.5
-    return symmetrize(b)
+    return centred_half(bc, col, row, float(grand))
 
 
 def implied_distances(bc: np.ndarray) -> np.ndarray:
@@ -283,7 +281,7 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     np.clip(d, 0.0, None, out=d)
     np.sqrt(d, out=d)
     np.fill_diagonal(d, 0.0)
-    return symmetrize(d)
+    return fast_symmetrize(d)
 
 
 def _check_supported(c: sp.csr_matrix, what: str) -> None:

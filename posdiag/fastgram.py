@@ -31,9 +31,11 @@ from .errors import PosdiagError
 __all__ = [
     "DENSE_FRACTION",
     "ProductPlan",
+    "centred_half",
     "cross_product",
     "plan_product",
     "sqrt_rows",
+    "symmetrize",
 ]
 
 # Break-even column density: a dense column costs 2 n_A n_B float32 flops (~1e-11 s each with
@@ -392,3 +394,106 @@ def _rare_kernel() -> Callable[..., None] | None:
             _KERNEL.append(rare)
     kernel = _KERNEL[0]
     return kernel  # type: ignore[return-value]
+
+
+# Square tiles of the in-place passes: a tile and its mirror (2 x 64 x 64 float64, 64 KB)
+# stay in cache while the mirror is read column-wise.
+_TILE = 64
+
+
+def symmetrize(m: np.ndarray) -> np.ndarray:
+    """``m <- (m + m^T) / 2`` in place (compiled, tile by tile, rows in parallel); returns ``m``.
+
+    The same arithmetic as :func:`posdiag.geometry.symmetrize` (``(a + b) / 2`` per pair, so
+    the same numbers) in one pass over the matrix (0.14 s per call at n = 4,096 under load).
+
+    Parameters
+    ----------
+    m : ndarray of shape (n, n), float64, C-contiguous
+    """
+    _check_square(m)
+    _square_kernels()["symmetrize"](m, _TILE)
+    return m
+
+
+def centred_half(bc: np.ndarray, col: np.ndarray, row: np.ndarray, grand: float) -> np.ndarray:
+    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array.
+
+    :func:`posdiag.estimator.gram_from_bc`'s arithmetic (the same operations in the same order,
+    so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
+
+    Parameters
+    ----------
+    bc : ndarray of shape (n, n), float64, C-contiguous
+    col, row : ndarray of shape (n,)
+        Column and row means of ``bc``.
+    grand : float
+        Mean of ``bc``.
+
+    Returns
+    -------
+    ndarray of shape (n, n), symmetric
+    """
+    _check_square(bc)
+    out = np.empty_like(bc)
+    _square_kernels()["centred_half"](bc, col, row, float(grand), out, _TILE)
+    return out
+
+
+def _check_square(m: np.ndarray) -> None:
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.dtype != np.float64:
+        raise PosdiagError(f"expected a square float64 matrix; got {m.dtype} {m.shape}")
+    if not m.flags.c_contiguous:
+        raise PosdiagError("expected a C-contiguous matrix")
+
+
+_SQUARE: dict[str, Callable[..., None]] = {}
+
+
+def _square_kernels() -> dict[str, Callable[..., None]]:
+    if _SQUARE:
+        return _SQUARE
+    import numba
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def symmetrize(m, tile):  # pragma: no cover - compiled
+        n = m.shape[0]
+        nt = (n + tile - 1) // tile
+        # Tile row I owns the tiles (I, J >= I) and their mirrors. Rows I and nt - 1 - I go to
+        # the same thread, so every thread gets the same share of the triangle.
+        for k in numba.prange((nt + 1) // 2):
+            for s in range(2):
+                ti = k if s == 0 else nt - 1 - k
+                if s == 1 and ti == k:
+                    continue
+                lo, hi = ti * tile, min(n, (ti + 1) * tile)
+                for tj in range(ti, nt):
+                    lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
+                    for i in range(lo, hi):
+                        for j in range(max(lo2, i), hi2):
+                            avg = (m[i, j] + m[j, i]) / 2.0
+                            m[i, j] = avg
+                            m[j, i] = avg
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def centred_half(bc, col, row, grand, out, tile):  # pragma: no cover - compiled
+        n = bc.shape[0]
+        nt = (n + tile - 1) // tile
+        for k in numba.prange((nt + 1) // 2):
+            for s in range(2):
+                ti = k if s == 0 else nt - 1 - k
+                if s == 1 and ti == k:
+                    continue
+                lo, hi = ti * tile, min(n, (ti + 1) * tile)
+                for tj in range(ti, nt):
+                    lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
+                    for i in range(lo, hi):
+                        for j in range(max(lo2, i), hi2):
+                            x = (((bc[i, j] - col[j]) - row[i]) + grand) * 0.5
+                            y = (((bc[j, i] - col[i]) - row[j]) + grand) * 0.5
+                            avg = (x + y) / 2.0
+                            out[i, j] = avg
+                            out[j, i] = avg
+
+    _SQUARE.update(symmetrize=symmetrize, centred_half=centred_half)
+    return _SQUARE

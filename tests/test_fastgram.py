@@ -206,3 +206,25 @@ def test_unsorted_or_duplicated_rows_give_the_canonical_product(
     messy = sp.csr_matrix((vals, cols, np.searchsorted(rows, np.arange(301))), shape=ra.shape)
     assert not messy.has_sorted_indices
     np.testing.assert_allclose(cross_product(messy, rb, dtype=np.float64), want, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 200, 333])
+def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(n: int) -> None:
+    m = np.random.default_rng(n).normal(size=(n, n))
+    got = fastgram.symmetrize(m.copy())
+    np.testing.assert_array_equal(got, (m + m.T) / 2.0)
+    # gram_from_bc's operations, in numpy, in the same order.
+    col, row, grand = m.mean(axis=0), m.mean(axis=1), m.mean()
+    b = ((m - col[None, :]) - row[:, None] + grand) * 0.5
+    half = fastgram.centred_half(m, col, row, float(grand))
+    np.testing.assert_array_equal(half, (b + b.T) / 2.0)
+    assert np.allclose(half.sum(axis=0), 0.0, atol=1e-12 * n)  # really centred
+
+
+def test_square_passes_refuse_other_shapes() -> None:
+    with pytest.raises(PosdiagError, match="square float64"):
+        fastgram.symmetrize(np.zeros((3, 4)))
+    with pytest.raises(PosdiagError, match="C-contiguous"):
+        fastgram.symmetrize(np.zeros((4, 4)).T[:, :])
+    with pytest.raises(PosdiagError, match="C-contiguous"):
+        fastgram.symmetrize(np.zeros((6, 6))[::2, ::2])
