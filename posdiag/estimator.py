@@ -46,6 +46,7 @@ from ._validate import check_choice, check_int
 from .errors import PosdiagError
 from .fastgram import centred_half
 from .fastgram import cross_product as fast_cross_product
+from .fastgram import distances_to_first as fast_distances_to_first
 from .fastgram import symmetrize as fast_symmetrize
 from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram
 from .spectral import _lanczos
@@ -58,6 +59,7 @@ __all__ = [
     "SplitHalf",
     "cross_product",
     "crossfit_bc",
+    "distances_to_first",
     "estimate_hellinger",
     "expected_thinning_bc",
     "gram_from_bc",
@@ -166,6 +168,32 @@ def cross_product(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
     """
     # float64: the headline eigenvalues must agree with a dense pipeline to 1e-6.
     return fast_cross_product(ra, rb, dtype=np.float64)
+
+
+def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
+    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0.
+
+    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` summed over the union of the two supports
+    (:func:`posdiag.fastgram.distances_to_first`): no cancellation, so a position identical to
+    position 0 is at distance exactly 0 (``sqrt(1 - BC)`` leaves ~1e-7 of rounding there), and
+    no ``sqrt(C / N)`` matrix (building it and multiplying by row 0 took 1.2 s at n = 4,096;
+    this ~0.05 s). Rows without tokens are at distance 1, as with :func:`sqrt_rows`.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+    n : int
+        Positions used, ``1 <= n <= n_positions``.
+
+    Returns
+    -------
+    ndarray of shape (n,), in [0, 1]
+    """
+    c = sp.csr_matrix(counts)
+    if not c.has_canonical_format:
+        c = c.copy()
+        c.sum_duplicates()
+    return fast_distances_to_first(c.indptr[: n + 1], c.indices, c.data)
 
 
 def plugin_bc(counts: Matrix) -> np.ndarray:

@@ -33,6 +33,7 @@ __all__ = [
     "ProductPlan",
     "centred_half",
     "cross_product",
+    "distances_to_first",
     "plan_product",
     "sqrt_rows",
     "symmetrize",
@@ -447,12 +448,36 @@ def _check_square(m: np.ndarray) -> None:
         raise PosdiagError("expected a C-contiguous matrix")
 
 
+def distances_to_first(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Hellinger distance of each row of a canonical csr count matrix to row 0.
+
+    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows (rows
+    in parallel): a sum of squares, exact to rounding even when the rows are equal (then 0).
+    A row without tokens is at distance 1 (and every row when row 0 has none).
+
+    Parameters
+    ----------
+    indptr : ndarray of shape (n + 1,)
+    indices, data : ndarray
+        The csr arrays (sorted column indices, no duplicates, counts >= 0).
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    out = np.empty(indptr.size - 1)
+    _square_kernels()["to_first"](indptr.astype(np.int64), indices, data, out)
+    return out
+
+
 _SQUARE: dict[str, Callable[..., None]] = {}
 
 
 def _square_kernels() -> dict[str, Callable[..., None]]:
     if _SQUARE:
         return _SQUARE
+    import math
+
     import numba
 
     @numba.njit(parallel=True, cache=True, nogil=True)
@@ -495,5 +520,40 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                             out[i, j] = avg
                             out[j, i] = avg
 
-    _SQUARE.update(symmetrize=symmetrize, centred_half=centred_half)
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def to_first(indptr, indices, data, out):  # pragma: no cover - compiled
+        e0 = indptr[1]
+        n0 = 0.0
+        for p in range(e0):
+            n0 += data[p]
+        # sqrt(c / N) as sqrt(c) / sqrt(N), the same expression for every row: a row equal to
+        # row 0 gives the same terms, so its distance is exactly 0.
+        first = np.empty(e0)
+        for p in range(e0):
+            first[p] = math.sqrt(data[p]) / math.sqrt(n0)
+        for i in numba.prange(indptr.size - 1):
+            ni = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                ni += data[p]
+            if n0 <= 0.0 or ni <= 0.0:
+                out[i] = 1.0
+                continue
+            root = math.sqrt(ni)
+            acc = 0.0
+            p, q, pe = 0, indptr[i], indptr[i + 1]
+            while p < e0 or q < pe:
+                if q >= pe or (p < e0 and indices[p] < indices[q]):
+                    d = first[p]
+                    p += 1
+                elif p >= e0 or indices[q] < indices[p]:
+                    d = math.sqrt(data[q]) / root
+                    q += 1
+                else:
+                    d = first[p] - math.sqrt(data[q]) / root
+                    p += 1
+                    q += 1
+                acc += d * d
+            out[i] = math.sqrt(min(1.0, max(0.0, acc / 2.0)))
+
+    _SQUARE.update(symmetrize=symmetrize, centred_half=centred_half, to_first=to_first)
     return _SQUARE
