@@ -22,12 +22,12 @@ from .estimator import (
     DEFAULT_SPLITS,
     HellingerEstimate,
     SplitHalf,
+    distances_to_first,
     estimate_hellinger,
     heldout_mds_stress,
     negative_eigenvalue_note,
     noise_energy_rows,
     split_half_grams,
-    sqrt_rows,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
@@ -315,10 +315,8 @@ def _maybe_identical(matrix: Any, n: int) -> bool:
     """False when some position's plug-in Hellinger distance to position 0 is at least
     :data:`IDENTICAL_TOL` (then the largest distance is too): one sparse product with row 0
     instead of the whole plug-in geometry. True means "check with the full plug-in"."""
-    s = sqrt_rows(matrix[:n])
-    bc0 = np.asarray((s @ s[0].T).todense()).ravel()
-    d0 = np.sqrt(np.clip(1.0 - bc0, 0.0, 1.0))
-    return bool(d0.max() < IDENTICAL_TOL)
+    # One sparse matrix-vector product (~0.1 s at n = 4,096; building sqrt(C / N) took 1.2 s).
+    return bool(distances_to_first(matrix, n).max() < IDENTICAL_TOL)
 
 
 @dataclass(frozen=True)
