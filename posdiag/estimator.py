@@ -106,10 +106,11 @@ class HellingerEstimate:
         Number of random splits averaged (0 for the plug-in).
     seed : int
         Seed of the splits.
-    bc : ndarray of shape (n, n)
-        Estimated Bhattacharyya coefficients, symmetric; the cross-fitted diagonal is below 1.
     gram : ndarray of shape (n, n)
-        ``B_H = 1/2 J BC J``, symmetric.
+        ``B_H = 1/2 J BC J``, symmetric, from the estimated Bhattacharyya coefficients ``BC``
+        (whose cross-fitted diagonal is below 1). ``BC`` itself is not kept: the gram and the
+        distances hold everything a report needs, and at n = 16,384 each n x n array is
+        2.1 GB (:func:`crossfit_bc`, :func:`expected_thinning_bc` and :func:`plugin_bc` give it).
     distances : ndarray of shape (n, n)
         The distances ``B_H`` implies, ``sqrt(max(0, (BC_ii + BC_jj)/2 - BC_ij))``, zero
         diagonal; for the plug-in exactly ``sqrt(1 - BC)``. ``-1/2 J D^2 J = B_H`` wherever no
@@ -122,7 +123,6 @@ class HellingerEstimate:
     method: str
     splits: int
     seed: int
-    bc: np.ndarray
     gram: np.ndarray
     distances: np.ndarray
     mds: MDS
@@ -450,7 +450,20 @@ def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
 def _estimate(
     estimator: str, method: str, splits: int, seed: int, bc: np.ndarray
 ) -> HellingerEstimate:
-    gram = gram_from_bc(bc)
+    """The estimate from ``BC``, whose memory becomes the gram (``bc`` is overwritten when it is
+    a C-contiguous float64 array): two n x n arrays at the end, not three."""
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
+    distances = implied_distances(bc)
+    # gram_from_bc's arithmetic, written over bc: the kernel reads both entries of a pair
+    # before it writes them, so it may work in place.
+    col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
+    gram = centred_half(bc, col, row, grand, out=bc)
+    return _from_gram(estimator, method, splits, seed, gram, distances)
+
+
+def _from_gram(
+    estimator: str, method: str, splits: int, seed: int, gram: np.ndarray, distances: np.ndarray
+) -> HellingerEstimate:
     # Every eigenpair up to posdiag.spectral.FULL_EIGH_MAX positions, the top ones beyond (the
     # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
     return HellingerEstimate(
@@ -458,9 +471,8 @@ def _estimate(
         method,
         splits,
         seed,
-        bc,
         gram,
-        implied_distances(bc),
+        distances,
         # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
         # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
         mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False),
@@ -519,12 +531,22 @@ def estimate_hellinger(
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
-    """The estimate on positions ``0..n-1``: the ``BC`` block, re-centred (``B_H`` recomputed)."""
+    """The estimate on positions ``0..n-1``: the ``BC`` block, re-centred (``B_H`` recomputed).
+
+    ``B_H = 1/2 J BC J`` removes only terms ``1 a^T + a 1^T`` from ``2 B_H``, and double centring
+    removes those again, so the block's ``1/2 J_n BC[:n, :n] J_n`` is ``J_n B_H[:n, :n] J_n``:
+    computed from the gram, as ``1/2 J_n (2 B_H[:n, :n]) J_n`` (the doubling is exact). The
+    distances of a pair do not depend on the other positions: the block of the distances.
+    """
     n = check_int("n", n, 2, estimate.n)
     if n == estimate.n:
         return estimate
-    return _estimate(
-        estimate.estimator, estimate.method, estimate.splits, estimate.seed, estimate.bc[:n, :n]
+    twice = estimate.gram[:n, :n] * 2.0
+    col, row, grand = twice.mean(axis=0), twice.mean(axis=1), float(twice.mean())
+    gram = centred_half(twice, col, row, grand, out=twice)
+    distances = np.ascontiguousarray(estimate.distances[:n, :n])
+    return _from_gram(
+        estimate.estimator, estimate.method, estimate.splits, estimate.seed, gram, distances
     )
 
 

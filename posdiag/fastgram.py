@@ -417,8 +417,16 @@ def symmetrize(m: np.ndarray) -> np.ndarray:
     return m
 
 
-def centred_half(bc: np.ndarray, col: np.ndarray, row: np.ndarray, grand: float) -> np.ndarray:
-    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array.
+def centred_half(
+    bc: np.ndarray,
+    col: np.ndarray,
+    row: np.ndarray,
+    grand: float,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array
+    (or into ``out``, which may be ``bc`` itself: each pair's two entries are read before they
+    are written, and every pair is visited once).
 
     :func:`posdiag.estimator.gram_from_bc`'s arithmetic (the same operations in the same order,
     so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
@@ -436,7 +444,12 @@ def centred_half(bc: np.ndarray, col: np.ndarray, row: np.ndarray, grand: float)
     ndarray of shape (n, n), symmetric
     """
     _check_square(bc)
-    out = np.empty_like(bc)
+    if out is None:
+        out = np.empty_like(bc)
+    else:
+        _check_square(out)
+        if out.shape != bc.shape:
+            raise PosdiagError(f"expected out of shape {bc.shape}; got {out.shape}")
     _square_kernels()["centred_half"](bc, col, row, float(grand), out, _TILE)
     return out
 
