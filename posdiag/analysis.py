@@ -190,8 +190,10 @@ class CorpusGeometry:
 
     def heldout_stress(self, ranks: Sequence[int]) -> dict[int, float]:
         """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty)."""
+        if not ranks:
+            return {}  # before split_half: its grams cost four Gram products
         half = self.split_half()
-        if half is None or self.estimate is None or not ranks:
+        if half is None or self.estimate is None:
             return {}
         return heldout_mds_stress(half, ranks)
 
@@ -1215,6 +1217,7 @@ def diagnose(
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
+    details: bool = True,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
@@ -1230,11 +1233,17 @@ def diagnose(
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
     estimator, splits : see :func:`corpus_geometry`.
+    details : bool
+        False skips each score's plug-in figure (``plain``, then NaN), which only the JSON
+        shows: one Gram product and one eigensolve fewer. The noise floor is computed either
+        way (the report prints it).
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
+    geo = corpus_geometry(
+        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
+    )
     scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
