@@ -401,12 +401,32 @@ def _partial_facts(
     """Facts of a partial spectrum: its top eigenpairs grown (warm-started) until each
     max-rank-for-stress tolerance is reached, shown unreachable, or needs more than the rule's
     rank (then the rule fails whatever the exact rank is)."""
+    k = int(mds.eigenvalues.size)
+    by_rank = mds.stress_by_rank()
+    # A rule is settled by the headline's pairs when its tolerance is reached within them, or
+    # when they already pass its rank (not reached by rank + 1: the rule fails either way).
+    settled = all(
+        bool(np.any(by_rank[:k] <= eps)) or k > rank
+        for eps, rank in config.max_rank_for_stress.items()
+    )
+    if settled:
+        return GateFacts(
+            summary,
+            scores,
+            tuple(float(x) for x in mds.eigenvalues),
+            bits,
+            tuple(float(x) for x in by_rank),
+            None,
+        )
+    from .spectral import FULL_EIGH_MAX  # read when called, as mds_of_gram does
+
     cap = max(config.max_rank_for_stress.values()) + 1
     spec = partial_spectrum(
         mds.gram,
         tuple(config.max_rank_for_stress),
-        max_rank=max(cap, int(mds.eigenvalues.size)),
+        max_rank=max(cap, k),
         start=mds.vectors,
+        full_max=FULL_EIGH_MAX,
     )
     return GateFacts(
         summary,
