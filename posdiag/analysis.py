@@ -1011,11 +1011,13 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n = geo.n_eff
     f = np.array(floor)
     mask = _pairs_within_noise(geo, f)
-    iu = np.triu_indices(n, k=1)
-    hit = mask[iu]
-    pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
-    n_pairs = len(iu[0])
-    count = int(hit.sum())
+    # Only the listed pairs become Python tuples (at n = 4,096 a noisy geometry has millions);
+    # row-major order over i < j, as before.
+    upper = np.triu(mask, k=1)
+    first = np.flatnonzero(upper.ravel())[:MAX_PAIRS_LISTED]
+    pairs = tuple((int(k // n), int(k % n)) for k in first)
+    n_pairs = n * (n - 1) // 2
+    count = int(np.count_nonzero(upper))
     frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(mask, position_share)
@@ -1039,7 +1041,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         n_pairs,
         count,
         frac,
-        pairs[:MAX_PAIRS_LISTED],
+        pairs,
         tuple(int(x) for x in mask.sum(axis=1)),
         unstable,
         share,
