@@ -190,8 +190,10 @@ class CorpusGeometry:
 
     def heldout_stress(self, ranks: Sequence[int]) -> dict[int, float]:
         """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty)."""
+        if not ranks:
+            return {}  # before split_half: its grams cost four Gram products
         half = self.split_half()
-        if half is None or self.estimate is None or not ranks:
+        if half is None or self.estimate is None:
             return {}
         return heldout_mds_stress(half, ranks)
 
@@ -1028,11 +1030,13 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n = geo.n_eff
     f = np.array(floor)
     mask = _pairs_within_noise(geo, f)
-    iu = np.triu_indices(n, k=1)
-    hit = mask[iu]
-    pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
-    n_pairs = len(iu[0])
-    count = int(hit.sum())
+    # Only the listed pairs become Python tuples (at n = 4,096 a noisy geometry has millions);
+    # row-major order over i < j, as before.
+    upper = np.triu(mask, k=1)
+    first = np.flatnonzero(upper.ravel())[:MAX_PAIRS_LISTED]
+    pairs = tuple((int(k // n), int(k % n)) for k in first)
+    n_pairs = n * (n - 1) // 2
+    count = int(np.count_nonzero(upper))
     frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(mask, position_share)
@@ -1056,7 +1060,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         n_pairs,
         count,
         frac,
-        pairs[:MAX_PAIRS_LISTED],
+        pairs,
         tuple(int(x) for x in mask.sum(axis=1)),
         unstable,
         share,
@@ -1234,6 +1238,7 @@ def diagnose(
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
+    details: bool = True,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
@@ -1249,11 +1254,17 @@ def diagnose(
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
     estimator, splits : see :func:`corpus_geometry`.
+    details : bool
+        False skips each score's plug-in figure (``plain``, then NaN), which only the JSON
+        shows: one Gram product and one eigensolve fewer. The noise floor is computed either
+        way (the report prints it).
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
+    geo = corpus_geometry(
+        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
+    )
     scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
