@@ -1,0 +1,362 @@
+"""Compiled kernels of :mod:`posdiag.fastscore`: pair distances, radix sort, exact rank sums.
+
+Imported only when a score needs them (``n(n-1)/2`` above ``fastscore.COMPILED_FROM_PAIRS``):
+numba's import and the kernels' first compilation cost about a second, which the bundled corpus
+should not pay.
+
+Exactness: Spearman's rho is the Pearson correlation of average ranks. Twice an average rank
+is an integer (``start + end + 1`` of its tie group), so every sum the correlation needs is an
+integer sum; the kernels accumulate them exactly in two int64 limbs (:func:`_mac`), and the one
+rounding left is the final division (tests/test_fastscore_ranks.py checks it against
+``scipy.stats.spearmanr``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = [
+    "LIMB_BITS",
+    "diagonal_sums",
+    "direct_distances",
+    "block_distances",
+    "order_keys",
+    "radix_sort",
+    "rank_groups",
+    "rank_lag_sums",
+    "spearman_groups",
+    "upper_order_keys",
+]
+
+# Two int64 limbs hold value = hi * 2^31 + lo with 0 <= lo < 2^31 after each addition.
+LIMB_BITS = 31
+_LIMB_MASK = (1 << LIMB_BITS) - 1
+_SIGN = np.uint64(1 << 63)
+_NEG_ZERO = np.uint64(1 << 63)
+_ABS = np.uint64((1 << 63) - 1)
+_INF_BITS = np.uint64(0x7FF0000000000000)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
+    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62`` (int64 limbs), while the
+    running total stays below ``2^93`` in magnitude (``hi < 2^62``)."""
+    b_lo = b & _LIMB_MASK  # b = b_hi * 2^31 + b_lo with 0 <= b_lo < 2^31, also for b < 0
+    b_hi = b >> LIMB_BITS
+    lo += a * b_lo
+    hi += a * b_hi + (lo >> LIMB_BITS)
+    return hi, lo & _LIMB_MASK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _order_key(bits: np.uint64) -> np.uint64:
+    """Map the bit pattern of a float64 to a uint64 that sorts like the float (``-0.0`` as
+    ``+0.0``); NaN patterns land above every other key (callers check them apart)."""
+    if bits == _NEG_ZERO:
+        bits = np.uint64(0)
+    if bits & _SIGN:
+        return ~bits
+    return bits | _SIGN
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def order_keys(bits: np.ndarray, keys: np.ndarray) -> int:
+    """``keys[p]`` = order key of the float64 whose uint64 view is ``bits[p]`` (same length,
+    may be the same buffer); returns how many values are NaN."""
+    m = keys.size
+    nan = 0
+    for p in numba.prange(m):
+        b = bits[p]
+        if (b & _ABS) > _INF_BITS:
+            nan += 1
+        keys[p] = _order_key(b)
+    return nan
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _upper_row_keys(bits, values, start, keys, row_sq, i):
+    n = bits.shape[0]
+    nan = 0
+    acc = 0.0
+    base = start[i] - i - 1
+    for j in range(i + 1, n):
+        b = bits[i, j]
+        if (b & _ABS) > _INF_BITS:
+            nan += 1
+        keys[base + j] = _order_key(b)
+        v = values[i, j]
+        acc += v * v
+    row_sq[i] = acc
+    return nan
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def upper_order_keys(
+    bits: np.ndarray, values: np.ndarray, start: np.ndarray, keys: np.ndarray, row_sq: np.ndarray
+) -> int:
+    """Order keys of the upper triangle ``(i, j > i)`` of a square float64 matrix, row-major.
+
+    ``bits`` is the matrix viewed as uint64, ``values`` the same matrix as float64;
+    ``row_sq[i]`` gets ``sum_j values[i, j]^2`` over ``j > i``. Returns the NaN count.
+    Rows ``k`` and ``n - 1 - k`` go to the same task so every task has about ``n`` entries.
+    """
+    n = bits.shape[0]
+    nan = 0
+    for k in numba.prange((n + 1) // 2):
+        nan += _upper_row_keys(bits, values, start, keys, row_sq, k)
+        if n - 1 - k != k:
+            nan += _upper_row_keys(bits, values, start, keys, row_sq, n - 1 - k)
+    return nan
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _direct_row(p, d_h, start, out, row_he, row_ee, i):
+    n, dim = p.shape
+    he = 0.0
+    ee = 0.0
+    base = start[i] - i - 1
+    for j in range(i + 1, n):
+        acc = 0.0
+        for c in range(dim):
+            diff = p[i, c] - p[j, c]
+            acc += diff * diff
+        dist = np.sqrt(acc)
+        out[base + j] = dist
+        he += d_h[i, j] * dist
+        ee += dist * dist
+    row_he[i] = he
+    row_ee[i] = ee
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def direct_distances(
+    p: np.ndarray,
+    d_h: np.ndarray,
+    start: np.ndarray,
+    out: np.ndarray,
+    row_he: np.ndarray,
+    row_ee: np.ndarray,
+) -> None:
+    """``out[pair(i, j)] = ||p_i - p_j||`` for ``i < j`` (summed coordinate by coordinate, as
+    ``scipy.spatial.distance.pdist``), and per row ``sum d_H d_E`` and ``sum d_E^2``.
+    Rows ``k`` and ``n - 1 - k`` go to the same task (balanced work)."""
+    n = p.shape[0]
+    for k in numba.prange((n + 1) // 2):
+        _direct_row(p, d_h, start, out, row_he, row_ee, k)
+        if n - 1 - k != k:
+            _direct_row(p, d_h, start, out, row_he, row_ee, n - 1 - k)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def block_distances(
+    gram: np.ndarray,
+    sq: np.ndarray,
+    lo: int,
+    d_h: np.ndarray,
+    start: np.ndarray,
+    out: np.ndarray,
+    row_he: np.ndarray,
+    row_ee: np.ndarray,
+) -> None:
+    """Rows ``lo..lo+len(gram)-1`` from inner products ``gram[r, c] = p_{lo+r} . p_{lo+c}`` and
+    squared norms ``sq``: ``sqrt(max(0, (sq_i + sq_j) - 2 gram))`` right of the diagonal (the
+    operations of ``fastscore.upper_distances``), with the sums of :func:`direct_distances`."""
+    rows, cols = gram.shape
+    n = lo + cols
+    for r in numba.prange(rows):
+        i = lo + r
+        he = 0.0
+        ee = 0.0
+        base = start[i] - i - 1
+        for j in range(i + 1, n):
+            dist = np.sqrt(max(0.0, (sq[i] + sq[j]) - 2.0 * gram[r, j - lo]))
+            out[base + j] = dist
+            he += d_h[i, j] * dist
+            ee += dist * dist
+        row_he[i] = he
+        row_ee[i] = ee
+
+
+@numba.njit(cache=True, nogil=True)
+def _count(keys, lo, hi, kmin, shift, mask, hist):
+    for q in range(lo, hi):
+        hist[np.intp(((keys[q] - kmin) >> shift) & mask)] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
+    for q in range(lo, hi):
+        k = src_k[q]
+        d = np.intp(((k - kmin) >> shift) & mask)
+        at = pos[d]
+        pos[d] = at + 1
+        dst_k[at] = k
+        dst_v[at] = src_v[q]
+
+
+@numba.njit(cache=True, nogil=True)
+def _span(keys, lo, hi, out, t):
+    a = keys[lo]
+    b = a
+    for q in range(lo, hi):
+        k = keys[q]
+        a = min(a, k)
+        b = max(b, k)
+    out[t, 0] = a
+    out[t, 1] = b
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def radix_sort(
+    keys: np.ndarray,
+    vals: np.ndarray,
+    keys_tmp: np.ndarray,
+    vals_tmp: np.ndarray,
+    bits: int,
+    threads: int,
+) -> bool:
+    """Sort uint64 ``keys`` carrying uint32 ``vals``, LSD radix in digits of at most ``bits``.
+
+    Only the bits in which the keys differ are sorted (``max - min``), and a digit shared by
+    every key costs one read. ``threads`` chunks of the array each get their own histogram
+    and hence their own write offsets, so the scatter is parallel and stable.
+    Returns True when the result ended in ``keys_tmp``/``vals_tmp`` instead of ``keys``/``vals``.
+    """
+    m = keys.size
+    if m < 2:
+        return False
+    threads = max(1, min(threads, m))
+    chunk = (m + threads - 1) // threads
+    spans = np.empty((threads, 2), np.uint64)
+    for t in numba.prange(threads):
+        _span(keys, t * chunk, min(m, (t + 1) * chunk), spans, t)
+    kmin = spans[:, 0].min()
+    span = spans[:, 1].max() - kmin
+    width = 0
+    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
+        width += 1
+    if width == 0:
+        return False
+    passes = (width + bits - 1) // bits
+    digit = (width + passes - 1) // passes
+    buckets = 1 << digit
+    mask = np.uint64(buckets - 1)
+    hist = np.zeros((threads, buckets), np.int64)
+    swapped = False
+    for ps in range(passes):
+        shift = np.uint64(ps * digit)
+        src_k, src_v = (keys_tmp, vals_tmp) if swapped else (keys, vals)
+        dst_k, dst_v = (keys, vals) if swapped else (keys_tmp, vals_tmp)
+        hist[:] = 0
+        for t in numba.prange(threads):
+            _count(src_k, t * chunk, min(m, (t + 1) * chunk), kmin, shift, mask, hist[t])
+        total = 0
+        full = False
+        for b in range(buckets):
+            count_b = 0
+            for t in range(threads):
+                c = hist[t, b]
+                hist[t, b] = total
+                total += c
+                count_b += c
+            full = full or count_b == m
+        if full:
+            continue  # every key has this digit: the order is already right
+        for t in numba.prange(threads):
+            lo = t * chunk
+            _scatter(src_k, src_v, dst_k, dst_v, lo, min(m, lo + chunk), kmin, shift, mask, hist[t])
+        swapped = not swapped
+    return swapped
+
+
+@numba.njit(cache=True, nogil=True)
+def rank_groups(keys: np.ndarray, idx: np.ndarray, rank2: np.ndarray) -> tuple[int, int]:
+    """Twice the average rank of each sorted key, written at its original place:
+    ``rank2[idx[q]] = start + end + 1`` of its tie group ``[start, end)``.
+
+    Returns ``sum_groups t^3 - t`` (``t`` = group size) as limbs ``(hi, lo)``.
+    """
+    m = keys.size
+    hi = 0
+    lo = 0
+    s = 0
+    while s < m:
+        e = s + 1
+        k = keys[s]
+        while e < m and keys[e] == k:
+            e += 1
+        r = s + e + 1
+        for q in range(s, e):
+            rank2[idx[q]] = r
+        t = e - s
+        if t > 1:
+            hi, lo = _mac(hi, lo, t, t * t - 1)
+        s = e
+    return hi, lo
+
+
+@numba.njit(cache=True, nogil=True)
+def spearman_groups(keys: np.ndarray, rank2_h: np.ndarray) -> tuple[int, int, int, int]:
+    """For keys sorted with twice the corpus ranks ``rank2_h`` carried along:
+    ``sum_p c_E(p) c_H(p)`` with ``c = 2 rank - (m + 1)`` (centred doubled average ranks), and
+    ``sum_groups t^3 - t`` of the keys' ties, as limbs ``(hi, lo, tie_hi, tie_lo)``."""
+    m = keys.size
+    off = m + 1
+    hi = 0
+    lo = 0
+    tie_hi = 0
+    tie_lo = 0
+    s = 0
+    while s < m:
+        k = keys[s]
+        acc = int(rank2_h[s]) - off
+        e = s + 1
+        while e < m and keys[e] == k:
+            acc += int(rank2_h[e]) - off
+            e += 1
+        # c_E = 2 * (s + 1 + e) / 2 - (m + 1)
+        hi, lo = _mac(hi, lo, s + e - m, acc)
+        t = e - s
+        if t > 1:
+            tie_hi, tie_lo = _mac(tie_hi, tie_lo, t, t * t - 1)
+        s = e
+    return hi, lo, tie_hi, tie_lo
+
+
+# Fixed stripes of interleaved rows (not one per thread): float lag sums then add in the same
+# order whatever the thread count, so results do not depend on the machine.
+STRIPES = 8
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def rank_lag_sums(rank2: np.ndarray, n: int, start: np.ndarray) -> np.ndarray:
+    """``out[l] = sum_i c(i, i + l)``, ``c = rank2 - (m + 1)``, over the row-major upper
+    triangle (int64, exact: ``|out[l]| < n m``); ``out[0] = 0``."""
+    m = rank2.size
+    off = m + 1
+    acc = np.zeros((STRIPES, n), np.int64)
+    for t in numba.prange(STRIPES):
+        for i in range(t, n - 1, STRIPES):
+            base = start[i] - i - 1
+            for j in range(i + 1, n):
+                acc[t, j - i] += np.int64(rank2[base + j]) - off
+    return acc.sum(axis=0)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def diagonal_sums(a: np.ndarray, upper_only: bool) -> np.ndarray:
+    """``out[l] = sum_i a[i, i + l]``, ``l = 0..n-1`` (``out[0] = 0`` when ``upper_only``),
+    rows interleaved over :data:`STRIPES` partial sums added in a fixed order."""
+    n = a.shape[0]
+    acc = np.zeros((STRIPES, n))
+    first = 1 if upper_only else 0
+    for t in numba.prange(STRIPES):
+        for i in range(t, n, STRIPES):
+            for j in range(i + first, n):
+                acc[t, j - i] += a[i, j]
+    out = np.zeros(n)
+    for t in range(STRIPES):
+        for lag in range(n):
+            out[lag] += acc[t, lag]
+    return out
