@@ -18,15 +18,15 @@ import numpy as np
 
 __all__ = [
     "LIMB_BITS",
+    "STRIPES",
+    "block_distances",
+    "bucket_sort",
     "diagonal_sums",
     "direct_distances",
-    "block_distances",
-    "order_keys",
-    "radix_sort",
     "rank_groups",
     "rank_lag_sums",
     "spearman_groups",
-    "upper_order_keys",
+    "upper_values",
 ]
 
 # Two int64 limbs hold value = hi * 2^31 + lo with 0 <= lo < 2^31 after each addition.
@@ -60,54 +60,28 @@ def _order_key(bits: np.uint64) -> np.uint64:
     return bits | _SIGN
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def order_keys(bits: np.ndarray, keys: np.ndarray) -> int:
-    """``keys[p]`` = order key of the float64 whose uint64 view is ``bits[p]`` (same length,
-    may be the same buffer); returns how many values are NaN."""
-    m = keys.size
-    nan = 0
-    for p in numba.prange(m):
-        b = bits[p]
-        if (b & _ABS) > _INF_BITS:
-            nan += 1
-        keys[p] = _order_key(b)
-    return nan
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
-def _upper_row_keys(bits, values, start, keys, row_sq, i):
-    n = bits.shape[0]
-    nan = 0
+def _upper_row(d, start, out, row_sq, i):
+    n = d.shape[0]
     acc = 0.0
     base = start[i] - i - 1
     for j in range(i + 1, n):
-        b = bits[i, j]
-        if (b & _ABS) > _INF_BITS:
-            nan += 1
-        keys[base + j] = _order_key(b)
-        v = values[i, j]
+        v = d[i, j]
+        out[base + j] = v
         acc += v * v
     row_sq[i] = acc
-    return nan
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def upper_order_keys(
-    bits: np.ndarray, values: np.ndarray, start: np.ndarray, keys: np.ndarray, row_sq: np.ndarray
-) -> int:
-    """Order keys of the upper triangle ``(i, j > i)`` of a square float64 matrix, row-major.
-
-    ``bits`` is the matrix viewed as uint64, ``values`` the same matrix as float64;
-    ``row_sq[i]`` gets ``sum_j values[i, j]^2`` over ``j > i``. Returns the NaN count.
-    Rows ``k`` and ``n - 1 - k`` go to the same task so every task has about ``n`` entries.
-    """
-    n = bits.shape[0]
-    nan = 0
+def upper_values(d: np.ndarray, start: np.ndarray, out: np.ndarray, row_sq: np.ndarray) -> None:
+    """Copy the upper triangle ``(i, j > i)`` of a square matrix into ``out``, row-major;
+    ``row_sq[i] = sum_j d[i, j]^2`` over ``j > i``. Rows ``k`` and ``n - 1 - k`` go to the same
+    task so every task has about ``n`` entries."""
+    n = d.shape[0]
     for k in numba.prange((n + 1) // 2):
-        nan += _upper_row_keys(bits, values, start, keys, row_sq, k)
+        _upper_row(d, start, out, row_sq, k)
         if n - 1 - k != k:
-            nan += _upper_row_keys(bits, values, start, keys, row_sq, n - 1 - k)
-    return nan
+            _upper_row(d, start, out, row_sq, n - 1 - k)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -196,78 +170,143 @@ def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
 
 
 @numba.njit(cache=True, nogil=True)
-def _span(keys, lo, hi, out, t):
-    a = keys[lo]
-    b = a
+def _lsd_segment(keys, vals, keys_tmp, vals_tmp, lo, hi, bits):  # sorts [lo, hi) in place
+    if hi - lo < 2:
+        return
+    if hi - lo <= 16:
+        # Insertion sort (stable) for the many tiny buckets.
+        for q in range(lo + 1, hi):
+            k = keys[q]
+            v = vals[q]
+            r = q - 1
+            while r >= lo and keys[r] > k:
+                keys[r + 1] = keys[r]
+                vals[r + 1] = vals[r]
+                r -= 1
+            keys[r + 1] = k
+            vals[r + 1] = v
+        return
+    kmin = keys[lo]
+    kmax = keys[lo]
     for q in range(lo, hi):
-        k = keys[q]
-        a = min(a, k)
-        b = max(b, k)
-    out[t, 0] = a
-    out[t, 1] = b
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def radix_sort(
-    keys: np.ndarray,
-    vals: np.ndarray,
-    keys_tmp: np.ndarray,
-    vals_tmp: np.ndarray,
-    bits: int,
-    threads: int,
-) -> bool:
-    """Sort uint64 ``keys`` carrying uint32 ``vals``, LSD radix in digits of at most ``bits``.
-
-    Only the bits in which the keys differ are sorted (``max - min``), and a digit shared by
-    every key costs one read. ``threads`` chunks of the array each get their own histogram
-    and hence their own write offsets, so the scatter is parallel and stable.
-    Returns True when the result ended in ``keys_tmp``/``vals_tmp`` instead of ``keys``/``vals``.
-    """
-    m = keys.size
-    if m < 2:
-        return False
-    threads = max(1, min(threads, m))
-    chunk = (m + threads - 1) // threads
-    spans = np.empty((threads, 2), np.uint64)
-    for t in numba.prange(threads):
-        _span(keys, t * chunk, min(m, (t + 1) * chunk), spans, t)
-    kmin = spans[:, 0].min()
-    span = spans[:, 1].max() - kmin
+        kmin = min(kmin, keys[q])
+        kmax = max(kmax, keys[q])
+    span = kmax - kmin
     width = 0
     while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
         width += 1
     if width == 0:
-        return False
+        return
     passes = (width + bits - 1) // bits
     digit = (width + passes - 1) // passes
     buckets = 1 << digit
     mask = np.uint64(buckets - 1)
-    hist = np.zeros((threads, buckets), np.int64)
+    pos = np.empty(buckets, np.int64)
     swapped = False
     for ps in range(passes):
         shift = np.uint64(ps * digit)
         src_k, src_v = (keys_tmp, vals_tmp) if swapped else (keys, vals)
         dst_k, dst_v = (keys, vals) if swapped else (keys_tmp, vals_tmp)
-        hist[:] = 0
-        for t in numba.prange(threads):
-            _count(src_k, t * chunk, min(m, (t + 1) * chunk), kmin, shift, mask, hist[t])
-        total = 0
-        full = False
+        pos[:] = 0
+        _count(src_k, lo, hi, kmin, shift, mask, pos)
+        total = lo
         for b in range(buckets):
-            count_b = 0
-            for t in range(threads):
-                c = hist[t, b]
-                hist[t, b] = total
-                total += c
-                count_b += c
-            full = full or count_b == m
-        if full:
-            continue  # every key has this digit: the order is already right
-        for t in numba.prange(threads):
-            lo = t * chunk
-            _scatter(src_k, src_v, dst_k, dst_v, lo, min(m, lo + chunk), kmin, shift, mask, hist[t])
+            c = pos[b]
+            pos[b] = total
+            total += c
+        _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos)
         swapped = not swapped
-    return swapped
+    if swapped:
+        keys[lo:hi] = keys_tmp[lo:hi]
+        vals[lo:hi] = vals_tmp[lo:hi]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bucket(x: float, vmin: float, scale: float, top: int) -> int:
+    """Monotone in ``x`` (a subtraction and a product by constants round monotonically);
+    one bucket for all when the range is 0 or infinite (``scale = 0``: inf * 0 would be NaN)."""
+    if scale == 0.0:
+        return 0
+    return min(top, int((x - vmin) * scale))
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def bucket_sort(
+    values: np.ndarray,
+    bits_of: np.ndarray,
+    vals: np.ndarray,
+    keys_out: np.ndarray,
+    vals_out: np.ndarray,
+    vals_tmp: np.ndarray,
+    buckets: int,
+    digit_bits: int,
+    threads: int,
+) -> int:
+    """Sort float64 ``values`` (``bits_of`` = their uint64 view) carrying uint32 ``vals`` (or,
+    when ``vals`` is empty, each value's index): ``keys_out`` gets the order keys ascending,
+    ``vals_out`` the payloads in that order.
+
+    One parallel scatter into ``buckets`` ranges of equal width in *value* (a monotone map, so
+    equal values share a bucket and buckets are ordered), then each bucket, small enough to
+    stay in cache, is radix-sorted on the few bits its keys still differ in
+    (:func:`_lsd_segment`, with ``bits_of``/``vals_tmp`` as scratch: ``values`` is destroyed).
+    Stable. Returns the NaN count; nothing is sorted when it is not 0.
+    """
+    m = values.size
+    with_vals = vals.size == m
+    threads = max(1, min(threads, m))
+    chunk = (m + threads - 1) // threads
+    lows = np.empty(threads)
+    highs = np.empty(threads)
+    nans = np.zeros(threads, np.int64)
+    for t in numba.prange(threads):
+        a = np.inf
+        b = -np.inf
+        nan = 0
+        for q in range(t * chunk, min(m, (t + 1) * chunk)):
+            x = values[q]
+            if x != x:
+                nan += 1
+            else:
+                a = min(a, x)
+                b = max(b, x)
+        lows[t] = a
+        highs[t] = b
+        nans[t] = nan
+    if nans.sum() or m == 0:
+        return int(nans.sum())
+    vmin = lows.min()
+    vmax = highs.max()
+    scale = buckets / (vmax - vmin) if vmax > vmin and np.isfinite(vmax - vmin) else 0.0
+    top = buckets - 1
+    hist = np.zeros((threads, buckets), np.int64)
+    for t in numba.prange(threads):
+        for q in range(t * chunk, min(m, (t + 1) * chunk)):
+            hist[t, _bucket(values[q], vmin, scale, top)] += 1
+    starts = np.empty(buckets + 1, np.int64)
+    total = 0
+    for b in range(buckets):
+        starts[b] = total
+        for t in range(threads):
+            c = hist[t, b]
+            hist[t, b] = total
+            total += c
+    starts[buckets] = total
+    for t in numba.prange(threads):
+        row = hist[t]
+        for q in range(t * chunk, min(m, (t + 1) * chunk)):
+            b = _bucket(values[q], vmin, scale, top)
+            at = row[b]
+            row[b] = at + 1
+            keys_out[at] = _order_key(bits_of[q])
+            vals_out[at] = vals[q] if with_vals else q
+    # Buckets interleaved over threads: crowded neighbouring buckets go to different threads.
+    for t in numba.prange(threads):
+        for b in range(t, buckets, threads):
+            _lsd_segment(
+                keys_out, vals_out, bits_of, vals_tmp, starts[b], starts[b + 1], digit_bits
+            )
+    return 0
 
 
 @numba.njit(cache=True, nogil=True)

@@ -121,30 +121,56 @@ def test_corpus_ranks_equal_rankdata(values: list[float]) -> None:
         np.testing.assert_array_equal(side.rank_lags, want)
 
 
+def bucket_sorted(
+    x: np.ndarray, buckets: int, bits: int, threads: int, payload: bool = True
+) -> tuple[np.ndarray, np.ndarray, int]:
+    values = x.copy()
+    vals = np.arange(x.size, dtype=np.uint32)[::-1].copy() if payload else np.empty(0, np.uint32)
+    keys_out = np.empty(x.size, np.uint64)
+    vals_out = np.empty(x.size, np.uint32)
+    scratch = np.empty(x.size, np.uint32)
+    nan = _fastrank.bucket_sort(
+        values, values.view(np.uint64), vals, keys_out, vals_out, scratch, buckets, bits, threads
+    )
+    return keys_out, vals_out, nan
+
+
+@pytest.mark.parametrize("buckets", [1, 7, 256, 4096])
 @pytest.mark.parametrize("bits", [3, 8, 11])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_radix_sort_orders_like_numpy_and_is_stable(bits: int, threads: int) -> None:
+def test_bucket_sort_orders_like_a_stable_argsort(buckets: int, bits: int, threads: int) -> None:
     rng = np.random.default_rng(bits * 10 + threads)
     x = np.concatenate(
-        [rng.standard_normal(3000), rng.integers(-3, 4, 2000).astype(float), [0.0, -0.0] * 50]
+        [
+            rng.standard_normal(3000) * np.exp(rng.uniform(-30, 30, 3000)),  # wide exponents
+            rng.integers(-3, 4, 2000).astype(float),  # ties, crowded buckets
+            [0.0, -0.0] * 50,
+            rng.uniform(1.0, 1.0 + 1e-12, 300),  # keys differing in the last bits only
+        ]
     )
-    keys = np.empty(x.size, np.uint64)
-    assert _fastrank.order_keys(x.view(np.uint64), keys) == 0
-    vals = np.arange(x.size, dtype=np.uint32)
-    kt, vt = np.empty_like(keys), np.empty_like(vals)
-    if _fastrank.radix_sort(keys, vals, kt, vt, bits, threads):
-        keys, vals = kt, vt
-    # Stable: equal values keep their original order, exactly like a stable argsort
-    # (with -0.0 and 0.0 equal).
-    np.testing.assert_array_equal(vals, np.argsort(x + 0.0, kind="stable"))
-    assert np.all(np.diff(keys.astype(np.float64)) >= 0)
+    rng.shuffle(x)
+    want = np.argsort(x + 0.0, kind="stable")  # -0.0 ties with 0.0, as floats compare
+    keys, vals, nan = bucket_sorted(x, buckets, bits, threads)
+    assert nan == 0
+    np.testing.assert_array_equal(vals, (x.size - 1 - want).astype(np.uint32))
+    keys_idx, idx, _ = bucket_sorted(x, buckets, bits, threads, payload=False)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(keys_idx, keys)
+    # Order keys are monotone in the value and equal exactly for equal values.
+    xs = (x + 0.0)[want]
+    assert np.all((np.diff(keys.astype(object)) > 0) == (np.diff(xs) > 0))
 
 
-def test_order_keys_flag_nan() -> None:
-    x = np.array([1.0, np.nan, -np.inf, np.inf])
-    keys = np.empty(4, np.uint64)
-    assert _fastrank.order_keys(x.view(np.uint64), keys) == 1
-    assert keys[2] < keys[0] < keys[3] < keys[1]
+@pytest.mark.parametrize("special", [[np.inf], [-np.inf, np.inf], [5.0] * 10])
+def test_bucket_sort_infinite_and_constant(special: list[float]) -> None:
+    x = np.concatenate([np.linspace(-1, 1, 50), special])
+    _, idx, nan = bucket_sorted(x, 64, 8, 2, payload=False)
+    assert nan == 0
+    np.testing.assert_array_equal(idx, np.argsort(x, kind="stable"))
+
+
+def test_bucket_sort_counts_nan_and_leaves_the_order() -> None:
+    assert bucket_sorted(np.array([1.0, np.nan, 2.0, np.nan]), 4, 8, 2)[2] == 2
 
 
 def test_two_limb_sums_are_exact() -> None:
