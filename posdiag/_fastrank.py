@@ -85,10 +85,11 @@ def upper_values(d: np.ndarray, start: np.ndarray, out: np.ndarray, row_sq: np.n
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _direct_row(p, d_h, start, out, row_he, row_ee, i):
+def _direct_row(p, d_h, b_h, start, out, rows, i):
     n, dim = p.shape
     he = 0.0
     ee = 0.0
+    be = 0.0
     base = start[i] - i - 1
     for j in range(i + 1, n):
         acc = 0.0
@@ -98,28 +99,31 @@ def _direct_row(p, d_h, start, out, row_he, row_ee, i):
         dist = np.sqrt(acc)
         out[base + j] = dist
         he += d_h[i, j] * dist
-        ee += dist * dist
-    row_he[i] = he
-    row_ee[i] = ee
+        ee += acc
+        be += b_h[i, j] * acc
+    rows[0, i] = he
+    rows[1, i] = ee
+    rows[2, i] = be
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def direct_distances(
     p: np.ndarray,
     d_h: np.ndarray,
+    b_h: np.ndarray,
     start: np.ndarray,
     out: np.ndarray,
-    row_he: np.ndarray,
-    row_ee: np.ndarray,
+    rows: np.ndarray,
 ) -> None:
     """``out[pair(i, j)] = ||p_i - p_j||`` for ``i < j`` (summed coordinate by coordinate, as
-    ``scipy.spatial.distance.pdist``), and per row ``sum d_H d_E`` and ``sum d_E^2``.
+    ``scipy.spatial.distance.pdist``), and per row ``i`` over ``j > i``: ``rows[0, i] = sum
+    d_H d_E``, ``rows[1, i] = sum d_E^2``, ``rows[2, i] = sum B_H d_E^2``.
     Rows ``k`` and ``n - 1 - k`` go to the same task (balanced work)."""
     n = p.shape[0]
     for k in numba.prange((n + 1) // 2):
-        _direct_row(p, d_h, start, out, row_he, row_ee, k)
+        _direct_row(p, d_h, b_h, start, out, rows, k)
         if n - 1 - k != k:
-            _direct_row(p, d_h, start, out, row_he, row_ee, n - 1 - k)
+            _direct_row(p, d_h, b_h, start, out, rows, n - 1 - k)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -128,28 +132,32 @@ def block_distances(
     sq: np.ndarray,
     lo: int,
     d_h: np.ndarray,
+    b_h: np.ndarray,
     start: np.ndarray,
     out: np.ndarray,
-    row_he: np.ndarray,
-    row_ee: np.ndarray,
+    rows: np.ndarray,
 ) -> None:
     """Rows ``lo..lo+len(gram)-1`` from inner products ``gram[r, c] = p_{lo+r} . p_{lo+c}`` and
     squared norms ``sq``: ``sqrt(max(0, (sq_i + sq_j) - 2 gram))`` right of the diagonal (the
     operations of ``fastscore.upper_distances``), with the sums of :func:`direct_distances`."""
-    rows, cols = gram.shape
+    count, cols = gram.shape
     n = lo + cols
-    for r in numba.prange(rows):
+    for r in numba.prange(count):
         i = lo + r
         he = 0.0
         ee = 0.0
+        be = 0.0
         base = start[i] - i - 1
         for j in range(i + 1, n):
-            dist = np.sqrt(max(0.0, (sq[i] + sq[j]) - 2.0 * gram[r, j - lo]))
+            d2 = max(0.0, (sq[i] + sq[j]) - 2.0 * gram[r, j - lo])
+            dist = np.sqrt(d2)
             out[base + j] = dist
             he += d_h[i, j] * dist
-            ee += dist * dist
-        row_he[i] = he
-        row_ee[i] = ee
+            ee += d2
+            be += b_h[i, j] * d2
+        rows[0, i] = he
+        rows[1, i] = ee
+        rows[2, i] = be
 
 
 @numba.njit(cache=True, nogil=True)

@@ -12,8 +12,9 @@ corpus side is summarised once (:func:`corpus_side`, ``O(n^2)``); then
   once and the ``n - 1`` distinct lags of ``g`` (average ranks for ties, as
   ``scipy.stats.spearmanr``);
 - an encoding given by position vectors ``P`` (learned tables, MDS) uses ``B_E = (JP)(JP)^T``:
-  ``<B_H, B_E> = sum((B_H JP) o JP)`` and ``||B_E||_F = ||(JP)^T JP||_F``; its distances are
-  formed blockwise for Kruskal and Spearman only.
+  ``||B_E||_F = ||(JP)^T JP||_F``; ``<B_H, B_E> = sum((B_H JP) o JP)`` on small inputs, and on
+  the compiled path ``-sum_{i<j} B_H(i, j) d_E(i, j)^2`` (``B_H`` double-centred), summed by
+  the kernel that forms the distances for Kruskal and Spearman anyway.
 
 Spearman's rho is computed exactly: twice an average rank is an integer, so ``sum r_H r_E`` and
 the tie-corrected variances are integer sums (int64 here, two int64 limbs in the compiled
@@ -71,7 +72,10 @@ DIRECT_MAX_DIM = 16
 # radix sort of each bucket in digits of RADIX_BITS. At n = 4,096 (8.4 M pairs, loaded
 # machine): 4,096 buckets of 11-bit digits 0.60 s, 256 buckets 0.78-0.91 s, a plain LSD radix
 # sort (8 passes of 8 bits out of cache) 1.14-1.24 s, np.argsort 1.9-2.7 s.
+# At n = 16,384 (134 M pairs) 65,536 buckets (one write stream each) took 18.2 s against
+# 12.2 s for 8,192 and 12.5 s for 1,024 (load ~6).
 SORT_BUCKET_SIZE = 2048
+SORT_MAX_BUCKETS = 8192
 RADIX_BITS = 11
 # Rows per block of the Gram-expansion distances: (block, n) float64 = 64 MB at n = 16,384.
 BLOCK_BYTES = 64 << 20
@@ -95,7 +99,7 @@ def _threads() -> int:
 
 def _sort_args(m: int) -> tuple[int, int, int]:
     """(buckets, digit bits, threads) of ``_fastrank.bucket_sort`` for ``m`` values."""
-    buckets = min(1 << 16, max(256, m // SORT_BUCKET_SIZE))
+    buckets = min(SORT_MAX_BUCKETS, max(256, m // SORT_BUCKET_SIZE))
     return buckets, RADIX_BITS, _threads()
 
 
@@ -429,15 +433,17 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
     """
     p = np.asarray(p, dtype=np.float64)
     jp = p - p.mean(axis=0, keepdims=True)
-    inner = float(np.sum((b_h @ jp) * jp))
     ne = float(np.linalg.norm(jp.T @ jp))
-    stress, raw = _stress_from(inner, side.b_norm, ne)
     n = side.n
     m = n * (n - 1) // 2
     if _compiled(m):
-        s_he, s_ee, cross, ss_e = _vector_sums_compiled(side, p)
+        # <B_H, B_E> = -1/2 <B_H, D_E^2> (B_H double-centred) = -sum_{i<j} B_H d_E^2, summed
+        # by the distance kernel: no n x n x d product B_H JP (400 GFlop at n = 16,384, d = 768).
+        s_he, s_ee, inner, cross, ss_e = _vector_sums_compiled(side, b_h, p)
     else:
+        inner = float(np.sum((b_h @ jp) * jp))
         s_he, s_ee, cross, ss_e = _vector_sums_numpy(side, p)
+    stress, raw = _stress_from(inner, side.b_norm, ne)
     kruskal = _kruskal(side, s_he, s_ee)
     rho = float("nan") if side.d_nan else _spearman(cross, side.rank_ss2, ss_e)
     return StressMeasures(stress=stress, raw=raw, kruskal=kruskal, spearman=rho)
@@ -468,35 +474,38 @@ def _vector_sums_numpy(side: CorpusSide, p: np.ndarray) -> tuple[float, float, i
     return s_he, s_ee, cross, _sum_c2(m, int(np.sum(sizes * (sizes * sizes - 1))))
 
 
-def _vector_sums_compiled(side: CorpusSide, p: np.ndarray) -> tuple[float, float, int, int]:
-    """As :func:`_vector_sums_numpy`, by the kernels of :mod:`posdiag._fastrank`."""
+def _vector_sums_compiled(
+    side: CorpusSide, b_h: np.ndarray, p: np.ndarray
+) -> tuple[float, float, float, int, int]:
+    """As :func:`_vector_sums_numpy`, by the kernels of :mod:`posdiag._fastrank`, and
+    ``<B_H, B_E>`` (third)."""
     k = _kernels()
     n = side.n
     m = n * (n - 1) // 2
     start = _upper_segments(n)
+    b_h = np.ascontiguousarray(b_h, dtype=np.float64)
     dist = np.empty(m)
-    row_he = np.zeros(n)
-    row_ee = np.zeros(n)
+    rows = np.zeros((3, n))
     if p.shape[1] <= DIRECT_MAX_DIM:
-        k.direct_distances(np.ascontiguousarray(p), side.d_h, start, dist, row_he, row_ee)
+        k.direct_distances(np.ascontiguousarray(p), side.d_h, b_h, start, dist, rows)
     else:
         sq = np.einsum("ij,ij->i", p, p)
         step = _block_rows(n)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             gram = p[lo:hi] @ p[lo:].T
-            k.block_distances(gram, sq, lo, side.d_h, start, dist, row_he, row_ee)
+            k.block_distances(gram, sq, lo, side.d_h, b_h, start, dist, rows)
             del gram
-    s_he = float(row_he.sum())
-    s_ee = float(row_ee.sum())
+    s_he, s_ee, s_be = (float(r) for r in rows.sum(axis=1))
+    inner = -s_be
     keys = np.empty(m, dtype=np.uint64)
     vals = np.empty(m, dtype=np.uint32)
     scratch = np.empty(m, dtype=np.uint32)
     if k.bucket_sort(dist, dist.view(np.uint64), side.rank2, keys, vals, scratch, *_sort_args(m)):
-        return s_he, s_ee, 0, 0
+        return s_he, s_ee, inner, 0, 0
     del dist, scratch
     hi, lo, tie_hi, tie_lo = k.spearman_groups(keys, vals)
-    return s_he, s_ee, _from_limbs(hi, lo), _sum_c2(m, _from_limbs(tie_hi, tie_lo))
+    return s_he, s_ee, inner, _from_limbs(hi, lo), _sum_c2(m, _from_limbs(tie_hi, tie_lo))
 
 
 def score_encoding(
