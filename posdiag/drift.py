@@ -346,16 +346,17 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def _default_rank(mds: MDS, tolerance: float) -> int:
+def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
     """Effective rank at ``tolerance``; below the cross-fit's stress floor (not reached), the
     signal rank: the eigenvalues above the magnitude of the most negative one.
 
     A partial spectrum (long contexts: the top ``k`` eigenvalues and ``||B_H||_F^2``) has exact
     stresses for ranks ``1..k``; when none reaches the tolerance, the signal rank among them if
-    the smallest eigenvalue is known, else ``k`` (the lowest stress known).
+    the smallest eigenvalue is known, else ``k`` (the lowest stress known). An array is a
+    complete spectrum (descending eigenvalues).
     """
-    lam = np.asarray(mds.eigenvalues)
-    if mds.total is None:
+    lam = np.asarray(mds.eigenvalues if isinstance(mds, MDS) else mds)
+    if not isinstance(mds, MDS) or mds.total is None:
         hit = reached_rank(lam, tolerance)
         low = float(lam[-1])
     else:
@@ -364,7 +365,7 @@ def _default_rank(mds: MDS, tolerance: float) -> int:
         low = mds.min_eigenvalue
     if hit is not None:
         return hit
-    top = min(lam.size, mds.n - 1)
+    top = min(lam.size, (mds.n if isinstance(mds, MDS) else lam.size) - 1)
     if math.isnan(low):
         return top
     signal = int(np.sum(lam > abs(min(0.0, low))))
