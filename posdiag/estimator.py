@@ -454,11 +454,15 @@ def _estimate(
     a C-contiguous float64 array): two n x n arrays at the end, not three."""
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     distances = implied_distances(bc)
-    # gram_from_bc's arithmetic, written over bc: the kernel reads both entries of a pair
-    # before it writes them, so it may work in place.
+    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances)
+
+
+def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
+    """:func:`gram_from_bc` written over ``bc`` when it is C-contiguous float64 (the kernel reads
+    both entries of a pair before it writes them): one n x n array fewer at the peak."""
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
     col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
-    gram = centred_half(bc, col, row, grand, out=bc)
-    return _from_gram(estimator, method, splits, seed, gram, distances)
+    return centred_half(bc, col, row, grand, out=bc)
 
 
 def _from_gram(
@@ -633,7 +637,7 @@ def split_half_grams(
             except PosdiagError:
                 parts = []  # a quarter of the shards missed a position: thin instead
         if parts:
-            g_p, g_q = (gram_from_bc(crossfit_bc(p)) for p in parts)
+            g_p, g_q = (_gram_over_bc(crossfit_bc(p)) for p in parts)
         else:
             # Thinning: one random split into P and Q (it must be a real draw: held out means
             # independent), each cross-fitted by its exact average over every inner thinning.
@@ -641,7 +645,7 @@ def split_half_grams(
             halves_pq = draw_half(c[:n], rng)
             # Float32 dense block: these grams feed the held-out mds-r scores and the noise
             # bounds only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py).
-            g_p, g_q = (gram_from_bc(expected_thinning_bc(h, dtype=np.float32)) for h in halves_pq)
+            g_p, g_q = (_gram_over_bc(expected_thinning_bc(h, dtype=np.float32)) for h in halves_pq)
         out.append((g_p, g_q))
     return SplitHalf(tuple(out))
 
