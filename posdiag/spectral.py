@@ -427,9 +427,8 @@ class _BlockLanczos:
         """The top ``k`` Ritz pairs (after :meth:`ritz`): values, vectors (n, k) and their largest
         relative residual ``||B u - theta u|| / ||B||_F``, computed from the stored images."""
         s = np.ascontiguousarray(self.s[:, :k].T)
-        with _one_thread():
-            u = s @ self.v[: self.m]
-            bu = s @ self.w[: self.m]
+        u = s @ self.v[: self.m]
+        bu = s @ self.w[: self.m]
         bu -= u * self.theta[:k, None]
         worst = float(np.linalg.norm(bu, axis=1).max()) / self.scale if k else 0.0
         return self.theta[:k].copy(), np.ascontiguousarray(u.T), worst
@@ -479,9 +478,14 @@ def _solve(
     max_passes: int = MAX_PASSES,
 ) -> PartialSpectrum:
     """The top ``k`` pairs, then ``2k``, ... (at most ``cap``) of one growing Krylov basis, until
-    ``finished`` accepts them; each set has every residual within ``tol * ||b||_F`` (unless the
-    basis spans everything, where they are exact, or ``max_passes`` ran out)."""
-    limit = _basis_limit(b.shape[0], cap, block)
+    ``finished`` accepts them; every returned residual is within ``tol * ||b||_F`` (unless the
+    basis spans everything, where the pairs are exact, or ``max_passes`` ran out).
+
+    ``finished`` sees the eigenvalues only (its ``vectors`` are a placeholder of the right
+    shape): the vectors of the sets it turns down are never formed.
+    """
+    n = b.shape[0]
+    limit = _basis_limit(n, cap, block)
     solver = _BlockLanczos(b, block, limit, start, seed, fro=float(np.sqrt(total)))
     schedule = _Schedule(solver.block)
     check_at = k
@@ -493,15 +497,20 @@ def _solve(
             continue
         solver.ritz()
         while solver.converged(tol) >= k or final:
+            lam = solver.theta[:k]
+            # Estimated residuals within tol bound these eigenvalues as well as the final ones.
+            sketch = PartialSpectrum(
+                lam, np.broadcast_to(0.0, (n, k)), total, False, bool(lam[-1] <= 0), tol, 0
+            )
+            if k < cap and not finished(sketch):
+                k = min(cap, 2 * k)
+                solver.keep = k
+                schedule.reset()
+                continue
             lam, u, res = solver.pairs(k)
-            if res > tol and not final:
-                break  # the estimate was optimistic (rounding): iterate on
-            spec = PartialSpectrum(lam, u, total, False, bool(lam[-1] <= 0), res, solver.passes)
-            if k >= cap or finished(spec):
-                return spec
-            k = min(cap, 2 * k)
-            solver.keep = k
-            schedule.reset()
+            if res <= tol or final:
+                return PartialSpectrum(lam, u, total, False, bool(lam[-1] <= 0), res, solver.passes)
+            break  # the estimate was optimistic (rounding): iterate on
         check_at = max(k, schedule.next(solver.columns, float(solver.estimate[:k].max()), tol))
 
 
