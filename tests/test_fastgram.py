@@ -122,7 +122,9 @@ def test_compiled_kernel_and_scipy_fallback_agree(
 ) -> None:
     ca, cb = medium
     ra, rb = sqrt_rows(ca), sqrt_rows(cb)
-    assert fastgram._rare_kernel() is not None  # numba is a dependency: the kernel runs
+    kernel = fastgram._rare_kernel()
+    assert kernel is not None  # numba is a dependency: the kernel runs
+    assert kernel.py_func.__name__ == "rare"  # type: ignore[attr-defined]  # with prefetch
     with_kernel = cross_product(ra, rb, dtype=np.float64)
     monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)
     without = cross_product(ra, rb, dtype=np.float64)
