@@ -26,7 +26,7 @@ from .estimator import (
     estimate_hellinger,
     heldout_mds_stress,
     negative_eigenvalue_note,
-    noise_energy,
+    noise_energy_rows,
     split_half_grams,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
@@ -598,6 +598,21 @@ def _gram_sq_distances(gram: np.ndarray) -> np.ndarray:
     return np.asarray(diag[:, None] + diag[None, :] - 2.0 * gram)
 
 
+# Rows per block of the noise bounds: each block holds a few (rows, n) float64 arrays, so the
+# bounds need no n x n temporary (2.1 GB each at n = 16,384, three of them before).
+NOISE_BLOCK_BYTES = 64 << 20
+
+
+def _row_blocks(n: int) -> list[slice]:
+    rows = max(1, NOISE_BLOCK_BYTES // (8 * n))
+    return [slice(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
+
+
+def _sq_distance_rows(gram: np.ndarray, diag: np.ndarray, rows: slice) -> np.ndarray:
+    """Rows ``rows`` of :func:`_gram_sq_distances` (the same arithmetic), shape (rows, n)."""
+    return np.asarray(diag[rows, None] + diag[None, :] - 2.0 * gram[rows])
+
+
 def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     """Boolean (n, n) mask of pairs ``i != j`` whose distance sampling noise could explain.
 
@@ -609,18 +624,23 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     half = geo.split_half()
     if half is None:
         return _indistinguishable(geo.distances, floor)
-    # Accumulated in place (two n x n arrays, not one per outer split and term: 2 GB each at
-    # n = 16,384); d2_P - d2_Q is the squared-distance map of B_P - B_Q.
-    acc = np.zeros_like(geo.mds.gram)
-    for p, q in half.grams:
-        d = _gram_sq_distances(np.subtract(p, q))
-        d *= d
-        acc += d
-    acc /= 4.0 * len(half.grams)
-    np.sqrt(acc, out=acc)
-    mask = _gram_sq_distances(geo.mds.gram) <= acc
+    gram = geo.mds.gram
+    n = gram.shape[0]
+    # d2_P - d2_Q is the squared-distance map of B_P - B_Q; its diagonal is diag(P) - diag(Q).
+    diffs = [(p, q, np.diag(p) - np.diag(q)) for p, q in half.grams]
+    diag = np.diag(gram)
+    mask = np.empty((n, n), dtype=bool)
+    for rows in _row_blocks(n):
+        acc = np.zeros((rows.stop - rows.start, n))
+        for p, q, dd in diffs:
+            d = dd[rows, None] + dd[None, :] - 2.0 * np.subtract(p[rows], q[rows])
+            d *= d
+            acc += d
+        acc /= 4.0 * len(diffs)
+        np.sqrt(acc, out=acc)
+        mask[rows] = _sq_distance_rows(gram, diag, rows) <= acc
     np.fill_diagonal(mask, False)
-    return np.asarray(mask)
+    return mask
 
 
 def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
@@ -656,10 +676,10 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
     if half is None:
         share = float(np.sum(_noise_gram_diagonal(floor)) / np.trace(gram))
         return share, _position_noise_share(gram, floor)
-    energy = noise_energy(half)
-    rows = np.sum(gram * gram, axis=1)
+    energy = noise_energy_rows(half)
+    rows = np.concatenate([np.sum(gram[b] * gram[b], axis=1) for b in _row_blocks(len(gram))])
     with np.errstate(divide="ignore", invalid="ignore"):
-        per = np.where(rows > 0, energy.sum(axis=1) / rows, np.inf)
+        per = np.where(rows > 0, energy / rows, np.inf)
     return float(energy.sum() / rows.sum()), per
 
 
@@ -722,7 +742,8 @@ def _with_intervals(
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
-    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    # Plain counts that were counted with shards still get their intervals.
+    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     if sharded.k < 2 and not details and geometry.estimator == "crossfit":
         # Without intervals a cross-fit's unstable positions come from the split-half grams;
         # the per-position floor would only fill the JSON's noise_floor (not asked for).

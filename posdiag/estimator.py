@@ -67,6 +67,7 @@ __all__ = [
     "implied_distances",
     "negative_eigenvalue_note",
     "noise_energy",
+    "noise_energy_rows",
     "plugin_bc",
     "restrict",
     "shard_halves",
@@ -557,6 +558,10 @@ class SplitHalf:
     grams: tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
+# Above this many positions the split-half grams take one outer split instead of two.
+ONE_OUTER_SPLIT_ABOVE = 2048
+
+
 def split_half_grams(
     counts: Matrix,
     n: int,
@@ -564,10 +569,14 @@ def split_half_grams(
     shards: Sequence[Matrix] = (),
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
-    repeats: int = 2,
+    repeats: int | None = None,
 ) -> SplitHalf:
     """Cross-fitted ``B_H`` of two independent halves of the data, ``repeats`` times.
 
+    ``repeats`` defaults to 2 outer splits, and to 1 above :data:`ONE_OUTER_SPLIT_ABOVE`
+    positions: there two halves cost two of the report's three Gram products, and single
+    outer splits gave held-out ``mds-1..3`` within 1.3e-4 of each other at n = 4,096 (6e-4 at
+    n = 1,024), below the three printed digits (docs/geometry.md, "Long contexts").
     Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
     halves of the shards, otherwise a thinning of each position's counts, each half then
     cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
@@ -578,9 +587,11 @@ def split_half_grams(
     n : int
         Positions analysed, ``2 <= n <= n_positions``.
     """
-    repeats = check_int("repeats", repeats, 1)
     c = sp.csr_matrix(counts)
     n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    if repeats is None:
+        repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+    repeats = check_int("repeats", repeats, 1)
     rng = np.random.default_rng([check_int("seed", seed, 0), 3])
     inner = max(2, check_int("splits", splits, 1) // 2)
     out = []
@@ -691,6 +702,27 @@ def noise_energy(halves: SplitHalf) -> np.ndarray:
         acc += d
     acc /= 4.0 * len(halves.grams)
     return acc
+
+
+def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
+    """Row sums of :func:`noise_energy`, of shape (n,), without its ``n x n`` array.
+
+    Row blocks of ``block_bytes``: each row's sum is the one ``noise_energy(halves).sum(axis=1)``
+    gives, bit for bit (the same products, and numpy sums each row alone either way).
+    """
+    n = halves.grams[0][0].shape[0]
+    step = max(1, block_bytes // (8 * n))
+    out = np.empty(n)
+    for lo in range(0, n, step):
+        rows = slice(lo, min(n, lo + step))
+        acc = np.zeros((rows.stop - lo, n))
+        for g_p, g_q in halves.grams:
+            d = np.subtract(g_p[rows], g_q[rows])
+            d *= d
+            acc += d
+        acc /= 4.0 * len(halves.grams)
+        out[rows] = acc.sum(axis=1)
+    return out
 
 
 def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) -> str | None:

@@ -86,7 +86,9 @@ class ShardedCounts:
     counts: Counts
     shards: tuple[sp.csr_matrix, ...] = ()
     seed: int = 0
-    why_no_shards: str = "--shards 0 was given"
+    # The CLI and corpus_counts_sharded say why they made no shards; plain counts handed to the
+    # library just have none.
+    why_no_shards: str = "the counts carry no shards (count the corpus with shards >= 2)"
 
     @property
     def k(self) -> int:

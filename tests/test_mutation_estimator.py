@@ -401,6 +401,28 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
     assert not np.array_equal(other.grams[0][0], default.grams[0][0])
 
 
+def test_split_half_grams_take_one_outer_split_above_the_long_context_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import posdiag.estimator as est_mod
+
+    shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
+    total = sum(s.toarray() for s in shards)
+    assert est_mod.ONE_OUTER_SPLIT_ABOVE == 2048
+    for kw in ({"shards": shards}, {}):
+        assert len(split_half_grams(total, 4, **kw).grams) == 2  # 4 <= 2048
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 3)
+        one = split_half_grams(total, 4, **kw)
+        assert len(one.grams) == 1
+        # The one outer split is the first of the two a shorter input gets (same draws).
+        two = split_half_grams(total, 4, repeats=2, **kw)
+        np.testing.assert_array_equal(one.grams[0][0], two.grams[0][0])
+        np.testing.assert_array_equal(one.grams[0][1], two.grams[0][1])
+        # At the threshold itself: still two.
+        assert len(split_half_grams(total, 3, **kw).grams) == 2
+        monkeypatch.undo()
+
+
 def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
     # From TOP_MDS_FROM positions the fits take only the top pairs (Lanczos): same stresses.
     rng = np.random.default_rng(8)
