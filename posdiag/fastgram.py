@@ -69,7 +69,11 @@ class ProductPlan:
         False when the product is one plain sparse product (small inputs).
     bytes_bound : int
         Upper bound of the working memory besides the result and the inputs: the two dense
-        column blocks plus two ``block_rows x n_B`` float64 temporaries.
+        column blocks, two ``block_rows x n_B`` float64 temporaries and the two rare parts
+        (12 bytes an entry plus pointers). At n = 4,096 on /tmp/long-4096.npz (6,809 dense
+        columns, 5.0 M rare entries a factor): 0.41 GB float32, 0.63 GB float64, besides the
+        0.13 GB result; it grows as ``n k`` (dense) and ``nnz`` (rare), i.e. linearly in n at
+        a fixed number of distinct tokens per position, the result as ``n^2``.
     """
 
     dense_columns: int
@@ -125,7 +129,8 @@ def plan_product(
         The plan and the mask of dense columns.
     """
     (na, v), nb = a.shape, b.shape[0]
-    cost = _column_nnz(a, v) * _column_nnz(b, v)
+    nnz_a, nnz_b = _column_nnz(a, v), _column_nnz(b, v)
+    cost = nnz_a * nnz_b
     dense = cost > (dense_fraction * na) * (dense_fraction * nb)
     used = cost > 0
     hybrid = min(na, nb) >= HYBRID_FROM_ROWS and bool(dense.any())
@@ -136,7 +141,9 @@ def plan_product(
     block_rows = int(min(max(block_rows, 1), max(na, 1)))
     kd = int(dense.sum())
     item = np.dtype(dtype).itemsize
-    bound = (na + nb) * kd * item + 2 * block_rows * nb * 8
+    # The rare parts of both factors (float64 value + int32 index per entry, int64 pointers).
+    rare = int(nnz_a[~dense].sum() + nnz_b[~dense].sum()) * 12 + (na + v + 2) * 8 if hybrid else 0
+    bound = (na + nb) * kd * item + 2 * block_rows * nb * 8 + rare
     plan = ProductPlan(
         dense_columns=kd,
         sparse_columns=int((used & ~dense).sum()),
