@@ -7,11 +7,15 @@ report needs only the top eigenpairs (coordinates, the effective ranks of the to
 for), found by a partial solver:
 
 - ``n <= FULL_EIGH_MAX``: the full ``eigh`` (exact, every eigenvalue; what small inputs always did).
-- larger ``n``: block subspace iteration with Rayleigh-Ritz (one pass over ``B`` per iteration,
-  a BLAS-3 product; a warm start from previous eigenvectors makes bootstrap replicates cheap),
-  grown (the block doubles) until every requested tolerance is reached, or the positive
-  eigenvalues are exhausted (the tolerance is then shown unreachable: the remaining tail, made
-  of negative eigenvalues, is the stress floor), or ``max_rank`` is hit.
+- larger ``n``: block Lanczos with full reorthogonalisation (:class:`_BlockLanczos`): each pass
+  is one BLAS-3 product ``Q B`` of a block of :data:`BLOCK` vectors (about the memory traffic
+  of one matrix-vector product, far fewer passes than single-vector Lanczos), and the basis
+  only grows, so growing the number of pairs (16, 32, 64, ... until every requested tolerance
+  is reached, the positive eigenvalues are exhausted -- the tolerance is then shown
+  unreachable: the remaining tail, made of negative eigenvalues, is the stress floor -- or
+  ``max_rank`` is hit) continues the same Krylov space instead of starting again.
+- bootstrap replicates: block subspace iteration warm-started from the previous eigenvectors
+  (:func:`top_eigenpairs`), a few passes.
 
 Accuracy: iteration stops when every wanted Ritz pair has residual
 ``||B u - theta u|| <= tol * ||B||_F``; for a symmetric matrix each such ``theta`` is within the
@@ -22,7 +26,8 @@ residual of an eigenvalue (and within ``residual^2 / gap`` of its own), so with 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +43,7 @@ __all__ = [
     "partial_spectrum",
     "smallest_eigenvalue",
     "top_eigenpairs",
+    "top_pairs",
     "top_vectors",
 ]
 
@@ -54,6 +60,18 @@ START_RANK = 16
 # plug-in spectrum needs ~1,500 ranks for stress 0.1, and growing to 512 took > 10 min under load).
 DEFAULT_MAX_RANK = 128
 DEFAULT_TOL = 1e-7
+# Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
+# residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
+VECTOR_TOL = 1e-10
+# Vectors per block. A pass Q B reads B once whatever the block, so it costs about one
+# matrix-vector product up to ~16 vectors and grows with the block past them (compute-bound);
+# wider blocks also need more vectors in all for the same pairs. For the top 128 pairs of B_H
+# at n = 4,096: 464 vectors in 29 passes with 16, 528 in 22 with 24, 608 in 19 with 32, 832 in
+# 13 with 64 (single-vector ARPACK: 796 products over its 4 restarts).
+BLOCK = 24
+# Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
+# could stall it); what was reached is returned with its residual.
+MAX_PASSES = 1000
 
 
 @dataclass(frozen=True)
@@ -207,49 +225,337 @@ def top_eigenpairs(
     return theta, u, worst, passes
 
 
-def _lanczos(
-    b: np.ndarray, k: int, tol: float, start: np.ndarray | None, seed: int
-) -> tuple[np.ndarray, np.ndarray, float, int]:
-    """``k`` largest eigenpairs by ARPACK's Lanczos (``scipy.sparse.linalg.eigsh``).
+_CONTROLLER: list[object] = []
 
-    Each product is one pass over ``B``; Lanczos needs far fewer passes than subspace iteration
-    from a cold start on a slowly decaying spectrum (n = 2,048, k = 64: 3 s against 13 s).
+
+def _one_thread() -> AbstractContextManager[object]:
+    """One BLAS thread for everything of the block Lanczos but the passes over ``B``: the
+    skinny products with the basis (24 x 4,096 times 4,096 x 500) and the small dense
+    eigenproblems ran 5-15x slower with two threads on the loaded 2-core machine (the
+    orthogonalisation of one solve 5.2 s against 0.87 s; ``eigh`` of 608 x 608 83-580 ms
+    against 38-48 ms). One controller for the process: ``threadpool_limits`` looks the
+    libraries up on every call (3 ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    controller = _CONTROLLER[0]
+    assert isinstance(controller, ThreadpoolController)
+    return controller.limit(limits=1, user_api="blas")
+
+
+def _lower_inverse(g: np.ndarray) -> np.ndarray:
+    """Inverse of a small lower-triangular matrix (LAPACK ``trtri``)."""
+    inverse, info = scipy.linalg.lapack.dtrtri(g, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("singular triangular factor")
+    return np.asarray(inverse)
+
+
+def _next_block(
+    r: np.ndarray, basis: np.ndarray, size: int, scale: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Orthonormal rows ``q`` (size, n), orthogonal to ``basis``, whose span holds the rows of
+    ``r`` (j, n), and ``c`` (size, j) with ``r = c^T q`` up to ``1e-13 scale``.
+
+    ``r`` is orthogonal to the rows of ``basis`` already, up to rounding of order
+    ``eps * scale`` (``scale = ||B||_F``). When every singular value of ``r`` exceeds
+    ``1e-6 scale``: Cholesky QR twice, a few BLAS-3 products (LAPACK's Householder QR ran 60x
+    slower on the loaded 2-core machine). Otherwise -- an invariant subspace was found, ``B`` has
+    low rank, or the basis is about to span everything -- normalising a small direction would
+    magnify its rounding: the singular directions of ``r`` above ``1e-13 scale`` (SVD) are
+    made orthogonal to ``basis`` once more and completed by random rows orthogonal to it,
+    along which ``r`` has no part.
     """
-    v0 = (
-        start[:, 0]
-        if start is not None
-        else np.random.default_rng(seed).standard_normal(b.shape[0])
-    )
-    op = LinearOperator(b.shape, matvec=lambda x: b @ x, dtype=np.float64)
-    count = [0]
+    j = r.shape[0]
+    if size == j:
+        try:
+            g1 = np.linalg.cholesky(r @ r.T)
+            # The singular values of r are those of its Cholesky factor (resolved down to
+            # ~1e-8 of the largest, enough for the 1e-6 asked for here).
+            if float(scipy.linalg.svdvals(g1)[-1]) > 1e-6 * scale:
+                # The small triangular inverses times r: a GEMM each, where solve_triangular
+                # took 4 ms per call on 16 x 4,096.
+                q = _lower_inverse(g1) @ r
+                g2 = np.linalg.cholesky(q @ q.T)
+                q = _lower_inverse(g2) @ q
+                return q, (g1 @ g2).T
+        except np.linalg.LinAlgError:
+            pass
+    _, sv, rows = np.linalg.svd(r, full_matrices=False)
+    keep = min(size, int(np.sum(sv > 1e-13 * scale)))
+    q = rng.standard_normal((size, r.shape[1]))
+    q[:keep] = rows[:keep]
+    for _ in range(2):
+        q -= (q @ basis.T) @ basis
+    # Householder QR keeps the span of the leading rows, r's directions, in order.
+    q = np.ascontiguousarray(np.linalg.qr(q.T)[0].T)
+    return q, q @ r.T
 
-    def matvec(x: np.ndarray) -> np.ndarray:
-        count[0] += 1
-        return np.asarray(op.matvec(x))
 
-    lam, u = eigsh(
-        LinearOperator(b.shape, matvec=matvec, dtype=np.float64),
-        k=k,
-        which="LA",
-        v0=v0,
-        tol=tol * 1e-3,
-    )
-    order = np.argsort(lam)[::-1]
-    lam, u = lam[order], u[:, order]
-    fro = float(np.linalg.norm(b))
-    res = np.linalg.norm(b @ u - u * lam[None, :], axis=0) / fro if fro > 0 else np.zeros(k)
-    return lam, u, float(res.max()), count[0]
+class _BlockLanczos:
+    """Block Lanczos with full reorthogonalisation and thick restarts.
+
+    The basis is kept as rows ``v`` (m, n) with their images ``w = v B``; the projection
+    ``h = v B v^T`` is computed explicitly (not assumed block tridiagonal), so Rayleigh-Ritz is
+    exact for the basis held. After the newest block, ``(I - v^T v) B v^T`` lies along the next
+    block ``q`` only (the Krylov property): ``r = c^T q`` for the newest block's residual, so
+    the residual of a Ritz pair ``(theta, s)`` is ``||c s_last||`` without touching ``B``;
+    :meth:`pairs` checks it explicitly from ``w``. When the basis would exceed ``max_basis``
+    rows it restarts from its best Ritz vectors (their images and ``h = diag(theta)`` follow
+    exactly; ``c`` is carried along), which keeps the Krylov property.
+
+    Memory: ``v`` and ``w``, each ``max_basis x n`` float64, besides ``B``.
+    """
+
+    def __init__(
+        self,
+        b: np.ndarray,
+        block: int,
+        max_basis: int,
+        start: np.ndarray | None = None,
+        seed: int = 0,
+        fro: float | None = None,
+    ) -> None:
+        n = b.shape[0]
+        self.b = b
+        self.fro = float(np.linalg.norm(b)) if fro is None else fro
+        self.scale = self.fro if self.fro > 0 else 1.0
+        self.rng = np.random.default_rng(seed)
+        # Every block has the first one's size: the next block must span the whole residual of
+        # the newest one (the Krylov property), and a warm start may be wider than ``block``.
+        first = min(n, max(block, 1, 0 if start is None else start.shape[1]))
+        self.block = first
+        self.max_basis = min(n, max(max_basis, 3 * first))
+        q = self.rng.standard_normal((first, n))
+        if start is not None:
+            q[: start.shape[1]] = start[:, :first].T
+        self.v = np.empty((self.max_basis, n))
+        self.w = np.empty((self.max_basis, n))
+        self.h = np.zeros((self.max_basis, self.max_basis))
+        self.m = 0
+        self.last = 0  # rows of the newest block in the basis
+        self.q, self.c = _next_block(q, self.v[:0], first, self.scale, self.rng)
+        self.passes = 0
+        self.columns = 0  # vectors multiplied by B in all (restarts do not reset it)
+        self.restarts = 0
+        self.keep = 0  # Ritz vectors a restart keeps at least (the pairs wanted)
+        self.theta = np.zeros(0)
+        self.s = np.zeros((0, 0))
+        self.estimate = np.zeros(0)
+
+    @property
+    def spanned(self) -> bool:
+        """True when the basis spans everything (Rayleigh-Ritz is then exact)."""
+        return self.q.shape[0] == 0
+
+    def step(self) -> None:
+        """One pass over ``B`` (the newest block times ``B``) and the next block."""
+        if self.spanned:
+            return
+        if self.m + self.q.shape[0] > self.max_basis:
+            self._restart()
+        q, m = self.q, self.m
+        j = q.shape[0]
+        # B q^T (B symmetric): one pass over B, all BLAS threads. This orientation ran 2x
+        # faster than q @ B in OpenBLAS (40 against 88 ms for 24 vectors at n = 4,096).
+        z = np.ascontiguousarray((self.b @ q.T).T)
+        self.passes += 1
+        self.columns += j
+        with _one_thread():
+            self.v[m : m + j] = q
+            self.w[m : m + j] = z
+            basis = self.v[: m + j]
+            # Gram-Schmidt twice keeps the basis orthogonal to rounding: first against the
+            # newest two blocks (z = B q lies in their span and the next block's, the Lanczos
+            # recurrence), then against the whole basis. The projection column v z^T is the
+            # sum of both coefficient sets (exact for an orthonormal basis), so Rayleigh-Ritz
+            # uses v B v^T itself, not an assumed block-tridiagonal form.
+            lo = max(0, m - self.last)
+            local = basis[lo:]
+            coef = z @ local.T
+            r = z - coef @ local
+            again = r @ basis.T
+            r -= again @ basis
+            again[:, lo:] += coef
+            self.h[: m + j, m : m + j] = again.T
+            self.h[m : m + j, :m] = again[:, :m]
+            self.last = j
+            self.m = m + j
+            size = min(self.block, self.b.shape[0] - self.m)
+            if size > 0:
+                self.q, self.c = _next_block(r, basis, size, self.scale, self.rng)
+            else:
+                self.q, self.c = np.zeros((0, self.b.shape[0])), np.zeros((0, j))
+
+    def _restart(self) -> None:
+        """Keep the best Ritz vectors: half the free room past the pairs wanted."""
+        self.ritz()
+        with _one_thread():
+            self._shrink()
+
+    def _shrink(self) -> None:
+        room = self.max_basis - self.q.shape[0]
+        keep = min(room, self.keep + max(0, room - self.keep) // 2)
+        s = self.s[:, :keep]
+        m = self.m
+        self.v[:keep] = s.T @ self.v[:m]
+        self.w[:keep] = s.T @ self.w[:m]
+        self.h[:keep, :keep] = np.diag(self.theta[:keep])
+        j = self.c.shape[1]
+        self.c = self.c @ self.s[m - j : m, :keep]
+        self.m = keep
+        self.last = keep  # every kept vector's image has a part along the next block
+        self.restarts += 1
+
+    def ritz(self) -> None:
+        """Ritz values (descending), their coefficients and residual estimates / ``||B||_F``."""
+        m = self.m
+        h = self.h[:m, :m]
+        with _one_thread():
+            theta, s = np.linalg.eigh((h + h.T) / 2.0)
+        self.theta, self.s = theta[::-1], s[:, ::-1]
+        j = self.c.shape[1]
+        self.estimate = np.linalg.norm(self.c @ self.s[m - j : m], axis=0) / self.scale
+
+    def converged(self, tol: float) -> int:
+        """Leading Ritz pairs whose estimated residual is within ``tol`` (after :meth:`ritz`)."""
+        bad = np.flatnonzero(self.estimate > tol)
+        return int(bad[0]) if bad.size else int(self.estimate.size)
+
+    def pairs(self, k: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """The top ``k`` Ritz pairs (after :meth:`ritz`): values, vectors (n, k) and their largest
+        relative residual ``||B u - theta u|| / ||B||_F``, computed from the stored images."""
+        s = np.ascontiguousarray(self.s[:, :k].T)
+        u = s @ self.v[: self.m]
+        bu = s @ self.w[: self.m]
+        bu -= u * self.theta[:k, None]
+        worst = float(np.linalg.norm(bu, axis=1).max()) / self.scale if k else 0.0
+        return self.theta[:k].copy(), np.ascontiguousarray(u.T), worst
+
+
+def _basis_limit(n: int, k: int, block: int) -> int:
+    """Rows of the Krylov basis before a restart: 4 per pair wanted plus 8 blocks (the top 128
+    pairs of B_H at n = 4,096 converged within 528 of the 704 this allows, the top 3 of a
+    split-half B_H within 160 of 140 + ... without restart; 185 MB for ``v`` and ``w`` together
+    at n = 16,384)."""
+    return min(n, 4 * k + 8 * block)
+
+
+class _Schedule:
+    """When to do the next Rayleigh-Ritz check (an ``eigh`` of the projection, whose cost grows
+    as the cube of the basis): extrapolating the geometric decay of the worst residual from
+    the last two checks, 70% of the way (Krylov convergence speeds up, so the straight line
+    overestimates what is left)."""
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+        self.last: tuple[int, float] | None = None
+
+    def reset(self) -> None:
+        self.last = None
+
+    def next(self, m: int, worst: float, tol: float) -> int:
+        gap = self.block
+        if self.last is not None and 0 < worst < self.last[1] and m > self.last[0]:
+            rate = (np.log(self.last[1]) - np.log(worst)) / (m - self.last[0])
+            gap = max(gap, int(0.7 * np.log(worst / tol) / rate))
+        self.last = (m, worst)
+        return m + gap
+
+
+def _solve(
+    b: np.ndarray,
+    k: int,
+    cap: int,
+    tol: float,
+    finished: Callable[[PartialSpectrum], bool],
+    *,
+    total: float,
+    block: int = BLOCK,
+    start: np.ndarray | None = None,
+    seed: int = 0,
+    max_passes: int = MAX_PASSES,
+) -> PartialSpectrum:
+    """The top ``k`` pairs, then ``2k``, ... (at most ``cap``) of one growing Krylov basis, until
+    ``finished`` accepts them; every returned residual is within ``tol * ||b||_F`` (unless the
+    basis spans everything, where the pairs are exact, or ``max_passes`` ran out).
+
+    ``finished`` sees the eigenvalues only (its ``vectors`` are a placeholder of the right
+    shape): the vectors of the sets it turns down are never formed.
+    """
+    n = b.shape[0]
+    limit = _basis_limit(n, cap, block)
+    solver = _BlockLanczos(b, block, limit, start, seed, fro=float(np.sqrt(total)))
+    schedule = _Schedule(solver.block)
+    check_at = k
+    while True:
+        solver.keep = k
+        solver.step()
+        final = solver.spanned or solver.passes >= max_passes
+        if solver.columns < check_at and not final:
+            continue
+        solver.ritz()
+        while solver.converged(tol) >= k or final:
+            lam = solver.theta[:k]
+            # Estimated residuals within tol bound these eigenvalues as well as the final ones.
+            sketch = PartialSpectrum(
+                lam, np.broadcast_to(0.0, (n, k)), total, False, bool(lam[-1] <= 0), tol, 0
+            )
+            if k < cap and not finished(sketch):
+                k = min(cap, 2 * k)
+                solver.keep = k
+                schedule.reset()
+                continue
+            lam, u, res = solver.pairs(k)
+            if res <= tol or final:
+                return PartialSpectrum(lam, u, total, False, bool(lam[-1] <= 0), res, solver.passes)
+            break  # the estimate was optimistic (rounding): iterate on
+        check_at = max(k, schedule.next(solver.columns, float(solver.estimate[:k].max()), tol))
+
+
+def top_pairs(
+    b: np.ndarray,
+    k: int,
+    *,
+    tol: float = VECTOR_TOL,
+    start: np.ndarray | None = None,
+    seed: int = 0,
+    block: int = BLOCK,
+) -> PartialSpectrum:
+    """The ``k`` largest eigenpairs of symmetric ``b``: block Lanczos with every residual within
+    ``tol * ||b||_F``, or the full ``eigh`` when ``n <= 2k + 1``.
+
+    Parameters
+    ----------
+    b : ndarray of shape (n, n)
+    k : int
+        Pairs wanted, ``1 <= k <= n - 1``.
+    start : ndarray of shape (n, m), optional
+        Warm start: the first block of the Krylov basis (e.g. the eigenvectors of a nearby
+        matrix), completed with seeded noise to ``block`` vectors.
+
+    Returns
+    -------
+    PartialSpectrum
+        Exactly ``k`` pairs (``complete`` is False), with ``total = ||b||_F^2``.
+    """
+    b = np.asarray(b, dtype=np.float64)
+    n = b.shape[0]
+    k = check_int("k", k, 1, n - 1)
+    total = float(np.vdot(b, b))
+    if n <= 2 * k + 1:
+        lam, u = np.linalg.eigh(b)
+        order = np.argsort(lam)[::-1][:k]
+        lam, u = lam[order], np.ascontiguousarray(u[:, order])
+        return PartialSpectrum(lam, u, total, False, bool(lam[-1] <= 0), 0.0, 0)
+    return _solve(b, k, k, tol, lambda _: True, total=total, block=block, start=start, seed=seed)
 
 
 def top_vectors(b: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """The unit eigenvectors of the ``k`` largest eigenvalues of symmetric ``b`` (Lanczos),
-    columns in descending order of eigenvalue; shape (n, k)."""
-    n = b.shape[0]
-    k = check_int("k", k, 1, n - 1)
-    if n <= 2 * k + 1:
-        lam, u = np.linalg.eigh(b)
-        return np.ascontiguousarray(u[:, np.argsort(lam)[::-1][:k]])
-    return _lanczos(b, k, DEFAULT_TOL, None, seed)[1]
+    """The unit eigenvectors of the ``k`` largest eigenvalues of symmetric ``b``
+    (:func:`top_pairs`), columns in descending order of eigenvalue; shape (n, k)."""
+    return top_pairs(b, k, seed=seed).vectors
 
 
 def partial_spectrum(
@@ -266,6 +572,10 @@ def partial_spectrum(
 ) -> PartialSpectrum:
     """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
 
+    The pairs grow 16, 32, 64, ... (from ``max(START_RANK, min_rank)``, at most ``max_rank``);
+    each set is the top of the same Krylov basis, which only grows (block Lanczos), so a
+    larger set costs the passes it needs beyond the smaller one, not a new solve.
+
     Parameters
     ----------
     b : ndarray of shape (n, n)
@@ -276,8 +586,10 @@ def partial_spectrum(
         Eigenpairs needed whatever the tolerances (MDS coordinates).
     max_rank : int, optional
         Largest number of eigenpairs the partial solver grows to (:data:`DEFAULT_MAX_RANK`).
+    tol : float
+        Every returned pair has ``||b u - theta u|| <= tol * ||b||_F``.
     start : ndarray of shape (n, m), optional
-        Warm start vectors.
+        Warm start vectors (the first block of the Krylov basis).
     full_max : int
         Up to this ``n`` the full ``eigh`` is used.
     until_below : float, optional
@@ -293,25 +605,19 @@ def partial_spectrum(
         return PartialSpectrum(lam[order], u[:, order], total, True, True, 0.0, 0)
     k = min(n - 1, max(START_RANK, min_rank))
     cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
-    passes = 0
-    while True:
-        if start is not None and start.shape[1] >= k:
-            # Warm start holding the whole wanted block (bootstrap replicates): a few passes.
-            lam, u, res, it = top_eigenpairs(b, k, tol=tol, start=start, seed=seed)
-        else:
-            lam, u, res, it = _lanczos(b, k, tol, start, seed)
-        passes += it
-        spec = PartialSpectrum(lam, u, total, False, bool(lam[-1] <= 0), res, passes)
+
+    def finished(spec: PartialSpectrum) -> bool:
         floor = spec.floor()
         missing = [
             eps
             for eps in tolerances
             if spec.effective_rank(eps) is None and (floor is None or floor <= eps)
         ]
-        short = until_below is not None and bool(lam[-1] >= until_below)
-        if (not missing and not short) or spec.exhausted or k >= cap:
-            return spec
-        start, k = u, min(cap, 2 * k)
+        low = float(spec.eigenvalues[-1])
+        short = until_below is not None and low >= until_below
+        return (not missing and not short) or spec.exhausted
+
+    return _solve(b, k, cap, tol, finished, total=total, start=start, seed=seed)
 
 
 def smallest_eigenvalue(b: np.ndarray, tol: float = 1e-8, seed: int = 0) -> float:

@@ -131,9 +131,9 @@ def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
     calls: list[int] = []
     real = estimator._top_mds
 
-    def spy(gram: np.ndarray, k: int) -> object:
+    def spy(gram: np.ndarray, k: int, start: np.ndarray | None = None) -> object:
         calls.append(k)
-        return real(gram, k)
+        return real(gram, k, start)
 
     monkeypatch.setattr(estimator, "TOP_MDS_FROM", 1)
     monkeypatch.setattr(estimator, "_top_mds", spy)
