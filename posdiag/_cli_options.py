@@ -414,23 +414,26 @@ def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
 
 @contextmanager
 def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar of the bootstrap replicates on a terminal's stderr."""
+    """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
+    corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
+    replicates with the time remaining (hours at n_eff = 4,096: the user sees it at once)."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None
         return
     columns = (
         SpinnerColumn(),
-        TextColumn("bootstrap"),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
     )
     with Progress(*columns, console=err, transient=True) as prog:
-        task = prog.add_task("bootstrap", total=None)
+        task = prog.add_task("geometry", total=None)
 
         def update(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
+            prog.update(task, completed=done, total=total, description="bootstrap")
 
         yield update
 
@@ -451,7 +454,7 @@ def sharded(
             corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()
         )
     if shards == 0:
-        return ShardedCounts(counted.counts, (), counted.seed)
+        return ShardedCounts(counted.counts, (), counted.seed, "--shards 0 was given")
     return counted
 
 

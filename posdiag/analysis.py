@@ -22,12 +22,12 @@ from .estimator import (
     DEFAULT_SPLITS,
     HellingerEstimate,
     SplitHalf,
+    distances_to_first,
     estimate_hellinger,
     heldout_mds_stress,
     negative_eigenvalue_note,
-    noise_energy,
+    noise_energy_rows,
     split_half_grams,
-    sqrt_rows,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
@@ -190,8 +190,10 @@ class CorpusGeometry:
 
     def heldout_stress(self, ranks: Sequence[int]) -> dict[int, float]:
         """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty)."""
+        if not ranks:
+            return {}  # before split_half: its grams cost four Gram products
         half = self.split_half()
-        if half is None or self.estimate is None or not ranks:
+        if half is None or self.estimate is None:
             return {}
         return heldout_mds_stress(half, ranks)
 
@@ -315,10 +317,8 @@ def _maybe_identical(matrix: Any, n: int) -> bool:
     """False when some position's plug-in Hellinger distance to position 0 is at least
     :data:`IDENTICAL_TOL` (then the largest distance is too): one sparse product with row 0
     instead of the whole plug-in geometry. True means "check with the full plug-in"."""
-    s = sqrt_rows(matrix[:n])
-    bc0 = np.asarray((s @ s[0].T).todense()).ravel()
-    d0 = np.sqrt(np.clip(1.0 - bc0, 0.0, 1.0))
-    return bool(d0.max() < IDENTICAL_TOL)
+    # One sparse matrix-vector product (~0.1 s at n = 4,096; building sqrt(C / N) took 1.2 s).
+    return bool(distances_to_first(matrix, n).max() < IDENTICAL_TOL)
 
 
 @dataclass(frozen=True)
@@ -600,6 +600,21 @@ def _gram_sq_distances(gram: np.ndarray) -> np.ndarray:
     return np.asarray(diag[:, None] + diag[None, :] - 2.0 * gram)
 
 
+# Rows per block of the noise bounds: each block holds a few (rows, n) float64 arrays, so the
+# bounds need no n x n temporary (2.1 GB each at n = 16,384, three of them before).
+NOISE_BLOCK_BYTES = 64 << 20
+
+
+def _row_blocks(n: int) -> list[slice]:
+    rows = max(1, NOISE_BLOCK_BYTES // (8 * n))
+    return [slice(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
+
+
+def _sq_distance_rows(gram: np.ndarray, diag: np.ndarray, rows: slice) -> np.ndarray:
+    """Rows ``rows`` of :func:`_gram_sq_distances` (the same arithmetic), shape (rows, n)."""
+    return np.asarray(diag[rows, None] + diag[None, :] - 2.0 * gram[rows])
+
+
 def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     """Boolean (n, n) mask of pairs ``i != j`` whose distance sampling noise could explain.
 
@@ -611,18 +626,23 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     half = geo.split_half()
     if half is None:
         return _indistinguishable(geo.distances, floor)
-    # Accumulated in place (two n x n arrays, not one per outer split and term: 2 GB each at
-    # n = 16,384); d2_P - d2_Q is the squared-distance map of B_P - B_Q.
-    acc = np.zeros_like(geo.mds.gram)
-    for p, q in half.grams:
-        d = _gram_sq_distances(np.subtract(p, q))
-        d *= d
-        acc += d
-    acc /= 4.0 * len(half.grams)
-    np.sqrt(acc, out=acc)
-    mask = _gram_sq_distances(geo.mds.gram) <= acc
+    gram = geo.mds.gram
+    n = gram.shape[0]
+    # d2_P - d2_Q is the squared-distance map of B_P - B_Q; its diagonal is diag(P) - diag(Q).
+    diffs = [(p, q, np.diag(p) - np.diag(q)) for p, q in half.grams]
+    diag = np.diag(gram)
+    mask = np.empty((n, n), dtype=bool)
+    for rows in _row_blocks(n):
+        acc = np.zeros((rows.stop - rows.start, n))
+        for p, q, dd in diffs:
+            d = dd[rows, None] + dd[None, :] - 2.0 * np.subtract(p[rows], q[rows])
+            d *= d
+            acc += d
+        acc /= 4.0 * len(diffs)
+        np.sqrt(acc, out=acc)
+        mask[rows] = _sq_distance_rows(gram, diag, rows) <= acc
     np.fill_diagonal(mask, False)
-    return np.asarray(mask)
+    return mask
 
 
 def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
@@ -658,10 +678,10 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
     if half is None:
         share = float(np.sum(_noise_gram_diagonal(floor)) / np.trace(gram))
         return share, _position_noise_share(gram, floor)
-    energy = noise_energy(half)
-    rows = np.sum(gram * gram, axis=1)
+    energy = noise_energy_rows(half)
+    rows = np.concatenate([np.sum(gram[b] * gram[b], axis=1) for b in _row_blocks(len(gram))])
     with np.errstate(divide="ignore", invalid="ignore"):
-        per = np.where(rows > 0, energy.sum(axis=1) / rows, np.inf)
+        per = np.where(rows > 0, energy / rows, np.inf)
     return float(energy.sum() / rows.sum()), per
 
 
@@ -724,7 +744,8 @@ def _with_intervals(
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
-    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts)
+    # Plain counts that were counted with shards still get their intervals.
+    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     if sharded.k < 2 and not details and geometry.estimator == "crossfit":
         # Without intervals a cross-fit's unstable positions come from the split-half grams;
         # the per-position floor would only fill the JSON's noise_floor (not asked for).
@@ -1009,11 +1030,13 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n = geo.n_eff
     f = np.array(floor)
     mask = _pairs_within_noise(geo, f)
-    iu = np.triu_indices(n, k=1)
-    hit = mask[iu]
-    pairs = tuple((int(i), int(j)) for i, j in zip(iu[0][hit], iu[1][hit], strict=True))
-    n_pairs = len(iu[0])
-    count = int(hit.sum())
+    # Only the listed pairs become Python tuples (at n = 4,096 a noisy geometry has millions);
+    # row-major order over i < j, as before.
+    upper = np.triu(mask, k=1)
+    first = np.flatnonzero(upper.ravel())[:MAX_PAIRS_LISTED]
+    pairs = tuple((int(k // n), int(k % n)) for k in first)
+    n_pairs = n * (n - 1) // 2
+    count = int(np.count_nonzero(upper))
     frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(mask, position_share)
@@ -1037,7 +1060,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         n_pairs,
         count,
         frac,
-        pairs[:MAX_PAIRS_LISTED],
+        pairs,
         tuple(int(x) for x in mask.sum(axis=1)),
         unstable,
         share,
@@ -1215,6 +1238,7 @@ def diagnose(
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
+    details: bool = True,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
 
@@ -1230,11 +1254,17 @@ def diagnose(
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
     estimator, splits : see :func:`corpus_geometry`.
+    details : bool
+        False skips each score's plug-in figure (``plain``, then NaN), which only the JSON
+        shows: one Gram product and one eigensolve fewer. The noise floor is computed either
+        way (the report prints it).
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(counts, min_count, estimator=estimator, splits=splits, seed=seed)
+    geo = corpus_geometry(
+        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
+    )
     scored = _scored(geo, encodings, dim)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)

@@ -742,6 +742,7 @@ def diagnose(
             seed=seed,
             progress=bar,
             estimator=estimator,
+            details=as_json,  # each score's plug-in figure: the JSON only
         )
     warn(result.warnings)
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
@@ -820,7 +821,8 @@ def inspect(
             counts_file=is_counts_file(corpus),
         )
         counted = counts(corpus, plan.reading, quiet, seed=seed)
-        geo = corpus_geometry(counted, plan.min_count, estimator=estimator, seed=seed)
+        # plain=False: inspect shows no plug-in figure.
+        geo = corpus_geometry(counted, plan.min_count, estimator=estimator, seed=seed, plain=False)
         from_file = {k: meta[k] for k in plan.from_file}
         npz = corpus if is_counts_file(corpus) else None
         notes = (

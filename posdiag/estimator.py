@@ -44,8 +44,11 @@ from ._hypergeom import VECTORISED_FLOOR_FROM
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
+from .fastgram import centred_half
 from .fastgram import cross_product as fast_cross_product
-from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram, symmetrize
+from .fastgram import distances_to_first as fast_distances_to_first
+from .fastgram import symmetrize as fast_symmetrize
+from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram
 from .spectral import top_pairs
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "SplitHalf",
     "cross_product",
     "crossfit_bc",
+    "distances_to_first",
     "estimate_hellinger",
     "expected_thinning_bc",
     "gram_from_bc",
@@ -63,6 +67,7 @@ __all__ = [
     "implied_distances",
     "negative_eigenvalue_note",
     "noise_energy",
+    "noise_energy_rows",
     "plugin_bc",
     "restrict",
     "shard_halves",
@@ -101,10 +106,11 @@ class HellingerEstimate:
         Number of random splits averaged (0 for the plug-in).
     seed : int
         Seed of the splits.
-    bc : ndarray of shape (n, n)
-        Estimated Bhattacharyya coefficients, symmetric; the cross-fitted diagonal is below 1.
     gram : ndarray of shape (n, n)
-        ``B_H = 1/2 J BC J``, symmetric.
+        ``B_H = 1/2 J BC J``, symmetric, from the estimated Bhattacharyya coefficients ``BC``
+        (whose cross-fitted diagonal is below 1). ``BC`` itself is not kept: the gram and the
+        distances hold everything a report needs, and at n = 16,384 each n x n array is
+        2.1 GB (:func:`crossfit_bc`, :func:`expected_thinning_bc` and :func:`plugin_bc` give it).
     distances : ndarray of shape (n, n)
         The distances ``B_H`` implies, ``sqrt(max(0, (BC_ii + BC_jj)/2 - BC_ij))``, zero
         diagonal; for the plug-in exactly ``sqrt(1 - BC)``. ``-1/2 J D^2 J = B_H`` wherever no
@@ -117,7 +123,6 @@ class HellingerEstimate:
     method: str
     splits: int
     seed: int
-    bc: np.ndarray
     gram: np.ndarray
     distances: np.ndarray
     mds: MDS
@@ -166,6 +171,32 @@ def cross_product(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
     return fast_cross_product(ra, rb, dtype=np.float64)
 
 
+def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
+    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0.
+
+    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` summed over the union of the two supports
+    (:func:`posdiag.fastgram.distances_to_first`): no cancellation, so a position identical to
+    position 0 is at distance exactly 0 (``sqrt(1 - BC)`` leaves ~1e-7 of rounding there), and
+    no ``sqrt(C / N)`` matrix (building it and multiplying by row 0 took 1.2 s at n = 4,096;
+    this ~0.05 s). Rows without tokens are at distance 1, as with :func:`sqrt_rows`.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
+    n : int
+        Positions used, ``1 <= n <= n_positions``.
+
+    Returns
+    -------
+    ndarray of shape (n,), in [0, 1]
+    """
+    c = sp.csr_matrix(counts)
+    if not c.has_canonical_format:
+        c = c.copy()
+        c.sum_duplicates()
+    return fast_distances_to_first(c.indptr[: n + 1], c.indices, c.data)
+
+
 def plugin_bc(counts: Matrix) -> np.ndarray:
     """Plug-in Bhattacharyya coefficients ``S S^T`` with ``S = sqrt(C/N)``; diagonal exactly 1.
 
@@ -204,7 +235,7 @@ def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
     acc = np.zeros((halves[0][0].shape[0], halves[0][1].shape[0]))
     for ca, cb in halves:
         fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=np.float64, out=acc)
-    symmetrize(acc)
+    fast_symmetrize(acc)
     acc /= len(halves)
     return acc
 
@@ -245,22 +276,18 @@ def expected_thinning_bc(
             f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
         )
     ma, mb, diag = expected_halves(c)
-    bc = symmetrize(fast_cross_product(ma, mb, dtype=dtype))
+    bc = fast_symmetrize(fast_cross_product(ma, mb, dtype=dtype))
     np.fill_diagonal(bc, diag)
     return bc
 
 
 def gram_from_bc(bc: np.ndarray) -> np.ndarray:
     """``B_H = 1/2 J BC J``, symmetrised; shape (n, n)."""
-    bc = np.asarray(bc, dtype=np.float64)
-    # In place on one copy, in double_center's order of operations (the same numbers): at
-    # n = 16,384 each n x n temporary is 2 GB.
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
+    # One compiled pass writing one new array, in double_center's order of operations (the
+    # same numbers): at n = 16,384 each n x n temporary is 2 GB.
     col, row, grand = bc.mean(axis=0), bc.mean(axis=1), bc.mean()
-    b = bc - col[None, :]
-    b -= row[:, None]
-    b += grand
-    b *= 0.5
-    return symmetrize(b)
+    return centred_half(bc, col, row, float(grand))
 
 
 def implied_distances(bc: np.ndarray) -> np.ndarray:
@@ -283,7 +310,7 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     np.clip(d, 0.0, None, out=d)
     np.sqrt(d, out=d)
     np.fill_diagonal(d, 0.0)
-    return symmetrize(d)
+    return fast_symmetrize(d)
 
 
 def _check_supported(c: sp.csr_matrix, what: str) -> None:
@@ -423,7 +450,24 @@ def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
 def _estimate(
     estimator: str, method: str, splits: int, seed: int, bc: np.ndarray
 ) -> HellingerEstimate:
-    gram = gram_from_bc(bc)
+    """The estimate from ``BC``, whose memory becomes the gram (``bc`` is overwritten when it is
+    a C-contiguous float64 array): two n x n arrays at the end, not three."""
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
+    distances = implied_distances(bc)
+    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances)
+
+
+def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
+    """:func:`gram_from_bc` written over ``bc`` when it is C-contiguous float64 (the kernel reads
+    both entries of a pair before it writes them): one n x n array fewer at the peak."""
+    bc = np.ascontiguousarray(bc, dtype=np.float64)
+    col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
+    return centred_half(bc, col, row, grand, out=bc)
+
+
+def _from_gram(
+    estimator: str, method: str, splits: int, seed: int, gram: np.ndarray, distances: np.ndarray
+) -> HellingerEstimate:
     # Every eigenpair up to posdiag.spectral.FULL_EIGH_MAX positions, the top ones beyond (the
     # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
     return HellingerEstimate(
@@ -431,9 +475,8 @@ def _estimate(
         method,
         splits,
         seed,
-        bc,
         gram,
-        implied_distances(bc),
+        distances,
         # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
         # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
         mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False),
@@ -492,12 +535,22 @@ def estimate_hellinger(
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
-    """The estimate on positions ``0..n-1``: the ``BC`` block, re-centred (``B_H`` recomputed)."""
+    """The estimate on positions ``0..n-1``: the ``BC`` block, re-centred (``B_H`` recomputed).
+
+    ``B_H = 1/2 J BC J`` removes only terms ``1 a^T + a 1^T`` from ``2 B_H``, and double centring
+    removes those again, so the block's ``1/2 J_n BC[:n, :n] J_n`` is ``J_n B_H[:n, :n] J_n``:
+    computed from the gram, as ``1/2 J_n (2 B_H[:n, :n]) J_n`` (the doubling is exact). The
+    distances of a pair do not depend on the other positions: the block of the distances.
+    """
     n = check_int("n", n, 2, estimate.n)
     if n == estimate.n:
         return estimate
-    return _estimate(
-        estimate.estimator, estimate.method, estimate.splits, estimate.seed, estimate.bc[:n, :n]
+    twice = estimate.gram[:n, :n] * 2.0
+    col, row, grand = twice.mean(axis=0), twice.mean(axis=1), float(twice.mean())
+    gram = centred_half(twice, col, row, grand, out=twice)
+    distances = np.ascontiguousarray(estimate.distances[:n, :n])
+    return _from_gram(
+        estimate.estimator, estimate.method, estimate.splits, estimate.seed, gram, distances
     )
 
 
@@ -534,6 +587,10 @@ class SplitHalf:
     grams: tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
+# Above this many positions the split-half grams take one outer split instead of two.
+ONE_OUTER_SPLIT_ABOVE = 2048
+
+
 def split_half_grams(
     counts: Matrix,
     n: int,
@@ -541,10 +598,14 @@ def split_half_grams(
     shards: Sequence[Matrix] = (),
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
-    repeats: int = 2,
+    repeats: int | None = None,
 ) -> SplitHalf:
     """Cross-fitted ``B_H`` of two independent halves of the data, ``repeats`` times.
 
+    ``repeats`` defaults to 2 outer splits, and to 1 above :data:`ONE_OUTER_SPLIT_ABOVE`
+    positions: there two halves cost two of the report's three Gram products, and single
+    outer splits gave held-out ``mds-1..3`` within 1.3e-4 of each other at n = 4,096 (6e-4 at
+    n = 1,024), below the three printed digits (docs/geometry.md, "Long contexts").
     Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
     halves of the shards, otherwise a thinning of each position's counts, each half then
     cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
@@ -555,9 +616,11 @@ def split_half_grams(
     n : int
         Positions analysed, ``2 <= n <= n_positions``.
     """
-    repeats = check_int("repeats", repeats, 1)
     c = sp.csr_matrix(counts)
     n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    if repeats is None:
+        repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+    repeats = check_int("repeats", repeats, 1)
     rng = np.random.default_rng([check_int("seed", seed, 0), 3])
     inner = max(2, check_int("splits", splits, 1) // 2)
     out = []
@@ -577,7 +640,7 @@ def split_half_grams(
             except PosdiagError:
                 parts = []  # a quarter of the shards missed a position: thin instead
         if parts:
-            g_p, g_q = (gram_from_bc(crossfit_bc(p)) for p in parts)
+            g_p, g_q = (_gram_over_bc(crossfit_bc(p)) for p in parts)
         else:
             # Thinning: one random split into P and Q (it must be a real draw: held out means
             # independent), each cross-fitted by its exact average over every inner thinning.
@@ -585,7 +648,7 @@ def split_half_grams(
             halves_pq = draw_half(c[:n], rng)
             # Float32 dense block: these grams feed the held-out mds-r scores and the noise
             # bounds only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py).
-            g_p, g_q = (gram_from_bc(expected_thinning_bc(h, dtype=np.float32)) for h in halves_pq)
+            g_p, g_q = (_gram_over_bc(expected_thinning_bc(h, dtype=np.float32)) for h in halves_pq)
         out.append((g_p, g_q))
     return SplitHalf(tuple(out))
 
@@ -659,7 +722,7 @@ TOP_MDS_FROM = 512
 HELDOUT_BLOCK = 8
 # Residual of the held-out fits, relative to ||B||_F. The scores are sums over the fitted
 # vectors, so an error e in them moves a score by ~e^2: on the n = 4,096 halves 1e-8 moved the
-# three scores by at most 8e-13 from 1e-10 (and 1e-7 by 7e-12), in 29 passes instead of 34.
+# three scores by at most 8e-13 from 1e-10 (and 1e-7 by 7e-12), in 34 passes instead of 41.
 HELDOUT_TOL = 1e-8
 
 
@@ -697,6 +760,27 @@ def noise_energy(halves: SplitHalf) -> np.ndarray:
         acc += d
     acc /= 4.0 * len(halves.grams)
     return acc
+
+
+def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
+    """Row sums of :func:`noise_energy`, of shape (n,), without its ``n x n`` array.
+
+    Row blocks of ``block_bytes``: each row's sum is the one ``noise_energy(halves).sum(axis=1)``
+    gives, bit for bit (the same products, and numpy sums each row alone either way).
+    """
+    n = halves.grams[0][0].shape[0]
+    step = max(1, block_bytes // (8 * n))
+    out = np.empty(n)
+    for lo in range(0, n, step):
+        rows = slice(lo, min(n, lo + step))
+        acc = np.zeros((rows.stop - lo, n))
+        for g_p, g_q in halves.grams:
+            d = np.subtract(g_p[rows], g_q[rows])
+            d *= d
+            acc += d
+        acc /= 4.0 * len(halves.grams)
+        out[rows] = acc.sum(axis=1)
+    return out
 
 
 def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) -> str | None:

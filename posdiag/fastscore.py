@@ -12,23 +12,38 @@ corpus side is summarised once (:func:`corpus_side`, ``O(n^2)``); then
   once and the ``n - 1`` distinct lags of ``g`` (average ranks for ties, as
   ``scipy.stats.spearmanr``);
 - an encoding given by position vectors ``P`` (learned tables, MDS) uses ``B_E = (JP)(JP)^T``:
-  ``<B_H, B_E> = sum((B_H JP) o JP)`` and ``||B_E||_F = ||(JP)^T JP||_F``; its distances are
-  formed blockwise for Kruskal and Spearman only.
+  ``||B_E||_F = ||(JP)^T JP||_F``; ``<B_H, B_E> = sum((B_H JP) o JP)`` on small inputs, and on
+  the compiled path ``-sum_{i<j} B_H(i, j) d_E(i, j)^2`` (``B_H`` double-centred), summed by
+  the kernel that forms the distances for Kruskal and Spearman anyway.
 
-Results equal :func:`~posdiag.geometry.compare` to rounding (tests/test_fastscore.py).
+Spearman's rho is computed exactly: twice an average rank is an integer, so ``sum r_H r_E`` and
+the tie-corrected variances are integer sums (int64 here, two int64 limbs in the compiled
+kernels), and the one rounding is the final division. The corpus side keeps twice the ranks of
+``d_H`` as uint32 (``n(n-1)/2`` of them, 0.54 GB at n = 16,384); an encoding's distances are
+never ranked into an array: they are sorted (an LSD radix sort of their order-preserving bit
+patterns, :mod:`posdiag._fastrank`) carrying the corpus ranks along, and the sorted walk sums the
+products per tie group. From ``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels
+run; below, numpy does the same sums (bundled corpora never import numba).
+
+Results equal :func:`~posdiag.geometry.compare` to rounding (tests/test_fastscore.py,
+tests/test_fastscore_ranks.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
+from scipy.spatial.distance import pdist
 
 from .encodings import Encoding
 from .geometry import StressMeasures, compare
 
 __all__ = [
+    "COMPILED_FROM_PAIRS",
+    "DIRECT_MAX_DIM",
     "CorpusSide",
     "GramScorer",
     "corpus_side",
@@ -41,12 +56,66 @@ __all__ = [
 ]
 
 
+# From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does (numba's
+# import and first compilation would cost more than the whole small score). At n = 4,096
+# (8.4 M pairs) ranking by argsort took 1.0-1.6 s per encoding, the radix sort ~0.3 s.
+COMPILED_FROM_PAIRS = 1 << 17
+# numpy's integer rank sums are exact while m^3 < 2^63: at and above this many pairs the
+# compiled path (two-limb sums) is taken whatever COMPILED_FROM_PAIRS says.
+_NUMPY_MAX_PAIRS = 1 << 21
+# Position vectors of at most this many coordinates get their distances coordinate by
+# coordinate (as pdist: exactly compare()'s values); wider ones (learned tables, d = 768) by
+# the Gram expansion with BLAS, one block of rows at a time.
+DIRECT_MAX_DIM = 16
+# The sort of n(n-1)/2 distances (_fastrank.bucket_sort): one scatter into buckets of equal
+# width in value, about SORT_BUCKET_SIZE pairs each (in cache: 12 B a pair, twice), then a
+# radix sort of each bucket in digits of RADIX_BITS. At n = 4,096 (8.4 M pairs, loaded
+# machine): 4,096 buckets of 11-bit digits 0.60 s, 256 buckets 0.78-0.91 s, a plain LSD radix
+# sort (8 passes of 8 bits out of cache) 1.14-1.24 s, np.argsort 1.9-2.7 s.
+# At n = 16,384 (134 M pairs) 65,536 buckets (one write stream each) took 18.2 s against
+# 12.2 s for 8,192 and 12.5 s for 1,024 (load ~6).
+SORT_BUCKET_SIZE = 2048
+SORT_MAX_BUCKETS = 8192
+RADIX_BITS = 11
+# Rows per block of the Gram-expansion distances: (block, n) float64 = 64 MB at n = 16,384.
+BLOCK_BYTES = 64 << 20
+
+
+def _kernels() -> ModuleType:
+    from . import _fastrank
+
+    return _fastrank
+
+
+def _compiled(m: int) -> bool:
+    return m >= COMPILED_FROM_PAIRS or m >= _NUMPY_MAX_PAIRS
+
+
+def _threads() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _sort_args(m: int) -> tuple[int, int, int]:
+    """(buckets, digit bits, threads) of ``_fastrank.bucket_sort`` for ``m`` values."""
+    buckets = min(SORT_MAX_BUCKETS, max(256, m // SORT_BUCKET_SIZE))
+    return buckets, RADIX_BITS, _threads()
+
+
+def _from_limbs(hi: int, lo: int) -> int:
+    return (int(hi) << _kernels().LIMB_BITS) + int(lo)
+
+
 def diagonal_sums(m: np.ndarray) -> np.ndarray:
     """``s[l] = sum_i m[i, i + l]`` for ``l = 0..n-1`` (upper diagonals), of shape (n,).
 
-    Walks rows (contiguous memory) instead of diagonals (a stride of ``n + 1``).
+    Walks rows (contiguous memory) instead of diagonals (a stride of ``n + 1``); compiled and
+    parallel from :data:`COMPILED_FROM_PAIRS` pairs on.
     """
     n = m.shape[0]
+    if _compiled(n * (n - 1) // 2):
+        return np.asarray(_kernels().diagonal_sums(np.ascontiguousarray(m), False))
     out = np.zeros(n)
     for i in range(n):
         out[: n - i] += m[i, i:]
@@ -96,21 +165,17 @@ def _upper_segments(n: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(lengths)))
 
 
-def _lag_sums_of_upper(values: np.ndarray, n: int) -> np.ndarray:
-    """``s[l] = sum_i values(i, i+l)``, l = 1..n-1, for row-major upper-triangle ``values``."""
-    start = _upper_segments(n)
-    out = np.zeros(n)
-    for i in range(n - 1):
-        out[1 : n - i] += values[start[i] : start[i + 1]]
-    return out
+def _block_rows(n: int) -> int:
+    return max(1, min(n, BLOCK_BYTES // (8 * max(1, n))))
 
 
 def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
     """Euclidean distances ``||p_i - p_j||``, ``i < j``, row-major, shape (n(n-1)/2,).
 
-    Uses the Gram expansion with BLAS, one block of rows at a time, so no ``n x n`` array
-    exists; the result equals ``scipy.spatial.distance.pdist`` to ~1e-7 relative on distances
-    that are not tiny against the vectors' norms.
+    Uses the Gram expansion with BLAS, one block of rows at a time (against the rows from the
+    block's first on: the lower triangle is never computed), so no ``n x n`` array exists; the
+    result equals ``scipy.spatial.distance.pdist`` to ~1e-7 relative on distances that are not
+    tiny against the vectors' norms.
     """
     p = np.asarray(p, dtype=np.float64)
     n = p.shape[0]
@@ -119,11 +184,51 @@ def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
     out = np.empty(int(start[-1]))
     for lo in range(0, n, block_rows):
         hi = min(n, lo + block_rows)
-        d2 = sq[lo:hi, None] + sq[None, :] - 2.0 * (p[lo:hi] @ p.T)
+        # Same operations, in the same order, as the compiled _fastrank.block_distances.
+        d2 = (sq[lo:hi, None] + sq[None, lo:]) - 2.0 * (p[lo:hi] @ p[lo:].T)
         d = np.sqrt(np.clip(d2, 0.0, None))
         for i in range(lo, hi):
-            out[start[i] : start[i + 1]] = d[i - lo, i + 1 :]
+            out[start[i] : start[i + 1]] = d[i - lo, i - lo + 1 :]
     return out
+
+
+def _pair_distances(p: np.ndarray) -> np.ndarray:
+    """``delta_E`` of position vectors over the pairs ``i < j``, row-major (numpy path)."""
+    if p.shape[1] <= DIRECT_MAX_DIM:
+        return pdist(p) if p.shape[0] > 1 else np.zeros(0)
+    return upper_distances(p, _block_rows(p.shape[0]))
+
+
+def _rank2(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Twice the average ranks of ``x`` (int64, ``start + end + 1`` of each tie group) and
+    ``sum_groups t^3 - t`` (numpy; ``x.size < 2^21`` so every sum fits int64)."""
+    m = x.size
+    order = np.argsort(x)
+    xs = x[order]
+    new = np.empty(m, dtype=bool)
+    new[:1] = True
+    np.not_equal(xs[1:], xs[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], m)
+    sizes = ends - starts
+    out = np.empty(m, dtype=np.int64)
+    out[order] = np.repeat(starts + ends + 1, sizes)
+    return out, int(np.sum(sizes * (sizes * sizes - 1)))
+
+
+def _sum_c2(m: int, ties: int) -> int:
+    """``sum_p (2 rank_p - (m + 1))^2`` over ``m`` average ranks whose tie groups give
+    ``ties = sum t^3 - t``: ``(m^3 - m)/3`` less ``(t^3 - t)/3`` per group (exact int)."""
+    return (m**3 - m - ties) // 3
+
+
+def _spearman(cross: int, ss_h: int, ss_e: int) -> float:
+    """Pearson correlation of average ranks from exact integer sums of centred doubled ranks;
+    nan when either side is constant (as ``scipy.stats.spearmanr``)."""
+    if ss_h == 0 or ss_e == 0:
+        return float("nan")
+    rho = cross / math.sqrt(ss_h * ss_e)
+    return max(-1.0, min(1.0, rho))
 
 
 @dataclass(frozen=True)
@@ -141,14 +246,19 @@ class CorpusSide:
         Diagonal sums of ``d_H`` (lag 0 is 0).
     d_sq : float
         ``sum_{i<j} d_H(i, j)^2``.
-    d_upper : ndarray of shape (n(n-1)/2,)
-        ``d_H(i, j)``, ``i < j``, row-major (for encodings given by vectors).
-    d_ranks : ndarray of shape (n(n-1)/2,)
-        Average ranks of ``d_H(i, j)``, ``i < j``, row-major (needed for non-Toeplitz rho).
-    rank_lags : ndarray of shape (n,)
-        Diagonal sums of those ranks.
+    d_h : ndarray of shape (n, n)
+        The corpus distances themselves (a reference, not a copy; C-contiguous).
+    rank2 : ndarray of shape (n(n-1)/2,)
+        Twice the average ranks of ``d_H(i, j)``, ``i < j``, row-major: integers ``2..2m``
+        (uint32 on the compiled path, int64 below it).
+    rank_lags : ndarray of shape (n,), int64
+        Diagonal sums of the centred doubled ranks ``rank2 - (m + 1)`` (lag 0 is 0).
+    rank_ss2 : int
+        ``sum (rank2 - (m + 1))^2`` (exact); 0 when ``d_H`` is constant.
     rank_ss : float
-        ``sum (rank - mean)^2``; 0 when ``d_H`` is constant.
+        ``sum (rank - mean)^2 = rank_ss2 / 4``.
+    d_nan : bool
+        Whether some ``d_H(i, j)`` is NaN (every Spearman rho is then nan).
     """
 
     n: int
@@ -156,10 +266,12 @@ class CorpusSide:
     b_lags: np.ndarray
     d_lags: np.ndarray
     d_sq: float
-    d_upper: np.ndarray
-    d_ranks: np.ndarray
+    d_h: np.ndarray
+    rank2: np.ndarray
     rank_lags: np.ndarray
+    rank_ss2: int
     rank_ss: float
+    d_nan: bool
 
 
 def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
@@ -171,25 +283,65 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
         Corpus distances (symmetric).
     b_h : ndarray of shape (n, n)
         Their Gram matrix; must be double-centred (rows and columns sum to 0).
+
+    Notes
+    -----
+    Memory on the compiled path, ``m = n(n-1)/2``: ``24 m`` bytes while sorting (uint64 keys
+    and uint32 indices, twice), ``4 m`` kept (:attr:`CorpusSide.rank2`): 3.2 GB and 0.54 GB at
+    n = 16,384.
     """
     n = d_h.shape[0]
+    m = n * (n - 1) // 2
+    d_h = np.ascontiguousarray(d_h, dtype=np.float64)
     start = _upper_segments(n)
-    # Row by row: np.triu_indices would hold two int64 index arrays of n^2/2 (2 GB at 16k).
-    dh = np.empty(int(start[-1]))
-    for i in range(n - 1):
-        dh[start[i] : start[i + 1]] = d_h[i, i + 1 :]
-    ranks = average_ranks(dh)
-    mean = (dh.size + 1) / 2.0
+    if _compiled(m):
+        k = _kernels()
+        values = np.empty(m)
+        row_sq = np.zeros(n)
+        k.upper_values(d_h, start, values, row_sq)
+        d_sq = float(row_sq.sum())
+        d_lags = np.asarray(k.diagonal_sums(d_h, True))
+        b_lags = np.asarray(k.diagonal_sums(np.ascontiguousarray(b_h), False))
+        keys = np.empty(m, dtype=np.uint64)
+        idx = np.empty(m, dtype=np.uint32)
+        rank2 = np.empty(m, dtype=np.uint32)  # sorting scratch, then the ranks
+        none = np.empty(0, dtype=np.uint32)  # payload: each pair's own index
+        nan = k.bucket_sort(values, values.view(np.uint64), none, keys, idx, rank2, *_sort_args(m))
+        del values
+        if nan:
+            rank2[:] = 0
+            ties = 0
+        else:
+            ties = _from_limbs(*k.rank_groups(keys, idx, rank2))
+        del keys, idx
+        rank_lags = np.asarray(k.rank_lag_sums(rank2, n, start))
+    else:
+        dh = np.empty(m)
+        for i in range(n - 1):
+            dh[start[i] : start[i + 1]] = d_h[i, i + 1 :]
+        nan = int(np.isnan(dh).sum())
+        d_sq = float(dh @ dh)
+        d_lags = diagonal_sums(d_h)
+        d_lags[0] = 0.0
+        b_lags = diagonal_sums(b_h)
+        rank2, ties = _rank2(dh)
+        rows, cols = np.triu_indices(n, k=1)
+        # |sum| < n m < 2^53: the float64 bincount is exact.
+        lag_sums = np.bincount(cols - rows, weights=rank2 - (m + 1), minlength=n)
+        rank_lags = lag_sums.astype(np.int64)
+    ss2 = _sum_c2(m, ties) if m else 0
     return CorpusSide(
         n=n,
         b_norm=float(np.linalg.norm(b_h)),
-        b_lags=diagonal_sums(b_h),
-        d_lags=_lag_sums_of_upper(dh, n),
-        d_sq=float(dh @ dh),
-        d_upper=dh,
-        d_ranks=ranks,
-        rank_lags=_lag_sums_of_upper(ranks, n),
-        rank_ss=float(np.sum((ranks - mean) ** 2)) if _spread(dh) > 0 else 0.0,
+        b_lags=b_lags,
+        d_lags=d_lags,
+        d_sq=d_sq,
+        d_h=d_h,
+        rank2=rank2,
+        rank_lags=rank_lags,
+        rank_ss2=ss2,
+        rank_ss=ss2 / 4.0,
+        d_nan=bool(nan),
     )
 
 
@@ -255,14 +407,16 @@ def score_profile(side: CorpusSide, g: np.ndarray) -> StressMeasures:
     s_he = float(np.sum(g[1:] * side.d_lags[1:]))
     s_ee = float(np.sum(pairs * g2[1:]))
     kruskal = _kruskal(side, s_he, s_ee)
-    if side.rank_ss == 0.0 or _spread(g[1:]) == 0:
+    if side.d_nan or np.isnan(g[1:]).any():
         rho = float("nan")
     else:
-        ranks = _lag_average_ranks(g, n)
-        mean = (pairs.sum() + 1) / 2.0
-        cov = float(np.sum(ranks[1:] * side.rank_lags[1:])) - pairs.sum() * mean * mean
-        var_e = float(np.sum(pairs * (ranks[1:] - mean) ** 2))
-        rho = cov / float(np.sqrt(side.rank_ss * var_e))
+        m = n * (n - 1) // 2
+        # Doubled average ranks are integers below 2^53: exact in float64, then Python ints.
+        c_e = [int(r) for r in 2.0 * _lag_average_ranks(g, n)[1:] - (m + 1)]
+        c_h = [int(c) for c in side.rank_lags[1:]]
+        cross = sum(a * b for a, b in zip(c_e, c_h, strict=True))
+        ss_e = sum((n - lag) * c * c for lag, c in enumerate(c_e, start=1))
+        rho = _spearman(cross, side.rank_ss2, ss_e)
     return StressMeasures(stress=stress, raw=raw, kruskal=kruskal, spearman=float(rho))
 
 
@@ -270,21 +424,88 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
     """All measures of an encoding given by position vectors ``P`` (n, d).
 
     ``delta_E`` is the Euclidean distance between rows and ``B_E = (JP)(JP)^T``.
+
+    Notes
+    -----
+    On the compiled path the distances of the ``m = n(n-1)/2`` pairs are sorted in place with
+    the corpus ranks carried along: ``24 m`` bytes (3.2 GB at n = 16,384) on top of the corpus
+    side, freed on return.
     """
     p = np.asarray(p, dtype=np.float64)
     jp = p - p.mean(axis=0, keepdims=True)
-    inner = float(np.sum((b_h @ jp) * jp))
     ne = float(np.linalg.norm(jp.T @ jp))
-    stress, raw = _stress_from(inner, side.b_norm, ne)
-    de = upper_distances(p)
-    s_he = float(side.d_upper @ de)
-    s_ee = float(de @ de)
-    kruskal = _kruskal(side, s_he, s_ee)
-    if side.rank_ss == 0.0 or _spread(de) == 0:
-        rho = float("nan")
+    n = side.n
+    m = n * (n - 1) // 2
+    if _compiled(m):
+        # <B_H, B_E> = -1/2 <B_H, D_E^2> (B_H double-centred) = -sum_{i<j} B_H d_E^2, summed
+        # by the distance kernel: no n x n x d product B_H JP (400 GFlop at n = 16,384, d = 768).
+        s_he, s_ee, inner, cross, ss_e = _vector_sums_compiled(side, b_h, p)
     else:
-        rho = pearson(side.d_ranks, average_ranks(de))
+        inner = float(np.sum((b_h @ jp) * jp))
+        s_he, s_ee, cross, ss_e = _vector_sums_numpy(side, p)
+    stress, raw = _stress_from(inner, side.b_norm, ne)
+    kruskal = _kruskal(side, s_he, s_ee)
+    rho = float("nan") if side.d_nan else _spearman(cross, side.rank_ss2, ss_e)
     return StressMeasures(stress=stress, raw=raw, kruskal=kruskal, spearman=rho)
+
+
+def _vector_sums_numpy(side: CorpusSide, p: np.ndarray) -> tuple[float, float, int, int]:
+    """``sum d_H d_E``, ``sum d_E^2``, ``sum c_H c_E`` and ``sum c_E^2`` (doubled centred
+    ranks; both 0 when a distance is NaN) by numpy."""
+    n = side.n
+    m = n * (n - 1) // 2
+    de = _pair_distances(p)
+    rows, cols = np.triu_indices(n, k=1)
+    s_he = float(side.d_h[rows, cols] @ de)
+    s_ee = float(de @ de)
+    if np.isnan(de).any():
+        return s_he, s_ee, 0, 0
+    order = np.argsort(de)
+    ds = de[order]
+    new = np.empty(m, dtype=bool)
+    new[:1] = True
+    np.not_equal(ds[1:], ds[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], m)
+    sizes = ends - starts
+    c_h = np.asarray(side.rank2, dtype=np.int64)[order] - (m + 1)
+    per_group = np.add.reduceat(c_h, starts) if m else c_h
+    cross = int(np.sum((starts + ends - m) * per_group))
+    return s_he, s_ee, cross, _sum_c2(m, int(np.sum(sizes * (sizes * sizes - 1))))
+
+
+def _vector_sums_compiled(
+    side: CorpusSide, b_h: np.ndarray, p: np.ndarray
+) -> tuple[float, float, float, int, int]:
+    """As :func:`_vector_sums_numpy`, by the kernels of :mod:`posdiag._fastrank`, and
+    ``<B_H, B_E>`` (third)."""
+    k = _kernels()
+    n = side.n
+    m = n * (n - 1) // 2
+    start = _upper_segments(n)
+    b_h = np.ascontiguousarray(b_h, dtype=np.float64)
+    dist = np.empty(m)
+    rows = np.zeros((3, n))
+    if p.shape[1] <= DIRECT_MAX_DIM:
+        k.direct_distances(np.ascontiguousarray(p), side.d_h, b_h, start, dist, rows)
+    else:
+        sq = np.einsum("ij,ij->i", p, p)
+        step = _block_rows(n)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            gram = p[lo:hi] @ p[lo:].T
+            k.block_distances(gram, sq, lo, side.d_h, b_h, start, dist, rows)
+            del gram
+    s_he, s_ee, s_be = (float(r) for r in rows.sum(axis=1))
+    inner = -s_be
+    keys = np.empty(m, dtype=np.uint64)
+    vals = np.empty(m, dtype=np.uint32)
+    scratch = np.empty(m, dtype=np.uint32)
+    if k.bucket_sort(dist, dist.view(np.uint64), side.rank2, keys, vals, scratch, *_sort_args(m)):
+        return s_he, s_ee, inner, 0, 0
+    del dist, scratch
+    hi, lo, tie_hi, tie_lo = k.spearman_groups(keys, vals)
+    return s_he, s_ee, inner, _from_limbs(hi, lo), _sum_c2(m, _from_limbs(tie_hi, tie_lo))
 
 
 def score_encoding(

@@ -45,7 +45,8 @@ from .counts import Counts
 from .encodings import make_encoding, parse_encoding
 from .errors import PosdiagError
 from .estimator import DEFAULT_ESTIMATOR
-from .geometry import positional_information, reached_rank, stress_floor
+from .geometry import MDS, positional_information, reached_rank, stress_floor
+from .spectral import partial_spectrum
 from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
 
 __all__ = [
@@ -304,12 +305,20 @@ class GateFacts:
         MDS eigenvalues of ``B_H``, descending.
     positional_info : float
         ``I(position; token)`` over positions ``0..n_eff-1``, in bits.
+    stress_by_rank : tuple of float
+        Long contexts (a partial spectrum, ``eigenvalues`` the top ``k`` only): the exact stress
+        of ranks ``1..k`` from ``||B_H||_F^2``, grown for the max-rank-for-stress rules; empty
+        when ``eigenvalues`` is the whole spectrum.
+    floor : float or None
+        The stress floor of a partial spectrum when known (every positive eigenvalue computed).
     """
 
     corpus: CorpusSummary
     scores: Mapping[str, Any]
     eigenvalues: tuple[float, ...]
     positional_info: float
+    stress_by_rank: tuple[float, ...] = ()
+    floor: float | None = None
 
 
 def measure(
@@ -351,6 +360,7 @@ def measure(
         min_count,
         estimator=estimator,
         seed=seed,
+        plain=False,  # no verdict and no output uses the plug-in figure
     )
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
@@ -376,7 +386,56 @@ def measure(
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
     total, _ = positional_information(total_counts.matrix[: geo.n_eff])
+    if geo.mds.total is not None and config.max_rank_for_stress:
+        return _partial_facts(geo.summary, by_key, geo.mds, config, total)
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
+
+
+def _partial_facts(
+    summary: CorpusSummary,
+    scores: Mapping[str, Any],
+    mds: MDS,
+    config: GateConfig,
+    bits: float,
+) -> GateFacts:
+    """Facts of a partial spectrum: its top eigenpairs grown (warm-started) until each
+    max-rank-for-stress tolerance is reached, shown unreachable, or needs more than the rule's
+    rank (then the rule fails whatever the exact rank is)."""
+    k = int(mds.eigenvalues.size)
+    by_rank = mds.stress_by_rank()
+    # A rule is settled by the headline's pairs when its tolerance is reached within them, or
+    # when they already pass its rank (not reached by rank + 1: the rule fails either way).
+    settled = all(
+        bool(np.any(by_rank[:k] <= eps)) or k > rank
+        for eps, rank in config.max_rank_for_stress.items()
+    )
+    if settled:
+        return GateFacts(
+            summary,
+            scores,
+            tuple(float(x) for x in mds.eigenvalues),
+            bits,
+            tuple(float(x) for x in by_rank),
+            None,
+        )
+    from .spectral import FULL_EIGH_MAX  # read when called, as mds_of_gram does
+
+    cap = max(config.max_rank_for_stress.values()) + 1
+    spec = partial_spectrum(
+        mds.gram,
+        tuple(config.max_rank_for_stress),
+        max_rank=max(cap, k),
+        start=mds.vectors,
+        full_max=FULL_EIGH_MAX,
+    )
+    return GateFacts(
+        summary,
+        scores,
+        tuple(float(x) for x in spec.eigenvalues),
+        bits,
+        tuple(float(x) for x in spec.stress_by_rank()),
+        spec.floor(),
+    )
 
 
 @dataclass(frozen=True)
@@ -446,12 +505,16 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         )
     lam = facts.eigenvalues
     for eps, max_rank in config.max_rank_for_stress.items():
-        hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
         note = f"smallest rank whose MDS encoding has stress <= {eps:g}"
-        if hit is None:
-            # Below the floor the negative eigenvalues of the estimate leave: no rank reaches it.
-            note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
-        r = math.inf if hit is None else float(hit)
+        if facts.stress_by_rank:
+            r, note = _partial_rank(facts, eps, note)
+        else:
+            hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
+            if hit is None:
+                # Below the floor the negative eigenvalues of the estimate leave: no rank
+                # reaches it.
+                note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
+            r = math.inf if hit is None else float(hit)
         out.append(
             RuleResult(
                 "max-rank-for-stress",
@@ -496,6 +559,19 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
             )
         )
     return GateReport(facts.corpus, tuple(out), config.strict, config.source)
+
+
+def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:
+    """The rank figure of a partial spectrum: the effective rank among the computed ones,
+    infinity below a known floor, else ``k + 1`` ("more than k", a lower bound)."""
+    by_rank = np.asarray(facts.stress_by_rank)
+    hits = np.flatnonzero(by_rank <= eps)
+    if hits.size:
+        return float(hits[0] + 1), note
+    if facts.floor is not None and facts.floor > eps:
+        return math.inf, note + f": not reached (floor {facts.floor:.3f})"
+    k = by_rank.size
+    return float(k + 1), note + f": more than {k} (only the top {k} eigenvalues were computed)"
 
 
 def run_gate(

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why: see there
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._memory import require
+from ._permnull import PERMUTED_NULL_FROM, shuffled_null
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -86,7 +87,9 @@ class ShardedCounts:
     counts: Counts
     shards: tuple[sp.csr_matrix, ...] = ()
     seed: int = 0
-    why_no_shards: str = "--shards 0 was given"
+    # The CLI and corpus_counts_sharded say why they made no shards; plain counts handed to the
+    # library just have none.
+    why_no_shards: str = "the counts carry no shards (count the corpus with shards >= 2)"
 
     @property
     def k(self) -> int:
@@ -729,6 +732,11 @@ def information_null(
     pooled = np.asarray(c.sum(axis=0)).ravel().astype(np.int64)
     seen = np.flatnonzero(pooled > 0)
     rng = np.random.default_rng(seed)
+    if c.shape[0] * seen.size >= PERMUTED_NULL_FROM:
+        # The same law as one shuffle of the token list, O(tokens) instead of O(n V) a table
+        # (posdiag._permnull; another random stream, like the noise floor's from 1,024 rows).
+        bits, per_mean = shuffled_null(supports, pooled[seen], repeats, rng)
+        return InformationNull(float(bits.mean()), float(bits.std(ddof=1)), per_mean, repeats)
     totals = np.empty(repeats)
     per = np.zeros(c.shape[0])
     for r in range(repeats):

@@ -156,3 +156,43 @@ def test_vectorised_thinning_keeps_the_law_and_the_halves(monkeypatch: pytest.Mo
         np.testing.assert_array_equal(
             np.asarray(a.sum(axis=1)).ravel(), np.asarray(m.sum(axis=1)).ravel() // 2
         )
+
+
+def _noisy_geometry(n: int = 40):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(5)
+    p = drift_distributions(n, 30, seed=2)
+    counts = np.stack([rng.multinomial(60 + 3 * i, p[i]) for i in range(n)])
+    return corpus_geometry(Counts(sp.csr_matrix(counts), {}), min_count=1)
+
+
+def test_noise_bounds_by_row_blocks_equal_the_whole_matrix_formulas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag.estimator import noise_energy, noise_energy_rows
+
+    geo = _noisy_geometry()
+    half = geo.split_half()
+    assert half is not None
+    whole = noise_energy(half)
+    # 1, 2 or 3 rows per block, and one block: the same numbers bit for bit.
+    n = whole.shape[0]
+    for block in (8 * n, 16 * n, 24 * n, 1 << 30):
+        np.testing.assert_array_equal(noise_energy_rows(half, block), whole.sum(axis=1))
+    # The old whole-matrix mask (two n x n temporaries per outer split).
+    acc = np.zeros((n, n))
+    for p, q in half.grams:
+        d = analysis._gram_sq_distances(p - q)
+        acc += d * d
+    acc = np.sqrt(acc / (4.0 * len(half.grams)))
+    want = analysis._gram_sq_distances(geo.mds.gram) <= acc
+    np.fill_diagonal(want, False)
+    rows = geo.mds.gram
+    share_want = whole.sum(axis=1) / np.sum(rows * rows, axis=1)
+    for block in (8 * n, 24 * n, 1 << 30):
+        monkeypatch.setattr(analysis, "NOISE_BLOCK_BYTES", block)
+        got = analysis._pairs_within_noise(geo, np.zeros(n))
+        np.testing.assert_array_equal(got, want)
+        total, per = analysis._noise_shares(geo, np.zeros(n))
+        np.testing.assert_allclose(per, share_want, rtol=1e-13)
+        assert total == pytest.approx(whole.sum() / np.sum(rows * rows), rel=1e-13)
+    assert 0 < want.sum() < n * (n - 1)  # the test data has pairs on both sides of the bound

@@ -339,10 +339,12 @@ def test_verbose_stress_shows_the_plugin_figures(
 
 def test_drift_default_rank_falls_back_to_the_signal_rank() -> None:
     from posdiag.drift import _default_rank
+    from posdiag.geometry import MDS
 
     lam = np.array([4.0, 2.0, 1.0, 0.0, -1.0])  # floor sqrt(1/22) = 0.213
-    assert _default_rank(lam, 0.25) == 3
-    assert _default_rank(lam, 0.1) == 2  # not reached: the 2 eigenvalues above |-1|
+    mds = MDS(eigenvalues=lam, vectors=np.eye(5), gram=np.diag(lam))
+    assert _default_rank(mds, 0.25) == 3
+    assert _default_rank(mds, 0.1) == 2  # not reached: the 2 eigenvalues above |-1|
 
 
 def test_check_reports_a_rank_below_the_floor_as_not_reached(

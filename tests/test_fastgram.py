@@ -158,3 +158,73 @@ def test_property_any_shape_density_and_block(
     b = sp.random(nb, v, density=0.5, random_state=rng, format="csr")
     got = cross_product(a, b, dtype=np.float64, block_rows=block, dense_fraction=fraction)
     np.testing.assert_allclose(got, a.toarray() @ b.toarray().T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_split_equals_column_slicing(
+    medium: tuple[sp.csr_matrix, ...], dtype: type[np.floating]
+) -> None:
+    ca, _ = medium
+    r = sqrt_rows(ca)
+    _, dense = plan_product(r, r)
+    assert 0 < dense.sum() < dense.size
+    position = np.where(dense, np.cumsum(dense) - 1, -1).astype(np.int64)
+    block, rare = fastgram._split(r, position, int(dense.sum()), dtype)
+    # The straightforward computation: column slicing and a masked copy.
+    np.testing.assert_array_equal(block, r[:, np.flatnonzero(dense)].toarray().astype(dtype))
+    assert block.dtype == dtype
+    want = r.multiply(~dense[None, :]).tocsr()
+    want.eliminate_zeros()
+    want.sort_indices()
+    for got in (rare, fastgram._split(r, position, int(dense.sum()), dtype, rows=False)[1].T):
+        got = sp.csr_matrix(got)
+        assert got.has_sorted_indices or got.T.tocsr().has_sorted_indices
+        np.testing.assert_array_equal(got.toarray(), want.toarray())
+    # The transposed rare part is exactly scipy's transpose: same order of rows per token.
+    bt = fastgram._split(r, position, int(dense.sum()), dtype, rows=False)[1]
+    ref = sp.csr_matrix(want.T)
+    np.testing.assert_array_equal(bt.indptr, ref.indptr)
+    np.testing.assert_array_equal(bt.indices, ref.indices)
+    np.testing.assert_array_equal(bt.data, ref.data)
+    np.testing.assert_array_equal(fastgram._transpose(want, *want.shape).indices, ref.indices)
+
+
+def test_unsorted_or_duplicated_rows_give_the_canonical_product(
+    medium: tuple[sp.csr_matrix, ...],
+) -> None:
+    ca, cb = medium
+    ra, rb = sqrt_rows(ca), sqrt_rows(cb)
+    want = cross_product(ra, rb, dtype=np.float64)
+    # The same matrix with every row's entries reversed and one entry split in two halves.
+    coo = ra.tocoo()
+    order = np.lexsort((-coo.col, coo.row))
+    rows, cols, vals = coo.row[order], coo.col[order], coo.data[order]
+    rows = np.insert(rows, 1, rows[0])
+    cols = np.insert(cols, 1, cols[0])
+    vals = np.insert(vals, 1, vals[0] / 2)
+    vals[0] /= 2
+    messy = sp.csr_matrix((vals, cols, np.searchsorted(rows, np.arange(301))), shape=ra.shape)
+    assert not messy.has_sorted_indices
+    np.testing.assert_allclose(cross_product(messy, rb, dtype=np.float64), want, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 200, 333])
+def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(n: int) -> None:
+    m = np.random.default_rng(n).normal(size=(n, n))
+    got = fastgram.symmetrize(m.copy())
+    np.testing.assert_array_equal(got, (m + m.T) / 2.0)
+    # gram_from_bc's operations, in numpy, in the same order.
+    col, row, grand = m.mean(axis=0), m.mean(axis=1), m.mean()
+    b = ((m - col[None, :]) - row[:, None] + grand) * 0.5
+    half = fastgram.centred_half(m, col, row, float(grand))
+    np.testing.assert_array_equal(half, (b + b.T) / 2.0)
+    assert np.allclose(half.sum(axis=0), 0.0, atol=1e-12 * n)  # really centred
+
+
+def test_square_passes_refuse_other_shapes() -> None:
+    with pytest.raises(PosdiagError, match="square float64"):
+        fastgram.symmetrize(np.zeros((3, 4)))
+    with pytest.raises(PosdiagError, match="C-contiguous"):
+        fastgram.symmetrize(np.zeros((4, 4)).T[:, :])
+    with pytest.raises(PosdiagError, match="C-contiguous"):
+        fastgram.symmetrize(np.zeros((6, 6))[::2, ::2])

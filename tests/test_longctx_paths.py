@@ -301,3 +301,53 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     for r in (1, 2, 3):
         assert abs(h32[r] - h64[r]) < 1e-6
     np.testing.assert_allclose(noise_energy(f32), noise_energy(f64), rtol=0, atol=1e-9)
+
+
+def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
+    # Counts below posdiag._thinning._MEMO come from a per-row table, larger ones are computed
+    # each time: both agree with scipy's hypergeometric law, and repeats are bit-identical.
+    from posdiag import _thinning
+
+    row = [7, 7, 3, 7, _thinning._MEMO - 1, _thinning._MEMO + 5, _thinning._MEMO + 5, 1]
+    c = sp.csr_matrix(np.array([row, row[::-1]], dtype=np.int64))
+    ma, mb, diag = expected_halves(c)
+    total = sum(row)
+    h, g = total // 2, total - total // 2
+    for i in range(2):
+        got = ma.data[c.indptr[i] : c.indptr[i + 1]]
+        counts = c.data[c.indptr[i] : c.indptr[i + 1]]
+        for k in set(counts.tolist()):
+            same = got[counts == k]
+            assert np.all(same == same[0])
+            ks = np.arange(k + 1)
+            pmf = hypergeom(total, k, h).pmf(ks)
+            assert same[0] == pytest.approx(pmf @ np.sqrt(ks / h), rel=1e-12)
+        assert mb.data[c.indptr[i]] == pytest.approx(
+            hypergeom(total, counts[0], h).pmf(np.arange(counts[0] + 1))
+            @ np.sqrt((counts[0] - np.arange(counts[0] + 1)) / g),
+            rel=1e-12,
+        )
+    assert diag[0] == pytest.approx(diag[1], rel=1e-15)  # the same counts in another order
+
+
+def test_distances_to_first_equal_the_plugin_row_zero() -> None:
+    from posdiag.estimator import distances_to_first, plugin_bc
+
+    c = zipf_counts(50, 300, 120, seed=4).tolil()
+    c[7, :] = 0  # a row without tokens is at distance 1
+    c = sp.csr_matrix(c)
+    full = np.sqrt(np.clip(1.0 - plugin_bc(np.delete(c.toarray(), 7, axis=0))[0], 0.0, 1.0))
+    got = distances_to_first(c, 40)
+    assert got.shape == (40,) and got[0] == 0.0 and got[7] == 1.0
+    np.testing.assert_allclose(np.delete(got, 7), full[:39], rtol=0, atol=1e-12)
+    # Duplicated entries count as their sum; dense input too.
+    coo = c.tocoo()
+    dup = sp.csr_matrix(
+        (np.r_[coo.data / 2, coo.data / 2], (np.r_[coo.row, coo.row], np.r_[coo.col, coo.col])),
+        shape=c.shape,
+    )
+    dup = sp.csr_matrix((dup.data, dup.indices, dup.indptr), shape=c.shape)
+    np.testing.assert_allclose(distances_to_first(c.toarray(), 40), got, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(distances_to_first(dup, 40), got, rtol=0, atol=1e-15)
+    same = sp.csr_matrix(np.repeat(np.array([[5, 3, 2, 0, 1]]), 6, axis=0))
+    assert distances_to_first(same, 6).max() == 0.0  # a sum of squares: no rounding left

@@ -210,10 +210,11 @@ def test_restrict_recentres_the_leading_block() -> None:
     est = estimate_hellinger(counts, 6, estimator="plugin")
     assert restrict(est, 6) is est
     sub = restrict(est, 4)
-    bc = est.bc[:4, :4]
+    bc = plugin_bc(counts)[:4, :4]
     j = np.eye(4) - np.ones((4, 4)) / 4
-    np.testing.assert_array_equal(sub.bc, bc)
+    assert not hasattr(sub, "bc")  # not kept: the gram and the distances say it all
     np.testing.assert_allclose(sub.gram, 0.5 * j @ bc @ j, atol=1e-15)
+    np.testing.assert_allclose(sub.gram, sub.gram.T, atol=0)
     np.testing.assert_allclose(sub.distances, np.sqrt(np.clip(1.0 - bc, 0, None)), atol=1e-15)
     np.testing.assert_allclose(
         np.sort(sub.mds.eigenvalues), np.linalg.eigvalsh(sub.gram), atol=1e-12
@@ -222,6 +223,31 @@ def test_restrict_recentres_the_leading_block() -> None:
     for bad in (1, 7):
         with pytest.raises(PosdiagError, match=rf"^'n' must be an int in \[2, 6\]; got {bad}$"):
             restrict(est, bad)
+
+
+def test_restrict_from_the_gram_equals_the_cross_fit_of_the_bc_block() -> None:
+    # The cross-fit's BC has a diagonal below 1, so the gram route is not trivially the plug-in's.
+    from posdiag.fastgram import centred_half
+
+    rng = np.random.default_rng(8)
+    counts = rng.integers(0, 9, size=(7, 12)) + np.eye(7, 12, dtype=np.int64) * 5
+    est = estimate_hellinger(counts, 7)
+    bc = expected_thinning_bc(counts, 7)
+    assert float(np.diag(bc).max()) < 0.99
+    np.testing.assert_array_equal(est.gram, gram_from_bc(bc))  # same kernel, in place
+    np.testing.assert_array_equal(est.distances, implied_distances(bc))
+    for n in (2, 3, 5):
+        sub = restrict(est, n)
+        np.testing.assert_allclose(sub.gram, gram_from_bc(bc[:n, :n]), rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(sub.distances, implied_distances(bc[:n, :n]))
+        np.testing.assert_allclose(sub.gram.sum(axis=0), 0.0, atol=1e-15)  # re-centred
+    x = rng.uniform(size=(9, 9))
+    col, row, grand = x.mean(axis=0), x.mean(axis=1), float(x.mean())
+    want = centred_half(x, col, row, grand)
+    assert centred_half(x, col, row, grand, out=x) is x
+    np.testing.assert_array_equal(x, want)
+    with pytest.raises(PosdiagError, match=r"^expected out of shape \(9, 9\); got \(3, 3\)$"):
+        centred_half(want, col, row, grand, out=np.zeros((3, 3)))
 
 
 # --- thinned_halves: the split of each position's counts ----------------------------------------
@@ -351,7 +377,8 @@ def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
     assert np.all(np.diag(got) == 1.0) and got.min() >= 0.0 and got[0, 3] == 0.0
     est = estimate_hellinger(counts, 3, estimator="plugin", seed=4)
     assert (est.estimator, est.method, est.splits, est.seed) == ("plugin", "none", 0, 4)
-    np.testing.assert_allclose(est.bc, want[:3, :3], atol=1e-15)
+    np.testing.assert_allclose(est.gram, gram_from_bc(want[:3, :3]), atol=1e-15)
+    np.testing.assert_allclose(est.distances, implied_distances(want[:3, :3]), atol=1e-15)
 
 
 def test_sqrt_rows_keeps_empty_rows_zero() -> None:
@@ -401,6 +428,28 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
     assert not np.array_equal(other.grams[0][0], default.grams[0][0])
 
 
+def test_split_half_grams_take_one_outer_split_above_the_long_context_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import posdiag.estimator as est_mod
+
+    shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
+    total = sum(s.toarray() for s in shards)
+    assert est_mod.ONE_OUTER_SPLIT_ABOVE == 2048
+    for kw in ({"shards": shards}, {}):
+        assert len(split_half_grams(total, 4, **kw).grams) == 2  # 4 <= 2048
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 3)
+        one = split_half_grams(total, 4, **kw)
+        assert len(one.grams) == 1
+        # The one outer split is the first of the two a shorter input gets (same draws).
+        two = split_half_grams(total, 4, repeats=2, **kw)
+        np.testing.assert_array_equal(one.grams[0][0], two.grams[0][0])
+        np.testing.assert_array_equal(one.grams[0][1], two.grams[0][1])
+        # At the threshold itself: still two.
+        assert len(split_half_grams(total, 3, **kw).grams) == 2
+        monkeypatch.undo()
+
+
 def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
     # From TOP_MDS_FROM positions the fits take only the top pairs (Lanczos): same stresses.
     rng = np.random.default_rng(8)
@@ -448,7 +497,7 @@ def test_expected_thinning_bc_equals_the_average_over_every_thinning() -> None:
     # The thinning path of the estimator is that average, whatever the seed.
     est = estimate_hellinger(counts, 4, seed=3)
     assert est.method == "thinning"
-    np.testing.assert_allclose(est.bc, want[:4, :4], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(est.gram, gram_from_bc(want[:4, :4]), rtol=0, atol=1e-13)
 
 
 def test_expected_thinning_bc_needs_two_tokens_per_position() -> None:

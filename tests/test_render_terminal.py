@@ -108,7 +108,8 @@ def test_reading_lines_follow_the_table(report) -> None:  # type: ignore[no-unty
     standard = [e for e in report.encodings if e.name not in ("nope",) and e.name != "mds-3"]
     best = standard[0]
     kind = {"bias": "relative bias"}.get(REGISTRY[best.name].kind, REGISTRY[best.name].kind)
-    assert reading.startswith(f"Reading: best family {kind}: {best.label} {best.stress:.3f}")
+    assert reading.startswith(f"Reading: best fixed encoding {best.label} {best.stress:.3f}")
+    assert f"({kind} family)" in reading
     eps, rank = next(iter(report.spectrum.effective_rank.items()))
     if rank is None:  # below the cross-fit's floor
         sp = report.spectrum
@@ -146,3 +147,27 @@ def test_encodings_and_corpora_tables_at_80_columns() -> None:
     assert "…" not in text and all(len(x) <= 80 for x in _lines(buf))
     for p in PRESETS.values():
         assert f" {p.name} " in text and f" {p.dataset} " in text
+
+
+def test_corpus_rows_say_which_positions_no_sequence_reaches() -> None:
+    import dataclasses
+
+    from posdiag.analysis import CorpusSummary
+    from posdiag.render._format import summary_rows
+
+    base = CorpusSummary(
+        source="c.txt", tokenizer="t", view="text", max_len=12, min_count=3, documents=6,
+        sequences=6, tokens=40, vocab_size=50, vocab_seen=20, n_eff=5,
+        supports=(6, 6, 6, 5, 4, 2, 1, 0, 0, 0, 0, 0), dropped=(5, 6),
+    )  # fmt: skip
+    rows = dict(summary_rows(base))
+    assert rows["dropped positions"] == "5..6 (2): support below min_count"
+    assert rows["unreached positions"] == "7..11 (5): no sequence reaches them"
+    # Every position reached: no such row; nothing dropped: "none", counted from n_eff.
+    full = dict(summary_rows(dataclasses.replace(base, max_len=7)))
+    assert "unreached positions" not in full
+    none = dict(summary_rows(dataclasses.replace(base, dropped=())))
+    assert none["dropped positions"] == "none"
+    assert none["unreached positions"] == "5..11 (7): no sequence reaches them"
+    padded = dict(summary_rows(dataclasses.replace(base, support_unit="real tokens")))
+    assert padded["unreached positions"] == "7..11 (5): no real token is at them"

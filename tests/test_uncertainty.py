@@ -86,6 +86,24 @@ def test_counts_file_has_no_shards_and_says_so(tmp_path: Path) -> None:
     assert all(np.isnan(e.ci_low) and np.isnan(e.ci_high) for e in rep.encodings)
 
 
+def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them() -> None:
+    # A library caller passing Counts (not ShardedCounts) with a level: no CLI option was
+    # involved, so the note must not blame "--shards 0".
+    plain = count_texts(_texts(400), load_tokenizer(), max_len=12)
+    rep = stress_report(plain, min_count=10, level=0.9, replicates=20)
+    assert rep.uncertainty is not None
+    assert rep.uncertainty.note == (
+        "no intervals: the counts carry no shards (count the corpus with shards >= 2)"
+    )
+    # Counts that were counted with shards carry them: the intervals follow.
+    sharded = count_texts_sharded(_texts(400), load_tokenizer(), shards=8, max_len=12).counts
+    assert len(sharded.shards) == 8
+    rep = stress_report(sharded, min_count=10, level=0.9, replicates=20)
+    assert rep.uncertainty is not None and rep.uncertainty.shards == 8
+    assert rep.uncertainty.note == ""
+    assert all(e.ci_low <= e.stress <= e.ci_high for e in rep.encodings)
+
+
 def test_one_shard_is_refused() -> None:
     with pytest.raises(PosdiagError, match=r"^'shards' must be 0 \(no intervals\) or an int >= 2"):
         corpus_counts_sharded("whatever.txt", shards=1)

@@ -96,8 +96,22 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("min_count", str(c.min_count)),
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
         *_real_rows(c),
-        ("dropped positions", span(c.dropped)),
+        (
+            "dropped positions",
+            span(c.dropped) + (": support below min_count" if c.dropped else ""),
+        ),
+        *_unreached_rows(c),
     ]
+
+
+def _unreached_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """Positions up to max_len that no sequence reaches: neither analysed nor dropped, and
+    otherwise invisible (the bundled corpus stops at 203 of 512)."""
+    first = (c.dropped[-1] if c.dropped else c.n_eff - 1) + 1
+    if first >= c.max_len:
+        return []
+    unit = "sequence reaches" if c.support_unit == "sequences" else "real token is at"
+    return [("unreached positions", f"{span(tuple(range(first, c.max_len)))}: no {unit} them")]
 
 
 def _real_rows(c: CorpusSummary) -> list[tuple[str, str]]:

@@ -273,6 +273,7 @@ def build_report(
         seed=seed,
         progress=progress,
         estimator=estimator,
+        details=False,  # the page shows no plug-in figure
     )
     geo = d.geometry
     assert geo is not None

@@ -43,7 +43,8 @@ def takeaway(report: StressReport) -> list[str]:
         best = standard[0]
         why = " (a random table: mostly noise)" if best.name == "learned-random" else ""
         parts.append(
-            f"best family {_family(best.name)}: {best.label} {best.stress:.3f}{_ci(best)}{why}"
+            f"best fixed encoding {best.label} {best.stress:.3f}{_ci(best)} "
+            f"({_family(best.name)} family){why}"
         )
     if sp.effective_rank:
         eps, r = next(iter(sp.effective_rank.items()))

@@ -1,0 +1,269 @@
+"""Exact Spearman sums of posdiag.fastscore (numpy and compiled paths) against scipy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from scipy.spatial.distance import pdist, squareform
+
+from posdiag import _fastrank, fastscore
+from posdiag.encodings._core import toeplitz
+from posdiag.fastscore import corpus_side, score_profile, score_vectors, upper_distances
+from posdiag.geometry import compare, gram_from_distances
+
+
+@contextmanager
+def path(compiled: bool) -> Iterator[None]:
+    """Force the compiled kernels (threshold 0) or numpy (threshold above any test size)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fastscore, "COMPILED_FROM_PAIRS", 0 if compiled else 1 << 40)
+        yield
+
+
+def upper(a: np.ndarray) -> np.ndarray:
+    return a[np.triu_indices(a.shape[0], k=1)]
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def same(a: float, b: float, tol: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol
+
+
+levels = st.integers(0, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 60).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(levels, min_size=n * n, max_size=n * n),
+            st.lists(levels, min_size=2 * n, max_size=2 * n),
+            st.booleans(),
+        )
+    )
+)
+def test_spearman_of_tied_vectors_equals_scipy_on_both_paths(
+    case: tuple[int, list[int], list[int], bool],
+) -> None:
+    n, dvals, pvals, compiled = case
+    # Integer levels: many ties among d_H (zeros, all-equal when every level is the same)
+    # and among the encoding's distances (coordinates on a grid).
+    a = np.array(dvals, dtype=float).reshape(n, n)
+    d = np.triu(a, 1) + np.triu(a, 1).T
+    assume(d.any())  # B_H = 0 has no stress (a division by ||B_H||), whatever the path
+    b = gram_from_distances(d)
+    p = np.array(pvals, dtype=float).reshape(n, 2)
+    with path(compiled):
+        got = score_vectors(corpus_side(d, b), b, p)
+    delta = squareform(pdist(p))
+    want = compare(d, b, delta, gram_from_distances(delta))
+    assert same(got.spearman, spearman(upper(d), upper(delta)), 1e-12)
+    # Kruskal from sums: its square (the residual fraction) is exact to rounding; a perfect
+    # fit leaves ~1e-16 whose square root is ~1e-8.
+    assert same(got.kruskal**2, want.kruskal**2, 1e-12)
+    assert got.stress == pytest.approx(want.stress, abs=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(2, 50),
+    st.lists(levels, min_size=50, max_size=50),
+    st.integers(0, 1000),
+    st.booleans(),
+)
+def test_profile_spearman_equals_scipy_on_both_paths(
+    n: int, prof: list[int], seed: int, compiled: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 3, (n, n)).astype(float)
+    d = np.triu(a, 1) + np.triu(a, 1).T
+    assume(d.any())  # B_H = 0 has no stress (a division by ||B_H||), whatever the path
+    g = np.concatenate(([0.0], np.array(prof[: n - 1], dtype=float)))
+    delta = toeplitz(lambda lag: g[lag.astype(int)], n)
+    b = gram_from_distances(d)
+    with path(compiled):
+        got = score_profile(corpus_side(d, b), g)
+    assert same(got.spearman, spearman(upper(d), upper(delta)), 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.5, -2.0, 1e-300, 3.0, 7.25]), max_size=300))
+def test_corpus_ranks_equal_rankdata(values: list[float]) -> None:
+    # d_H from the values (upper triangle, row-major), -0.0 tied with 0.0 as floats compare.
+    m = len(values)
+    n = 2
+    while n * (n - 1) // 2 < m:
+        n += 1
+    x = np.array(values + [0.0] * (n * (n - 1) // 2 - m))
+    d = np.zeros((n, n))
+    d[np.triu_indices(n, k=1)] = x
+    for compiled in (False, True):
+        with path(compiled):
+            side = corpus_side(d, np.zeros((n, n)))
+        twice = 2 * stats.rankdata(x) if x.size else x
+        np.testing.assert_array_equal(np.asarray(side.rank2, dtype=float), twice)
+        centred = twice - (x.size + 1)
+        assert side.rank_ss2 == round(float(centred @ centred))
+        lags = np.subtract(*np.triu_indices(n, k=1)[::-1])
+        want = np.bincount(lags, weights=centred, minlength=n)
+        np.testing.assert_array_equal(side.rank_lags, want)
+
+
+def bucket_sorted(
+    x: np.ndarray, buckets: int, bits: int, threads: int, payload: bool = True
+) -> tuple[np.ndarray, np.ndarray, int]:
+    values = x.copy()
+    vals = np.arange(x.size, dtype=np.uint32)[::-1].copy() if payload else np.empty(0, np.uint32)
+    keys_out = np.empty(x.size, np.uint64)
+    vals_out = np.empty(x.size, np.uint32)
+    scratch = np.empty(x.size, np.uint32)
+    nan = _fastrank.bucket_sort(
+        values, values.view(np.uint64), vals, keys_out, vals_out, scratch, buckets, bits, threads
+    )
+    return keys_out, vals_out, nan
+
+
+@pytest.mark.parametrize("buckets", [1, 7, 256, 4096])
+@pytest.mark.parametrize("bits", [3, 8, 11])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bucket_sort_orders_like_a_stable_argsort(buckets: int, bits: int, threads: int) -> None:
+    rng = np.random.default_rng(bits * 10 + threads)
+    x = np.concatenate(
+        [
+            rng.standard_normal(3000) * np.exp(rng.uniform(-30, 30, 3000)),  # wide exponents
+            rng.integers(-3, 4, 2000).astype(float),  # ties, crowded buckets
+            [0.0, -0.0] * 50,
+            rng.uniform(1.0, 1.0 + 1e-12, 300),  # keys differing in the last bits only
+        ]
+    )
+    rng.shuffle(x)
+    want = np.argsort(x + 0.0, kind="stable")  # -0.0 ties with 0.0, as floats compare
+    keys, vals, nan = bucket_sorted(x, buckets, bits, threads)
+    assert nan == 0
+    np.testing.assert_array_equal(vals, (x.size - 1 - want).astype(np.uint32))
+    keys_idx, idx, _ = bucket_sorted(x, buckets, bits, threads, payload=False)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(keys_idx, keys)
+    # Order keys are monotone in the value and equal exactly for equal values.
+    xs = (x + 0.0)[want]
+    assert np.all((np.diff(keys.astype(object)) > 0) == (np.diff(xs) > 0))
+
+
+@pytest.mark.parametrize("special", [[np.inf], [-np.inf, np.inf], [5.0] * 10])
+def test_bucket_sort_infinite_and_constant(special: list[float]) -> None:
+    x = np.concatenate([np.linspace(-1, 1, 50), special])
+    _, idx, nan = bucket_sorted(x, 64, 8, 2, payload=False)
+    assert nan == 0
+    np.testing.assert_array_equal(idx, np.argsort(x, kind="stable"))
+
+
+def test_bucket_sort_counts_nan_and_leaves_the_order() -> None:
+    assert bucket_sorted(np.array([1.0, np.nan, 2.0, np.nan]), 4, 8, 2)[2] == 2
+
+
+def test_two_limb_sums_are_exact() -> None:
+    from numba import njit
+
+    @njit(cache=False)
+    def total(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+        hi, lo = 0, 0
+        for q in range(a.size):
+            hi, lo = _fastrank._mac(hi, lo, a[q], b[q])
+        return hi, lo
+
+    rng = np.random.default_rng(0)
+    # Terms up to 2^80 and two at the extremes (2^92): a total far beyond int64, within the
+    # 2^93 the limbs hold (the kernels' sums stay below m^3 < 2^90).
+    a = np.concatenate(([2**30 - 1, -(2**30) + 1], rng.integers(-(2**30) + 1, 2**30, 5000)))
+    b = np.concatenate(([2**62 - 1, 2**62 - 1], rng.integers(-(2**50), 2**50, 5000)))
+    hi, lo = total(a, b)
+    assert (int(hi) << _fastrank.LIMB_BITS) + int(lo) == sum(
+        int(x) * int(y) for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_nan_distances_give_nan_rho_on_both_paths() -> None:
+    n = 12
+    rng = np.random.default_rng(1)
+    d = squareform(pdist(rng.standard_normal((n, 3))))
+    p = rng.standard_normal((n, 2))
+    p[3, 0] = np.nan
+    b = gram_from_distances(d)
+    for compiled in (False, True):
+        with path(compiled):
+            side = corpus_side(d, b)
+            assert math.isnan(score_vectors(side, b, p).spearman)
+            dn = d.copy()
+            dn[2, 5] = dn[5, 2] = np.nan
+            assert math.isnan(score_vectors(corpus_side(dn, b), b, p[:, :1] * 0 + 1).spearman)
+
+
+@pytest.fixture(scope="module")
+def medium() -> tuple[np.ndarray, np.ndarray]:
+    """n = 600 (179,700 pairs, above COMPILED_FROM_PAIRS) with rounded, tied distances."""
+    x = np.random.default_rng(7).standard_normal((600, 4))
+    d = np.round(squareform(pdist(x)), 2)
+    return d, gram_from_distances(d)
+
+
+def test_medium_input_takes_the_compiled_path_and_agrees(
+    medium: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, b = medium
+    assert d.shape[0] * (d.shape[0] - 1) // 2 >= fastscore.COMPILED_FROM_PAIRS
+
+    def numpy_path(*args: object) -> None:
+        raise AssertionError("numpy path taken")
+
+    monkeypatch.setattr(fastscore, "_rank2", numpy_path)
+    monkeypatch.setattr(fastscore, "_vector_sums_numpy", numpy_path)
+    side = corpus_side(d, b)
+    assert side.rank2.dtype == np.uint32
+    rng = np.random.default_rng(3)
+    for p in (np.round(rng.standard_normal((600, 3)), 1), rng.standard_normal((600, 20))):
+        got = score_vectors(side, b, p)
+        delta = squareform(pdist(p)) if p.shape[1] <= fastscore.DIRECT_MAX_DIM else None
+        de = upper(delta) if delta is not None else upper_distances(p)
+        assert got.spearman == pytest.approx(spearman(upper(d), de), abs=1e-12)
+        if delta is not None:
+            want = compare(d, b, delta, gram_from_distances(delta))
+            assert got.kruskal == pytest.approx(want.kruskal, abs=1e-12)
+            assert got.stress == pytest.approx(want.stress, abs=1e-12)
+
+
+def test_paths_and_block_sizes_give_identical_results(
+    medium: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, b = medium
+    rng = np.random.default_rng(5)
+    vectors = [np.round(rng.standard_normal((600, 2)), 1), rng.standard_normal((600, 24))]
+    profile = np.minimum(np.arange(600), 40).astype(float)
+    results = []
+    for compiled, block_bytes in ((False, 1 << 26), (True, 1 << 26), (True, 8 * 600 * 7)):
+        monkeypatch.setattr(fastscore, "BLOCK_BYTES", block_bytes)
+        with path(compiled):
+            side = corpus_side(d, b)
+            rows = [score_vectors(side, b, p) for p in vectors]
+            rows.append(score_profile(side, profile))
+        results.append(rows)
+    for rows in results[1:]:
+        for got, want in zip(rows, results[0], strict=True):
+            # Ranks are exact integers: rho is the same float on every path. The float sums
+            # are added in another order, and the compiled path takes <B_H, B_E> as
+            # -sum B_H d_E^2 from its distance kernel instead of sum((B_H JP) o JP).
+            assert got.spearman == want.spearman
+            assert got.stress == pytest.approx(want.stress, rel=1e-12)
+            assert got.kruskal == pytest.approx(want.kruskal, rel=1e-13)

@@ -1,0 +1,43 @@
+"""The bootstrap progress bar: what a terminal user sees during a long report."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from rich.console import Console
+
+import posdiag._cli_options as options
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, is_terminal: bool) -> io.StringIO:
+    buf = io.StringIO()
+    monkeypatch.setattr(
+        options,
+        "Console",
+        lambda stderr=True: Console(file=buf, force_terminal=is_terminal, width=100),
+    )
+    return buf
+
+
+def test_bar_shows_the_geometry_stage_then_the_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = _terminal(monkeypatch, True)
+    with options.bootstrap_progress(False) as bar:
+        assert bar is not None
+        time.sleep(0.25)  # rich refreshes ~10 times a second
+        first = buf.getvalue()
+        bar(3, 10)
+        time.sleep(0.25)
+    later = buf.getvalue()[len(first) :]
+    assert "geometry" in first and "bootstrap" not in first
+    assert "bootstrap" in later and "3/10" in later
+    assert "0/?" in first  # no total yet: the geometry stage has no count
+
+
+def test_bar_is_silent_when_piped_or_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    for is_terminal, quiet in ((False, False), (True, True)):
+        buf = _terminal(monkeypatch, is_terminal)
+        with options.bootstrap_progress(quiet) as bar:
+            assert bar is None
+        assert buf.getvalue() == ""
