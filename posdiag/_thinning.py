@@ -41,7 +41,15 @@ _KERNELS: dict[str, Callable[..., None]] = {}
 _MEMO = 256
 
 
+# The compiled moments, a module global (set by _kernels): as a closure variable of `expected`
+# it went into numba's cache key as a pickled dispatcher, which differs from process to
+# process, so `expected` was recompiled (~1 s) in every fresh process and its cache grew by one
+# file per run.
+_moments: Callable[..., tuple[float, float, float]] | None = None
+
+
 def _kernels() -> dict[str, Callable[..., None]]:
+    global _moments
     if _KERNELS:
         return _KERNELS
     import math
@@ -49,7 +57,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
     import numba
 
     @numba.njit(cache=True, nogil=True)
-    def _moments(c, total, h):  # pragma: no cover - compiled
+    def moments(c, total, h):  # pragma: no cover - compiled
         """(E sqrt(H), E sqrt(c - H), E sqrt(H (c - H))) for H ~ Hypergeom(c, total - c, h)."""
         lo = max(0, h - (total - c))
         hi = min(c, h)
@@ -114,6 +122,8 @@ def _kernels() -> dict[str, Callable[..., None]]:
             mass += p
         # Renormalise: removes the rounding of the log-gamma sum at the mode (~1e-13 relative).
         return sa / mass, sb / mass, sd / mass
+
+    _moments = moments
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def expected(indptr, data, out_a, out_b, diag):  # pragma: no cover - compiled

@@ -686,7 +686,7 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
         check_int("rank", r, 1, n - 1, hi_label="n_eff-1")
     acc = {int(r): 0.0 for r in ranks}
     top = max(acc)
-    noise = float(noise_energy(halves).sum())
+    noise = float(noise_energy_rows(halves).sum())  # row blocks: no n x n temporary
     start: np.ndarray | None = None
     for g_p, g_q in halves.grams:
         signal = float(np.vdot(g_p, g_q))

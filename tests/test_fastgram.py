@@ -27,6 +27,13 @@ def zipf_counts(n: int, v: int, per_row: int, seed: int, drift: float = 0.3) -> 
     return sp.csr_matrix(np.array(rows, dtype=np.float64))
 
 
+def dense_mask(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
+    """Columns both factors hold in more than 10% of their rows (product of the counts)."""
+    na = np.bincount(ra.indices, minlength=ra.shape[1])
+    nb = np.bincount(rb.indices, minlength=rb.shape[1])
+    return np.asarray(na * nb > (0.1 * ra.shape[0]) * (0.1 * rb.shape[0]))[None, :]
+
+
 def dense_sqrt(c: sp.csr_matrix) -> np.ndarray:
     m = c.toarray()
     return np.sqrt(m / m.sum(axis=1, keepdims=True))
@@ -113,8 +120,15 @@ def test_same_result_for_any_block_size(medium: tuple[sp.csr_matrix, ...], block
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
     plan = plan_product(ra, rb, block_rows=block_rows)[0]
     assert plan.block_rows == min(block_rows, 300)
-    # The stated bound covers the two dense blocks and two block temporaries.
-    assert plan.bytes_bound == 600 * plan.dense_columns * 4 + 2 * plan.block_rows * 300 * 8
+    # The stated bound covers the two dense blocks, two block temporaries and the rare parts.
+    keep = ~dense_mask(ra, rb)
+    rare = int(ra.multiply(keep).count_nonzero() + rb.multiply(keep).count_nonzero())
+    assert plan.bytes_bound == (
+        600 * plan.dense_columns * 4
+        + 2 * plan.block_rows * 300 * 8
+        + rare * 12
+        + (300 + ra.shape[1] + 2) * 8
+    )
 
 
 def test_compiled_kernel_and_scipy_fallback_agree(
@@ -122,7 +136,9 @@ def test_compiled_kernel_and_scipy_fallback_agree(
 ) -> None:
     ca, cb = medium
     ra, rb = sqrt_rows(ca), sqrt_rows(cb)
-    assert fastgram._rare_kernel() is not None  # numba is a dependency: the kernel runs
+    kernel = fastgram._rare_kernel()
+    assert kernel is not None  # numba is a dependency: the kernel runs
+    assert kernel.py_func.__name__ == "rare"  # type: ignore[attr-defined]  # with prefetch
     with_kernel = cross_product(ra, rb, dtype=np.float64)
     monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)
     without = cross_product(ra, rb, dtype=np.float64)

@@ -351,3 +351,35 @@ def test_distances_to_first_equal_the_plugin_row_zero() -> None:
     np.testing.assert_allclose(distances_to_first(dup, 40), got, rtol=0, atol=1e-15)
     same = sp.csr_matrix(np.repeat(np.array([[5, 3, 2, 0, 1]]), 6, axis=0))
     assert distances_to_first(same, 6).max() == 0.0  # a sum of squares: no rounding left
+
+
+_KERNEL_RUN = """
+import numpy as np, scipy.sparse as sp
+from posdiag import _thinning, fastgram
+from posdiag.estimator import distances_to_first, expected_thinning_bc, gram_from_bc
+rng = np.random.default_rng(0)
+c = sp.csr_matrix(rng.poisson(0.3, size=(160, 400)) + (rng.random((160, 400)) < 0.5) * 4)
+gram_from_bc(expected_thinning_bc(c))
+_thinning.draw_half(c, rng)
+distances_to_first(c, 160)
+misses = 0
+for table in (_thinning._KERNELS, fastgram._SPLIT, fastgram._SQUARE):
+    for k in table.values():
+        misses += sum(k.stats.cache_misses.values())
+misses += sum(fastgram._KERNEL[0].stats.cache_misses.values())
+print(misses)
+"""
+
+
+def test_compiled_kernels_load_from_the_cache_in_a_fresh_process() -> None:
+    """Every kernel of the long-context paths is cached (numba ``cache=True``): a fresh process
+    compiles nothing (`expected` once recompiled in every process: ~1 s)."""
+    import subprocess
+    import sys
+
+    # The first run fills the cache where it is missing or stale; the second must only load.
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", _KERNEL_RUN], capture_output=True, text=True, check=True
+        )
+    assert run.stdout.strip() == "0", run.stdout + run.stderr
