@@ -714,13 +714,15 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
 
 # From this n the held-out fits compute only the top eigenpairs they use (Lanczos), not all.
 TOP_MDS_FROM = 512
-# Block of the held-out fits' Lanczos (3 pairs). A pass of a few vectors costs about one of 16
-# (OpenBLAS packs B whatever the block: 24-37 ms for 2 to 8 vectors, 32-61 ms for 16, at
-# n = 4,096 under load), and 16 needed 10 passes where 8 needed 12 (warm: 8-9 against 10).
-HELDOUT_BLOCK = 16
+# Block of the held-out fits' Lanczos (3 pairs). The four warm-started fits took 34 passes of
+# 8 vectors, 29 of 16, 53 of 4 (n = 4,096); a pass of 8 costs less than one of 16 (1.1 against
+# 1.6 s at n = 16,384 under load, compute-bound) and the four fits were fastest with 8 at both
+# sizes (n = 4,096: 2.3 s against 2.6 s with 16, 2.9 s with 4, ARPACK 4.2 s; n = 16,384, one
+# cold fit: 11.5 s against 13.1 s with 16 and 13.9 s with 4).
+HELDOUT_BLOCK = 8
 # Residual of the held-out fits, relative to ||B||_F. The scores are sums over the fitted
 # vectors, so an error e in them moves a score by ~e^2: on the n = 4,096 halves 1e-8 moved the
-# three scores by at most 8e-13 from 1e-10 (and 1e-7 by 7e-12), in 29 passes instead of 34.
+# three scores by at most 8e-13 from 1e-10 (and 1e-7 by 7e-12), in 34 passes instead of 41.
 HELDOUT_TOL = 1e-8
 
 

@@ -63,12 +63,14 @@ DEFAULT_TOL = 1e-7
 # Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
 # residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
 VECTOR_TOL = 1e-10
-# Vectors per block. A pass Q B reads B once whatever the block, so it costs about one
-# matrix-vector product up to ~16 vectors and grows with the block past them (compute-bound);
-# wider blocks also need more vectors in all for the same pairs. For the top 128 pairs of B_H
-# at n = 4,096: 464 vectors in 29 passes with 16, 528 in 22 with 24, 608 in 19 with 32, 832 in
-# 13 with 64 (single-vector ARPACK: 796 products over its 4 restarts).
-BLOCK = 24
+# Vectors per block. A pass B Q reads B once whatever the block; in OpenBLAS it cost 5-7
+# matrix-vector products for any block of 2 to 32 vectors at n = 4,096 (packing B dominates),
+# 6-8 at n = 16,384, so fewer passes win until the extra vectors cost more. For the top 128
+# pairs: n = 4,096 (B_H of the long corpus) 31 passes of 16, 23 of 24, 19 of 32, 15 of 48,
+# 14 of 64, best of 3 under load 3.97 / 4.06 / 4.36 / 6.0 s for 24 / 32 / 48 / 64; n = 16,384
+# (synthetic) 38 passes of 16, 28 of 24, 22 of 32: 62.4 / 52.9 / 47.5 s, same process. Single-
+# vector ARPACK grown 16 -> 128 needed 648 products at 4,096 (44 s) and 747 at 16,384 (437 s).
+BLOCK = 32
 # Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
 # could stall it); what was reached is returned with its residual.
 MAX_PASSES = 1000
@@ -345,6 +347,11 @@ class _BlockLanczos:
         self.estimate = np.zeros(0)
 
     @property
+    def full(self) -> bool:
+        """True when the next block does not fit: the next step restarts."""
+        return self.m + self.q.shape[0] > self.max_basis
+
+    @property
     def spanned(self) -> bool:
         """True when the basis spans everything (Rayleigh-Ritz is then exact)."""
         return self.q.shape[0] == 0
@@ -353,7 +360,7 @@ class _BlockLanczos:
         """One pass over ``B`` (the newest block times ``B``) and the next block."""
         if self.spanned:
             return
-        if self.m + self.q.shape[0] > self.max_basis:
+        if self.full:
             self._restart()
         q, m = self.q, self.m
         j = q.shape[0]
@@ -435,18 +442,21 @@ class _BlockLanczos:
 
 
 def _basis_limit(n: int, k: int, block: int) -> int:
-    """Rows of the Krylov basis before a restart: 4 per pair wanted plus 8 blocks (the top 128
-    pairs of B_H at n = 4,096 converged within 528 of the 704 this allows, the top 3 of a
-    split-half B_H within 160 of 140 + ... without restart; 185 MB for ``v`` and ``w`` together
-    at n = 16,384)."""
-    return min(n, 4 * k + 8 * block)
+    """Rows of the Krylov basis before a restart: 4 per pair wanted plus 8 blocks, at least 24
+    blocks. With the default blocks no restart happens on B_H: the top 128 pairs converged
+    within 608 of the 768 rows allowed at n = 4,096 (704 at n = 16,384: ``v`` and ``w`` then
+    hold 200 MB, a tenth of ``B``), the top 3 of a split-half B_H within 80 of 192 (blocks
+    of 8)."""
+    return min(n, max(4 * k + 8 * block, 24 * block))
 
 
 class _Schedule:
     """When to do the next Rayleigh-Ritz check (an ``eigh`` of the projection, whose cost grows
     as the cube of the basis): extrapolating the geometric decay of the worst residual from
     the last two checks, 70% of the way (Krylov convergence speeds up, so the straight line
-    overestimates what is left)."""
+    overestimates what is left), and at most half the vectors so far ahead (the first checks,
+    on a tiny basis, see almost no decay: extrapolated, they scheduled the next check past the
+    basis limit)."""
 
     def __init__(self, block: int) -> None:
         self.block = block
@@ -459,7 +469,7 @@ class _Schedule:
         gap = self.block
         if self.last is not None and 0 < worst < self.last[1] and m > self.last[0]:
             rate = (np.log(self.last[1]) - np.log(worst)) / (m - self.last[0])
-            gap = max(gap, int(0.7 * np.log(worst / tol) / rate))
+            gap = max(gap, min(int(0.7 * np.log(worst / tol) / rate), m // 2))
         self.last = (m, worst)
         return m + gap
 
@@ -493,7 +503,8 @@ def _solve(
         solver.keep = k
         solver.step()
         final = solver.spanned or solver.passes >= max_passes
-        if solver.columns < check_at and not final:
+        # Check when scheduled, and before a restart would discard the basis.
+        if solver.columns < check_at and not final and not solver.full:
             continue
         solver.ritz()
         while solver.converged(tol) >= k or final:
