@@ -17,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag.encodings import REGISTRY, alibi_slopes, make_encoding, parse_encoding, t5_bucket
+from posdiag.encodings import (
+    DEFAULT_SET,
+    REGISTRY,
+    alibi_slopes,
+    make_encoding,
+    parse_encoding,
+    t5_bucket,
+)
 from posdiag.encodings.rope import (
     llama3_frequencies,
     rope_frequencies,
@@ -598,3 +605,29 @@ def test_parse_encoding_syntax_and_errors() -> None:
             {"rank": 20},
             mds=classical_mds(np.ones((N_CORE, N_CORE)) - np.eye(N_CORE)),
         )
+
+
+def test_long_context_encodings_are_not_refused_for_matrices_they_never_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Was: "encoding 'alibi' on 16,384 positions (heads=8) needs about 24.0 GiB" on a machine
+    # with 17.6 GiB free, although the default set is scored from lag profiles and vectors.
+    from posdiag import fastscore
+    from posdiag.encodings import _core
+
+    assert _core.DENSE_MATRICES_MAX == fastscore.DENSE_SCORER_MAX
+    monkeypatch.setenv("POSDIAG_MAX_MEMORY", "1GiB")
+    n = 16_384
+    for spec in DEFAULT_SET:
+        name, params = parse_encoding(spec)
+        if name == "mds":
+            continue  # needs a corpus
+        enc = make_encoding(name, n, params)
+        held = sum(a.nbytes for a in (enc.profile, enc.vectors, enc.matrix) if a is not None)
+        assert held < 8 * n * 1024, (name, held)  # no n x n array
+    # Short inputs still count the dense matrices a bootstrap may build: 2 x 8 n^2 at n = 2,048
+    # is 64 MiB; a 32 MiB budget refuses it with the estimate.
+    monkeypatch.setenv("POSDIAG_MAX_MEMORY", "32MiB")
+    with pytest.raises(PosdiagError, match=r"^encoding 'alibi' on 2,048 positions \(heads=8\)"):
+        make_encoding("alibi", 2048, {})
+    make_encoding("alibi", 4096, {})  # profile only: 64 MiB less, fits

@@ -352,13 +352,23 @@ def make_encoding(
 _WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
 
 
+# Up to this n a score may build an encoding's dense n x n delta and gram (the bootstrap's
+# posdiag.fastscore.DENSE_SCORER_MAX); beyond it every built-in encoding is scored from its lag
+# profile or its vectors, and no n x n array of it exists.
+DENSE_MATRICES_MAX = 2048
+
+
 def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
     """Refuse parameters whose arrays cannot fit (``sinusoidal:d=1000000000``) before building."""
     ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
     width = max([abs(ints[k]) for k in _WIDTHS if k in ints] or [1])
     heads = abs(ints.get("heads", 1))
-    # A few n x width tables (angles, sin, cos, the table) and n x n matrices per head.
-    need = 8 * n * (4 * width + (4 + heads) * n)
+    # A few n x width tables (angles, sin, cos, the table), a few arrays of head slopes, and the
+    # dense delta and gram a short input's scores build lazily. Every built-in factory returns a
+    # lag profile or vectors: counting n x n matrices per head (as before) refused the default
+    # set at n = 16,384 ("alibi needs about 24.0 GiB") although none is ever built there.
+    dense = 2 * n * n if n <= DENSE_MATRICES_MAX else 0
+    need = 8 * (4 * n * width + 4 * heads + dense)
     shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))
     require(f"encoding {name!r} on {n:,} positions ({shown})", need)
 
