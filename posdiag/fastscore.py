@@ -126,25 +126,34 @@ def _spread(x: np.ndarray) -> float:
     return float(np.ptp(x)) if x.size else 0.0
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..m with ties averaged (``scipy.stats.rankdata(x)``), with one argsort and about
-    half of rankdata's temporaries."""
+def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, starts, ends)``: an argsort of ``x`` of shape (m,) and the half-open ranges of
+    ``x[order]`` that hold equal values (0-based; the 1-based ranks of a group are
+    ``starts+1 .. ends``).
+
+    Any sort order will do: tied values share their average rank whatever their order, and
+    numpy's default (vectorised) sort is several times faster than the stable one on the
+    n^2/2 pairs of long contexts.
+    """
     m = x.size
-    if m == 0:
-        return np.zeros(0)
-    # Any sort order will do: tied values share their average rank whatever their order, and
-    # numpy's default (vectorised) sort is several times faster than the stable one on the
-    # n^2/2 pairs of long contexts.
     order = np.argsort(x)
     xs = x[order]
     new = np.empty(m, dtype=bool)
-    new[0] = True
+    new[:1] = True
     np.not_equal(xs[1:], xs[:-1], out=new[1:])
     del xs
     starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], m)
+    return order, starts, np.append(starts[1:], m)
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..m with ties averaged (``scipy.stats.rankdata(x)``), with one argsort and about
+    half of rankdata's temporaries."""
+    if x.size == 0:
+        return np.zeros(0)
+    order, starts, ends = _tie_groups(x)
     avg = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
-    out = np.empty(m)
+    out = np.empty(x.size)
     out[order] = np.repeat(avg, ends - starts)
     return out
 
@@ -202,16 +211,9 @@ def _pair_distances(p: np.ndarray) -> np.ndarray:
 def _rank2(x: np.ndarray) -> tuple[np.ndarray, int]:
     """Twice the average ranks of ``x`` (int64, ``start + end + 1`` of each tie group) and
     ``sum_groups t^3 - t`` (numpy; ``x.size < 2^21`` so every sum fits int64)."""
-    m = x.size
-    order = np.argsort(x)
-    xs = x[order]
-    new = np.empty(m, dtype=bool)
-    new[:1] = True
-    np.not_equal(xs[1:], xs[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], m)
+    order, starts, ends = _tie_groups(x)
     sizes = ends - starts
-    out = np.empty(m, dtype=np.int64)
+    out = np.empty(x.size, dtype=np.int64)
     out[order] = np.repeat(starts + ends + 1, sizes)
     return out, int(np.sum(sizes * (sizes * sizes - 1)))
 
@@ -460,13 +462,7 @@ def _vector_sums_numpy(side: CorpusSide, p: np.ndarray) -> tuple[float, float, i
     s_ee = float(de @ de)
     if np.isnan(de).any():
         return s_he, s_ee, 0, 0
-    order = np.argsort(de)
-    ds = de[order]
-    new = np.empty(m, dtype=bool)
-    new[:1] = True
-    np.not_equal(ds[1:], ds[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], m)
+    order, starts, ends = _tie_groups(de)
     sizes = ends - starts
     c_h = np.asarray(side.rank2, dtype=np.int64)[order] - (m + 1)
     per_group = np.add.reduceat(c_h, starts) if m else c_h
