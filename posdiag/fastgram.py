@@ -496,7 +496,8 @@ def symmetrize(m: np.ndarray) -> np.ndarray:
     m : ndarray of shape (n, n), float64, C-contiguous
     """
     _check_square(m)
-    _square_kernels()["symmetrize"](m, _TILE)
+    zeros = np.zeros(m.shape[0])
+    _square_kernels()["centred"](m, zeros, zeros, 0.0, 1.0, m, _TILE)
     return m
 
 
@@ -533,7 +534,7 @@ def centred_half(
         _check_square(out)
         if out.shape != bc.shape:
             raise PosdiagError(f"expected out of shape {bc.shape}; got {out.shape}")
-    _square_kernels()["centred_half"](bc, col, row, float(grand), out, _TILE)
+    _square_kernels()["centred"](bc, col, row, float(grand), 0.5, out, _TILE)
     return out
 
 
@@ -577,27 +578,12 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
     import numba
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def symmetrize(m, tile):  # pragma: no cover - compiled
-        n = m.shape[0]
-        nt = (n + tile - 1) // tile
-        # Tile row I owns the tiles (I, J >= I) and their mirrors. Rows I and nt - 1 - I go to
-        # the same thread, so every thread gets the same share of the triangle.
-        for k in numba.prange((nt + 1) // 2):
-            for s in range(2):
-                ti = k if s == 0 else nt - 1 - k
-                if s == 1 and ti == k:
-                    continue
-                lo, hi = ti * tile, min(n, (ti + 1) * tile)
-                for tj in range(ti, nt):
-                    lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
-                    for i in range(lo, hi):
-                        for j in range(max(lo2, i), hi2):
-                            avg = (m[i, j] + m[j, i]) / 2.0
-                            m[i, j] = avg
-                            m[j, i] = avg
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def centred_half(bc, col, row, grand, out, tile):  # pragma: no cover - compiled
+    def centred(bc, col, row, grand, scale, out, tile):  # pragma: no cover - compiled
+        # out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and scale 1 it
+        # is the plain symmetrisation (x - 0 - 0 + 0) * 1 == x. Tile row I owns the tiles
+        # (I, J >= I) and their mirrors; rows I and nt - 1 - I go to the same thread, so every
+        # thread gets the same share of the triangle. Each pair is read before it is written,
+        # so out may be bc.
         n = bc.shape[0]
         nt = (n + tile - 1) // tile
         for k in numba.prange((nt + 1) // 2):
@@ -610,8 +596,8 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                     lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
                     for i in range(lo, hi):
                         for j in range(max(lo2, i), hi2):
-                            x = (((bc[i, j] - col[j]) - row[i]) + grand) * 0.5
-                            y = (((bc[j, i] - col[i]) - row[j]) + grand) * 0.5
+                            x = (((bc[i, j] - col[j]) - row[i]) + grand) * scale
+                            y = (((bc[j, i] - col[i]) - row[j]) + grand) * scale
                             avg = (x + y) / 2.0
                             out[i, j] = avg
                             out[j, i] = avg
@@ -651,5 +637,5 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                 acc += d * d
             out[i] = math.sqrt(min(1.0, max(0.0, acc / 2.0)))
 
-    _SQUARE.update(symmetrize=symmetrize, centred_half=centred_half, to_first=to_first)
+    _SQUARE.update(centred=centred, to_first=to_first)
     return _SQUARE
