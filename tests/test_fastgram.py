@@ -224,8 +224,13 @@ def test_unsorted_or_duplicated_rows_give_the_canonical_product(
     np.testing.assert_allclose(cross_product(messy, rb, dtype=np.float64), want, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 200, 333])
-def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(n: int) -> None:
+def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(
+    n: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both paths: numpy below COMPILED_FROM_ROWS (the bundled corpus never imports numba).
+    monkeypatch.setattr(fastgram, "COMPILED_FROM_ROWS", 0 if compiled else 1 << 40)
     m = np.random.default_rng(n).normal(size=(n, n))
     got = fastgram.symmetrize(m.copy())
     np.testing.assert_array_equal(got, (m + m.T) / 2.0)

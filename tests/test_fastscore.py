@@ -197,21 +197,24 @@ def test_pearson_is_exact_at_the_ends() -> None:
     assert pearson(x, -x) == -1.0
 
 
-def test_the_default_stress_run_never_imports_scipy_stats() -> None:
-    # scipy.stats costs ~0.3 s of import; only compare()/violation_rate() need it (lazily).
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_the_default_stress_run_never_imports_scipy_stats_or_numba(extra: list[str]) -> None:
+    # scipy.stats costs ~0.3 s of import (only compare()/violation_rate() need it, lazily), and
+    # numba's import and cache load ~0.5 s (its kernels serve long inputs only): `make run`.
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
         "from posdiag.cli import app\n"
-        "r = CliRunner().invoke(app, ['stress', 'fixtures/corpus_en.txt', '--quiet', '--json'])\n"
+        f"args = ['stress', 'fixtures/corpus_en.txt', '--quiet', *{extra!r}]\n"
+        "r = CliRunner().invoke(app, args)\n"
         "assert r.exit_code == 0, r.output\n"
-        "print('scipy.stats' in sys.modules)\n"
+        "print('scipy.stats' in sys.modules, 'numba' in sys.modules)\n"
     )
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
 
 
 def test_lazy_stats_is_scipy_stats() -> None:

@@ -330,8 +330,15 @@ def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
     assert diag[0] == pytest.approx(diag[1], rel=1e-15)  # the same counts in another order
 
 
-def test_distances_to_first_equal_the_plugin_row_zero() -> None:
+@pytest.mark.parametrize("compiled", [False, True])
+def test_distances_to_first_equal_the_plugin_row_zero(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag import fastgram
     from posdiag.estimator import distances_to_first, plugin_bc
+
+    # The numpy path serves small inputs (no numba import), the compiled merge large ones.
+    monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0 if compiled else 1 << 40)
 
     c = zipf_counts(50, 300, 120, seed=4).tolil()
     c[7, :] = 0  # a row without tokens is at distance 1
@@ -351,6 +358,12 @@ def test_distances_to_first_equal_the_plugin_row_zero() -> None:
     np.testing.assert_allclose(distances_to_first(dup, 40), got, rtol=0, atol=1e-15)
     same = sp.csr_matrix(np.repeat(np.array([[5, 3, 2, 0, 1]]), 6, axis=0))
     assert distances_to_first(same, 6).max() == 0.0  # a sum of squares: no rounding left
+    # Both paths agree to rounding (their sums run in another order).
+    other = fastgram._distances_to_first_numpy if compiled else None
+    if other is not None:
+        np.testing.assert_allclose(
+            other(c.indptr[:41].astype(np.int64), c.indices, c.data), got, rtol=0, atol=1e-15
+        )
 
 
 _KERNEL_RUN = """
