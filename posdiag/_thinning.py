@@ -154,7 +154,9 @@ def _kernels() -> dict[str, Callable[..., None]]:
                 else:
                     ea, eb, ed = _moments(c, total, h)
                 out_a[p] = ea / sh
-                out_b[p] = eb / sg
+                # An even N_i: both halves have the same law, so the same numbers (the two
+                # sums differ in rounding only), and fastgram.symmetric_product skips the row.
+                out_b[p] = ea / sh if h == g else eb / sg
                 acc += ed
             diag[i] = acc / (sh * sg)
 

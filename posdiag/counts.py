@@ -139,7 +139,11 @@ class Counts:
     @property
     def vocab_seen(self) -> int:
         """Number of distinct token ids that occur anywhere."""
-        return int(np.unique(self.matrix.indices).size)
+        # A mark per column, not np.unique's sort of every stored index (0.45 s at 4,096
+        # positions of the long benchmark corpus, 12 M entries).
+        seen = np.zeros(self.matrix.shape[1], dtype=bool)
+        seen[self.matrix.indices] = True
+        return int(np.count_nonzero(seen))
 
     def __add__(self, other: Counts) -> Counts:
         """Counts are additive: the counts of two shards sum to the counts of their union.

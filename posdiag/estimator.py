@@ -44,7 +44,7 @@ from ._hypergeom import VECTORISED_FLOOR_FROM
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
-from .fastgram import centred_half
+from .fastgram import centred_half, symmetric_product
 from .fastgram import cross_product as fast_cross_product
 from .fastgram import distances_to_first as fast_distances_to_first
 from .fastgram import symmetrize as fast_symmetrize
@@ -209,8 +209,9 @@ def plugin_bc(counts: Matrix) -> np.ndarray:
     ndarray of shape (n, n)
     """
     s = sqrt_rows(counts)
-    bc = cross_product(s, s)
-    bc = (bc + bc.T) / 2.0
+    # Symmetric by construction (one Gram's upper triangle, mirrored): half a product's work;
+    # float64, as cross_product.
+    bc = symmetric_product(s, dtype=np.float64)
     np.fill_diagonal(bc, 1.0)
     return np.clip(bc, 0.0, 1.0)
 
@@ -276,7 +277,8 @@ def expected_thinning_bc(
             f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
         )
     ma, mb, diag = expected_halves(c)
-    bc = fast_symmetrize(fast_cross_product(ma, mb, dtype=dtype))
+    # (M^A M^B^T + M^B M^A^T) / 2 as two Grams' upper triangles: ~0.6 of a product's work.
+    bc = symmetric_product(ma, mb, dtype=dtype)
     np.fill_diagonal(bc, diag)
     return bc
 

@@ -249,3 +249,104 @@ def test_square_passes_refuse_other_shapes() -> None:
         fastgram.symmetrize(np.zeros((4, 4)).T[:, :])
     with pytest.raises(PosdiagError, match="C-contiguous"):
         fastgram.symmetrize(np.zeros((6, 6))[::2, ::2])
+
+
+def _odd_even_halves(n: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Expected square-root halves of counts whose rows alternate odd and even ``N_i``."""
+    from posdiag._thinning import expected_halves
+
+    c = zipf_counts(n, 3000, 600, seed=seed).astype(np.int64).tolil()
+    for i in range(0, n, 2):  # one more token: about half the rows get an odd total
+        c[i, 0] += 1
+    ma, mb, _ = expected_halves(sp.csr_matrix(c))
+    return ma, mb
+
+
+@pytest.mark.parametrize("block_rows", [None, 1, 7, 64, 299])
+def test_symmetric_product_is_the_symmetric_part_of_the_product(block_rows: int | None) -> None:
+    ma, mb = _odd_even_halves(300, seed=11)
+    odd = np.flatnonzero(np.abs(ma - mb).sum(axis=1).A1 > 0)
+    assert 100 < odd.size < 200  # both P P^T and a real Q Q^T term run
+    assert plan_product(ma, mb, dtype=np.float64)[0].hybrid  # the compiled path, not scipy's
+    x = ma.toarray() @ mb.toarray().T
+    want = (x + x.T) / 2.0
+    got = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=block_rows)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(got, got.T)
+    f32 = fastgram.symmetric_product(ma, mb, block_rows=block_rows)  # float32 dense block
+    # float32 dense block: ~4e-8 typical, ~1e-6 at worst (a diagonal entry, ~0.78, dominated
+    # by a few large terms), the same order as cross_product's float32 block on these inputs.
+    err = np.abs(f32 - want)
+    assert 0 < err.max() < 2e-6 and np.median(err) < 1e-7
+    np.testing.assert_array_equal(f32, f32.T)
+
+
+def test_symmetric_product_equals_cross_product_bitwise_when_halves_are_equal() -> None:
+    # Even N_i everywhere: the expected halves are the same numbers, Q is empty, and the Gram's
+    # upper triangle adds the same terms in the same order as the full product.
+    from posdiag._thinning import expected_halves
+
+    c = zipf_counts(260, 3000, 600, seed=4).astype(np.int64).tolil()
+    for i in range(260):
+        if c[i].sum() % 2:
+            c[i, 0] += 1
+    ma, mb, _ = expected_halves(sp.csr_matrix(c))
+    np.testing.assert_array_equal(ma.data, mb.data)
+    sym = fastgram.symmetric_product(ma, mb, dtype=np.float64)
+    full = cross_product(ma, ma, dtype=np.float64)
+    np.testing.assert_allclose(sym, full, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(np.triu(sym), np.triu(full))
+
+
+def test_symmetric_product_gram_fallback_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    ma, mb = _odd_even_halves(200, seed=12)
+    want = ma.toarray() @ mb.toarray().T
+    want = (want + want.T) / 2.0
+    compiled = fastgram.symmetric_product(ma, mb, dtype=np.float64)
+    monkeypatch.setattr(fastgram, "_upper_kernel", lambda: None)  # scipy Grams, no numba
+    plain = fastgram.symmetric_product(ma, mb, dtype=np.float64)
+    np.testing.assert_allclose(plain, want, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(compiled, plain, rtol=0, atol=1e-14)
+    a = sp.csr_matrix(np.ones((3, 4)))
+    np.testing.assert_allclose(fastgram.symmetric_product(a), np.full((3, 3), 4.0))
+    with pytest.raises(PosdiagError, match="shapes differ"):
+        fastgram.symmetric_product(a, sp.csr_matrix(np.ones((3, 5))))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 300),
+    st.integers(1, 60),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**31 - 1),
+    st.integers(1, 50),
+    st.booleans(),
+)
+def test_property_symmetric_product_any_shape(
+    n: int, v: int, fraction: float, seed: int, block: int, same_pattern: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, v, density=0.5, random_state=rng, format="csr")
+    if same_pattern:
+        b = a.copy()
+        b.data = rng.random(b.data.size) * (rng.random(b.data.size) < 0.5) + a.data * 0
+        b.data = np.where(rng.random(b.data.size) < 0.5, a.data, rng.random(b.data.size))
+    else:
+        b = sp.random(n, v, density=0.5, random_state=rng, format="csr")
+    got = fastgram.symmetric_product(
+        a, b, dtype=np.float64, block_rows=block, dense_fraction=fraction
+    )
+    x = a.toarray() @ b.toarray().T
+    np.testing.assert_allclose(got, (x + x.T) / 2.0, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 333])
+def test_mirror_upper_copies_the_upper_triangle(
+    n: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fastgram, "COMPILED_FROM_ROWS", 0 if compiled else 1 << 40)
+    m = np.random.default_rng(n).normal(size=(n, n))
+    got = fastgram.mirror_upper(m.copy())
+    up = np.triu(m)
+    np.testing.assert_array_equal(got, up + np.triu(m, 1).T)
