@@ -16,6 +16,11 @@ the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound
 :class:`ProductPlan`). The dense block runs in float32 by default: every entry of ``BC`` is a sum
 of non-negative terms bounded by 1, so float32 accumulation errs by at most a few 1e-7 per entry,
 and the effect on stress stays below 1e-6 (tests/test_fastgram.py measures it).
+
+The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
+computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),
+two Grams of which only the upper triangles are computed: at n = 4,096 of the long benchmark
+corpus 2.3 s against 4.7 s (float64 block) and 1.7-2.1 s against 3.9 s (float32), same process.
 """
 
 from __future__ import annotations
