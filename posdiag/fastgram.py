@@ -360,14 +360,13 @@ def _upper_gram(
         # The diagonal tile as a block times its own transpose, which numpy hands to BLAS syrk
         # (half the flops; 0.053 s against 0.076 s for a 1,024-row float32 tile at k = 6,809),
         # the rest of the block row by gemm.
-        if rows is None:
-            target = out[lo:hi]
-        else:
-            target = np.empty((hi - lo, m - lo), dtype=np.float64)
-        target[:, lo if rows is None else 0 :][:, : hi - lo] = xd[lo:hi] @ xd[lo:hi].T
-        if hi < m:
-            target[:, (hi if rows is None else hi - lo) :] = xd[lo:hi] @ xd[hi:].T
+        # Column c of target is output column c + col0 (out's own block row, or a compact
+        # block subtracted from out[rows][:, rows] below).
         col0 = 0 if rows is None else lo
+        target = out[lo:hi] if rows is None else np.empty((hi - lo, m - lo), dtype=np.float64)
+        target[:, lo - col0 : hi - col0] = xd[lo:hi] @ xd[lo:hi].T
+        if hi < m:
+            target[:, hi - col0 :] = xd[lo:hi] @ xd[hi:].T
         kernel(xs.indptr, xs.indices, xs.data, slot, lo, hi, t_ptr, t_idx, t_val, target, col0)
         if rows is not None:
             out[rows[lo:hi, None], rows[None, lo:]] -= target
