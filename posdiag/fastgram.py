@@ -384,7 +384,8 @@ def _transpose_slots(
     np.cumsum(counts, out=ptr[1:])
     idx = np.empty(ptr[-1], dtype=np.int32)
     val = np.empty(ptr[-1], dtype=np.float64)
-    slot = np.empty(xs.indices.size, dtype=np.int64)
+    # int32 while the lists fit (49 M rare entries at n = 16,384: 0.2 GB less than int64).
+    slot = np.empty(xs.indices.size, dtype=np.int32 if ptr[-1] < 2**31 else np.int64)
     _upper_kernels()["slots"](indptr, xs.indices, xs.data, ptr[:-1].copy(), idx, val, slot)
     return ptr, idx, val, slot
 
@@ -462,7 +463,7 @@ def _upper_kernels() -> dict[str, Callable[..., None]]:
             one_idx = np.zeros(1, np.int32)
             one = np.ones(1)
             o = np.zeros((1, 1))
-            upper(one_ptr, one_idx, one, np.zeros(1, np.int64), 0, 1, one_ptr, one_idx, one, o, 0)
+            upper(one_ptr, one_idx, one, np.zeros(1, np.int32), 0, 1, one_ptr, one_idx, one, o, 0)
             prefetching = o[0, 0] == 1.0
         except Exception:  # an LLVM without the intrinsic: the kernel without prefetch
             prefetching = False
