@@ -175,7 +175,7 @@ def test_corpus_rows_say_which_positions_no_sequence_reaches() -> None:
 
 
 def test_equal_spearman_of_encodings_monotone_in_the_lag_as_the_legend_says() -> None:
-    # alibi (|i-j|) and alibi-kernel (sqrt|i-j|-like) only grow with the lag: the same order of
+    # alibi (|i-j|) and alibi-kernel (sqrt(|i-j|)) only grow with the lag: the same order of
     # pairs, so the same Spearman to the last digit; rope's distance is not monotone in |i-j|.
     path = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt"
     counted = corpus_counts_sharded(str(path), shards=0, seed=0, max_len=64)
