@@ -315,3 +315,51 @@ def test_paths_and_block_sizes_give_identical_results(
             assert got.spearman == want.spearman
             assert got.stress == pytest.approx(want.stress, rel=1e-12)
             assert got.kruskal == pytest.approx(want.kruskal, rel=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("bucket_size", "max_buckets", "buffer"), [(64, 1 << 20, 4), (1 << 20, 256, 1 << 16)]
+)
+def test_bucket_layout_does_not_change_scores(
+    medium: tuple[np.ndarray, np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+    bucket_size: int,
+    max_buckets: int,
+    buffer: int,
+) -> None:
+    # Many small buckets with tiny thread buffers (every bucket gets its own), or one crowded
+    # bucket range: the same exact integers, so the same floats.
+    d, b = medium
+    rng = np.random.default_rng(9)
+    vectors = [np.round(rng.standard_normal((600, 3)), 1), rng.standard_normal((600, 20))]
+    side = corpus_side(d, b)
+    want = [score_vectors(side, b, p) for p in vectors]
+    monkeypatch.setattr(fastscore, "SORT_BUCKET_SIZE", bucket_size)
+    monkeypatch.setattr(fastscore, "SORT_MAX_BUCKETS", max_buckets)
+    monkeypatch.setattr(fastscore, "SORT_BUFFER", buffer)
+    other = corpus_side(d, b)
+    np.testing.assert_array_equal(other.rank2, side.rank2)
+    assert other.rank_ss2 == side.rank_ss2
+    for p, w in zip(vectors, want, strict=True):
+        assert score_vectors(other, b, p) == w
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 40).flatmap(
+        lambda n: st.lists(
+            st.lists(
+                st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False),
+                min_size=n,
+                max_size=n,
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
+)
+def test_diameter_bound_is_above_every_distance(rows: list[list[float]]) -> None:
+    p = np.array(rows)
+    bound = fastscore._diameter_bound(p)
+    # Up to rounding: a distance a few ulps above the bound only lands in the top bucket.
+    assert pdist(p).max(initial=0.0) <= bound * (1 + 1e-12) + 1e-300
