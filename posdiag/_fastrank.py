@@ -544,6 +544,82 @@ def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
     return True
 
 
+# Digit of the in-place sort of buckets larger than the thread buffers.
+FLAG_BITS = 8
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_in_place(keys, vals, lo, hi):
+    """Sort ``keys[lo:hi]`` (float64 bit patterns, replaced by their order keys) with the
+    payloads ``vals`` in place and no memory beyond the digit counts: an MSD radix sort whose
+    passes permute by cycles (American flag sort) on :data:`FLAG_BITS` of ``key - min`` at a
+    time, from the top of the range's span; ranges of :data:`SMALL` keys by insertion. Not
+    stable (tie groups are walked as a whole)."""
+    for q in range(lo, hi):
+        keys[q] = _order_key(keys[q])
+    nb_max = 1 << FLAG_BITS
+    counts = np.empty(nb_max, np.int64)
+    heads = np.empty(nb_max, np.int64)
+    ends = np.empty(nb_max, np.int64)
+    # Depth-first: at most nb_max - 1 ranges wait per level, 64 / FLAG_BITS + 1 levels.
+    stack = np.empty((nb_max * (64 // FLAG_BITS + 2), 2), np.int64)
+    top = 0
+    stack[0, 0] = lo
+    stack[0, 1] = hi
+    top = 1
+    while top:
+        top -= 1
+        a = stack[top, 0]
+        e = stack[top, 1]
+        if e - a <= SMALL:
+            _insertion(keys, vals, a, e)
+            continue
+        kmin = keys[a]
+        kmax = kmin
+        for q in range(a + 1, e):
+            kmin = min(kmin, keys[q])
+            kmax = max(kmax, keys[q])
+        if kmin == kmax:
+            continue
+        span = kmax - kmin
+        width = 0
+        while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
+            width += 1
+        digit = min(FLAG_BITS, width)
+        shift = np.uint64(width - digit)
+        nb = 1 << digit
+        for b in range(nb):
+            counts[b] = 0
+        for q in range(a, e):
+            counts[np.intp((keys[q] - kmin) >> shift)] += 1
+        total = a
+        for b in range(nb):
+            heads[b] = total
+            total += counts[b]
+            ends[b] = total
+        for b in range(nb):
+            while heads[b] < ends[b]:
+                k = keys[heads[b]]
+                v = vals[heads[b]]
+                d = np.intp((k - kmin) >> shift)
+                while d != b:  # carry the key to its digit's next free place
+                    at = heads[d]
+                    heads[d] = at + 1
+                    k, keys[at] = keys[at], k
+                    v, vals[at] = vals[at], v
+                    d = np.intp((k - kmin) >> shift)
+                keys[heads[b]] = k
+                vals[heads[b]] = v
+                heads[b] += 1
+        start = a
+        for b in range(nb):
+            if ends[b] - start > 1:
+                stack[top, 0] = start
+                stack[top, 1] = ends[b]
+                top += 1
+            start = ends[b]
+
+
 @numba.njit(cache=True, nogil=True)
 def _walk_ranks(keys, payload, size, first, rank2, th, tl):
     """Tie groups of the sorted ``keys[:size]`` at places ``first + ...`` of the whole order:
@@ -610,7 +686,8 @@ def sort_buckets(
     indices and ``rank2`` gets twice the average ranks (:func:`_walk_ranks`); else ``vals``
     are the doubled corpus ranks and the cross sum is accumulated (:func:`_walk_cross`).
     Equal values share a bucket, so no tie group crosses one. Buffers hold ``cap`` pairs;
-    larger buckets get their own.
+    larger buckets are sorted in place (:func:`_sort_in_place`), so memory stays bounded
+    whatever the distribution of the values.
 
     Returns limbs ``(hi, lo, tie_hi, tie_lo)`` per thread, shape (threads, 4).
     """
@@ -634,15 +711,12 @@ def sort_buckets(
             size = starts[b + 1] - first
             if size == 0:
                 continue
-            bk, bv, tk, tv, hist = bk0, bv0, tk0, tv0, hist0
             if size > cap:
-                bk = np.empty(size, np.uint64)
-                bv = np.empty(size, np.uint32)
-                tk = np.empty(size, np.uint64)
-                tv = np.empty(size, np.uint32)
-                hist = np.empty(size << SUB_BITS, np.int64)
-            if _sort_bucket(src, vals, first, first + size, bk, bv, tk, tv, hist, bits):
-                sorted_keys, payload = bk, bv
+                # Too large for the buffers (a crowded value range): sorted where it lies.
+                _sort_in_place(src, vals, first, first + size)
+                sorted_keys, payload = src[first : first + size], vals[first : first + size]
+            elif _sort_bucket(src, vals, first, first + size, bk0, bv0, tk0, tv0, hist0, bits):
+                sorted_keys, payload = bk0, bv0
             else:
                 sorted_keys, payload = equal, vals[first : first + size]
             if ranks:

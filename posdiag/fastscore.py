@@ -71,11 +71,12 @@ DIRECT_MAX_DIM = 16
 # The sort of n(n-1)/2 pair values (_fastrank): one scatter into buckets of equal width in
 # value, about SORT_BUCKET_SIZE pairs each, then each bucket is sorted in a buffer of its
 # thread (in cache) and its tie groups walked there. A thread's buffers hold up to SORT_BUFFER
-# pairs (56 B each: keys, payloads, scratch, 4 sub-bucket counts); a larger bucket (a crowded
-# value range) gets buffers of its own. Single thread, n = 8,192 (33.5 M pairs): 2,048 / 8,192 /
-# 16,384 buckets took 0.30 / 0.35 / 0.39 s to scatter and 0.43 / 0.39 / 0.38 s to sort an
-# encoding (corpus side 0.88 / 0.64 / 0.64 s: its value range is crowded); 2,048 or 4,096
-# pairs a bucket at n = 4,096 within noise.
+# pairs (56 B each: keys, payloads, scratch, 4 sub-bucket counts: 3.7 MB); a larger bucket (a
+# crowded value range, e.g. below one outlier) is sorted in place, so no distribution of the
+# values costs memory beyond the scattered pairs.
+# Single thread, n = 8,192 (33.5 M pairs): 2,048 / 8,192 / 16,384 buckets took 0.30 / 0.35 /
+# 0.39 s to scatter and 0.43 / 0.39 / 0.38 s to sort an encoding (corpus side 0.88 / 0.64 /
+# 0.64 s: its value range is crowded); 2,048 or 4,096 pairs a bucket at n = 4,096 within noise.
 SORT_BUCKET_SIZE = 4096
 SORT_MAX_BUCKETS = 16384
 SORT_BUFFER = 1 << 16

@@ -189,6 +189,17 @@ def test_bucket_ranks_infinite_huge_and_constant(special: list[float]) -> None:
         assert ties == tie_sum(x)
 
 
+def test_an_outlier_crowds_one_bucket_sorted_in_place() -> None:
+    # Equal widths in value put all but the outlier in bucket 0, above the buffer size: that
+    # bucket is sorted where it lies (radix by cycles), with no buffer of its size.
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.uniform(0.0, 1.0, 20000), rng.integers(0, 9, 3000) / 8, [1e12]])
+    rng.shuffle(x)
+    rank2, ties, _ = kernel_ranks(x, 256, 2, 8, 1024)
+    np.testing.assert_array_equal(rank2, 2 * stats.rankdata(x))
+    assert ties == tie_sum(x)
+
+
 def test_bucket_ranks_of_all_equal_values() -> None:
     x = np.full(5000, 0.5)
     rank2, ties, _ = kernel_ranks(x, 16, 2, 8, 64)
