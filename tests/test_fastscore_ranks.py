@@ -345,8 +345,9 @@ def test_bucket_layout_does_not_change_scores(
     vectors = [np.round(rng.standard_normal((600, 3)), 1), rng.standard_normal((600, 20))]
     side = corpus_side(d, b)
     want = [score_vectors(side, b, p) for p in vectors]
-    monkeypatch.setattr(fastscore, "SORT_BUCKET_SIZE", bucket_size)
-    monkeypatch.setattr(fastscore, "SORT_MAX_BUCKETS", max_buckets)
+    for side_name in ("SORT", "CORPUS"):
+        monkeypatch.setattr(fastscore, f"{side_name}_BUCKET_SIZE", bucket_size)
+        monkeypatch.setattr(fastscore, f"{side_name}_MAX_BUCKETS", max_buckets)
     monkeypatch.setattr(fastscore, "SORT_BUFFER", buffer)
     other = corpus_side(d, b)
     np.testing.assert_array_equal(other.rank2, side.rank2)
