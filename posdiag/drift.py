@@ -44,7 +44,7 @@ from .counts import (
 )
 from .errors import PosdiagError
 from .estimator import DEFAULT_ESTIMATOR, restrict
-from .geometry import MDS, classical_mds, gram_from_vectors, reached_rank
+from .geometry import MDS, _fix_signs, classical_mds, gram_from_vectors, reached_rank
 from .reading import Reading
 
 __all__ = [
@@ -264,6 +264,27 @@ def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
     return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
 
 
+def _with_pairs(geo: CorpusGeometry, rank: int) -> CorpusGeometry:
+    """``geo`` with at least ``rank`` eigenpairs: a partial spectrum's top pairs grown by the
+    warm-started partial solver (the same Krylov space), a complete one unchanged."""
+    mds = geo.mds
+    if mds.total is None or mds.eigenvalues.size >= rank:
+        return geo
+    from .spectral import FULL_EIGH_MAX, partial_spectrum  # read when called, as mds_of_gram
+
+    spec = partial_spectrum(
+        mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=FULL_EIGH_MAX
+    )
+    grown = MDS(
+        eigenvalues=spec.eigenvalues,
+        vectors=_fix_signs(spec.vectors),
+        gram=mds.gram,
+        total=spec.total,
+        bottom=mds.bottom,
+    )
+    return replace(geo, mds=grown)
+
+
 @dataclass(frozen=True)
 class RankChange:
     """One encoding's stress and rank (1 = best) on A and on B, on the common positions."""
@@ -412,6 +433,9 @@ def corpus_drift(
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
+        # A partial spectrum (long contexts) holds the top pairs only: grow it to the rank asked
+        # for, so its optimum and coordinates are exact rather than refused.
+        pa, pb = _with_pairs(pa, rank), _with_pairs(pb, rank)
     ra = rank if rank is not None else _default_rank(pa.mds, tolerance)
     rb = rank if rank is not None else _default_rank(pb.mds, tolerance)
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))

@@ -259,7 +259,7 @@ def expected_thinning_bc(
     n : int, optional
         Positions used (default all rows).
     dtype : numpy float type
-        Precision of the product's dense BLAS block (:func:`posdiag.fastgram.cross_product`);
+        Precision of the product's dense BLAS block (:func:`posdiag.fastgram.symmetric_product`);
         float64 for the headline, float32 where the result only feeds noise bounds and
         held-out scores (tests/test_longctx_paths.py bounds the effect below 1e-6).
 

@@ -16,6 +16,11 @@ the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound
 :class:`ProductPlan`). The dense block runs in float32 by default: every entry of ``BC`` is a sum
 of non-negative terms bounded by 1, so float32 accumulation errs by at most a few 1e-7 per entry,
 and the effect on stress stays below 1e-6 (tests/test_fastgram.py measures it).
+
+The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
+computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),
+two Grams of which only the upper triangles are computed: at n = 4,096 of the long benchmark
+corpus 2.3 s against 4.7 s (float64 block) and 1.7-2.1 s against 3.9 s (float32), same process.
 """
 
 from __future__ import annotations
@@ -355,14 +360,13 @@ def _upper_gram(
         # The diagonal tile as a block times its own transpose, which numpy hands to BLAS syrk
         # (half the flops; 0.053 s against 0.076 s for a 1,024-row float32 tile at k = 6,809),
         # the rest of the block row by gemm.
-        if rows is None:
-            target = out[lo:hi]
-        else:
-            target = np.empty((hi - lo, m - lo), dtype=np.float64)
-        target[:, lo if rows is None else 0 :][:, : hi - lo] = xd[lo:hi] @ xd[lo:hi].T
-        if hi < m:
-            target[:, (hi if rows is None else hi - lo) :] = xd[lo:hi] @ xd[hi:].T
+        # Column c of target is output column c + col0 (out's own block row, or a compact
+        # block subtracted from out[rows][:, rows] below).
         col0 = 0 if rows is None else lo
+        target = out[lo:hi] if rows is None else np.empty((hi - lo, m - lo), dtype=np.float64)
+        target[:, lo - col0 : hi - col0] = xd[lo:hi] @ xd[lo:hi].T
+        if hi < m:
+            target[:, hi - col0 :] = xd[lo:hi] @ xd[hi:].T
         kernel(xs.indptr, xs.indices, xs.data, slot, lo, hi, t_ptr, t_idx, t_val, target, col0)
         if rows is not None:
             out[rows[lo:hi, None], rows[None, lo:]] -= target
@@ -380,7 +384,8 @@ def _transpose_slots(
     np.cumsum(counts, out=ptr[1:])
     idx = np.empty(ptr[-1], dtype=np.int32)
     val = np.empty(ptr[-1], dtype=np.float64)
-    slot = np.empty(xs.indices.size, dtype=np.int64)
+    # int32 while the lists fit (49 M rare entries at n = 16,384: 0.2 GB less than int64).
+    slot = np.empty(xs.indices.size, dtype=np.int32 if ptr[-1] < 2**31 else np.int64)
     _upper_kernels()["slots"](indptr, xs.indices, xs.data, ptr[:-1].copy(), idx, val, slot)
     return ptr, idx, val, slot
 
@@ -458,7 +463,7 @@ def _upper_kernels() -> dict[str, Callable[..., None]]:
             one_idx = np.zeros(1, np.int32)
             one = np.ones(1)
             o = np.zeros((1, 1))
-            upper(one_ptr, one_idx, one, np.zeros(1, np.int64), 0, 1, one_ptr, one_idx, one, o, 0)
+            upper(one_ptr, one_idx, one, np.zeros(1, np.int32), 0, 1, one_ptr, one_idx, one, o, 0)
             prefetching = o[0, 0] == 1.0
         except Exception:  # an LLVM without the intrinsic: the kernel without prefetch
             prefetching = False

@@ -32,6 +32,7 @@ from posdiag._permnull import permuted_kl, shuffle_segments, shuffled_null
 from posdiag.analysis import corpus_geometry, diagnose, score_encodings
 from posdiag.counts import Counts, save_counts
 from posdiag.drift import corpus_drift
+from posdiag.errors import PosdiagError
 from posdiag.gate import build_config, run_gate
 from posdiag.geometry import gram_from_vectors, positional_information, reached_rank
 from posdiag.inspect import _figures, _table_eigenvalues
@@ -300,3 +301,22 @@ def test_check_rank_rules_settled_by_the_headline_spectrum_grow_nothing(
     report = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
     assert grown == []
     assert [(r.figure, r.passed) for r in report.results] == [(5.0, False), (21.0, True)]
+
+
+def test_diff_rank_beyond_the_computed_pairs_grows_the_partial_spectrum(
+    corpus_a: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = Counts(zipf_counts(160, 1500, 700, seed=12), {"source": "b"})
+    full = corpus_drift(corpus_a, b, min_count=1, rank=140)
+    _partial(monkeypatch)
+    computed = corpus_geometry(b, 1, plain=False).mds.eigenvalues.size
+    assert computed < 140  # the headline's pairs stop short of the rank asked for
+    part = corpus_drift(corpus_a, b, min_count=1, rank=140)
+    assert (part.rank_a, part.rank_b) == (140, 140)
+    for key in ("b_optimum", "a_optimum"):
+        assert getattr(part, key) == pytest.approx(getattr(full, key), abs=1e-7)
+    for key in ("a_on_b", "b_on_a"):
+        assert getattr(part, key) == pytest.approx(getattr(full, key), abs=1e-6)
+    # Still refused beyond n - 1, with the n - 1 bound in the message.
+    with pytest.raises(PosdiagError, match=r"'rank' must be an int in \[1, n-1=159\]; got 160"):
+        corpus_drift(corpus_a, b, min_count=1, rank=160)

@@ -77,7 +77,8 @@ def test_every_column_of_the_stress_report_is_explained(report) -> None:  # type
     flat = " ".join(buf.getvalue().split())
     assert (
         "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the "
-        "distances; params: trained parameters (0: a fixed formula)" in flat
+        "distances (one value for every encoding whose distance only grows with |i-j|: they "
+        "order the pairs alike); params: trained parameters (0: a fixed formula)" in flat
     )
     # The spectrum's tail is in-sample; the table's mds-r rows are held-out: two names, one
     # sentence on why they differ (the same label on both read as a contradiction).
@@ -171,3 +172,14 @@ def test_corpus_rows_say_which_positions_no_sequence_reaches() -> None:
     assert none["unreached positions"] == "5..11 (7): no sequence reaches them"
     padded = dict(summary_rows(dataclasses.replace(base, support_unit="real tokens")))
     assert padded["unreached positions"] == "7..11 (5): no real token is at them"
+
+
+def test_equal_spearman_of_encodings_monotone_in_the_lag_as_the_legend_says() -> None:
+    # alibi (|i-j|) and alibi-kernel (sqrt(|i-j|)) only grow with the lag: the same order of
+    # pairs, so the same Spearman to the last digit; rope's distance is not monotone in |i-j|.
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt"
+    counted = corpus_counts_sharded(str(path), shards=0, seed=0, max_len=64)
+    rep = stress_report(counted, min_count=100, details=False)
+    by = {s.name: s.spearman for s in rep.encodings}
+    assert by["alibi"] == by["alibi-kernel"]
+    assert by["rope"] != by["alibi"]

@@ -99,8 +99,9 @@ def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Colum
 
 # A new reader meets these columns without the docs open; say what each is once.
 COLUMNS_LEGEND = (
-    "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the distances; "
-    "params: trained parameters (0: a fixed formula)"
+    "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the distances "
+    "(one value for every encoding whose distance only grows with |i-j|: they order the pairs "
+    "alike); params: trained parameters (0: a fixed formula)"
 )
 # The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
 SPECTRUM_STRESS = "in-sample stress"
