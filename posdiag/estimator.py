@@ -271,7 +271,7 @@ def expected_thinning_bc(
     """
     c = sp.csr_matrix(counts)
     n = c.shape[0] if n is None else n
-    c = sp.csr_matrix(c[:n], dtype=np.int64)
+    c = sp.csr_matrix(_first_rows(c, n), dtype=np.int64)
     c.sum_duplicates()
     supports = np.asarray(c.sum(axis=1)).ravel()
     if np.any(supports < 2):
@@ -444,10 +444,20 @@ def thinned_halves(
     return out
 
 
+def _first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
+    """Rows ``0..n-1`` of ``c``: ``c`` itself when that is all of it and in canonical format
+    (so the callers' in-place ``sum_duplicates`` and ``sort_indices`` leave it as it is), else
+    a copy (slicing copies every row: 0.1 s per call at n = 4,096)."""
+    if n == c.shape[0] and c.has_canonical_format:
+        return c
+    return sp.csr_matrix(c[:n])
+
+
 def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
     """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
     has the 2 tokens its own inner thinning needs."""
-    supports = np.asarray(counts[:n].sum(axis=1)).ravel()
+    # Row sums of all rows, then the first n: no copy of the rows (0.2-0.3 s at n = 4,096).
+    supports = np.asarray(counts.sum(axis=1)).ravel()[:n]
     if np.any(supports < 4):
         i = int(np.flatnonzero(supports < 4)[0])
         raise PosdiagError(
@@ -676,7 +686,7 @@ def _outer_splits(
             # Thinning: one random split into P and Q (it must be a real draw: held out means
             # independent), each cross-fitted by its exact average over every inner thinning.
             _check_thinnable(c, n)
-            sources = [("thinning", h) for h in draw_half(c[:n], rng)]
+            sources = [("thinning", h) for h in draw_half(_first_rows(c, n), rng)]
         yield sources
 
 
