@@ -181,9 +181,9 @@ def test_check_scores_a_fixed_encoding_without_plugin_or_split_halves(
     corpus_a: Counts, plugin_calls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     halves: list[int] = []
-    real = analysis.split_half_grams
+    real = analysis.split_half_summary
     monkeypatch.setattr(
-        analysis, "split_half_grams", lambda *a, **k: halves.append(1) or real(*a, **k)
+        analysis, "split_half_summary", lambda *a, **k: halves.append(1) or real(*a, **k)
     )
     cfg = build_config(encodings=["rope"], max_stress=[0.9])
     report = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
