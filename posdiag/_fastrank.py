@@ -1,4 +1,4 @@
-"""Compiled kernels of :mod:`posdiag.fastscore`: pair distances, radix sort, exact rank sums.
+"""Compiled kernels of :mod:`posdiag.fastscore`: pair distances, bucket sort, exact rank sums.
 
 Imported only when a score needs them (``n(n-1)/2`` above ``fastscore.COMPILED_FROM_PAIRS``):
 numba's import and the kernels' first compilation cost about a second, which the bundled corpus
@@ -20,13 +20,18 @@ __all__ = [
     "LIMB_BITS",
     "STRIPES",
     "block_distances",
-    "bucket_sort",
+    "bucket_offsets",
+    "corpus_scan",
     "diagonal_sums",
-    "direct_distances",
-    "rank_groups",
+    "flat_hist",
+    "flat_range",
+    "flat_scatter",
     "rank_lag_sums",
-    "spearman_groups",
-    "upper_values",
+    "sort_buckets",
+    "square_hist",
+    "square_scatter",
+    "vector_scan",
+    "vector_scatter",
 ]
 
 # Two int64 limbs hold value = hi * 2^31 + lo with 0 <= lo < 2^31 after each addition.
@@ -58,72 +63,6 @@ def _order_key(bits: np.uint64) -> np.uint64:
     if bits & _SIGN:
         return ~bits
     return bits | _SIGN
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _upper_row(d, start, out, row_sq, i):
-    n = d.shape[0]
-    acc = 0.0
-    base = start[i] - i - 1
-    for j in range(i + 1, n):
-        v = d[i, j]
-        out[base + j] = v
-        acc += v * v
-    row_sq[i] = acc
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def upper_values(d: np.ndarray, start: np.ndarray, out: np.ndarray, row_sq: np.ndarray) -> None:
-    """Copy the upper triangle ``(i, j > i)`` of a square matrix into ``out``, row-major;
-    ``row_sq[i] = sum_j d[i, j]^2`` over ``j > i``. Rows ``k`` and ``n - 1 - k`` go to the same
-    task so every task has about ``n`` entries."""
-    n = d.shape[0]
-    for k in numba.prange((n + 1) // 2):
-        _upper_row(d, start, out, row_sq, k)
-        if n - 1 - k != k:
-            _upper_row(d, start, out, row_sq, n - 1 - k)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _direct_row(p, d_h, b_h, start, out, rows, i):
-    n, dim = p.shape
-    he = 0.0
-    ee = 0.0
-    be = 0.0
-    base = start[i] - i - 1
-    for j in range(i + 1, n):
-        acc = 0.0
-        for c in range(dim):
-            diff = p[i, c] - p[j, c]
-            acc += diff * diff
-        dist = np.sqrt(acc)
-        out[base + j] = dist
-        he += d_h[i, j] * dist
-        ee += acc
-        be += b_h[i, j] * acc
-    rows[0, i] = he
-    rows[1, i] = ee
-    rows[2, i] = be
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def direct_distances(
-    p: np.ndarray,
-    d_h: np.ndarray,
-    b_h: np.ndarray,
-    start: np.ndarray,
-    out: np.ndarray,
-    rows: np.ndarray,
-) -> None:
-    """``out[pair(i, j)] = ||p_i - p_j||`` for ``i < j`` (summed coordinate by coordinate, as
-    ``scipy.spatial.distance.pdist``), and per row ``i`` over ``j > i``: ``rows[0, i] = sum
-    d_H d_E``, ``rows[1, i] = sum d_E^2``, ``rows[2, i] = sum B_H d_E^2``.
-    Rows ``k`` and ``n - 1 - k`` go to the same task (balanced work)."""
-    n = p.shape[0]
-    for k in numba.prange((n + 1) // 2):
-        _direct_row(p, d_h, b_h, start, out, rows, k)
-        if n - 1 - k != k:
-            _direct_row(p, d_h, b_h, start, out, rows, n - 1 - k)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -231,144 +170,490 @@ def _lsd_segment(keys, vals, keys_tmp, vals_tmp, lo, hi, bits):  # sorts [lo, hi
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _bucket(x: float, vmin: float, scale: float, top: int) -> int:
-    """Monotone in ``x`` (a subtraction and a product by constants round monotonically);
-    one bucket for all when the range is 0 or infinite (``scale = 0``: inf * 0 would be NaN)."""
+    """Monotone in ``x`` (a subtraction and a product by constants round monotonically; the
+    clamps put values past a bound in the end buckets); one bucket for all when ``scale = 0``
+    (a range of 0 or infinite: callers pass 0 rather than a scale that makes inf * 0)."""
     if scale == 0.0:
         return 0
-    return min(top, int((x - vmin) * scale))
+    y = (x - vmin) * scale  # x is never NaN (callers count NaN values apart)
+    if y < 1.0:
+        return 0
+    if y < top:
+        return int(y)
+    return top  # also y = inf: int(inf) is undefined
+
+
+# The pairs i < j enter the sort from one of three sources: the upper triangle of a square
+# matrix (d_H), distances between position vectors computed on the fly (never stored), or a
+# flat array in pair order (distances of wide tables from BLAS blocks). Each is read twice:
+# once to count the pairs per bucket (one histogram row per part of the work), once to
+# scatter (value, payload) to the bucket ranges. Square and vector sources split the rows
+# into parts of balanced work (rows k and n - 1 - k together).
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def bucket_sort(
-    values: np.ndarray,
-    bits_of: np.ndarray,
-    vals: np.ndarray,
-    keys_out: np.ndarray,
-    vals_out: np.ndarray,
-    vals_tmp: np.ndarray,
-    buckets: int,
-    digit_bits: int,
-    threads: int,
-) -> int:
-    """Sort float64 ``values`` (``bits_of`` = their uint64 view) carrying uint32 ``vals`` (or,
-    when ``vals`` is empty, each value's index): ``keys_out`` gets the order keys ascending,
-    ``vals_out`` the payloads in that order.
+def corpus_scan(d: np.ndarray, lags: np.ndarray, row_sq: np.ndarray) -> tuple[float, float, int]:
+    """One pass over the upper triangle of ``d`` (n, n): ``lags[l] = sum_i d[i, i + l]``
+    (``l >= 1``; :func:`diagonal_sums` with ``upper_only``, same stripes and order),
+    ``row_sq[i] = sum_{j > i} d[i, j]^2``, and (min, max, NaN count) of the values."""
+    n = d.shape[0]
+    acc = np.zeros((STRIPES, n))
+    lows = np.full(STRIPES, np.inf)
+    highs = np.full(STRIPES, -np.inf)
+    nans = np.zeros(STRIPES, np.int64)
+    for t in numba.prange(STRIPES):
+        a = np.inf
+        b = -np.inf
+        nan = 0
+        for i in range(t, n, STRIPES):
+            rs = 0.0
+            for j in range(i + 1, n):
+                v = d[i, j]
+                acc[t, j - i] += v
+                rs += v * v
+                if v != v:
+                    nan += 1
+                else:
+                    a = min(a, v)
+                    b = max(b, v)
+            row_sq[i] = rs
+        lows[t] = a
+        highs[t] = b
+        nans[t] = nan
+    for lag in range(n):
+        lags[lag] = 0.0
+    for t in range(STRIPES):
+        for lag in range(n):
+            lags[lag] += acc[t, lag]
+    return lows.min(), highs.max(), int(nans.sum())
 
-    One parallel scatter into ``buckets`` ranges of equal width in *value* (a monotone map, so
-    equal values share a bucket and buckets are ordered), then each bucket, small enough to
-    stay in cache, is radix-sorted on the few bits its keys still differ in
-    (:func:`_lsd_segment`, with ``bits_of``/``vals_tmp`` as scratch: ``values`` is destroyed).
-    Stable. Returns the NaN count; nothing is sorted when it is not 0.
-    """
-    m = values.size
-    with_vals = vals.size == m
-    threads = max(1, min(threads, m))
-    chunk = (m + threads - 1) // threads
-    lows = np.empty(threads)
-    highs = np.empty(threads)
-    nans = np.zeros(threads, np.int64)
-    for t in numba.prange(threads):
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _part_rows(t: int, parts: int, n: int) -> tuple[int, int]:
+    """Part ``t`` of ``parts`` takes ``k`` in the returned range, and rows ``k``, ``n - 1 - k``."""
+    half = (n + 1) // 2
+    chunk = (half + parts - 1) // parts
+    return t * chunk, min(half, (t + 1) * chunk)
+
+
+@numba.njit(cache=True, nogil=True)
+def _square_part(d, t, parts, vmin, scale, h, start, keys, idx):
+    # Counts into h (keys empty) or scatters to the places h holds (keys of size m).
+    n = d.shape[0]
+    top = h.size - 1
+    k0, k1 = _part_rows(t, parts, n)
+    scatter = keys.size > 0
+    for k in range(k0, k1):
+        for rep in range(1 if n - 1 - k == k else 2):
+            i = k if rep == 0 else n - 1 - k
+            base = start[i] - i - 1
+            for j in range(i + 1, n):
+                v = d[i, j]
+                b = _bucket(v, vmin, scale, top)
+                if scatter:
+                    at = h[b]
+                    h[b] = at + 1
+                    keys[at] = v
+                    idx[at] = base + j
+                else:
+                    h[b] += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def square_hist(
+    d: np.ndarray, start: np.ndarray, vmin: float, scale: float, hist: np.ndarray
+) -> None:
+    """``hist[t, b]`` = pairs of part ``t`` in bucket ``b`` (upper triangle of ``d``)."""
+    parts = hist.shape[0]
+    none = np.empty(0)
+    no_idx = np.empty(0, np.uint32)
+    for t in numba.prange(parts):
+        _square_part(d, t, parts, vmin, scale, hist[t], start, none, no_idx)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def square_scatter(
+    d: np.ndarray,
+    start: np.ndarray,
+    vmin: float,
+    scale: float,
+    pos: np.ndarray,
+    keys: np.ndarray,
+    idx: np.ndarray,
+) -> None:
+    """Write each pair's value to ``keys`` and its index (row-major upper triangle) to
+    ``idx`` at the next free place of its bucket (``pos`` from :func:`bucket_offsets`)."""
+    parts = pos.shape[0]
+    for t in numba.prange(parts):
+        _square_part(d, t, parts, vmin, scale, pos[t], start, keys, idx)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _distance(p: np.ndarray, i: int, j: int) -> tuple[float, float]:
+    """(``||p_i - p_j||``, its square), summed coordinate by coordinate as ``pdist``."""
+    acc = 0.0
+    for c in range(p.shape[1]):
+        diff = p[i, c] - p[j, c]
+        acc += diff * diff
+    return np.sqrt(acc), acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _vector_scan_part(p, d_h, b_h, rows, scale, h, t, parts):
+    n = p.shape[0]
+    top = h.size - 1
+    nan = 0
+    k0, k1 = _part_rows(t, parts, n)
+    for k in range(k0, k1):
+        for rep in range(1 if n - 1 - k == k else 2):
+            i = k if rep == 0 else n - 1 - k
+            he = 0.0
+            ee = 0.0
+            be = 0.0
+            for j in range(i + 1, n):
+                dist, sq = _distance(p, i, j)
+                he += d_h[i, j] * dist
+                ee += sq
+                be += b_h[i, j] * sq
+                if dist != dist:
+                    nan += 1
+                else:
+                    h[_bucket(dist, 0.0, scale, top)] += 1
+            rows[0, i] = he
+            rows[1, i] = ee
+            rows[2, i] = be
+    return nan
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def vector_scan(
+    p: np.ndarray,
+    d_h: np.ndarray,
+    b_h: np.ndarray,
+    rows: np.ndarray,
+    scale: float,
+    hist: np.ndarray,
+) -> int:
+    """For position vectors ``p`` (n, dim) and every row ``i`` over ``j > i``:
+    ``rows[0, i] = sum d_H d_E``, ``rows[1, i] = sum d_E^2``, ``rows[2, i] = sum B_H d_E^2``,
+    and the bucket counts of ``d_E`` (lower bound 0, ``scale`` from an upper bound) into
+    ``hist``. Returns the NaN count (then ``hist`` is incomplete)."""
+    parts = hist.shape[0]
+    nans = np.zeros(parts, np.int64)
+    for t in numba.prange(parts):
+        nans[t] = _vector_scan_part(p, d_h, b_h, rows, scale, hist[t], t, parts)
+    return int(nans.sum())
+
+
+@numba.njit(cache=True, nogil=True)
+def _vector_scatter_part(p, rank2, start, scale, row, keys, vals, t, parts):
+    n = p.shape[0]
+    top = row.size - 1
+    k0, k1 = _part_rows(t, parts, n)
+    for k in range(k0, k1):
+        for rep in range(1 if n - 1 - k == k else 2):
+            i = k if rep == 0 else n - 1 - k
+            base = start[i] - i - 1
+            for j in range(i + 1, n):
+                dist, _ = _distance(p, i, j)
+                b = _bucket(dist, 0.0, scale, top)
+                at = row[b]
+                row[b] = at + 1
+                keys[at] = dist
+                vals[at] = rank2[base + j]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def vector_scatter(
+    p: np.ndarray,
+    rank2: np.ndarray,
+    start: np.ndarray,
+    scale: float,
+    pos: np.ndarray,
+    keys: np.ndarray,
+    vals: np.ndarray,
+) -> None:
+    """Scatter ``(d_E, rank2[pair])`` of every pair to its bucket (as :func:`vector_scan`)."""
+    parts = pos.shape[0]
+    for t in numba.prange(parts):
+        _vector_scatter_part(p, rank2, start, scale, pos[t], keys, vals, t, parts)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def flat_range(x: np.ndarray, parts: int) -> tuple[float, float, int]:
+    """(min, max, NaN count) of ``x``."""
+    m = x.size
+    chunk = (m + parts - 1) // parts
+    lows = np.full(parts, np.inf)
+    highs = np.full(parts, -np.inf)
+    nans = np.zeros(parts, np.int64)
+    for t in numba.prange(parts):
         a = np.inf
         b = -np.inf
         nan = 0
         for q in range(t * chunk, min(m, (t + 1) * chunk)):
-            x = values[q]
-            if x != x:
+            v = x[q]
+            if v != v:
                 nan += 1
             else:
-                a = min(a, x)
-                b = max(b, x)
+                a = min(a, v)
+                b = max(b, v)
         lows[t] = a
         highs[t] = b
         nans[t] = nan
-    if nans.sum() or m == 0:
-        return int(nans.sum())
-    vmin = lows.min()
-    vmax = highs.max()
-    scale = buckets / (vmax - vmin) if vmax > vmin and np.isfinite(vmax - vmin) else 0.0
+    return lows.min(), highs.max(), int(nans.sum())
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def flat_hist(x: np.ndarray, vmin: float, scale: float, hist: np.ndarray) -> None:
+    """Bucket counts of ``x`` per part (contiguous chunks)."""
+    m = x.size
+    parts, buckets = hist.shape
     top = buckets - 1
-    hist = np.zeros((threads, buckets), np.int64)
-    for t in numba.prange(threads):
+    chunk = (m + parts - 1) // parts
+    for t in numba.prange(parts):
+        h = hist[t]
         for q in range(t * chunk, min(m, (t + 1) * chunk)):
-            hist[t, _bucket(values[q], vmin, scale, top)] += 1
+            h[_bucket(x[q], vmin, scale, top)] += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def flat_scatter(
+    x: np.ndarray,
+    payload: np.ndarray,
+    vmin: float,
+    scale: float,
+    pos: np.ndarray,
+    keys: np.ndarray,
+    vals: np.ndarray,
+) -> None:
+    """Scatter ``(x[q], payload[q])`` to the buckets (as :func:`flat_hist`); ``payload`` empty:
+    the index ``q`` itself."""
+    m = x.size
+    with_payload = payload.size == m
+    parts, buckets = pos.shape
+    top = buckets - 1
+    chunk = (m + parts - 1) // parts
+    for t in numba.prange(parts):
+        row = pos[t]
+        for q in range(t * chunk, min(m, (t + 1) * chunk)):
+            v = x[q]
+            b = _bucket(v, vmin, scale, top)
+            at = row[b]
+            row[b] = at + 1
+            keys[at] = v
+            vals[at] = payload[q] if with_payload else q
+
+
+@numba.njit(cache=True, nogil=True)
+def bucket_offsets(hist: np.ndarray) -> np.ndarray:
+    """Turn counts ``hist[t, b]`` into first write places (bucket-major, then part), in place;
+    returns the bucket starts, shape (buckets + 1,)."""
+    parts, buckets = hist.shape
     starts = np.empty(buckets + 1, np.int64)
     total = 0
     for b in range(buckets):
         starts[b] = total
-        for t in range(threads):
+        for t in range(parts):
             c = hist[t, b]
             hist[t, b] = total
             total += c
     starts[buckets] = total
-    for t in numba.prange(threads):
-        row = hist[t]
-        for q in range(t * chunk, min(m, (t + 1) * chunk)):
-            b = _bucket(values[q], vmin, scale, top)
-            at = row[b]
-            row[b] = at + 1
-            keys_out[at] = _order_key(bits_of[q])
-            vals_out[at] = vals[q] if with_vals else q
-    # Buckets interleaved over threads: crowded neighbouring buckets go to different threads.
-    for t in numba.prange(threads):
-        for b in range(t, buckets, threads):
-            _lsd_segment(
-                keys_out, vals_out, bits_of, vals_tmp, starts[b], starts[b + 1], digit_bits
-            )
-    return 0
+    return starts
+
+
+# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
+# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
+SMALL = 16
+SUB_BITS = 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insertion(keys, vals, lo, hi):  # stable, in place on [lo, hi)
+    for q in range(lo + 1, hi):
+        k = keys[q]
+        v = vals[q]
+        r = q - 1
+        while r >= lo and keys[r] > k:
+            keys[r + 1] = keys[r]
+            vals[r + 1] = vals[r]
+            r -= 1
+        keys[r + 1] = k
+        vals[r + 1] = v
 
 
 @numba.njit(cache=True, nogil=True)
-def rank_groups(keys: np.ndarray, idx: np.ndarray, rank2: np.ndarray) -> tuple[int, int]:
-    """Twice the average rank of each sorted key, written at its original place:
-    ``rank2[idx[q]] = start + end + 1`` of its tie group ``[start, end)``.
+def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
+    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals[lo:hi]``) into order
+    keys ``bk[:hi - lo]`` and payloads ``bv``. Returns False (writing nothing) when all keys
+    are equal.
 
-    Returns ``sum_groups t^3 - t`` (``t`` = group size) as limbs ``(hi, lo)``.
-    """
-    m = keys.size
-    hi = 0
-    lo = 0
+    One counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)``
+    sub-buckets (values within a bucket are close to uniform, so few sub-buckets hold two
+    keys), then one insertion sort over the whole range (it only moves keys within their
+    sub-bucket); when some sub-bucket is crowded, a radix sort of those
+    (:func:`_lsd_segment`, scratch ``tk``/``tv``) and insertion for the others. Stable."""
+    size = hi - lo
+    kmin = _order_key(src[lo])
+    kmax = kmin
+    for q in range(lo + 1, hi):
+        k = _order_key(src[q])
+        kmin = min(kmin, k)
+        kmax = max(kmax, k)
+    if kmin == kmax:
+        return False
+    span = kmax - kmin
+    width = 0
+    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
+        width += 1
+    sub = 0
+    while (2 << sub) <= size:  # 2^sub <= size
+        sub += 1
+    sub = min(sub + SUB_BITS, width)
+    shift = np.uint64(width - sub)
+    count = 1 << sub
+    for b in range(count):
+        hist[b] = 0
+    for q in range(lo, hi):
+        hist[np.intp((_order_key(src[q]) - kmin) >> shift)] += 1
+    total = 0
+    crowded = 0
+    for b in range(count):
+        c = hist[b]
+        hist[b] = total
+        total += c
+        crowded = max(crowded, c)
+    for q in range(lo, hi):
+        k = _order_key(src[q])
+        b = np.intp((k - kmin) >> shift)
+        at = hist[b]
+        hist[b] = at + 1
+        bk[at] = k
+        bv[at] = vals[q]
+    if crowded <= SMALL:
+        _insertion(bk, bv, 0, size)
+        return True
     s = 0
-    while s < m:
-        e = s + 1
-        k = keys[s]
-        while e < m and keys[e] == k:
-            e += 1
-        r = s + e + 1
+    for b in range(count):
+        e = hist[b]  # the end of sub-bucket b now
+        if e - s > SMALL:
+            _lsd_segment(bk, bv, tk, tv, s, e, bits)
+        elif e - s > 1:
+            _insertion(bk, bv, s, e)
+        s = e
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_ranks(keys, payload, size, first, rank2, th, tl):
+    """Tie groups of the sorted ``keys[:size]`` at places ``first + ...`` of the whole order:
+    ``rank2[payload] = start + end + 1`` (twice the average 1-based rank); ``t^3 - t`` added
+    to the limbs ``(th, tl)``. ``keys`` empty: all ``size`` keys are equal."""
+    s = 0
+    while s < size:
+        e = size
+        if keys.size:
+            k = keys[s]
+            e = s + 1
+            while e < size and keys[e] == k:
+                e += 1
+        r = 2 * first + s + e + 1
         for q in range(s, e):
-            rank2[idx[q]] = r
+            rank2[payload[q]] = r
         t = e - s
         if t > 1:
-            hi, lo = _mac(hi, lo, t, t * t - 1)
+            th, tl = _mac(th, tl, t, t * t - 1)
         s = e
-    return hi, lo
+    return th, tl
 
 
 @numba.njit(cache=True, nogil=True)
-def spearman_groups(keys: np.ndarray, rank2_h: np.ndarray) -> tuple[int, int, int, int]:
-    """For keys sorted with twice the corpus ranks ``rank2_h`` carried along:
-    ``sum_p c_E(p) c_H(p)`` with ``c = 2 rank - (m + 1)`` (centred doubled average ranks), and
-    ``sum_groups t^3 - t`` of the keys' ties, as limbs ``(hi, lo, tie_hi, tie_lo)``."""
-    m = keys.size
+def _walk_cross(keys, payload, size, first, m, hi, lo, th, tl):
+    """As :func:`_walk_ranks` with payloads the doubled corpus ranks: adds ``c_E sum c_H``
+    (``c = 2 rank - (m + 1)``) of each group to the limbs ``(hi, lo)``."""
     off = m + 1
-    hi = 0
-    lo = 0
-    tie_hi = 0
-    tie_lo = 0
     s = 0
-    while s < m:
-        k = keys[s]
-        acc = int(rank2_h[s]) - off
+    while s < size:
+        acc = np.int64(payload[s]) - off
         e = s + 1
-        while e < m and keys[e] == k:
-            acc += int(rank2_h[e]) - off
-            e += 1
-        # c_E = 2 * (s + 1 + e) / 2 - (m + 1)
-        hi, lo = _mac(hi, lo, s + e - m, acc)
+        if keys.size:
+            k = keys[s]
+            while e < size and keys[e] == k:
+                acc += np.int64(payload[e]) - off
+                e += 1
+        else:
+            for q in range(1, size):
+                acc += np.int64(payload[q]) - off
+            e = size
+        # c_E = 2 * (first + s + 1 + first + e) / 2 - (m + 1)
+        hi, lo = _mac(hi, lo, 2 * first + s + e - m, acc)
         t = e - s
         if t > 1:
-            tie_hi, tie_lo = _mac(tie_hi, tie_lo, t, t * t - 1)
+            th, tl = _mac(th, tl, t, t * t - 1)
         s = e
-    return hi, lo, tie_hi, tie_lo
+    return hi, lo, th, tl
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def sort_buckets(
+    keys: np.ndarray,
+    vals: np.ndarray,
+    starts: np.ndarray,
+    rank2: np.ndarray,
+    ranks: bool,
+    threads: int,
+    bits: int,
+    cap: int,
+) -> np.ndarray:
+    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``)
+    in a buffer of the thread's and walk its tie groups: with ``ranks``, ``vals`` are pair
+    indices and ``rank2`` gets twice the average ranks (:func:`_walk_ranks`); else ``vals``
+    are the doubled corpus ranks and the cross sum is accumulated (:func:`_walk_cross`).
+    Equal values share a bucket, so no tie group crosses one. Buffers hold ``cap`` pairs;
+    larger buckets get their own.
+
+    Returns limbs ``(hi, lo, tie_hi, tie_lo)`` per thread, shape (threads, 4).
+    """
+    src = keys.view(np.uint64)
+    m = keys.size
+    buckets = starts.size - 1
+    out = np.zeros((threads, 4), np.int64)
+    equal = np.empty(0, np.uint64)  # "all keys equal" for the walks
+    for t in numba.prange(threads):
+        hi = 0
+        lo = 0
+        th = 0
+        tl = 0
+        bk0 = np.empty(cap, np.uint64)
+        bv0 = np.empty(cap, np.uint32)
+        tk0 = np.empty(cap, np.uint64)
+        tv0 = np.empty(cap, np.uint32)
+        hist0 = np.empty(cap << SUB_BITS, np.int64)
+        for b in range(t, buckets, threads):
+            first = starts[b]
+            size = starts[b + 1] - first
+            if size == 0:
+                continue
+            bk, bv, tk, tv, hist = bk0, bv0, tk0, tv0, hist0
+            if size > cap:
+                bk = np.empty(size, np.uint64)
+                bv = np.empty(size, np.uint32)
+                tk = np.empty(size, np.uint64)
+                tv = np.empty(size, np.uint32)
+                hist = np.empty(size << SUB_BITS, np.int64)
+            if _sort_bucket(src, vals, first, first + size, bk, bv, tk, tv, hist, bits):
+                sorted_keys, payload = bk, bv
+            else:
+                sorted_keys, payload = equal, vals[first : first + size]
+            if ranks:
+                th, tl = _walk_ranks(sorted_keys, payload, size, first, rank2, th, tl)
+            else:
+                hi, lo, th, tl = _walk_cross(sorted_keys, payload, size, first, m, hi, lo, th, tl)
+        out[t, 0] = hi
+        out[t, 1] = lo
+        out[t, 2] = th
+        out[t, 3] = tl
+    return out
 
 
 # Fixed stripes of interleaved rows (not one per thread): float lag sums then add in the same

@@ -20,9 +20,9 @@ Spearman's rho is computed exactly: twice an average rank is an integer, so ``su
 the tie-corrected variances are integer sums (int64 here, two int64 limbs in the compiled
 kernels), and the one rounding is the final division. The corpus side keeps twice the ranks of
 ``d_H`` as uint32 (``n(n-1)/2`` of them, 0.54 GB at n = 16,384); an encoding's distances are
-never ranked into an array: they are sorted (an LSD radix sort of their order-preserving bit
-patterns, :mod:`posdiag._fastrank`) carrying the corpus ranks along, and the sorted walk sums the
-products per tie group. From ``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels
+never ranked into an array: they are scattered into buckets of equal width in value with the
+corpus ranks carried along, each bucket is sorted in a cache-sized buffer
+(:mod:`posdiag._fastrank`) and the walk over its tie groups sums the products. From ``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels
 run; below, numpy does the same sums (bundled corpora never import numba).
 
 Results equal :func:`~posdiag.geometry.compare` to rounding (tests/test_fastscore.py,
@@ -58,7 +58,7 @@ __all__ = [
 
 # From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does (numba's
 # import and first compilation would cost more than the whole small score). At n = 4,096
-# (8.4 M pairs) ranking by argsort took 1.0-1.6 s per encoding, the radix sort ~0.3 s.
+# (8.4 M pairs) ranking by argsort took 1.0-1.6 s per encoding, the bucket sort ~0.15 s.
 COMPILED_FROM_PAIRS = 1 << 17
 # numpy's integer rank sums are exact while m^3 < 2^63: at and above this many pairs the
 # compiled path (two-limb sums) is taken whatever COMPILED_FROM_PAIRS says.
@@ -67,16 +67,16 @@ _NUMPY_MAX_PAIRS = 1 << 21
 # coordinate (as pdist: exactly compare()'s values); wider ones (learned tables, d = 768) by
 # the Gram expansion with BLAS, one block of rows at a time.
 DIRECT_MAX_DIM = 16
-# The sort of n(n-1)/2 distances (_fastrank.bucket_sort): one scatter into buckets of equal
-# width in value, about SORT_BUCKET_SIZE pairs each (in cache: 12 B a pair, twice), then a
-# radix sort of each bucket in digits of RADIX_BITS. At n = 4,096 (8.4 M pairs, loaded
-# machine): 4,096 buckets of 11-bit digits 0.60 s, 256 buckets 0.78-0.91 s, a plain LSD radix
-# sort (8 passes of 8 bits out of cache) 1.14-1.24 s, np.argsort 1.9-2.7 s.
-# At n = 16,384 (134 M pairs) 65,536 buckets (one write stream each) took 18.2 s against
-# 12.2 s for 8,192 and 12.5 s for 1,024 (load ~6).
+# The sort of n(n-1)/2 pair values (_fastrank): one scatter into buckets of equal width in
+# value, about SORT_BUCKET_SIZE pairs each, then each bucket is sorted in a buffer of its
+# thread (in cache) and its tie groups walked there. A thread's buffers hold up to SORT_BUFFER
+# pairs (56 B each: keys, payloads, scratch, 4 sub-bucket counts); a larger bucket (a crowded
+# value range) gets buffers of its own.
 SORT_BUCKET_SIZE = 2048
 SORT_MAX_BUCKETS = 8192
-RADIX_BITS = 11
+SORT_BUFFER = 1 << 16
+# Digits of the radix sort of the rare crowded sub-buckets inside a bucket.
+RADIX_BITS = 8
 # Rows per block of the Gram-expansion distances: (block, n) float64 = 64 MB at n = 16,384.
 BLOCK_BYTES = 64 << 20
 
@@ -97,10 +97,31 @@ def _threads() -> int:
     return int(numba.get_num_threads())
 
 
-def _sort_args(m: int) -> tuple[int, int, int]:
-    """(buckets, digit bits, threads) of ``_fastrank.bucket_sort`` for ``m`` values."""
+def _bucket_hist(m: int) -> np.ndarray:
+    """Zero bucket counts of the ``_fastrank`` scatter for ``m`` pairs: (threads, buckets)."""
     buckets = min(SORT_MAX_BUCKETS, max(256, m // SORT_BUCKET_SIZE))
-    return buckets, RADIX_BITS, _threads()
+    return np.zeros((_threads(), buckets), dtype=np.int64)
+
+
+def _scale(buckets: int, lo: float, hi: float) -> float:
+    """Buckets per unit of value over ``[lo, hi]``; 0 (one bucket for all) when the range is
+    empty, infinite or NaN, or so narrow that the scale overflows."""
+    width = hi - lo
+    if not (width > 0.0 and math.isfinite(width)):
+        return 0.0
+    scale = buckets / width
+    return scale if math.isfinite(scale) else 0.0
+
+
+def _walk(keys: np.ndarray, vals: np.ndarray, starts: np.ndarray, rank2: np.ndarray) -> list[int]:
+    """Sort the scattered buckets and walk their tie groups (``_fastrank.sort_buckets``):
+    ``[cross, ties]`` as exact ints; with a ``rank2`` of ``keys.size`` (``vals`` then pair
+    indices) the doubled average ranks are written there instead of the cross sum."""
+    k = _kernels()
+    cap = int(min(SORT_BUFFER, max(1, int(np.diff(starts).max(initial=1)))))
+    ranks = rank2.size == keys.size
+    out = k.sort_buckets(keys, vals, starts, rank2, ranks, _threads(), RADIX_BITS, cap)
+    return [sum(_from_limbs(h, lo) for h, lo in out[:, c : c + 2]) for c in (0, 2)]
 
 
 def _from_limbs(hi: int, lo: int) -> int:
@@ -288,9 +309,9 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
 
     Notes
     -----
-    Memory on the compiled path, ``m = n(n-1)/2``: ``24 m`` bytes while sorting (uint64 keys
-    and uint32 indices, twice), ``4 m`` kept (:attr:`CorpusSide.rank2`): 3.2 GB and 0.54 GB at
-    n = 16,384.
+    Memory on the compiled path, ``m = n(n-1)/2``: ``16 m`` bytes while sorting (float64 values
+    and uint32 indices scattered to buckets, and the ranks), ``4 m`` kept
+    (:attr:`CorpusSide.rank2`): 2.1 GB and 0.54 GB at n = 16,384.
     """
     n = d_h.shape[0]
     m = n * (n - 1) // 2
@@ -298,24 +319,26 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
     start = _upper_segments(n)
     if _compiled(m):
         k = _kernels()
-        values = np.empty(m)
+        d_lags = np.zeros(n)
         row_sq = np.zeros(n)
-        k.upper_values(d_h, start, values, row_sq)
+        # One pass gives the diagonal sums, sum d^2 and the range for the buckets.
+        vmin, vmax, nan = k.corpus_scan(d_h, d_lags, row_sq)
         d_sq = float(row_sq.sum())
-        d_lags = np.asarray(k.diagonal_sums(d_h, True))
         b_lags = np.asarray(k.diagonal_sums(np.ascontiguousarray(b_h), False))
-        keys = np.empty(m, dtype=np.uint64)
-        idx = np.empty(m, dtype=np.uint32)
-        rank2 = np.empty(m, dtype=np.uint32)  # sorting scratch, then the ranks
-        none = np.empty(0, dtype=np.uint32)  # payload: each pair's own index
-        nan = k.bucket_sort(values, values.view(np.uint64), none, keys, idx, rank2, *_sort_args(m))
-        del values
+        ties = 0
         if nan:
-            rank2[:] = 0
-            ties = 0
+            rank2 = np.zeros(m, dtype=np.uint32)
         else:
-            ties = _from_limbs(*k.rank_groups(keys, idx, rank2))
-        del keys, idx
+            hist = _bucket_hist(m)
+            scale = _scale(hist.shape[1], vmin, vmax)
+            k.square_hist(d_h, start, vmin, scale, hist)
+            starts = k.bucket_offsets(hist)
+            keys = np.empty(m)
+            idx = np.empty(m, dtype=np.uint32)  # payload: each pair's own index
+            k.square_scatter(d_h, start, vmin, scale, hist, keys, idx)
+            rank2 = np.empty(m, dtype=np.uint32)
+            ties = _walk(keys, idx, starts, rank2)[1]
+            del keys, idx
         rank_lags = np.asarray(k.rank_lag_sums(rank2, n, start))
     else:
         dh = np.empty(m)
@@ -429,9 +452,10 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
 
     Notes
     -----
-    On the compiled path the distances of the ``m = n(n-1)/2`` pairs are sorted in place with
-    the corpus ranks carried along: ``24 m`` bytes (3.2 GB at n = 16,384) on top of the corpus
-    side, freed on return.
+    On the compiled path the distances of the ``m = n(n-1)/2`` pairs are scattered to buckets
+    with the corpus ranks carried along: ``12 m`` bytes (1.6 GB at n = 16,384) on top of the
+    corpus side, freed on return; ``20 m`` for tables wider than :data:`DIRECT_MAX_DIM`
+    (their distances are stored once, from BLAS blocks).
     """
     p = np.asarray(p, dtype=np.float64)
     jp = p - p.mean(axis=0, keepdims=True)
@@ -480,11 +504,18 @@ def _vector_sums_compiled(
     m = n * (n - 1) // 2
     start = _upper_segments(n)
     b_h = np.ascontiguousarray(b_h, dtype=np.float64)
-    dist = np.empty(m)
     rows = np.zeros((3, n))
+    hist = _bucket_hist(m)
+    dist = None
     if p.shape[1] <= DIRECT_MAX_DIM:
-        k.direct_distances(np.ascontiguousarray(p), side.d_h, b_h, start, dist, rows)
+        # Distances recomputed in each of two passes, never stored; buckets over [0, an
+        # upper bound of the largest] (larger rounded values go to the top bucket).
+        p = np.ascontiguousarray(p)
+        vmin = 0.0
+        scale = _scale(hist.shape[1], vmin, _diameter_bound(p))
+        nan = k.vector_scan(p, side.d_h, b_h, rows, scale, hist)
     else:
+        dist = np.empty(m)
         sq = np.einsum("ij,ij->i", p, p)
         step = _block_rows(n)
         for lo in range(0, n, step):
@@ -492,16 +523,35 @@ def _vector_sums_compiled(
             gram = p[lo:hi] @ p[lo:].T
             k.block_distances(gram, sq, lo, side.d_h, b_h, start, dist, rows)
             del gram
+        vmin, vmax, nan = k.flat_range(dist, hist.shape[0])
+        scale = _scale(hist.shape[1], vmin, vmax)
+        if not nan:
+            k.flat_hist(dist, vmin, scale, hist)
     s_he, s_ee, s_be = (float(r) for r in rows.sum(axis=1))
     inner = -s_be
-    keys = np.empty(m, dtype=np.uint64)
-    vals = np.empty(m, dtype=np.uint32)
-    scratch = np.empty(m, dtype=np.uint32)
-    if k.bucket_sort(dist, dist.view(np.uint64), side.rank2, keys, vals, scratch, *_sort_args(m)):
+    if nan:
         return s_he, s_ee, inner, 0, 0
-    del dist, scratch
-    hi, lo, tie_hi, tie_lo = k.spearman_groups(keys, vals)
-    return s_he, s_ee, inner, _from_limbs(hi, lo), _sum_c2(m, _from_limbs(tie_hi, tie_lo))
+    starts = k.bucket_offsets(hist)
+    keys = np.empty(m)
+    vals = np.empty(m, dtype=np.uint32)
+    if dist is None:
+        k.vector_scatter(p, side.rank2, start, scale, hist, keys, vals)
+    else:
+        k.flat_scatter(dist, side.rank2, vmin, scale, hist, keys, vals)
+        del dist
+    cross, ties = _walk(keys, vals, starts, np.empty(0, dtype=np.uint32))
+    return s_he, s_ee, inner, cross, _sum_c2(m, ties)
+
+
+def _diameter_bound(p: np.ndarray) -> float:
+    """An upper bound of ``max_{i,j} ||p_i - p_j||`` (up to rounding): the smaller of twice
+    the largest distance to the mean (at most twice the diameter) and the diagonal of the
+    bounding box (the diameter itself in one dimension)."""
+    if p.shape[0] == 0:
+        return 0.0
+    radius = float(np.sqrt(np.max(np.sum((p - p.mean(axis=0)) ** 2, axis=1))))
+    box = float(np.sqrt(np.sum((p.max(axis=0) - p.min(axis=0)) ** 2)))
+    return min(2.0 * radius, box)
 
 
 def score_encoding(

@@ -122,56 +122,104 @@ def test_corpus_ranks_equal_rankdata(values: list[float]) -> None:
         np.testing.assert_array_equal(side.rank_lags, want)
 
 
-def bucket_sorted(
-    x: np.ndarray, buckets: int, bits: int, threads: int, payload: bool = True
-) -> tuple[np.ndarray, np.ndarray, int]:
-    values = x.copy()
-    vals = np.arange(x.size, dtype=np.uint32)[::-1].copy() if payload else np.empty(0, np.uint32)
-    keys_out = np.empty(x.size, np.uint64)
-    vals_out = np.empty(x.size, np.uint32)
-    scratch = np.empty(x.size, np.uint32)
-    nan = _fastrank.bucket_sort(
-        values, values.view(np.uint64), vals, keys_out, vals_out, scratch, buckets, bits, threads
-    )
-    return keys_out, vals_out, nan
+def kernel_ranks(
+    x: np.ndarray, buckets: int, threads: int, bits: int, cap: int
+) -> tuple[np.ndarray, int, int]:
+    """Twice the average ranks of ``x`` by the compiled scatter and bucket sort (flat source),
+    ``sum t^3 - t`` of its ties, and the NaN count."""
+    hist = np.zeros((threads, buckets), np.int64)
+    vmin, vmax, nan = _fastrank.flat_range(x, threads)
+    if nan:
+        return np.zeros(0), 0, nan
+    scale = fastscore._scale(buckets, vmin, vmax)
+    _fastrank.flat_hist(x, vmin, scale, hist)
+    starts = _fastrank.bucket_offsets(hist)
+    keys = np.empty(x.size)
+    idx = np.empty(x.size, np.uint32)
+    _fastrank.flat_scatter(x, np.empty(0, np.uint32), vmin, scale, hist, keys, idx)
+    assert np.array_equal(np.sort(idx), np.arange(x.size))  # a permutation of the pairs
+    rank2 = np.zeros(x.size, np.uint32)
+    out = _fastrank.sort_buckets(keys, idx, starts, rank2, True, threads, bits, cap)
+    ties = sum(fastscore._from_limbs(h, lo) for h, lo in out[:, 2:4])
+    return rank2, ties, 0
 
 
-@pytest.mark.parametrize("buckets", [1, 7, 256, 4096])
-@pytest.mark.parametrize("bits", [3, 8, 11])
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_bucket_sort_orders_like_a_stable_argsort(buckets: int, bits: int, threads: int) -> None:
-    rng = np.random.default_rng(bits * 10 + threads)
+def tie_sum(x: np.ndarray) -> int:
+    _, counts = np.unique(x + 0.0, return_counts=True)
+    return int(sum(int(t) ** 3 - int(t) for t in counts))
+
+
+def awkward_values(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
     x = np.concatenate(
         [
             rng.standard_normal(3000) * np.exp(rng.uniform(-30, 30, 3000)),  # wide exponents
             rng.integers(-3, 4, 2000).astype(float),  # ties, crowded buckets
             [0.0, -0.0] * 50,
             rng.uniform(1.0, 1.0 + 1e-12, 300),  # keys differing in the last bits only
+            rng.uniform(5.0, 6.0, 3000),  # smooth: the insertion pass
         ]
     )
     rng.shuffle(x)
-    want = np.argsort(x + 0.0, kind="stable")  # -0.0 ties with 0.0, as floats compare
-    keys, vals, nan = bucket_sorted(x, buckets, bits, threads)
+    return x
+
+
+@pytest.mark.parametrize("buckets", [1, 7, 256, 4096])
+@pytest.mark.parametrize("bits", [3, 8])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("cap", [1, 64, 1 << 20])
+def test_bucket_ranks_equal_rankdata(buckets: int, bits: int, threads: int, cap: int) -> None:
+    # cap: the buffer of each thread; buckets above it get their own (every one when cap = 1).
+    x = awkward_values(bits * 10 + threads)
+    rank2, ties, nan = kernel_ranks(x, buckets, threads, bits, cap)
     assert nan == 0
-    np.testing.assert_array_equal(vals, (x.size - 1 - want).astype(np.uint32))
-    keys_idx, idx, _ = bucket_sorted(x, buckets, bits, threads, payload=False)
-    np.testing.assert_array_equal(idx, want)
-    np.testing.assert_array_equal(keys_idx, keys)
-    # Order keys are monotone in the value and equal exactly for equal values.
-    xs = (x + 0.0)[want]
-    assert np.all((np.diff(keys.astype(object)) > 0) == (np.diff(xs) > 0))
+    np.testing.assert_array_equal(rank2, 2 * stats.rankdata(x))  # -0.0 ties with 0.0
+    assert ties == tie_sum(x)
 
 
-@pytest.mark.parametrize("special", [[np.inf], [-np.inf, np.inf], [5.0] * 10])
-def test_bucket_sort_infinite_and_constant(special: list[float]) -> None:
-    x = np.concatenate([np.linspace(-1, 1, 50), special])
-    _, idx, nan = bucket_sorted(x, 64, 8, 2, payload=False)
-    assert nan == 0
-    np.testing.assert_array_equal(idx, np.argsort(x, kind="stable"))
+@pytest.mark.parametrize(
+    "special", [[np.inf], [-np.inf, np.inf], [5.0] * 10, [1e308, -1e308], [5e-324, 0.0]]
+)
+def test_bucket_ranks_infinite_huge_and_constant(special: list[float]) -> None:
+    x = np.concatenate([np.linspace(-1, 1, 50), special, np.full(40, 0.25)])
+    for buckets in (1, 64):
+        rank2, ties, nan = kernel_ranks(x, buckets, 2, 8, 1 << 10)
+        assert nan == 0
+        np.testing.assert_array_equal(rank2, 2 * stats.rankdata(x))
+        assert ties == tie_sum(x)
 
 
-def test_bucket_sort_counts_nan_and_leaves_the_order() -> None:
-    assert bucket_sorted(np.array([1.0, np.nan, 2.0, np.nan]), 4, 8, 2)[2] == 2
+def test_bucket_ranks_of_all_equal_values() -> None:
+    x = np.full(5000, 0.5)
+    rank2, ties, _ = kernel_ranks(x, 16, 2, 8, 64)
+    np.testing.assert_array_equal(rank2, np.full(5000, 5001))
+    assert ties == 5000**3 - 5000
+
+
+def test_bucket_ranks_count_nan() -> None:
+    assert kernel_ranks(np.array([1.0, np.nan, 2.0, np.nan]), 4, 2, 8, 16)[2] == 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bucket_cross_sums_equal_brute_force(threads: int) -> None:
+    # The walk without ranks: payloads are doubled corpus ranks, summed per tie group of x.
+    x = awkward_values(5)
+    m = x.size
+    corpus = 2 * stats.rankdata(np.random.default_rng(1).integers(0, 50, m))
+    hist = np.zeros((threads, 300), np.int64)
+    vmin, vmax, _ = _fastrank.flat_range(x, threads)
+    scale = fastscore._scale(300, vmin, vmax)
+    _fastrank.flat_hist(x, vmin, scale, hist)
+    starts = _fastrank.bucket_offsets(hist)
+    keys = np.empty(m)
+    vals = np.empty(m, np.uint32)
+    _fastrank.flat_scatter(x, corpus.astype(np.uint32), vmin, scale, hist, keys, vals)
+    out = _fastrank.sort_buckets(keys, vals, starts, np.empty(0, np.uint32), False, threads, 8, 64)
+    cross = sum(fastscore._from_limbs(h, lo) for h, lo in out[:, 0:2])
+    c_e = (2 * stats.rankdata(x) - (m + 1)).astype(np.int64)
+    c_h = (corpus - (m + 1)).astype(np.int64)
+    assert cross == int(c_e @ c_h)
+    assert sum(fastscore._from_limbs(h, lo) for h, lo in out[:, 2:4]) == tie_sum(x)
 
 
 def test_two_limb_sums_are_exact() -> None:
