@@ -22,8 +22,9 @@ kernels), and the one rounding is the final division. The corpus side keeps twic
 ``d_H`` as uint32 (``n(n-1)/2`` of them, 0.54 GB at n = 16,384); an encoding's distances are
 never ranked into an array: they are scattered into buckets of equal width in value with the
 corpus ranks carried along, each bucket is sorted in a cache-sized buffer
-(:mod:`posdiag._fastrank`) and the walk over its tie groups sums the products. From ``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels
-run; below, numpy does the same sums (bundled corpora never import numba).
+(:mod:`posdiag._fastrank`) and the walk over its tie groups sums the products. From
+``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels run; below, numpy does the
+same sums (bundled corpora never import numba).
 
 Results equal :func:`~posdiag.geometry.compare` to rounding (tests/test_fastscore.py,
 tests/test_fastscore_ranks.py).
