@@ -525,9 +525,9 @@ def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
         crowded = max(crowded, c)
     for q in range(lo, hi):
         k = _order_key(src[q])
-        sb = np.intp((k - kmin) >> shift)
-        at = hist[sb]
-        hist[sb] = at + 1
+        slot = np.intp((k - kmin) >> shift)
+        at = hist[slot]
+        hist[slot] = at + 1
         bk[at] = k
         bv[at] = vals[q]
     if crowded <= SMALL:

@@ -22,12 +22,12 @@ from .estimator import (
     DEFAULT_SPLITS,
     HellingerEstimate,
     SplitHalf,
+    SplitHalfSummary,
     distances_to_first,
     estimate_hellinger,
-    heldout_mds_stress,
     negative_eigenvalue_note,
-    noise_energy_rows,
     split_half_grams,
+    split_half_summary,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
@@ -188,14 +188,60 @@ class CorpusGeometry:
         half: SplitHalf = self._cache["split_half"]
         return half
 
-    def heldout_stress(self, ranks: Sequence[int]) -> dict[int, float]:
-        """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty)."""
+    def has_split_half(self) -> bool:
+        """Whether split-half grams exist for this geometry (a cross-fit with its counts)."""
+        est = self.estimate
+        return est is not None and est.estimator == "crossfit" and self.counts is not None
+
+    def split_half_summary(
+        self, ranks: Sequence[int] = (), *, noise: bool = False
+    ) -> SplitHalfSummary | None:
+        """What the split-half grams give (held-out ``mds-r`` of ``ranks``, noise energy, and with
+        ``noise`` the pairs within their sampling error), cross-fit only, else None.
+
+        Cached; the grams themselves are not kept (:func:`posdiag.estimator.split_half_summary`:
+        at n = 16,384 each is 2.1 GB). Asking for more than the cache holds recomputes the
+        summary for both (the same seeded halves, the same numbers).
+        """
+        if not self.has_split_half():
+            return None
+        est, counts = self.estimate, self.counts
+        assert est is not None and counts is not None
+        wanted = {int(r) for r in ranks}
+        have: SplitHalfSummary | None = self._cache.get("split_half_summary")
+        if have is not None:
+            if wanted <= set(have.heldout) and (have.partners is not None or not noise):
+                return have
+            wanted |= set(have.heldout)
+            noise = noise or have.partners is not None
+            # Freed before the new one is made; a larger top rank refits (within the held-out
+            # fits' tolerance, posdiag.estimator.HELDOUT_TOL).
+            del self._cache["split_half_summary"], have
+        summary = split_half_summary(
+            counts.matrix,
+            self.n_eff,
+            self.mds.gram,
+            shards=counts.shards,
+            splits=est.splits,
+            seed=est.seed,
+            ranks=sorted(wanted),
+            noise=noise,
+            # D_H is not read while the halves are made: scratch for the first half's gram.
+            stash=self.distances if self.distances is est.distances else None,
+            max_pairs=MAX_PAIRS_LISTED,
+        )
+        self._cache["split_half_summary"] = summary
+        return summary
+
+    def heldout_stress(self, ranks: Sequence[int], *, noise: bool = False) -> dict[int, float]:
+        """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty); ``noise``
+        also prepares the noise diagnostics from the same split-half grams."""
         if not ranks:
             return {}  # before split_half: its grams cost four Gram products
-        half = self.split_half()
-        if half is None or self.estimate is None:
+        summary = self.split_half_summary(ranks, noise=noise)
+        if summary is None:
             return {}
-        return heldout_mds_stress(half, ranks)
+        return {int(r): summary.heldout[int(r)] for r in ranks}
 
 
 def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusSummary:
@@ -236,6 +282,7 @@ def corpus_geometry(
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
     plain: bool = True,
+    spectrum: bool = True,
 ) -> CorpusGeometry:
     """The estimated Hellinger geometry and its MDS on the supported prefix of ``counts``.
 
@@ -251,6 +298,10 @@ def corpus_geometry(
         Also compute the plug-in estimate beside a cross-fit (``CorpusGeometry.plain``, the
         ``plain`` figure of every score: ``stress --verbose`` and the JSON). False leaves it
         None, and the scores' ``plain`` NaN: one Gram product and one eigensolve fewer.
+    spectrum : bool
+        False: no eigensolve of the estimate (``mds`` holds the gram and ``||B_H||_F^2`` only,
+        :func:`posdiag.estimator.no_spectrum`), for callers that use the gram and the
+        distances alone (``inspect --corpus``).
     """
     if isinstance(counts, ShardedCounts):
         counts = counts.counts
@@ -274,7 +325,13 @@ def corpus_geometry(
     )
     plug: HellingerEstimate | None = None
     if estimator == "plugin" or plain or _maybe_identical(counts.matrix, n_eff):
-        plug = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
+        # Its eigenpairs serve the plug-in headline or the plain figures, not the check below.
+        plug = estimate_hellinger(
+            counts.matrix,
+            n_eff,
+            estimator="plugin",
+            spectrum=spectrum if estimator == "plugin" else plain,
+        )
         largest = float(plug.distances.max())
     else:
         largest = math.inf  # some position is >= IDENTICAL_TOL from position 0
@@ -286,13 +343,22 @@ def corpus_geometry(
     if estimator == "plugin":
         assert plug is not None
         est = plug
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            mds = classical_mds(plug.distances)
-        notes = [str(w.message) for w in caught]
+        if spectrum:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                mds = classical_mds(plug.distances)
+            notes = [str(w.message) for w in caught]
+        else:
+            mds, notes = plug.mds, []
     else:
         est = estimate_hellinger(
-            counts.matrix, n_eff, shards=shards, estimator=estimator, splits=splits, seed=seed
+            counts.matrix,
+            n_eff,
+            shards=shards,
+            estimator=estimator,
+            splits=splits,
+            seed=seed,
+            spectrum=spectrum,
         )
         # Negative eigenvalues are expected here: the spectrum reports them in one line.
         mds, notes = est.mds, []
@@ -472,8 +538,15 @@ def _resolve(
 
 
 def _scored(
-    geometry: CorpusGeometry, specs: Sequence[EncodingRequest] | None, dim: int | None = None
+    geometry: CorpusGeometry,
+    specs: Sequence[EncodingRequest] | None,
+    dim: int | None = None,
+    *,
+    noise: bool = False,
 ) -> list[tuple[EncodingScore, Encoding]]:
+    """Every encoding scored, best first; ``noise``: the report also prints the noise
+    diagnostics, whose split-half sums are then made with the held-out ones (one pass, and the
+    split-half grams are gone before the encodings are scored)."""
     resolved = _resolve(specs, geometry.n_eff, dim)
     encs = [
         (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)
@@ -482,7 +555,7 @@ def _scored(
     b_h = geometry.mds.gram
     plain = geometry.plain
     ranks = [int(e.params["rank"]) for e, _ in encs if _is_mds(e)]
-    heldout = geometry.heldout_stress(ranks)
+    heldout = geometry.heldout_stress(ranks, noise=noise)
     # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
     # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
     side = corpus_side(geometry.distances, b_h)
@@ -645,6 +718,24 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     return mask
 
 
+def _noise_pairs(
+    geo: CorpusGeometry, floor: np.ndarray
+) -> tuple[np.ndarray, int, tuple[tuple[int, int], ...]]:
+    """What the report shows of :func:`_pairs_within_noise`'s mask, without it for a cross-fit:
+    the partners of each position (its row sums, shape (n,)), the pairs ``i < j`` in it, and
+    the first :data:`MAX_PAIRS_LISTED` of them in row-major order."""
+    summary = geo.split_half_summary(noise=True)
+    if summary is not None and summary.partners is not None:
+        return summary.partners, summary.within, summary.first_pairs
+    n = geo.n_eff
+    mask = _pairs_within_noise(geo, floor)
+    # Only the listed pairs become Python tuples (at n = 4,096 a noisy geometry has millions).
+    upper = np.triu(mask, k=1)
+    first = np.flatnonzero(upper.ravel())[:MAX_PAIRS_LISTED]
+    pairs = tuple((int(k // n), int(k % n)) for k in first)
+    return mask.sum(axis=1), int(np.count_nonzero(upper)), pairs
+
+
 def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
     """The diagonal of ``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to
     ``B_H`` (its trace is the sum of this), without the ``n x n`` matrix.
@@ -674,21 +765,24 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
     of ``||B_H||_F^2`` and of each row's squared norm (the quantities stress is made of).
     """
     gram = geo.mds.gram
-    half = geo.split_half()
-    if half is None:
+    summary = geo.split_half_summary()
+    if summary is None:
         share = float(np.sum(_noise_gram_diagonal(floor)) / np.trace(gram))
         return share, _position_noise_share(gram, floor)
-    energy = noise_energy_rows(half)
+    energy = summary.energy_rows
     rows = np.concatenate([np.sum(gram[b] * gram[b], axis=1) for b in _row_blocks(len(gram))])
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(rows > 0, energy / rows, np.inf)
     return float(energy.sum() / rows.sum()), per
 
 
-def _unstable(mask: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
-    """Positions within the floor of at least half of the others, or mostly noise themselves."""
-    n = mask.shape[0]
-    bad = (mask.sum(axis=1) * 2 >= n - 1) | (share >= UNSTABLE_SHARE)
+def _unstable(partners: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
+    """Positions within the floor of at least half of the others, or mostly noise themselves.
+
+    ``partners`` (n,): for each position, the others within its floor (:func:`_noise_pairs`).
+    """
+    n = partners.shape[0]
+    bad = (partners * 2 >= n - 1) | (share >= UNSTABLE_SHARE)
     return tuple(int(i) for i in np.flatnonzero(bad))
 
 
@@ -750,13 +844,11 @@ def _with_intervals(
         # Without intervals a cross-fit's unstable positions come from the split-half grams;
         # the per-position floor would only fill the JSON's noise_floor (not asked for).
         empty = np.full(n, np.nan)
-        unstable = _unstable(
-            _pairs_within_noise(geometry, empty), _noise_shares(geometry, empty)[1]
-        )
+        unstable = _unstable(_noise_pairs(geometry, empty)[0], _noise_shares(geometry, empty)[1])
         note = f"no intervals: {sharded.why_no_shards}"
         return [s for s, _ in scored], Uncertainty(level, 0, 0, seed, (), (), unstable, note)
     floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
-    unstable = _unstable(_pairs_within_noise(geometry, floor), _noise_shares(geometry, floor)[1])
+    unstable = _unstable(_noise_pairs(geometry, floor)[0], _noise_shares(geometry, floor)[1])
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
         unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
@@ -853,7 +945,7 @@ def stress_report(
     )
     if level is None and not isinstance(counts, ShardedCounts):
         return geometry_report(geo, encodings, dim=dim)
-    scored = _scored(geo, encodings, dim)
+    scored = _scored(geo, encodings, dim, noise=True)
     lvl = DEFAULT_LEVEL if level is None else level
     scores, unc = _with_intervals(
         geo, counts, scored, lvl, replicates, seed, progress, details=details
@@ -1029,20 +1121,14 @@ def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
 def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     n = geo.n_eff
     f = np.array(floor)
-    mask = _pairs_within_noise(geo, f)
-    # Only the listed pairs become Python tuples (at n = 4,096 a noisy geometry has millions);
-    # row-major order over i < j, as before.
-    upper = np.triu(mask, k=1)
-    first = np.flatnonzero(upper.ravel())[:MAX_PAIRS_LISTED]
-    pairs = tuple((int(k // n), int(k % n)) for k in first)
+    partners, count, pairs = _noise_pairs(geo, f)
     n_pairs = n * (n - 1) // 2
-    count = int(np.count_nonzero(upper))
     frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
-    unstable = _unstable(mask, position_share)
+    unstable = _unstable(partners, position_share)
     sup = geo.summary.supports
     last = n - 1
-    plugin = geo.split_half() is None
+    plugin = not geo.has_split_half()
     what = "variance" if plugin else "squared norm (sampling error bound)"
     within = "within the floor" if plugin else "within their own sampling error"
     reading = (
@@ -1061,7 +1147,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         count,
         frac,
         pairs,
-        tuple(int(x) for x in mask.sum(axis=1)),
+        tuple(int(x) for x in partners),
         unstable,
         share,
         tuple(float(x) for x in position_share),
@@ -1265,7 +1351,7 @@ def diagnose(
     geo = corpus_geometry(
         counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
     )
-    scored = _scored(geo, encodings, dim)
+    scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
     info = _information(total, geo.n_eff, seed)
     noise = _noise(geo, unc.noise_floor)

@@ -32,19 +32,21 @@ at the cost of one of the ``S`` products it replaces.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
 from ._hypergeom import VECTORISED_FLOOR_FROM
+from ._implied import implied_distances_compiled
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
-from .fastgram import centred_half, symmetric_product
+from .fastgram import COMPILED_FROM_ROWS, centred_half, mirror_upper, symmetric_product
 from .fastgram import cross_product as fast_cross_product
 from .fastgram import distances_to_first as fast_distances_to_first
 from .fastgram import symmetrize as fast_symmetrize
@@ -57,6 +59,7 @@ __all__ = [
     "ESTIMATORS",
     "HellingerEstimate",
     "SplitHalf",
+    "SplitHalfSummary",
     "cross_product",
     "crossfit_bc",
     "distances_to_first",
@@ -72,6 +75,7 @@ __all__ = [
     "restrict",
     "shard_halves",
     "split_half_grams",
+    "split_half_summary",
     "stack_shards",
     "stacked_halves",
     "sqrt_rows",
@@ -268,7 +272,7 @@ def expected_thinning_bc(
     """
     c = sp.csr_matrix(counts)
     n = c.shape[0] if n is None else n
-    c = sp.csr_matrix(c[:n], dtype=np.int64)
+    c = sp.csr_matrix(_first_rows(c, n), dtype=np.int64)
     c.sum_duplicates()
     supports = np.asarray(c.sum(axis=1)).ravel()
     if np.any(supports < 2):
@@ -304,6 +308,9 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     ndarray of shape (n, n), zero diagonal
     """
     bc = np.asarray(bc, dtype=np.float64)
+    if bc.shape[0] >= COMPILED_FROM_ROWS and bc.ndim == 2 and bc.shape[0] == bc.shape[1]:
+        # One compiled pass, the same numbers (the numpy passes below took 5.1 s at n = 16,384).
+        return implied_distances_compiled(np.ascontiguousarray(bc))
     diag = np.diag(bc)
     # In place on one n x n array (no temporaries: 2 GB each at n = 16,384).
     d = np.add.outer(diag, diag)
@@ -438,10 +445,20 @@ def thinned_halves(
     return out
 
 
+def _first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
+    """Rows ``0..n-1`` of ``c``: ``c`` itself when that is all of it and in canonical format
+    (so the callers' in-place ``sum_duplicates`` and ``sort_indices`` leave it as it is), else
+    a copy (slicing copies every row: 0.1 s per call at n = 4,096)."""
+    if n == c.shape[0] and c.has_canonical_format:
+        return c
+    return sp.csr_matrix(c[:n])
+
+
 def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
     """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
     has the 2 tokens its own inner thinning needs."""
-    supports = np.asarray(counts[:n].sum(axis=1)).ravel()
+    # Row sums of all rows, then the first n: no copy of the rows (0.2-0.3 s at n = 4,096).
+    supports = np.asarray(counts.sum(axis=1)).ravel()[:n]
     if np.any(supports < 4):
         i = int(np.flatnonzero(supports < 4)[0])
         raise PosdiagError(
@@ -450,13 +467,13 @@ def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
 
 
 def _estimate(
-    estimator: str, method: str, splits: int, seed: int, bc: np.ndarray
+    estimator: str, method: str, splits: int, seed: int, bc: np.ndarray, spectrum: bool = True
 ) -> HellingerEstimate:
     """The estimate from ``BC``, whose memory becomes the gram (``bc`` is overwritten when it is
     a C-contiguous float64 array): two n x n arrays at the end, not three."""
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     distances = implied_distances(bc)
-    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances)
+    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances, spectrum)
 
 
 def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
@@ -468,20 +485,36 @@ def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
 
 
 def _from_gram(
-    estimator: str, method: str, splits: int, seed: int, gram: np.ndarray, distances: np.ndarray
+    estimator: str,
+    method: str,
+    splits: int,
+    seed: int,
+    gram: np.ndarray,
+    distances: np.ndarray,
+    spectrum: bool = True,
 ) -> HellingerEstimate:
     # Every eigenpair up to posdiag.spectral.FULL_EIGH_MAX positions, the top ones beyond (the
     # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
-    return HellingerEstimate(
-        estimator,
-        method,
-        splits,
-        seed,
-        gram,
-        distances,
-        # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
-        # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
-        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False),
+    # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
+    # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
+    mds = (
+        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False)
+        if spectrum
+        else no_spectrum(gram)
+    )
+    return HellingerEstimate(estimator, method, splits, seed, gram, distances, mds)
+
+
+def no_spectrum(gram: np.ndarray) -> MDS:
+    """``gram`` as an MDS with no eigenpair computed (``total = ||B||_F^2`` only): for callers
+    that use the Gram and the distances alone (``inspect --corpus``), no eigensolve."""
+    n = gram.shape[0]
+    return MDS(
+        eigenvalues=np.empty(0),
+        vectors=np.empty((n, 0)),
+        gram=gram,
+        total=float(np.vdot(gram, gram)),
+        bottom=math.nan,
     )
 
 
@@ -493,6 +526,7 @@ def estimate_hellinger(
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
+    spectrum: bool = True,
 ) -> HellingerEstimate:
     """Estimate the Hellinger geometry of positions ``0..n-1``.
 
@@ -512,6 +546,9 @@ def estimate_hellinger(
         only recorded.
     seed : int
         Seed of the splits (``numpy.random.default_rng``).
+    spectrum : bool
+        False: no eigensolve, ``mds`` holds the gram and ``||B_H||_F^2`` only
+        (:func:`no_spectrum`).
 
     Returns
     -------
@@ -523,7 +560,7 @@ def estimate_hellinger(
     splits = check_int("splits", splits, 1)
     seed = check_int("seed", seed, 0)
     if estimator == "plugin":
-        return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]))
+        return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]), spectrum)
     # Own stream: the same --seed also draws the shards and the bootstrap replicates.
     if len(shards) >= 2:
         try:
@@ -531,9 +568,10 @@ def estimate_hellinger(
         except PosdiagError:
             pass  # a random half of the shards left a position without tokens: thin instead
         else:
-            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves))
+            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves), spectrum)
     # Thinning: the exact average over every thinning, one product (no split noise, no seed).
-    return _estimate("crossfit", "thinning", splits, seed, expected_thinning_bc(c, n))
+    bc = expected_thinning_bc(c, n)
+    return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
@@ -620,39 +658,68 @@ def split_half_grams(
     """
     c = sp.csr_matrix(counts)
     n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    out = []
+    for sources in _outer_splits(c, n, shards, splits, seed, repeats):
+        g_p = _half_gram(sources.pop(0))
+        g_q = _half_gram(sources.pop(0))
+        out.append((g_p, g_q))
+    return SplitHalf(tuple(out))
+
+
+# A source of one half's gram: ("shards", its inner halves) or ("thinning", its counts).
+_HalfSource: TypeAlias = tuple[str, Any]
+
+
+def _outer_splits(
+    c: sp.csr_matrix,
+    n: int,
+    shards: Sequence[Matrix],
+    splits: int,
+    seed: int,
+    repeats: int | None,
+) -> Iterator[list[_HalfSource]]:
+    """The outer splits of :func:`split_half_grams`: per split, the sources of ``B_P`` and
+    ``B_Q`` (:func:`_half_gram`), drawn in the same order from the same stream.
+
+    A list the caller pops from, so that a half's counts are freed once its gram is made.
+    """
     if repeats is None:
         repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
     repeats = check_int("repeats", repeats, 1)
     rng = np.random.default_rng([check_int("seed", seed, 0), 3])
     inner = max(2, check_int("splits", splits, 1) // 2)
-    out = []
     for _ in range(repeats):
-        parts: list[list[tuple[sp.csr_matrix, sp.csr_matrix]]] = []
-        g_p: np.ndarray
-        g_q: np.ndarray
+        sources: list[_HalfSource] = []
         if len(shards) >= 4:
             k = len(shards)
             pick = np.zeros(k, dtype=bool)
             pick[rng.choice(k, size=k // 2, replace=False)] = True
             try:
-                parts = [
-                    shard_halves([shards[int(i)] for i in np.flatnonzero(side)], n, inner, rng)
+                sources = [
+                    (
+                        "shards",
+                        shard_halves([shards[int(i)] for i in np.flatnonzero(side)], n, inner, rng),
+                    )
                     for side in (pick, ~pick)
                 ]
             except PosdiagError:
-                parts = []  # a quarter of the shards missed a position: thin instead
-        if parts:
-            g_p, g_q = (_gram_over_bc(crossfit_bc(p)) for p in parts)
-        else:
+                sources = []  # a quarter of the shards missed a position: thin instead
+        if not sources:
             # Thinning: one random split into P and Q (it must be a real draw: held out means
             # independent), each cross-fitted by its exact average over every inner thinning.
             _check_thinnable(c, n)
-            halves_pq = draw_half(c[:n], rng)
-            # Float32 dense block: these grams feed the held-out mds-r scores and the noise
-            # bounds only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py).
-            g_p, g_q = (_gram_over_bc(expected_thinning_bc(h, dtype=np.float32)) for h in halves_pq)
-        out.append((g_p, g_q))
-    return SplitHalf(tuple(out))
+            sources = [("thinning", h) for h in draw_half(_first_rows(c, n), rng)]
+        yield sources
+
+
+def _half_gram(source: _HalfSource) -> np.ndarray:
+    """The cross-fitted ``B_H`` of one half of the data; shape (n, n)."""
+    kind, data = source
+    if kind == "shards":
+        return _gram_over_bc(crossfit_bc(data))
+    # Float32 dense block: these grams feed the held-out mds-r scores and the noise bounds
+    # only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py).
+    return _gram_over_bc(expected_thinning_bc(data, dtype=np.float32))
 
 
 def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, float]:
@@ -808,3 +875,258 @@ def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) 
         f"most negative eigenvalue {low:.3g} ({low / lam[0]:+.1%} of l_1 = {lam[0]:.3g}); "
         f"{count} eigenvalue{'s' if signal != 1 else ''} exceed its magnitude (signal rank)"
     )
+
+
+# Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size, so
+# the pass adds ~0.1 of an n x n array at n = 16,384 (each is 2.1 GB there).
+SUMMARY_BLOCK_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class SplitHalfSummary:
+    """What a report takes from the split-half grams (:func:`split_half_summary`), without them.
+
+    Attributes
+    ----------
+    heldout : mapping of int to float
+        Held-out stress of ``mds-r`` for each rank asked for (:func:`heldout_mds_stress`).
+    energy_rows : ndarray of shape (n,)
+        :func:`noise_energy_rows` of the grams.
+    partners : ndarray of shape (n,), int64, or None
+        Per position, how many others are within their own sampling error of it (the row sums
+        of ``posdiag.analysis._pairs_within_noise``'s mask); None when not asked for.
+    within : int
+        Pairs ``i < j`` within their sampling error (0 when ``partners`` is None).
+    first_pairs : tuple of (int, int)
+        The first ``max_pairs`` of those pairs, ``i < j`` in row-major order.
+    """
+
+    heldout: Mapping[int, float]
+    energy_rows: np.ndarray
+    partners: np.ndarray | None
+    within: int
+    first_pairs: tuple[tuple[int, int], ...]
+
+
+class _Rows:
+    """Row blocks of a symmetric gram held whole."""
+
+    def __init__(self, gram: np.ndarray) -> None:
+        self.gram = gram
+        self.diag = np.diag(gram).copy()
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        return self.gram[lo:hi]
+
+
+class _StashedRows(_Rows):
+    """Row blocks of a symmetric gram ``G`` whose strict lower triangle was copied into the
+    strict lower triangle of another symmetric array ``buf`` (its upper triangle untouched,
+    so :func:`posdiag.fastgram.mirror_upper` restores it bit for bit) and whose diagonal is kept
+    apart. Every entry is copied, never computed: the blocks equal ``G``'s rows bit for bit."""
+
+    def __init__(self, gram: np.ndarray, buf: np.ndarray, block_bytes: int) -> None:
+        n = gram.shape[0]
+        self.gram = buf
+        self.diag = np.diag(gram).copy()
+        for lo, hi in _row_spans(n, block_bytes):
+            # Row lo + i takes the columns j < lo + i: np.tri's k = lo - 1.
+            below = np.tri(hi - lo, hi, lo - 1, dtype=bool)
+            np.copyto(buf[lo:hi, :hi], gram[lo:hi, :hi], where=below)
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        buf = self.gram
+        out = np.empty((hi - lo, buf.shape[0]))
+        out[:, :lo] = buf[lo:hi, :lo]  # columns left of the block: below the diagonal
+        out[:, hi:] = buf[hi:, lo:hi].T  # right of it: G[i, j] = G[j, i], below the diagonal
+        tile = buf[lo:hi, lo:hi]
+        square = tile.T.copy()  # above the tile's diagonal: mirrored from below it
+        np.copyto(square, tile, where=np.tri(hi - lo, hi - lo, -1, dtype=bool))
+        np.fill_diagonal(square, self.diag[lo:hi])
+        out[:, lo:hi] = square
+        return out
+
+
+def _row_spans(n: int, block_bytes: int) -> list[tuple[int, int]]:
+    step = max(1, block_bytes // (8 * max(n, 1)))
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def split_half_summary(
+    counts: Matrix,
+    n: int,
+    gram: np.ndarray,
+    *,
+    shards: Sequence[Matrix] = (),
+    splits: int = DEFAULT_SPLITS,
+    seed: int = 0,
+    repeats: int | None = None,
+    ranks: Sequence[int] = (),
+    noise: bool = True,
+    stash: np.ndarray | None = None,
+    max_pairs: int = 100,
+    block_bytes: int = SUMMARY_BLOCK_BYTES,
+) -> SplitHalfSummary:
+    """:func:`heldout_mds_stress`, :func:`noise_energy_rows` and the pairs within their sampling
+    error of :func:`split_half_grams`'s grams, made one half at a time and then dropped.
+
+    At long contexts the grams were the largest thing a report held: two ``n x n`` arrays
+    beside ``B_H`` and ``D_H`` while the encodings were scored. Here each half's gram is made,
+    used and freed: ``B_P`` is fitted (its top eigenpairs) as soon as it exists; with one outer
+    split and ``stash`` given, its strict lower triangle then moves into ``stash``'s (a
+    symmetric array not read meanwhile: the distances ``D_H``), so only one half's gram is
+    whole while ``B_Q`` is made; then one pass over row blocks of both (and of ``gram``) sums
+    everything else, and ``stash``'s lower triangle is restored from its upper one.
+
+    Every entry of every block equals the whole grams' (copies only), so ``energy_rows``,
+    ``partners``, ``within`` and ``first_pairs`` are bit for bit those of the whole-matrix
+    functions; the held-out stresses differ only in the summation order of ``<B_P, B_Q>`` and
+    ``B_P X`` over row blocks (~1e-16 relative; tests/test_split_half_summary.py).
+
+    Parameters
+    ----------
+    counts, n, shards, splits, seed, repeats
+        As for :func:`split_half_grams`.
+    gram : ndarray of shape (n, n)
+        The full-data ``B_H`` (its squared distances are what sampling error is compared with).
+    ranks : sequence of int, each in [1, n-1]
+        Held-out ``mds-r`` stresses wanted.
+    noise : bool
+        Also find the pairs within their sampling error (``partners``, ``within``,
+        ``first_pairs``).
+    stash : ndarray of shape (n, n), float64, C-contiguous and exactly symmetric, optional
+        Scratch for the first half's gram (used with one outer split only; restored on return).
+    max_pairs : int
+        Pairs listed in ``first_pairs``.
+
+    Returns
+    -------
+    SplitHalfSummary
+    """
+    c = sp.csr_matrix(counts)
+    n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    ranks = [check_int("rank", r, 1, n - 1, hi_label="n_eff-1") for r in ranks]
+    top = max(ranks, default=0)
+    gram = np.asarray(gram, dtype=np.float64)
+    if repeats is None:
+        repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+    usable = (
+        stash is not None
+        and repeats == 1
+        and stash.shape == (n, n)
+        and stash.dtype == np.float64
+        and stash.flags.c_contiguous
+    )
+    halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+    fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split
+    start: np.ndarray | None = None
+    try:
+        for sources in _outer_splits(c, n, shards, splits, seed, repeats):
+            g_p = _half_gram(sources.pop(0))
+            x_p = x_q = None
+            if top:
+                fit_p = _top_mds(g_p, top, start)
+                x_p, start = fit_p.coordinates(top), fit_p.vectors
+                del fit_p  # it holds g_p
+            rows_p = _StashedRows(g_p, stash, block_bytes) if usable else _Rows(g_p)  # type: ignore[arg-type]
+            del g_p
+            g_q = _half_gram(sources.pop(0))
+            if top:
+                fit_q = _top_mds(g_q, top, start)
+                x_q, start = fit_q.coordinates(top), fit_q.vectors
+                del fit_q
+                assert x_p is not None
+                fits.append(_rank_sums(g_q @ x_p, x_p))
+            halves.append((rows_p, g_q, x_q, np.empty((n, top)) if top else None))
+        energy, signals, partners, within, first = _summary_pass(
+            halves, gram, noise, max_pairs, block_bytes
+        )
+    finally:
+        if usable:
+            mirror_upper(stash)  # type: ignore[arg-type]
+    noise_total = float(energy.sum())
+    acc = {r: 0.0 for r in ranks}
+    for s, (_, _, x_q, px) in enumerate(halves):
+        if not top:
+            break
+        signal = signals[s]
+        # A negative cross product (noise swamping all signal) leaves nothing to fit.
+        norm = float(np.sqrt(signal + noise_total)) if signal > 0 else 0.0
+        assert x_q is not None and px is not None
+        for inner, norms in (fits[s], _rank_sums(px, x_q)):
+            for r in acc:
+                ng = float(norms[r - 1])
+                if norm == 0.0 or ng == 0.0:
+                    acc[r] += 1.0
+                    continue
+                cos = min(1.0, max(0.0, float(inner[r - 1])) / (norm * ng))
+                acc[r] += float(np.sqrt(1.0 - cos * cos))
+    heldout = {r: v / (2 * len(halves)) for r, v in acc.items()}
+    return SplitHalfSummary(heldout, energy, partners, within, first)
+
+
+def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_rank_gram` from ``target @ x`` (shape (n, top)) and ``x``."""
+    inner = np.cumsum(np.einsum("ij,ij->j", product, x))
+    small = x.T @ x
+    norms = np.array([np.linalg.norm(small[:r, :r]) for r in range(1, x.shape[1] + 1)])
+    return inner, norms
+
+
+def _summary_pass(
+    halves: Sequence[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]],
+    gram: np.ndarray,
+    noise: bool,
+    max_pairs: int,
+    block_bytes: int,
+) -> tuple[np.ndarray, list[float], np.ndarray | None, int, tuple[tuple[int, int], ...]]:
+    """One pass over row blocks of every half's grams: the noise energy of each row, ``<B_P,
+    B_Q>``, ``B_P X_Q`` (into each half's last slot) and the pairs within sampling error, each
+    entry with :func:`noise_energy_rows`'s and the whole-matrix mask's arithmetic."""
+    n = gram.shape[0]
+    energy = np.empty(n)
+    signals = [0.0] * len(halves)
+    partners = np.zeros(n, dtype=np.int64) if noise else None
+    within = 0
+    first: list[tuple[int, int]] = []
+    diffs = [rows_p.diag - np.diag(g_q) for rows_p, g_q, _, _ in halves]
+    diag = np.diag(gram)
+    cols = np.arange(n)
+    scale = 4.0 * len(halves)
+    for lo, hi in _row_spans(n, block_bytes):
+        acc = np.zeros((hi - lo, n))
+        acc_m = np.zeros((hi - lo, n)) if noise else None
+        for s, (rows_p, g_q, x_q, px) in enumerate(halves):
+            p = rows_p.block(lo, hi)
+            q = g_q[lo:hi]
+            signals[s] += float(np.vdot(p, q))
+            if x_q is not None and px is not None:
+                px[lo:hi] = p @ x_q
+            d = np.subtract(p, q)
+            del p
+            if acc_m is not None:
+                dd = diffs[s]
+                m = dd[lo:hi, None] + dd[None, :] - 2.0 * d
+                m *= m
+                acc_m += m
+                del m
+            d *= d
+            acc += d
+            del d
+        acc /= scale
+        energy[lo:hi] = acc.sum(axis=1)
+        del acc
+        if acc_m is not None and partners is not None:
+            acc_m /= scale
+            np.sqrt(acc_m, out=acc_m)
+            mask = (diag[lo:hi, None] + diag[None, :] - 2.0 * gram[lo:hi]) <= acc_m
+            del acc_m
+            mask[np.arange(hi - lo), np.arange(lo, hi)] = False
+            partners[lo:hi] = mask.sum(axis=1)
+            mask &= cols[None, :] > np.arange(lo, hi)[:, None]  # i < j
+            within += int(np.count_nonzero(mask))
+            if len(first) < max_pairs:
+                i, j = np.nonzero(mask)
+                take = max_pairs - len(first)
+                first.extend((int(a) + lo, int(b)) for a, b in zip(i[:take], j[:take], strict=True))
+    return energy, signals, partners, within, tuple(first)

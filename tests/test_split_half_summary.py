@@ -1,0 +1,181 @@
+"""The split-half summary (held-out mds-r, noise energy, pairs within sampling error) made one
+half's gram at a time equals the whole-grams computation; the stashed first half costs no
+n x n array and leaves the distances it borrowed bit for bit as they were."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from posdiag import analysis, estimator
+from posdiag.analysis import corpus_geometry, stress_report
+from posdiag.counts import Counts
+from posdiag.estimator import (
+    heldout_mds_stress,
+    noise_energy_rows,
+    split_half_grams,
+    split_half_summary,
+)
+from posdiag.synthetic import drift_distributions
+from posdiag.uncertainty import ShardedCounts
+
+
+def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
+    """``n`` positions drifting smoothly, 60 + i tokens at position i (noisy enough that some
+    pairs are within their sampling error and some are not)."""
+    rng = np.random.default_rng(seed)
+    p = drift_distributions(n, v, seed=2)
+    return sp.csr_matrix(np.stack([rng.multinomial(60 + i, p[i]) for i in range(n)]))
+
+
+def whole_mask(grams: tuple[tuple[np.ndarray, np.ndarray], ...], gram: np.ndarray) -> np.ndarray:
+    """The pairs within sampling error from whole n x n arrays (the definition)."""
+    acc = np.zeros(gram.shape)
+    for p, q in grams:
+        d = analysis._gram_sq_distances(p - q)
+        acc += d * d
+    acc = np.sqrt(acc / (4.0 * len(grams)))
+    mask = analysis._gram_sq_distances(gram) <= acc
+    np.fill_diagonal(mask, False)
+    return mask
+
+
+@pytest.fixture(scope="module")
+def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """300 positions (the compiled mirror of posdiag.fastgram), its B_H and D_H."""
+    counts = noisy_counts(300, 80)
+    geo = corpus_geometry(Counts(counts, {}), min_count=1, plain=False)
+    return counts, geo.mds.gram, geo.distances
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+@pytest.mark.parametrize("stashed", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 10_000])
+def test_summary_equals_the_whole_grams(
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray], repeats: int, stashed: bool, rows: int
+) -> None:
+    counts, gram, distances = medium
+    n = gram.shape[0]
+    before = distances.copy()
+    got = split_half_summary(
+        counts,
+        n,
+        gram,
+        repeats=repeats,
+        ranks=[1, 2, 3],
+        stash=distances if stashed else None,
+        block_bytes=8 * n * rows,
+    )
+    np.testing.assert_array_equal(distances, before)  # borrowed and restored bit for bit
+    half = split_half_grams(counts, n, repeats=repeats)
+    np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(half))
+    want = heldout_mds_stress(half, [1, 2, 3])
+    assert set(got.heldout) == {1, 2, 3}
+    for r in (1, 2, 3):
+        # Only <B_P, B_Q> and B_P X are summed by row blocks.
+        assert got.heldout[r] == pytest.approx(want[r], rel=1e-13, abs=0)
+    mask = whole_mask(half.grams, gram)
+    np.testing.assert_array_equal(got.partners, mask.sum(axis=1))
+    upper = np.triu(mask, k=1)
+    assert got.within == int(upper.sum())
+    assert 0 < got.within < n * (n - 1) // 2  # pairs on both sides of the bound
+    first = np.flatnonzero(upper.ravel())[:100]
+    assert got.first_pairs == tuple((int(k // n), int(k % n)) for k in first)
+
+
+def test_summary_by_shards_equals_the_whole_grams() -> None:
+    rng = np.random.default_rng(1)
+    n, v = 30, 40
+    p = drift_distributions(n, v, seed=3)
+    shards = [
+        sp.csr_matrix(np.stack([rng.multinomial(40, p[i]) for i in range(n)])) for _ in range(6)
+    ]
+    total = sp.csr_matrix(sum(s.toarray() for s in shards))
+    geo = corpus_geometry(Counts(total, {}), min_count=1, plain=False)
+    got = split_half_summary(
+        total, n, geo.mds.gram, shards=shards, ranks=[2], seed=4, repeats=1, stash=geo.distances
+    )
+    half = split_half_grams(total, n, shards=shards, seed=4, repeats=1)
+    np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(half))
+    assert got.heldout[2] == pytest.approx(heldout_mds_stress(half, [2])[2], rel=1e-13)
+    np.testing.assert_array_equal(got.partners, whole_mask(half.grams, geo.mds.gram).sum(axis=1))
+
+
+def test_without_ranks_or_noise_only_the_energy() -> None:
+    counts = noisy_counts(20)
+    geo = corpus_geometry(Counts(counts, {}), min_count=1, plain=False)
+    got = split_half_summary(counts, 20, geo.mds.gram, noise=False)
+    assert got.heldout == {} and got.partners is None and got.within == 0
+    np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(split_half_grams(counts, 20)))
+
+
+def test_a_failure_while_stashed_restores_the_distances(
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts, gram, distances = medium
+    before = distances.copy()
+    real = estimator._half_gram
+    made: list[int] = []
+
+    def second_fails(source: object) -> np.ndarray:
+        if made:
+            raise MemoryError("no room for B_Q")
+        made.append(1)
+        return real(source)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimator, "_half_gram", second_fails)
+    with pytest.raises(MemoryError):
+        split_half_summary(counts, 300, gram, repeats=1, ranks=[1], stash=distances)
+    assert made == [1]
+    np.testing.assert_array_equal(distances, before)
+
+
+def test_the_stash_saves_an_n_by_n_array(
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray],
+) -> None:
+    counts, gram, distances = medium
+    n = gram.shape[0]
+    split_half_summary(counts, n, gram, repeats=1, ranks=[1])  # compile outside the trace
+    peaks = {}
+    for stashed in (False, True):
+        tracemalloc.start()
+        split_half_summary(
+            counts, n, gram, repeats=1, ranks=[1], stash=distances if stashed else None
+        )
+        peaks[stashed] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    # B_P's n x n array is gone while B_Q is made (its lower triangle sits in the stash).
+    assert peaks[False] - peaks[True] >= 0.9 * 8 * n * n
+
+
+def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report's cross-fit noise diagnostics from the summary equal the whole-mask ones,
+    with the long-context path (one outer split, stash) forced on a small input."""
+    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
+    counts = Counts(noisy_counts(40), {})
+    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
+    geo = report.geometry
+    assert geo is not None and "split_half" not in geo._cache
+    summary = geo._cache["split_half_summary"]
+    half = geo.split_half()  # the whole grams, for the reference only
+    assert half is not None and len(half.grams) == 1
+    mask = whole_mask(half.grams, geo.mds.gram)
+    share = analysis._noise_shares(geo, np.zeros(40))[1]
+    assert report.uncertainty is not None
+    assert report.uncertainty.unstable == analysis._unstable(mask.sum(axis=1), share)
+    partners, within, first = analysis._noise_pairs(geo, np.zeros(40))
+    assert partners is summary.partners and within == int(np.triu(mask, 1).sum())
+    mds = {s.name: s.stress for s in report.encodings if s.name.startswith("mds")}
+    want = heldout_mds_stress(half, [1, 2, 3])
+    for r in (1, 2, 3):
+        assert mds[f"mds-{r}"] == pytest.approx(want[r], rel=1e-13)
+    # Asking for another rank recomputes from the same seeded halves, keeping the noise part.
+    more = geo.heldout_stress([5])
+    assert set(geo._cache["split_half_summary"].heldout) == {1, 2, 3, 5}
+    assert geo._cache["split_half_summary"].partners is not None
+    assert more[5] == pytest.approx(heldout_mds_stress(half, [1, 2, 3, 5])[5], rel=1e-13)
