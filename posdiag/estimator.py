@@ -972,7 +972,7 @@ def split_half_summary(
     noise : bool
         Also find the pairs within their sampling error (``partners``, ``within``,
         ``first_pairs``).
-    stash : ndarray of shape (n, n), float64, C-contiguous and exactly symmetric, optional
+    stash : ndarray of shape (n, n), float64, C-contiguous, writeable, exactly symmetric, optional
         Scratch for the first half's gram (used with one outer split only; restored on return).
     max_pairs : int
         Pairs listed in ``first_pairs``.
@@ -994,6 +994,7 @@ def split_half_summary(
         and stash.shape == (n, n)
         and stash.dtype == np.float64
         and stash.flags.c_contiguous
+        and stash.flags.writeable
     )
     halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
     fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split

@@ -179,3 +179,16 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
     assert set(geo._cache["split_half_summary"].heldout) == {1, 2, 3, 5}
     assert geo._cache["split_half_summary"].partners is not None
     assert more[5] == pytest.approx(heldout_mds_stress(half, [1, 2, 3, 5])[5], rel=1e-13)
+
+
+def test_a_read_only_stash_is_left_alone(
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray],
+) -> None:
+    counts, gram, distances = medium
+    frozen = distances.copy()
+    frozen.flags.writeable = False
+    got = split_half_summary(counts, 300, gram, repeats=1, ranks=[1], stash=frozen)
+    want = split_half_summary(counts, 300, gram, repeats=1, ranks=[1])
+    np.testing.assert_array_equal(frozen, distances)
+    np.testing.assert_array_equal(got.energy_rows, want.energy_rows)
+    assert got.heldout == want.heldout and got.within == want.within
