@@ -318,6 +318,7 @@ def corpus_geometry(
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
     plain: bool = True,
+    spectrum: bool = True,
 ) -> CorpusGeometry:
     """The estimated Hellinger geometry and its MDS on the supported prefix of ``counts``.
 
@@ -333,6 +334,10 @@ def corpus_geometry(
         Also compute the plug-in estimate beside a cross-fit (``CorpusGeometry.plain``, the
         ``plain`` figure of every score: ``stress --verbose`` and the JSON). False leaves it
         None, and the scores' ``plain`` NaN: one Gram product and one eigensolve fewer.
+    spectrum : bool
+        False: no eigensolve of the estimate (``mds`` holds the gram and ``||B_H||_F^2`` only,
+        :func:`posdiag.estimator.no_spectrum`), for callers that use the gram and the
+        distances alone (``inspect --corpus``).
     """
     if isinstance(counts, ShardedCounts):
         counts = counts.counts
@@ -356,7 +361,13 @@ def corpus_geometry(
     )
     plug: HellingerEstimate | None = None
     if estimator == "plugin" or plain or _maybe_identical(counts.matrix, n_eff):
-        plug = estimate_hellinger(counts.matrix, n_eff, estimator="plugin")
+        # Its eigenpairs serve the plug-in headline or the plain figures, not the check below.
+        plug = estimate_hellinger(
+            counts.matrix,
+            n_eff,
+            estimator="plugin",
+            spectrum=spectrum if estimator == "plugin" else plain,
+        )
         largest = float(plug.distances.max())
     else:
         largest = math.inf  # some position is >= IDENTICAL_TOL from position 0
@@ -368,13 +379,22 @@ def corpus_geometry(
     if estimator == "plugin":
         assert plug is not None
         est = plug
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            mds = classical_mds(plug.distances)
-        notes = [str(w.message) for w in caught]
+        if spectrum:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                mds = classical_mds(plug.distances)
+            notes = [str(w.message) for w in caught]
+        else:
+            mds, notes = plug.mds, []
     else:
         est = estimate_hellinger(
-            counts.matrix, n_eff, shards=shards, estimator=estimator, splits=splits, seed=seed
+            counts.matrix,
+            n_eff,
+            shards=shards,
+            estimator=estimator,
+            splits=splits,
+            seed=seed,
+            spectrum=spectrum,
         )
         # Negative eigenvalues are expected here: the spectrum reports them in one line.
         mds, notes = est.mds, []

@@ -821,8 +821,16 @@ def inspect(
             counts_file=is_counts_file(corpus),
         )
         counted = counts(corpus, plan.reading, quiet, seed=seed)
-        # plain=False: inspect shows no plug-in figure.
-        geo = corpus_geometry(counted, plan.min_count, estimator=estimator, seed=seed, plain=False)
+        # plain=False: inspect shows no plug-in figure; spectrum=False: it scores the table
+        # against the gram and the distances, no eigenpair of the corpus is shown.
+        geo = corpus_geometry(
+            counted,
+            plan.min_count,
+            estimator=estimator,
+            seed=seed,
+            plain=False,
+            spectrum=False,
+        )
         from_file = {k: meta[k] for k in plan.from_file}
         npz = corpus if is_counts_file(corpus) else None
         notes = (

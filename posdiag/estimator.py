@@ -32,6 +32,7 @@ at the cost of one of the ``S`` products it replaces.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -468,13 +469,13 @@ def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
 
 
 def _estimate(
-    estimator: str, method: str, splits: int, seed: int, bc: np.ndarray
+    estimator: str, method: str, splits: int, seed: int, bc: np.ndarray, spectrum: bool = True
 ) -> HellingerEstimate:
     """The estimate from ``BC``, whose memory becomes the gram (``bc`` is overwritten when it is
     a C-contiguous float64 array): two n x n arrays at the end, not three."""
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     distances = implied_distances(bc)
-    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances)
+    return _from_gram(estimator, method, splits, seed, _gram_over_bc(bc), distances, spectrum)
 
 
 def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
@@ -486,20 +487,36 @@ def _gram_over_bc(bc: np.ndarray) -> np.ndarray:
 
 
 def _from_gram(
-    estimator: str, method: str, splits: int, seed: int, gram: np.ndarray, distances: np.ndarray
+    estimator: str,
+    method: str,
+    splits: int,
+    seed: int,
+    gram: np.ndarray,
+    distances: np.ndarray,
+    spectrum: bool = True,
 ) -> HellingerEstimate:
     # Every eigenpair up to posdiag.spectral.FULL_EIGH_MAX positions, the top ones beyond (the
     # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
-    return HellingerEstimate(
-        estimator,
-        method,
-        splits,
-        seed,
-        gram,
-        distances,
-        # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
-        # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
-        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False),
+    # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
+    # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
+    mds = (
+        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False)
+        if spectrum
+        else no_spectrum(gram)
+    )
+    return HellingerEstimate(estimator, method, splits, seed, gram, distances, mds)
+
+
+def no_spectrum(gram: np.ndarray) -> MDS:
+    """``gram`` as an MDS with no eigenpair computed (``total = ||B||_F^2`` only): for callers
+    that use the Gram and the distances alone (``inspect --corpus``), no eigensolve."""
+    n = gram.shape[0]
+    return MDS(
+        eigenvalues=np.empty(0),
+        vectors=np.empty((n, 0)),
+        gram=gram,
+        total=float(np.vdot(gram, gram)),
+        bottom=math.nan,
     )
 
 
@@ -511,6 +528,7 @@ def estimate_hellinger(
     estimator: str = DEFAULT_ESTIMATOR,
     splits: int = DEFAULT_SPLITS,
     seed: int = 0,
+    spectrum: bool = True,
 ) -> HellingerEstimate:
     """Estimate the Hellinger geometry of positions ``0..n-1``.
 
@@ -530,6 +548,9 @@ def estimate_hellinger(
         only recorded.
     seed : int
         Seed of the splits (``numpy.random.default_rng``).
+    spectrum : bool
+        False: no eigensolve, ``mds`` holds the gram and ``||B_H||_F^2`` only
+        (:func:`no_spectrum`).
 
     Returns
     -------
@@ -541,7 +562,7 @@ def estimate_hellinger(
     splits = check_int("splits", splits, 1)
     seed = check_int("seed", seed, 0)
     if estimator == "plugin":
-        return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]))
+        return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]), spectrum)
     # Own stream: the same --seed also draws the shards and the bootstrap replicates.
     if len(shards) >= 2:
         try:
@@ -549,9 +570,10 @@ def estimate_hellinger(
         except PosdiagError:
             pass  # a random half of the shards left a position without tokens: thin instead
         else:
-            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves))
+            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves), spectrum)
     # Thinning: the exact average over every thinning, one product (no split noise, no seed).
-    return _estimate("crossfit", "thinning", splits, seed, expected_thinning_bc(c, n))
+    bc = expected_thinning_bc(c, n)
+    return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:

@@ -320,3 +320,33 @@ def test_diff_rank_beyond_the_computed_pairs_grows_the_partial_spectrum(
     # Still refused beyond n - 1, with the n - 1 bound in the message.
     with pytest.raises(PosdiagError, match=r"'rank' must be an int in \[1, n-1=159\]; got 160"):
         corpus_drift(corpus_a, b, min_count=1, rank=160)
+
+
+@pytest.mark.parametrize("how", ["crossfit", "plugin"])
+def test_inspect_computes_no_eigenpair_of_the_corpus(
+    corpus_a: Counts, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    from posdiag import analysis as analysis_mod
+    from posdiag import geometry
+    from posdiag.inspect import inspect_table
+
+    path = save_counts(corpus_a, tmp_path / "a.npz")
+    table = np.random.default_rng(0).standard_normal((160, 16))
+    np.save(tmp_path / "t.npy", table)
+    # The figures inspect prints, from a geometry with its spectrum (the straightforward way).
+    full = corpus_geometry(corpus_a, 1, estimator=how, plain=False)
+    lean = corpus_geometry(corpus_a, 1, estimator=how, plain=False, spectrum=False)
+    assert lean.mds.eigenvalues.size == 0 and full.mds.eigenvalues.size > 0
+    assert lean.mds.total == pytest.approx(float(np.vdot(full.mds.gram, full.mds.gram)))
+    want, got = inspect_table(table, full).fit, inspect_table(table, lean).fit
+    assert got == want
+    solves: list[int] = []
+    for mod, name in ((estimator, "mds_of_gram"), (analysis_mod, "classical_mds")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, **k: solves.append(1) or _r(*a, **k))
+    monkeypatch.setattr(geometry, "mds_from_gram", lambda *a, **k: solves.append(1))
+    args = ["inspect", str(tmp_path / "t.npy"), "--corpus", str(path), "--min-count", "1"]
+    out = cli([*args, "--estimator", how, "--json"])
+    assert out.exit_code == 0, out.output
+    assert solves == []
+    assert json.loads(out.stdout)["fit"]["stress"] == pytest.approx(want.stress, abs=1e-12)
