@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from . import estimator as estimator_module
 from ._defaults import DEFAULT_MIN_COUNT  # why 100: see there
 from ._memory import require
 from ._validate import check_float, check_int
@@ -26,8 +27,10 @@ from .estimator import (
     distances_to_first,
     estimate_hellinger,
     negative_eigenvalue_note,
+    pack_upper,
     split_half_grams,
     split_half_summary,
+    unpack_upper,
 )
 from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
 from .geometry import (
@@ -217,21 +220,54 @@ class CorpusGeometry:
             # Freed before the new one is made; a larger top rank refits (within the held-out
             # fits' tolerance, posdiag.estimator.HELDOUT_TOL).
             del self._cache["split_half_summary"], have
-        summary = split_half_summary(
-            counts.matrix,
-            self.n_eff,
-            self.mds.gram,
-            shards=counts.shards,
-            splits=est.splits,
-            seed=est.seed,
-            ranks=sorted(wanted),
-            noise=noise,
-            # D_H is not read while the halves are made: scratch for the first half's gram.
-            stash=self.distances if self.distances is est.distances else None,
-            max_pairs=MAX_PAIRS_LISTED,
-        )
+        packed = self._park_distances()
+        try:
+            summary = split_half_summary(
+                counts.matrix,
+                self.n_eff,
+                self.mds.gram,
+                shards=counts.shards,
+                splits=est.splits,
+                seed=est.seed,
+                ranks=sorted(wanted),
+                noise=noise,
+                # B_H's lower triangle holds the first half's gram while the second is made.
+                stash=self.mds.gram if packed is not None else None,
+                max_pairs=MAX_PAIRS_LISTED,
+            )
+        finally:
+            if packed is not None:
+                self._unpark_distances(packed)
         self._cache["split_half_summary"] = summary
         return summary
+
+    def _park_distances(self) -> np.ndarray | None:
+        """``D_H``'s upper triangle packed (half an ``n x n`` array), ``D_H`` itself dropped
+        from this geometry and its estimate, when the split-half grams are made one outer
+        split at a time (long contexts): nothing reads ``D_H`` meanwhile, and with ``B_H``'s
+        redundant lower triangle holding the first half's gram (:func:`split_half_summary`)
+        the peak holds 2.5 ``n x n`` arrays there instead of 3 (1 GB at n = 16,384). None when
+        not parked. :meth:`_unpark_distances` puts it back, bit for bit (``D_H`` is exactly
+        symmetric: :func:`posdiag.estimator.implied_distances`)."""
+        est, d, n = self.estimate, self.distances, self.n_eff
+        if (
+            est is None
+            or d is not est.distances
+            or n <= estimator_module.ONE_OUTER_SPLIT_ABOVE
+            or d.shape != (n, n)
+            or d.dtype != np.float64
+        ):
+            return None
+        packed = pack_upper(d)
+        # Frozen dataclasses: the one place their arrays are swapped, restored in a finally.
+        object.__setattr__(self, "distances", None)
+        object.__setattr__(est, "distances", None)
+        return packed
+
+    def _unpark_distances(self, packed: np.ndarray) -> None:
+        d = unpack_upper(packed, self.n_eff)
+        object.__setattr__(self, "distances", d)
+        object.__setattr__(self.estimate, "distances", d)
 
     def heldout_stress(self, ranks: Sequence[int], *, noise: bool = False) -> dict[int, float]:
         """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty); ``noise``

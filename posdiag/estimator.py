@@ -71,6 +71,7 @@ __all__ = [
     "negative_eigenvalue_note",
     "noise_energy",
     "noise_energy_rows",
+    "pack_upper",
     "plugin_bc",
     "restrict",
     "shard_halves",
@@ -80,6 +81,7 @@ __all__ = [
     "stacked_halves",
     "sqrt_rows",
     "thinned_halves",
+    "unpack_upper",
 ]
 
 ESTIMATORS = ("crossfit", "plugin")
@@ -220,13 +222,18 @@ def plugin_bc(counts: Matrix) -> np.ndarray:
     return np.clip(bc, 0.0, 1.0)
 
 
-def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
+def crossfit_bc(
+    halves: Sequence[tuple[Matrix, Matrix]], *, dtype: type[np.floating] = np.float64
+) -> np.ndarray:
     """``mean_s (X_s + X_s^T) / 2`` with ``X_s = R^A_s (R^B_s)^T``, diagonal as computed.
 
     Parameters
     ----------
     halves : sequence of (C^A, C^B), each of shape (n, vocab_size)
         Counts of two independent halves of the data, one pair per split.
+    dtype : numpy float type
+        Precision of the products' dense BLAS block (:func:`posdiag.fastgram.cross_product`):
+        float64 for the headline, float32 for the split-half grams (as the thinning's).
 
     Returns
     -------
@@ -239,7 +246,7 @@ def crossfit_bc(halves: Sequence[tuple[Matrix, Matrix]]) -> np.ndarray:
     # n = 16,384).
     acc = np.zeros((halves[0][0].shape[0], halves[0][1].shape[0]))
     for ca, cb in halves:
-        fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=np.float64, out=acc)
+        fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dtype, out=acc)
     fast_symmetrize(acc)
     acc /= len(halves)
     return acc
@@ -715,10 +722,11 @@ def _outer_splits(
 def _half_gram(source: _HalfSource) -> np.ndarray:
     """The cross-fitted ``B_H`` of one half of the data; shape (n, n)."""
     kind, data = source
+    # Float32 dense blocks: these grams feed the held-out mds-r scores and the noise bounds
+    # only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py). By shards that
+    # is S / 2 products a half, each ~1.6x faster than float64 at long contexts.
     if kind == "shards":
-        return _gram_over_bc(crossfit_bc(data))
-    # Float32 dense block: these grams feed the held-out mds-r scores and the noise bounds
-    # only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py).
+        return _gram_over_bc(crossfit_bc(data, dtype=np.float32))
     return _gram_over_bc(expected_thinning_bc(data, dtype=np.float32))
 
 
@@ -947,6 +955,49 @@ class _StashedRows(_Rows):
         return out
 
 
+class _UpperRows(_Rows):
+    """Row blocks of a symmetric matrix read from the upper triangle of ``buf`` (diagonal
+    included) only: its strict lower triangle may hold a stashed gram (:class:`_StashedRows`)."""
+
+    def __init__(self, buf: np.ndarray) -> None:
+        self.gram = buf
+        self.diag = np.diag(buf).copy()
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        buf = self.gram
+        out = np.empty((hi - lo, buf.shape[0]))
+        out[:, hi:] = buf[lo:hi, hi:]  # right of the block: above the diagonal
+        out[:, :lo] = buf[:lo, lo:hi].T  # left of it: B[i, j] = B[j, i], above the diagonal
+        tile = buf[lo:hi, lo:hi]
+        square = tile.T.copy()  # below the tile's diagonal: mirrored from above it
+        np.copyto(square, tile, where=~np.tri(hi - lo, hi - lo, -1, dtype=bool))
+        out[:, lo:hi] = square
+        return out
+
+
+def pack_upper(m: np.ndarray) -> np.ndarray:
+    """The upper triangle of ``m`` (n, n), diagonal included, row after row: shape
+    (n (n + 1) / 2,). :func:`unpack_upper` gives ``m`` back bit for bit when ``m`` is exactly
+    symmetric."""
+    n = m.shape[0]
+    out = np.empty(n * (n + 1) // 2, dtype=m.dtype)
+    at = 0
+    for i in range(n):
+        out[at : at + n - i] = m[i, i:]
+        at += n - i
+    return out
+
+
+def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
+    """The symmetric (n, n) array whose upper triangle :func:`pack_upper` packed."""
+    out = np.empty((n, n), dtype=packed.dtype)
+    at = 0
+    for i in range(n):
+        out[i, i:] = packed[at : at + n - i]
+        at += n - i
+    return mirror_upper(out)
+
+
 def _row_spans(n: int, block_bytes: int) -> list[tuple[int, int]]:
     step = max(1, block_bytes // (8 * max(n, 1)))
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
@@ -974,9 +1025,10 @@ def split_half_summary(
     beside ``B_H`` and ``D_H`` while the encodings were scored. Here each half's gram is made,
     used and freed: ``B_P`` is fitted (its top eigenpairs) as soon as it exists; with one outer
     split and ``stash`` given, its strict lower triangle then moves into ``stash``'s (a
-    symmetric array not read meanwhile: the distances ``D_H``), so only one half's gram is
-    whole while ``B_Q`` is made; then one pass over row blocks of both (and of ``gram``) sums
-    everything else, and ``stash``'s lower triangle is restored from its upper one.
+    symmetric array not read meanwhile: ``gram`` itself, whose rows are then read from its upper
+    triangle, or the distances ``D_H``), so only one half's gram is whole while ``B_Q`` is
+    made; then one pass over row blocks of both (and of ``gram``) sums everything else, and
+    ``stash``'s lower triangle is restored from its upper one.
 
     Every entry of every block equals the whole grams' (copies only), so ``energy_rows``,
     ``partners``, ``within`` and ``first_pairs`` are bit for bit those of the whole-matrix
@@ -994,7 +1046,7 @@ def split_half_summary(
     noise : bool
         Also find the pairs within their sampling error (``partners``, ``within``,
         ``first_pairs``).
-    stash : ndarray of shape (n, n), float64, C-contiguous and exactly symmetric, optional
+    stash : ndarray of shape (n, n), float64, C-contiguous, writeable, exactly symmetric, optional
         Scratch for the first half's gram (used with one outer split only; restored on return).
     max_pairs : int
         Pairs listed in ``first_pairs``.
@@ -1010,12 +1062,15 @@ def split_half_summary(
     gram = np.asarray(gram, dtype=np.float64)
     if repeats is None:
         repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+    # The stash may be the gram itself: its lower triangle is then read from its upper one.
+    rows_h = _UpperRows(gram) if stash is gram else _Rows(gram)
     usable = (
         stash is not None
         and repeats == 1
         and stash.shape == (n, n)
         and stash.dtype == np.float64
         and stash.flags.c_contiguous
+        and stash.flags.writeable
     )
     halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
     fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split
@@ -1039,7 +1094,7 @@ def split_half_summary(
                 fits.append(_rank_sums(g_q @ x_p, x_p))
             halves.append((rows_p, g_q, x_q, np.empty((n, top)) if top else None))
         energy, signals, partners, within, first = _summary_pass(
-            halves, gram, noise, max_pairs, block_bytes
+            halves, rows_h, noise, max_pairs, block_bytes
         )
     finally:
         if usable:
@@ -1075,7 +1130,7 @@ def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _summary_pass(
     halves: Sequence[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]],
-    gram: np.ndarray,
+    rows_h: _Rows,
     noise: bool,
     max_pairs: int,
     block_bytes: int,
@@ -1083,14 +1138,14 @@ def _summary_pass(
     """One pass over row blocks of every half's grams: the noise energy of each row, ``<B_P,
     B_Q>``, ``B_P X_Q`` (into each half's last slot) and the pairs within sampling error, each
     entry with :func:`noise_energy_rows`'s and the whole-matrix mask's arithmetic."""
-    n = gram.shape[0]
+    n = rows_h.gram.shape[0]
     energy = np.empty(n)
     signals = [0.0] * len(halves)
     partners = np.zeros(n, dtype=np.int64) if noise else None
     within = 0
     first: list[tuple[int, int]] = []
     diffs = [rows_p.diag - np.diag(g_q) for rows_p, g_q, _, _ in halves]
-    diag = np.diag(gram)
+    diag = rows_h.diag
     cols = np.arange(n)
     scale = 4.0 * len(halves)
     for lo, hi in _row_spans(n, block_bytes):
@@ -1119,7 +1174,7 @@ def _summary_pass(
         if acc_m is not None and partners is not None:
             acc_m /= scale
             np.sqrt(acc_m, out=acc_m)
-            mask = (diag[lo:hi, None] + diag[None, :] - 2.0 * gram[lo:hi]) <= acc_m
+            mask = (diag[lo:hi, None] + diag[None, :] - 2.0 * rows_h.block(lo, hi)) <= acc_m
             del acc_m
             mask[np.arange(hi - lo), np.arange(lo, hi)] = False
             partners[lo:hi] = mask.sum(axis=1)

@@ -396,3 +396,41 @@ def test_compiled_kernels_load_from_the_cache_in_a_fresh_process() -> None:
             [sys.executable, "-c", _KERNEL_RUN], capture_output=True, text=True, check=True
         )
     assert run.stdout.strip() == "0", run.stdout + run.stderr
+
+
+def test_float32_split_half_grams_by_shards_move_heldout_scores_below_1e6(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posdiag.estimator import heldout_mds_stress, noise_energy, split_half_grams
+
+    # 8 shards: each count goes to a shard multinomially (a chain of binomial draws).
+    m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
+    rng = np.random.default_rng(4)
+    left, shards = m.data.copy(), []
+    for k in range(8, 0, -1):
+        take = rng.binomial(left, 1.0 / k) if k > 1 else left
+        shards.append(sp.csr_matrix((take, m.indices, m.indptr), shape=m.shape))
+        left = left - take
+    dtypes: list[object] = []
+    real = estimator.crossfit_bc
+
+    def spy(*args: object, **kwargs: object) -> np.ndarray:
+        dtypes.append(kwargs.get("dtype"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimator, "crossfit_bc", spy)
+    f32 = split_half_grams(m, 160, shards=shards)
+    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q), all by shards
+
+    def as64(*args: object, **kwargs: object) -> np.ndarray:
+        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimator, "crossfit_bc", as64)
+    f64 = split_half_grams(m, 160, shards=shards)
+    for (p32, q32), (p64, q64) in zip(f32.grams, f64.grams, strict=True):
+        assert 0 < float(np.abs(p32 - p64).max()) < 1e-6  # float32 rounding, nothing more
+        assert float(np.abs(q32 - q64).max()) < 1e-6
+    h32, h64 = heldout_mds_stress(f32, [1, 2, 3]), heldout_mds_stress(f64, [1, 2, 3])
+    for r in (1, 2, 3):
+        assert abs(h32[r] - h64[r]) < 1e-6
+    np.testing.assert_allclose(noise_energy(f32), noise_energy(f64), rtol=0, atol=1e-9)

@@ -52,24 +52,26 @@ def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("repeats", [1, 2])
-@pytest.mark.parametrize("stashed", [False, True])
+@pytest.mark.parametrize("stashed", ["none", "distances", "gram"])
 @pytest.mark.parametrize("rows", [1, 7, 10_000])
 def test_summary_equals_the_whole_grams(
-    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray], repeats: int, stashed: bool, rows: int
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray], repeats: int, stashed: str, rows: int
 ) -> None:
     counts, gram, distances = medium
     n = gram.shape[0]
-    before = distances.copy()
+    before, gram_before = distances.copy(), gram.copy()
     got = split_half_summary(
         counts,
         n,
         gram,
         repeats=repeats,
         ranks=[1, 2, 3],
-        stash=distances if stashed else None,
+        stash={"none": None, "distances": distances, "gram": gram}[stashed],
         block_bytes=8 * n * rows,
     )
-    np.testing.assert_array_equal(distances, before)  # borrowed and restored bit for bit
+    # Borrowed and restored bit for bit.
+    np.testing.assert_array_equal(distances, before)
+    np.testing.assert_array_equal(gram, gram_before)
     half = split_half_grams(counts, n, repeats=repeats)
     np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(half))
     want = heldout_mds_stress(half, [1, 2, 3])
@@ -179,3 +181,78 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
     assert set(geo._cache["split_half_summary"].heldout) == {1, 2, 3, 5}
     assert geo._cache["split_half_summary"].partners is not None
     assert more[5] == pytest.approx(heldout_mds_stress(half, [1, 2, 3, 5])[5], rel=1e-13)
+
+
+def test_a_read_only_stash_is_left_alone(
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray],
+) -> None:
+    counts, gram, distances = medium
+    frozen = distances.copy()
+    frozen.flags.writeable = False
+    got = split_half_summary(counts, 300, gram, repeats=1, ranks=[1], stash=frozen)
+    want = split_half_summary(counts, 300, gram, repeats=1, ranks=[1])
+    np.testing.assert_array_equal(frozen, distances)
+    np.testing.assert_array_equal(got.energy_rows, want.energy_rows)
+    assert got.heldout == want.heldout and got.within == want.within
+
+
+def test_packed_upper_triangle_round_trip() -> None:
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 300):
+        m = rng.normal(size=(n, n))
+        m = m + m.T
+        m[0, 0] = -0.0
+        packed = estimator.pack_upper(m)
+        assert packed.shape == (n * (n + 1) // 2,)
+        back = estimator.unpack_upper(packed, n)
+        np.testing.assert_array_equal(back, m)
+        assert np.array_equal(np.signbit(back), np.signbit(m))
+
+
+def test_report_parks_the_distances_while_the_halves_are_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long-context path forced on a small input: D_H is dropped from the geometry (packed)
+    while the split-half grams exist, and comes back bit for bit; B_H too."""
+    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
+    counts = Counts(noisy_counts(40), {})
+    fresh = corpus_geometry(counts, min_count=1, plain=False)
+    seen: list[object] = []
+    real = analysis.split_half_summary
+
+    def spy(*args: object, **kw: object) -> object:
+        geo = holder[0]
+        seen.append(geo.distances)
+        assert kw["stash"] is geo.mds.gram
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    holder: list[analysis.CorpusGeometry] = []
+    monkeypatch.setattr(analysis, "split_half_summary", spy)
+    geo = corpus_geometry(counts, min_count=1, plain=False)
+    holder.append(geo)
+    got = geo.heldout_stress([1, 2], noise=True)
+    assert seen == [None]  # parked while the halves were made
+    assert geo.estimate is not None and geo.estimate.distances is geo.distances
+    np.testing.assert_array_equal(geo.distances, fresh.distances)
+    np.testing.assert_array_equal(geo.mds.gram, fresh.mds.gram)
+    want = heldout_mds_stress(split_half_grams(counts.matrix, 40), [1, 2])
+    assert got == pytest.approx(want, rel=1e-13)
+
+
+def test_a_failure_while_parked_puts_the_distances_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
+    counts = Counts(noisy_counts(40), {})
+    geo = corpus_geometry(counts, min_count=1, plain=False)
+    d, b = geo.distances.copy(), geo.mds.gram.copy()
+
+    def fails(*args: object, **kw: object) -> object:
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(estimator, "_half_gram", fails)
+    with pytest.raises(MemoryError):
+        geo.heldout_stress([1])
+    np.testing.assert_array_equal(geo.distances, d)
+    np.testing.assert_array_equal(geo.mds.gram, b)
+    assert geo.estimate is not None and geo.estimate.distances is geo.distances
