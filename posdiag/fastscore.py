@@ -40,6 +40,7 @@ import numpy as np
 from scipy.spatial.distance import pdist
 
 from .encodings import Encoding
+from .errors import PosdiagError
 from .geometry import StressMeasures, compare
 
 __all__ = [
@@ -64,6 +65,10 @@ COMPILED_FROM_PAIRS = 1 << 17
 # numpy's integer rank sums are exact while m^3 < 2^63: at and above this many pairs the
 # compiled path (two-limb sums) is taken whatever COMPILED_FROM_PAIRS says.
 _NUMPY_MAX_PAIRS = 1 << 21
+# The exact sums hold while twice a centred rank fits the limbs' factor (|c| < 2^30: m < 2^30)
+# and the corpus ranks fit uint32 (2 m < 2^32): n(n-1)/2 < 2^30 pairs, i.e. n <= 46,341.
+# Beyond, corpus_side refuses (the memory check refuses first on machines under ~100 GB).
+EXACT_MAX_POSITIONS = 46_341
 # Position vectors of at most this many coordinates get their distances coordinate by
 # coordinate (as pdist: exactly compare()'s values); wider ones (learned tables, d = 768) by
 # the Gram expansion with BLAS, one block of rows at a time.
@@ -333,6 +338,11 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
     (:attr:`CorpusSide.rank2`): 2.1 GB and 0.54 GB at n = 16,384.
     """
     n = d_h.shape[0]
+    if n > EXACT_MAX_POSITIONS:
+        raise PosdiagError(
+            f"'n_eff' must be an int in [2, {EXACT_MAX_POSITIONS}] for exact Spearman ranks "
+            f"(the rank sums' integer range); got {n}"
+        )
     m = n * (n - 1) // 2
     d_h = np.ascontiguousarray(d_h, dtype=np.float64)
     start = _upper_segments(n)

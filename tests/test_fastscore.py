@@ -221,3 +221,22 @@ def test_lazy_stats_is_scipy_stats() -> None:
     from posdiag.geometry import stats as lazy
 
     assert lazy.spearmanr is stats.spearmanr
+
+
+def test_corpus_side_refuses_more_positions_than_its_exact_sums_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag import fastscore
+    from posdiag.errors import PosdiagError
+
+    # n(n-1)/2 < 2^30 pairs: the limbs' factor and the uint32 ranks; the real bound is 46,341.
+    assert 46_341 * 46_340 // 2 < 2**30 <= 46_342 * 46_341 // 2
+    assert fastscore.EXACT_MAX_POSITIONS == 46_341
+    monkeypatch.setattr(fastscore, "EXACT_MAX_POSITIONS", 5)
+    d = np.abs(np.subtract.outer(np.arange(6.0), np.arange(6.0)))
+    with pytest.raises(
+        PosdiagError,
+        match=r"^'n_eff' must be an int in \[2, 5\] for exact Spearman ranks \(the rank sums' "
+        r"integer range\); got 6$",
+    ):
+        fastscore.corpus_side(d, -0.5 * d**2)
