@@ -116,32 +116,48 @@ def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
         dst_v[at] = src_v[q]
 
 
+# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
+# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
+SMALL = 16
+SUB_BITS = 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insertion(keys, vals, lo, hi):  # stable, in place on [lo, hi)
+    for q in range(lo + 1, hi):
+        k = keys[q]
+        v = vals[q]
+        r = q - 1
+        while r >= lo and keys[r] > k:
+            keys[r + 1] = keys[r]
+            vals[r + 1] = vals[r]
+            r -= 1
+        keys[r + 1] = k
+        vals[r + 1] = v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bit_width(span: np.uint64) -> int:
+    """Bits of ``span`` up to its highest set bit (0 for 0)."""
+    width = 0
+    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
+        width += 1
+    return width
+
+
 @numba.njit(cache=True, nogil=True)
 def _lsd_segment(keys, vals, keys_tmp, vals_tmp, lo, hi, bits):  # sorts [lo, hi) in place
     if hi - lo < 2:
         return
-    if hi - lo <= 16:
-        # Insertion sort (stable) for the many tiny buckets.
-        for q in range(lo + 1, hi):
-            k = keys[q]
-            v = vals[q]
-            r = q - 1
-            while r >= lo and keys[r] > k:
-                keys[r + 1] = keys[r]
-                vals[r + 1] = vals[r]
-                r -= 1
-            keys[r + 1] = k
-            vals[r + 1] = v
+    if hi - lo <= SMALL:
+        _insertion(keys, vals, lo, hi)  # the many tiny buckets
         return
     kmin = keys[lo]
     kmax = keys[lo]
     for q in range(lo, hi):
         kmin = min(kmin, keys[q])
         kmax = max(kmax, keys[q])
-    span = kmax - kmin
-    width = 0
-    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
-        width += 1
+    width = _bit_width(kmax - kmin)
     if width == 0:
         return
     passes = (width + bits - 1) // bits
@@ -462,26 +478,6 @@ def bucket_offsets(hist: np.ndarray) -> np.ndarray:
     return starts
 
 
-# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
-# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
-SMALL = 16
-SUB_BITS = 2
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _insertion(keys, vals, lo, hi):  # stable, in place on [lo, hi)
-    for q in range(lo + 1, hi):
-        k = keys[q]
-        v = vals[q]
-        r = q - 1
-        while r >= lo and keys[r] > k:
-            keys[r + 1] = keys[r]
-            vals[r + 1] = vals[r]
-            r -= 1
-        keys[r + 1] = k
-        vals[r + 1] = v
-
-
 @numba.njit(cache=True, nogil=True)
 def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
     """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals[lo:hi]``) into order
@@ -502,10 +498,7 @@ def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
         kmax = max(kmax, k)
     if kmin == kmax:
         return False
-    span = kmax - kmin
-    width = 0
-    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
-        width += 1
+    width = _bit_width(kmax - kmin)
     sub = 0
     while (2 << sub) <= size:  # 2^sub <= size
         sub += 1
@@ -581,10 +574,7 @@ def _sort_in_place(keys, vals, lo, hi):
             kmax = max(kmax, keys[q])
         if kmin == kmax:
             continue
-        span = kmax - kmin
-        width = 0
-        while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
-            width += 1
+        width = _bit_width(kmax - kmin)
         digit = min(FLAG_BITS, width)
         shift = np.uint64(width - digit)
         nb = 1 << digit
