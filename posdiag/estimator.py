@@ -776,17 +776,21 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
         start = fit_q.vectors
         fits = (fit_p, fit_q)
         for target, fit in ((g_q, fits[0]), (g_p, fits[1])):
-            inner, norms = _rank_gram(target, fit, top)
-            for r in acc:
-                # Scale-fitted stress sqrt(1 - cos^2), the cosine clipped to [0, 1]
-                # (posdiag.geometry.stress), with ``norm`` standing in for ||target||.
-                ng = float(norms[r - 1])
-                if norm == 0.0 or ng == 0.0:
-                    acc[r] += 1.0
-                    continue
-                cos = min(1.0, max(0.0, float(inner[r - 1])) / (norm * ng))
-                acc[r] += float(np.sqrt(1.0 - cos * cos))
+            _add_heldout(acc, *_rank_gram(target, fit, top), norm)
     return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
+
+
+def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, norm: float) -> None:
+    """Add each rank's scale-fitted stress ``sqrt(1 - cos^2)``, the cosine clipped to [0, 1]
+    (:func:`posdiag.geometry.stress`), with ``norm`` standing in for ``||target||``; ``inner``
+    and ``norms`` by rank (index ``r - 1``)."""
+    for r in acc:
+        ng = float(norms[r - 1])
+        if norm == 0.0 or ng == 0.0:
+            acc[r] += 1.0
+            continue
+        cos = min(1.0, max(0.0, float(inner[r - 1])) / (norm * ng))
+        acc[r] += float(np.sqrt(1.0 - cos * cos))
 
 
 # From this n the held-out fits compute only the top eigenpairs they use (Lanczos), not all.
@@ -1109,13 +1113,7 @@ def split_half_summary(
         norm = float(np.sqrt(signal + noise_total)) if signal > 0 else 0.0
         assert x_q is not None and px is not None
         for inner, norms in (fits[s], _rank_sums(px, x_q)):
-            for r in acc:
-                ng = float(norms[r - 1])
-                if norm == 0.0 or ng == 0.0:
-                    acc[r] += 1.0
-                    continue
-                cos = min(1.0, max(0.0, float(inner[r - 1])) / (norm * ng))
-                acc[r] += float(np.sqrt(1.0 - cos * cos))
+            _add_heldout(acc, inner, norms, norm)
     heldout = {r: v / (2 * len(halves)) for r, v in acc.items()}
     return SplitHalfSummary(heldout, energy, partners, within, first)
 
