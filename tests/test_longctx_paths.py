@@ -270,30 +270,46 @@ def test_thinning_headline_uses_the_expectation(long_counts: Counts) -> None:
     np.testing.assert_array_equal(other.mds.gram, geo.mds.gram)
 
 
+def _shards_of(m: sp.csr_matrix, k: int, seed: int) -> list[sp.csr_matrix]:
+    """``k`` shards: each count goes to a shard multinomially (a chain of binomial draws)."""
+    m = sp.csr_matrix(m, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    left, shards = m.data.copy(), []
+    for rest in range(k, 0, -1):
+        take = rng.binomial(left, 1.0 / rest) if rest > 1 else left
+        shards.append(sp.csr_matrix((take, m.indices, m.indptr), shape=m.shape))
+        left = left - take
+    return shards
+
+
+@pytest.mark.parametrize(
+    ("split", "product"), [("thinning", "expected_thinning_bc"), ("shards", "crossfit_bc")]
+)
 def test_float32_split_half_grams_move_heldout_scores_below_1e6(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
     from posdiag.estimator import heldout_mds_stress, noise_energy, split_half_grams
 
+    m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
+    shards = _shards_of(m, 8, seed=4) if split == "shards" else []
     dtypes: list[object] = []
-    real = estimator.expected_thinning_bc
+    real = getattr(estimator, product)
 
     def spy(*args: object, **kwargs: object) -> np.ndarray:
         dtypes.append(kwargs.get("dtype"))
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(estimator, "expected_thinning_bc", spy)
-    m = long_counts.matrix
+    monkeypatch.setattr(estimator, product, spy)
     plan, _ = fastgram.plan_product(sqrt_rows(m), sqrt_rows(m))
     assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
-    f32 = split_half_grams(m, 160)
-    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q)
+    f32 = split_half_grams(m, 160, shards=shards)
+    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q), all by this split
 
     def as64(*args: object, **kwargs: object) -> np.ndarray:
-        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[arg-type]
+        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(estimator, "expected_thinning_bc", as64)
-    f64 = split_half_grams(m, 160)
+    monkeypatch.setattr(estimator, product, as64)
+    f64 = split_half_grams(m, 160, shards=shards)
     for (p32, q32), (p64, q64) in zip(f32.grams, f64.grams, strict=True):
         assert 0 < float(np.abs(p32 - p64).max()) < 1e-6  # float32 rounding, nothing more
         assert float(np.abs(q32 - q64).max()) < 1e-6
@@ -396,41 +412,3 @@ def test_compiled_kernels_load_from_the_cache_in_a_fresh_process() -> None:
             [sys.executable, "-c", _KERNEL_RUN], capture_output=True, text=True, check=True
         )
     assert run.stdout.strip() == "0", run.stdout + run.stderr
-
-
-def test_float32_split_half_grams_by_shards_move_heldout_scores_below_1e6(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from posdiag.estimator import heldout_mds_stress, noise_energy, split_half_grams
-
-    # 8 shards: each count goes to a shard multinomially (a chain of binomial draws).
-    m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
-    rng = np.random.default_rng(4)
-    left, shards = m.data.copy(), []
-    for k in range(8, 0, -1):
-        take = rng.binomial(left, 1.0 / k) if k > 1 else left
-        shards.append(sp.csr_matrix((take, m.indices, m.indptr), shape=m.shape))
-        left = left - take
-    dtypes: list[object] = []
-    real = estimator.crossfit_bc
-
-    def spy(*args: object, **kwargs: object) -> np.ndarray:
-        dtypes.append(kwargs.get("dtype"))
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(estimator, "crossfit_bc", spy)
-    f32 = split_half_grams(m, 160, shards=shards)
-    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q), all by shards
-
-    def as64(*args: object, **kwargs: object) -> np.ndarray:
-        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[arg-type]
-
-    monkeypatch.setattr(estimator, "crossfit_bc", as64)
-    f64 = split_half_grams(m, 160, shards=shards)
-    for (p32, q32), (p64, q64) in zip(f32.grams, f64.grams, strict=True):
-        assert 0 < float(np.abs(p32 - p64).max()) < 1e-6  # float32 rounding, nothing more
-        assert float(np.abs(q32 - q64).max()) < 1e-6
-    h32, h64 = heldout_mds_stress(f32, [1, 2, 3]), heldout_mds_stress(f64, [1, 2, 3])
-    for r in (1, 2, 3):
-        assert abs(h32[r] - h64[r]) < 1e-6
-    np.testing.assert_allclose(noise_energy(f32), noise_energy(f64), rtol=0, atol=1e-9)
