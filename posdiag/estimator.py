@@ -50,6 +50,7 @@ from .fastgram import cross_product as fast_cross_product
 from .fastgram import distances_to_first as fast_distances_to_first
 from .fastgram import implied_distances as fast_implied_distances
 from .fastgram import symmetrize as fast_symmetrize
+from .fastgram import unpack_upper as fast_unpack_upper
 from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram
 from .spectral import top_pairs
 
@@ -993,13 +994,9 @@ def pack_upper(m: np.ndarray) -> np.ndarray:
 
 
 def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
-    """The symmetric (n, n) array whose upper triangle :func:`pack_upper` packed."""
-    out = np.empty((n, n), dtype=packed.dtype)
-    at = 0
-    for i in range(n):
-        out[i, i:] = packed[at : at + n - i]
-        at += n - i
-    return mirror_upper(out)
+    """The symmetric (n, n) array whose upper triangle :func:`pack_upper` packed (compiled:
+    :func:`posdiag.fastgram.unpack_upper`)."""
+    return fast_unpack_upper(np.asarray(packed, dtype=np.float64), n)
 
 
 def _row_spans(n: int, block_bytes: int) -> list[tuple[int, int]]:

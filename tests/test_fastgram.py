@@ -341,7 +341,7 @@ def test_property_symmetric_product_any_shape(
 
 
 @pytest.mark.parametrize("block", [1, 7, 64])
-@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 333])
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 255, 256, 333])
 def test_mirror_upper_copies_the_upper_triangle(n: int, block: int) -> None:
     m = np.random.default_rng(n).normal(size=(n, n))
     got = fastgram.mirror_upper(m.copy(), block=block)
