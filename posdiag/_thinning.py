@@ -248,14 +248,18 @@ def expected_halves(
     (csr_matrix (n, V), csr_matrix (n, V), ndarray (n,))
         Both matrices have the sparsity pattern of ``counts`` (every expectation of a stored
         entry is positive); ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2`` off the diagonal.
+        They share the index arrays of ``counts`` (when it is a canonical int64 csr matrix,
+        else of its converted copy), as scipy's constructors do: read-only, like ``counts``.
     """
     c = _int_csr(counts)
     a = np.empty(c.data.size)
     b = np.empty(c.data.size)
     diag = np.empty(c.shape[0])
     _kernels()["expected"](c.indptr, c.data, a, b, diag)
-    ma = sp.csr_matrix((a, c.indices.copy(), c.indptr.copy()), shape=c.shape)
-    mb = sp.csr_matrix((b, c.indices.copy(), c.indptr.copy()), shape=c.shape)
+    # No copies of the index arrays (~50 MB each at n = 4,096): nobody writes to them, and
+    # fresh memory costs here (two copies took 0.04-0.24 s a call at n = 4,096).
+    ma = sp.csr_matrix((a, c.indices, c.indptr), shape=c.shape)
+    mb = sp.csr_matrix((b, c.indices, c.indptr), shape=c.shape)
     return ma, mb, diag
 
 

@@ -370,7 +370,13 @@ def test_expected_halves_table_shared_across_rows_of_equal_totals(many: bool) ->
     assert len(set(totals)) == 4 and any(t % 2 for t in totals)
     # Whole tables filled (many rows), else only the counts seen.
     assert (c.nnz >= 4 * _thinning._MEMO**2) == many
+    before = [x.copy() for x in (c.data, c.indices, c.indptr)]
     ma, mb, diag = expected_halves(c)
+    for x, y in zip(before, (c.data, c.indices, c.indptr), strict=True):
+        assert np.array_equal(x, y)  # the counts are left as they were
+    for half in (ma, mb):  # the pattern of the counts, every entry positive
+        assert np.array_equal(half.indices, c.indices) and np.array_equal(half.indptr, c.indptr)
+        assert half.data.min() > 0
     for i in range(c.shape[0]):
         alone_a, alone_b, alone_d = expected_halves(c[i])
         lo, hi = c.indptr[i], c.indptr[i + 1]
