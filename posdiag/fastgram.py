@@ -413,10 +413,10 @@ def _transpose_slots(
 def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
     """``m[j, i] = m[i, j]`` for ``j > i``, in place; returns ``m``.
 
-    From :data:`COMPILED_FROM_ROWS` rows one compiled pass over square tiles (the tile walk of
+    From :data:`COMPILED_FROM_ROWS` rows one compiled pass over square tiles (the kernel of
     :func:`symmetrize`): numpy's strided block copies below took 2.2-2.6 s at n = 16,384, where
     each copied column strip spans 64 rows of 128 KB (a TLB miss per element written), against
-    0.3 s for the tiles. Smaller arrays: each block row's strip right of the diagonal is
+    0.4-0.5 s for the tiles. Smaller arrays: each block row's strip right of the diagonal is
     copied, transposed, below it, by blocks of ``block`` rows. Copies only: the same numbers.
 
     Parameters
@@ -426,7 +426,8 @@ def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
     _check_square(m)
     n = m.shape[0]
     if n >= COMPILED_FROM_ROWS:
-        _square_kernels()["mirror"](m, _NO_PACKED, m, _TILE)
+        zeros = np.zeros(n)
+        _square_kernels()["pairs"](m, zeros, zeros, 0.0, 1.0, zeros, _UPPER, _NO_PACKED, m, _TILE)
         return m
     for lo in range(0, n, block):
         hi = min(n, lo + block)
@@ -437,7 +438,8 @@ def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
     return m
 
 
-# mirror's packed argument when it mirrors an array in place.
+# The modes of the square-tile kernel (pairs) and its packed argument when it reads a square.
+_CENTRED, _IMPLIED, _UPPER = 0, 1, 2
 _NO_PACKED = np.zeros(0, dtype=np.float64)
 
 
@@ -459,7 +461,9 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
     if n >= COMPILED_FROM_ROWS:
         # One tile pass writing both triangles: a row loop then mirror_upper took 3.1-5.9 s at
         # n = 16,384.
-        _square_kernels()["mirror"](out, np.ascontiguousarray(packed), out, _TILE)
+        zeros = np.zeros(n)
+        packed = np.ascontiguousarray(packed)
+        _square_kernels()["pairs"](out, zeros, zeros, 0.0, 1.0, zeros, _UPPER, packed, out, _TILE)
         return out
     at = 0
     for i in range(n):
@@ -743,7 +747,7 @@ def symmetrize(m: np.ndarray) -> np.ndarray:
         m[...] = (m + m.T) / 2.0
         return m
     zeros = np.zeros(m.shape[0])
-    _square_kernels()["pairs"](m, zeros, zeros, 0.0, 1.0, zeros, False, m, _TILE)
+    _square_kernels()["pairs"](m, zeros, zeros, 0.0, 1.0, zeros, _CENTRED, _NO_PACKED, m, _TILE)
     return m
 
 
@@ -787,7 +791,9 @@ def centred_half(
         x *= 0.5
         out[...] = (x + x.T) / 2.0
         return out
-    _square_kernels()["pairs"](bc, col, row, float(grand), 0.5, col, False, out, _TILE)
+    _square_kernels()["pairs"](
+        bc, col, row, float(grand), 0.5, col, _CENTRED, _NO_PACKED, out, _TILE
+    )
     return out
 
 
@@ -806,7 +812,7 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     out = np.empty_like(bc)
     zeros = np.zeros(bc.shape[0])
     diag = np.ascontiguousarray(np.diag(bc))
-    _square_kernels()["pairs"](bc, zeros, zeros, 0.0, 1.0, diag, True, out, _TILE)
+    _square_kernels()["pairs"](bc, zeros, zeros, 0.0, 1.0, diag, _IMPLIED, _NO_PACKED, out, _TILE)
     return out
 
 
@@ -888,12 +894,14 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
     import numba
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def pairs(bc, col, row, grand, scale, diag, implied, out, tile):  # pragma: no cover
-        # Each pair (i, j >= i) is read from both entries and written to both, in one pass:
-        # - implied: the distances sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal,
+    def pairs(bc, col, row, grand, scale, diag, mode, packed, out, tile):  # pragma: no cover
+        # Each pair (i, j >= i) is read and written to both entries, in one pass:
+        # - _UPPER: both take the upper entry bc[i, j], or with a packed upper triangle (row
+        #   after row, diagonal included; packed.size > 0) its entry (a mirror, copies only);
+        # - _IMPLIED: the distances sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal,
         #   symmetrised (posdiag.estimator.implied_distances' numpy order: clip (NaN passes),
         #   sqrt, and the symmetrisation's x - 0 - 0 + 0 turning a -0.0 into 0.0);
-        # - else out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and
+        # - _CENTRED: out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and
         #   scale 1 it is the plain symmetrisation (x - 0 - 0 + 0) * 1 == x.
         # Tile row I owns the tiles (I, J >= I) and their mirrors; rows I and nt - 1 - I go to
         # the same thread, so every thread gets the same share of the triangle. Each pair is
@@ -909,8 +917,12 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                 for tj in range(ti, nt):
                     lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
                     for i in range(lo, hi):
+                        # Row i's packed segment starts at i n - i (i - 1) / 2.
+                        start = i * n - (i * (i - 1)) // 2 - i
                         for j in range(max(lo2, i), hi2):
-                            if implied:
+                            if mode == _UPPER:
+                                avg = packed[start + j] if packed.size > 0 else bc[i, j]
+                            elif mode == _IMPLIED:
                                 if i == j:
                                     out[i, i] = 0.0
                                     continue
@@ -963,29 +975,5 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                 acc += d * d
             out[i] = math.sqrt(min(1.0, max(0.0, acc / 2.0)))
 
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def mirror(m, packed, out, tile):  # pragma: no cover - compiled
-        # out[j, i] = out[i, j] = upper(i, j) for j >= i, tile by tile (the balanced walk of
-        # pairs), where upper(i, j) is m[i, j], or with a packed upper triangle (row after
-        # row, diagonal included; packed.size > 0) its entry.
-        n = out.shape[0]
-        nt = (n + tile - 1) // tile
-        use_packed = packed.size > 0
-        for k in numba.prange((nt + 1) // 2):
-            for s in range(2):
-                ti = k if s == 0 else nt - 1 - k
-                if s == 1 and ti == k:
-                    continue
-                lo, hi = ti * tile, min(n, (ti + 1) * tile)
-                for tj in range(ti, nt):
-                    lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
-                    for i in range(lo, hi):
-                        # Row i's packed segment starts at i n - i (i - 1) / 2.
-                        start = i * n - (i * (i - 1)) // 2 - i
-                        for j in range(max(lo2, i), hi2):
-                            v = packed[start + j] if use_packed else m[i, j]
-                            out[i, j] = v
-                            out[j, i] = v
-
-    _SQUARE.update(pairs=pairs, to_first=to_first, mirror=mirror)
+    _SQUARE.update(pairs=pairs, to_first=to_first)
     return _SQUARE
