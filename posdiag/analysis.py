@@ -33,7 +33,13 @@ from .estimator import (
     split_half_summary,
     unpack_upper,
 )
-from .fastscore import GramScorer, corpus_side, diagonal_sums, score_encoding
+from .fastscore import (
+    GramScorer,
+    corpus_side,
+    diagonal_sums,
+    score_encoding,
+    score_vectors_many,
+)
 from .geometry import (
     MDS,
     classical_mds,
@@ -607,10 +613,17 @@ def _scored(
     # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
     # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
     side = corpus_side(geometry.distances, b_h)
+    # The mds-r tables are the leading columns of one another: scored together, in one pass.
+    family = [e for e, _ in encs if _is_mds(e) and e.profile is None and e.vectors is not None]
+    together = score_vectors_many(side, b_h, [e.vectors for e in family if e.vectors is not None])
+    batched = {id(e): m for e, m in zip(family, together, strict=True)}
     plain_lags = None
     out = []
     for enc, preset in encs:
-        m = score_encoding(side, geometry.distances, b_h, enc)
+        if id(enc) in batched:
+            m = batched[id(enc)]
+        else:
+            m = score_encoding(side, geometry.distances, b_h, enc)
         headline, in_sample = m.stress, float("nan")
         rank = int(enc.params["rank"]) if _is_mds(enc) else None
         if rank is not None and rank in heldout:
