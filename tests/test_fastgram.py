@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -262,6 +264,84 @@ def _odd_even_halves(n: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     return ma, mb
 
 
+@pytest.mark.parametrize("ranges", [1, 2, 3, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_split_lists_each_tokens_rows_and_where_each_entry_sits(
+    medium: tuple[sp.csr_matrix, ...], ranges: int, dtype: type[np.floating]
+) -> None:
+    r = sqrt_rows(medium[0])
+    r.sum_duplicates()  # canonical rows, as _upper_gram passes them
+    m, v = r.shape
+    bounds = fastgram._row_ranges(m, ranges)
+    counts = np.array([np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)])
+    dense = counts.sum(axis=0) > 0.1 * m
+    assert 0 < dense.sum() < np.count_nonzero(counts.sum(axis=0))
+    block, (r_ptr, slot, stop, t_idx, t_val) = fastgram._split_gram(r, counts, dense, dtype)
+    # The straightforward computation: column slicing, a masked copy and scipy's transpose.
+    np.testing.assert_array_equal(block, r[:, np.flatnonzero(dense)].toarray().astype(dtype))
+    assert block.dtype == dtype
+    want = r.multiply(~dense[None, :]).tocsr()
+    want.eliminate_zeros()
+    want.sort_indices()
+    ref = sp.csr_matrix(want.T)  # row j: the rows holding token j, ascending
+    value = np.float32 if dtype == np.float32 else np.float64  # float32 lists for float32 Grams
+    assert t_val.dtype == value
+    np.testing.assert_array_equal(t_idx, ref.indices)
+    np.testing.assert_array_equal(t_val, ref.data.astype(value))
+    # Row i's rare entries, in column order: entry p (token j) sits in j's list at slot[p],
+    # which holds row i, and the list ends at stop[p].
+    np.testing.assert_array_equal(r_ptr, want.indptr)
+    np.testing.assert_array_equal(t_idx[slot], np.repeat(np.arange(m), np.diff(want.indptr)))
+    assert np.all((ref.indptr[want.indices] <= slot) & (slot < stop))
+    np.testing.assert_array_equal(stop, ref.indptr[want.indices + 1])
+    np.testing.assert_array_equal(t_val[slot], want.data.astype(value))
+
+
+def test_compiled_range_counts_equal_bincount_per_range(
+    medium: tuple[sp.csr_matrix, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = sqrt_rows(medium[0])
+    m, v = r.shape
+    assert fastgram._range_counts(r, v).shape == (1, v)  # numpy below COMPILED_FROM_NNZ
+    np.testing.assert_array_equal(fastgram._range_counts(r, v)[0], np.bincount(r.indices))
+    monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0)
+    got = fastgram._range_counts(r, v)
+    bounds = fastgram._row_ranges(m, got.shape[0])
+    assert got.shape[0] >= 1 and bounds[-1] == m
+    want = [np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)]
+    np.testing.assert_array_equal(got, np.array(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_kernel_float32_lists_err_by_two_roundings_a_term(
+    medium: tuple[sp.csr_matrix, ...], dtype: type[np.floating]
+) -> None:
+    # The kernel alone on the rare part: each term x y of a float32 Gram multiplies two
+    # values rounded to float32 (relative 2^-24 each) in float64 and adds in float64, so every
+    # entry, a sum of non-negative terms, errs by at most (2^-23 + 2^-48) of itself plus the
+    # float64 sums' rounding; a float32 accumulation of its ~100 terms would break this.
+    r = sqrt_rows(medium[0])
+    r.sum_duplicates()
+    m, v = r.shape
+    counts = np.bincount(r.indices, minlength=v)[None, :]
+    dense = counts[0] > 0.1 * m
+    _, parts = fastgram._split_gram(r, counts, dense, dtype)
+    kernel = fastgram._upper_kernel()
+    assert kernel is not None
+    got = np.zeros((m, m))
+    kernel(*parts, 0, 200, got[:200], 0)
+    kernel(*parts, 200, m, got[200:], 0)
+    rare = r.multiply(~dense[None, :]).toarray()
+    exact = np.triu(rare @ rare.T)
+    err = np.abs(got - exact)
+    assert np.count_nonzero(np.tril(got, -1)) == 0  # the upper triangle only
+    if dtype == np.float64:
+        np.testing.assert_allclose(got, exact, rtol=1e-14, atol=0)
+    else:
+        assert np.all(err <= (2.0**-23 + 1e-14) * exact)
+        assert err.max() > 1e-10  # the lists really are float32
+
+
 @pytest.mark.parametrize("block_rows", [None, 1, 7, 64, 299])
 def test_symmetric_product_is_the_symmetric_part_of_the_product(block_rows: int | None) -> None:
     ma, mb = _odd_even_halves(300, seed=11)
@@ -303,7 +383,7 @@ def test_symmetric_product_gram_fallback_and_refusals(monkeypatch: pytest.Monkey
     want = ma.toarray() @ mb.toarray().T
     want = (want + want.T) / 2.0
     compiled = fastgram.symmetric_product(ma, mb, dtype=np.float64)
-    monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)  # scipy Grams, no numba
+    monkeypatch.setattr(fastgram, "_upper_kernel", lambda: None)  # scipy Grams, no numba
     plain = fastgram.symmetric_product(ma, mb, dtype=np.float64)
     np.testing.assert_allclose(plain, want, rtol=0, atol=1e-14)
     np.testing.assert_allclose(compiled, plain, rtol=0, atol=1e-14)
