@@ -61,6 +61,8 @@ BLOCK_BYTES = 64 << 20
 # One block row's float64 result is at most UPPER_BLOCK_BYTES (128 MB).
 UPPER_BLOCK_BYTES = 128 << 20
 UPPER_BLOCK_ROWS = 2048
+# Up to this many rows the Gram's token lists store each row as a uint16 gap (rows < 2^16).
+GAP16_ROWS = 1 << 16
 # Below this many rows a plain sparse product is faster than slicing columns.
 HYBRID_FROM_ROWS = 128
 
@@ -434,12 +436,13 @@ def _split_gram(
     Returns
     -------
     block : ndarray of shape (m, k), dtype
-    (r_ptr, slot, stop, t_idx, t_val) : the rare part. ``t_idx``/``t_val`` list, token by
+    (r_ptr, slot, stop, t_gap, t_val) : the rare part. ``t_gap``/``t_val`` list, token by
         token, the rows holding it in ascending order and their values (``x`` transposed,
-        rare columns only); row ``i``'s rare entries are ``p`` in ``r_ptr[i]:r_ptr[i + 1]``
-        (int64), in column order, entry ``p`` sitting at ``slot[p]`` of its token's list,
-        which ends at ``stop[p]`` (int32 while the lists fit, else int64). Values are float32
-        for a float32 ``dtype``, else float64.
+        rare columns only), each row as its gap to the row before it in the list (a list's
+        first entry: its row), uint16 up to 65,536 rows, else int32; row ``i``'s rare entries
+        are ``p`` in ``r_ptr[i]:r_ptr[i + 1]`` (int64), in column order, entry ``p`` sitting
+        at ``slot[p]`` of its token's list, which ends at ``stop[p]`` (int32 while the lists
+        fit, else int64). Values are float32 for a float32 ``dtype``, else float64.
     """
     m, v = x.shape
     ranges = counts.shape[0]
@@ -449,6 +452,7 @@ def _split_gram(
     # Range t's rows go after the earlier ranges' rows in every token's list, and its row
     # entries after the earlier ranges' entries: each range writes its own slices.
     nxt = t_ptr[None, :-1] + np.cumsum(rare, axis=0) - rare
+    first = nxt[1:].copy()  # where ranges 1.. start in each list
     start = np.zeros(ranges, dtype=np.int64)
     np.cumsum(rare.sum(axis=1)[:-1], out=start[1:])
     position = (np.cumsum(dense) - 1).astype(np.int64)
@@ -461,8 +465,12 @@ def _split_gram(
     r_ptr = np.zeros(m + 1, dtype=np.int64)
     slot = np.empty(total, dtype=index)
     stop = np.empty(total, dtype=index)
-    t_idx = np.empty(total, dtype=np.int32)
+    # Gaps, not rows: the kernel knows each walk's first row (its own), and 2 bytes an entry
+    # instead of 4 cut the bytes it streams (below, _upper_kernel).
+    gap = np.uint16 if m <= GAP16_ROWS else np.int32
+    t_gap = np.empty(total, dtype=gap)
     t_val = np.empty(total, dtype=value)
+    last = np.full((ranges, v), -1, dtype=np.int64)
     _split_kernels()["split_gram"](
         x.indptr.astype(np.int64, copy=False),
         x.indices,
@@ -476,10 +484,17 @@ def _split_gram(
         r_ptr,
         slot,
         stop,
-        t_idx,
+        last,
+        t_gap,
         t_val,
     )
-    return block, (r_ptr, slot, stop, t_idx, t_val)
+    if ranges > 1:
+        # A range's first row in a list was written as a row: its gap is to the last row of
+        # the earlier ranges in that list (if any).
+        before = np.maximum.accumulate(last, axis=0)[:-1]
+        fix = (rare[1:] > 0) & (before >= 0)
+        t_gap[first[fix]] -= before[fix].astype(gap)
+    return block, (r_ptr, slot, stop, t_gap, t_val)
 
 
 def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
@@ -677,11 +692,13 @@ def _split_kernels() -> dict[str, Callable[..., None]]:
         r_ptr,
         slot,
         stop,
-        t_idx,
+        last,
+        t_gap,
         t_val,
     ):  # pragma: no cover - compiled
         # Each range of rows writes its block rows, its slice of the row entries (from
-        # start[t]) and its slice of every token's list (from nxt[t, j]).
+        # start[t]) and its slice of every token's list (from nxt[t, j]); last[t, j] is the
+        # range's last row holding token j so far.
         for t in numba.prange(bounds.size - 1):
             c = start[t]
             for i in range(bounds[t], bounds[t + 1]):
@@ -692,7 +709,8 @@ def _split_kernels() -> dict[str, Callable[..., None]]:
                         block[i, k] = data[p]
                     else:
                         q = nxt[t, j]
-                        t_idx[q] = i
+                        t_gap[q] = i if last[t, j] < 0 else i - last[t, j]
+                        last[t, j] = i
                         t_val[q] = data[p]
                         slot[c] = q
                         stop[c] = t_ptr[j + 1]
@@ -736,7 +754,7 @@ def _rare_kernel() -> Callable[..., None] | None:
 def _upper_kernel() -> Callable[..., None] | None:
     """The compiled kernel of a Gram's upper triangle (:func:`symmetric_product`), or None.
 
-    ``kernel(r_ptr, slot, stop, t_idx, t_val, lo, hi, out, col0)`` adds, for rows ``lo:hi``
+    ``kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)`` adds, for rows ``lo:hi``
     of :func:`_split_gram`'s rare part, each row's value times every entry of its token's list
     from the row's own place (``slot``) to the list's end (``stop``) into ``out[i - lo,
     row - col0]``. The row's value is the list's entry at ``slot``, and products are taken in
@@ -812,7 +830,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
     # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
     # from its own place in the token's list on (columns >= i), written at column - col0.
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper(r_ptr, slot, stop, t_idx, t_val, lo, hi, out, col0):
+    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
@@ -820,23 +838,29 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
             for p in range(r_ptr[i], end):
                 if p + PREFETCH_AHEAD < end:
                     start = slot[p + PREFETCH_AHEAD]
-                    _prefetch(t_idx, start)
+                    _prefetch(t_gap, start)
                     _prefetch(t_val, start)
                 first = slot[p]
                 x = np.float64(t_val[first])
-                for q in range(first, stop[p]):
-                    row[t_idx[q] - col0] += x * np.float64(t_val[q])
+                row[i - col0] += x * x
+                col = i
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    row[col - col0] += x * np.float64(t_val[q])
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper_plain(r_ptr, slot, stop, t_idx, t_val, lo, hi, out, col0):
+    def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
             for p in range(r_ptr[i], r_ptr[i + 1]):
                 first = slot[p]
                 x = np.float64(t_val[first])
-                for q in range(first, stop[p]):
-                    row[t_idx[q] - col0] += x * np.float64(t_val[q])
+                row[i - col0] += x * x
+                col = i
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    row[col - col0] += x * np.float64(t_val[q])
 
     try:
         # Compile (or load) now, with the array types the callers pass: _split's csr for the
@@ -847,9 +871,9 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
         ptr, idx, val = one.indptr, one.indices, one.data
         out = np.zeros((1, 1))
         rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
-        at, end = np.zeros(1, np.int32), np.ones(1, np.int32)
+        at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
         for values in (val, val.astype(np.float32)):
-            upper(ptr, at, end, idx, values, 0, 1, out, 0)
+            upper(ptr, at, end, gaps, values, 0, 1, out, 0)
         if out[0, 0] != 3.0:
             raise RuntimeError("prefetching kernels gave a wrong sum")
     except Exception:  # an LLVM without the intrinsic: the same kernels without prefetch

@@ -276,7 +276,7 @@ def test_gram_split_lists_each_tokens_rows_and_where_each_entry_sits(
     counts = np.array([np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)])
     dense = counts.sum(axis=0) > 0.1 * m
     assert 0 < dense.sum() < np.count_nonzero(counts.sum(axis=0))
-    block, (r_ptr, slot, stop, t_idx, t_val) = fastgram._split_gram(r, counts, dense, dtype)
+    block, (r_ptr, slot, stop, t_gap, t_val) = fastgram._split_gram(r, counts, dense, dtype)
     # The straightforward computation: column slicing, a masked copy and scipy's transpose.
     np.testing.assert_array_equal(block, r[:, np.flatnonzero(dense)].toarray().astype(dtype))
     assert block.dtype == dtype
@@ -286,6 +286,9 @@ def test_gram_split_lists_each_tokens_rows_and_where_each_entry_sits(
     ref = sp.csr_matrix(want.T)  # row j: the rows holding token j, ascending
     value = np.float32 if dtype == np.float32 else np.float64  # float32 lists for float32 Grams
     assert t_val.dtype == value
+    # Each list's rows as gaps (its first entry: its row): their running sums are the rows.
+    assert t_gap.dtype == np.uint16
+    t_idx = np.concatenate([np.cumsum(t_gap[a:b], dtype=np.int64) for a, b in pairwise(ref.indptr)])
     np.testing.assert_array_equal(t_idx, ref.indices)
     np.testing.assert_array_equal(t_val, ref.data.astype(value))
     # Row i's rare entries, in column order: entry p (token j) sits in j's list at slot[p],
@@ -310,6 +313,18 @@ def test_compiled_range_counts_equal_bincount_per_range(
     assert got.shape[0] >= 1 and bounds[-1] == m
     want = [np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)]
     np.testing.assert_array_equal(got, np.array(want))
+
+
+def test_gram_lists_with_int32_gaps_give_the_same_gram(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond GAP16_ROWS rows a gap may not fit in 16 bits: int32 gaps, the same numbers.
+    ma, mb = _odd_even_halves(300, seed=11)
+    want = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
+    monkeypatch.setattr(fastgram, "GAP16_ROWS", 100)
+    counts = np.bincount(ma.indices, minlength=ma.shape[1])[None, :]
+    _, parts = fastgram._split_gram(ma, counts, counts[0] > 30, np.float64)
+    assert parts[3].dtype == np.int32
+    got = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
