@@ -49,7 +49,11 @@ __all__ = [
 # Break-even column density: a dense column costs 2 n_A n_B float32 flops (~1e-11 s each with
 # BLAS here), a sparse one nnz_A * nnz_B multiply-adds in the compiled kernel (~1.5e-9 s each),
 # so a column pays off dense once both sides hold it in more than ~10% of rows (measured at
-# n = 2,048: 0.06 -> 5.4 s, 0.1 -> 3.8 s, 0.15 -> 5.2 s under load).
+# n = 2,048: 0.06 -> 5.4 s, 0.1 -> 3.8 s, 0.15 -> 5.2 s under load). The upper-triangle Grams of
+# symmetric_product have the same break-even (both sides halve): cpu at n = 4,096, same
+# process, float64 5.06 / 4.58 / 4.33 / 4.44 / 4.78 s with 0.07 / 0.1 / 0.12 / 0.15 / 0.2
+# (0.1 against 0.13: 4.13 against 4.23 s), float32 1.77 / 1.74 / 1.99 s with 0.07 / 0.1 /
+# 0.12; n = 8,192 float64 17.97 s with 0.1 against 18.49 s with 0.13.
 DENSE_FRACTION = 0.1
 # Working memory per row block (besides the result): the block's dense product and its
 # sparse part, both of shape (block_rows, n_B).
@@ -349,11 +353,13 @@ def _upper_gram(
     touched block rows is left to :func:`mirror_upper`."""
     m, v = x.shape
     x.sum_duplicates()
-    kernel = _upper_kernel() if m >= HYBRID_FROM_ROWS else None
-    counts = _range_counts(x, v) if kernel is not None else np.zeros((1, v), dtype=np.int64)
+    hybrid = m >= HYBRID_FROM_ROWS
+    counts = _range_counts(x, v) if hybrid else np.zeros((1, v), dtype=np.int64)
     # plan_product's rule for a product of x with itself: nnz_j^2 > (f m)^2.
     dense = counts.sum(axis=0) > dense_fraction * m
-    if kernel is None or not dense.any():
+    # Small inputs without a dense column never import numba (numpy counts them).
+    kernel = _upper_kernel() if hybrid and dense.any() else None
+    if kernel is None:
         g = (x @ x.T).toarray()
         if rows is None:
             out[...] = g
@@ -803,10 +809,11 @@ def _kernels() -> list[Any]:
     return _KERNEL
 
 
-# Tokens ahead whose list the rare kernels prefetch: the Gram kernel's cpu time at n = 4,096,
-# same process, under load: 1.91 s without prefetch, 1.38 / 1.37 / 1.49 / 1.59 s with 1 / 2 /
-# 4 / 8 tokens ahead; without prefetching the values 1.77 s; a second cache line of each
-# list as well 1.41 s.
+# Tokens ahead whose list the rare kernels prefetch: the Gram kernel's cpu time at n = 4,096
+# (lists of int32 rows and float64 values), same process, under load: 1.91 s without
+# prefetch, 1.38 / 1.37 / 1.49 / 1.59 s with 1 / 2 / 4 / 8 tokens ahead; without prefetching
+# the values 1.77 s; a second cache line of each list as well 1.41 s; rows and values
+# interleaved in one array (one stream to prefetch) 2.00 s.
 PREFETCH_AHEAD = 2
 # Rows a thread of the Gram kernel takes at a time (_upper_kernel).
 UPPER_CHUNK_ROWS = 16
