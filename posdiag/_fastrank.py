@@ -24,7 +24,6 @@ __all__ = [
     "corpus_scan",
     "diagonal_sums",
     "flat_hist",
-    "flat_range",
     "flat_scatter",
     "rank_lag_sums",
     "sort_buckets",
@@ -75,10 +74,13 @@ def block_distances(
     start: np.ndarray,
     out: np.ndarray,
     rows: np.ndarray,
+    ranges: np.ndarray,
 ) -> None:
     """Rows ``lo..lo+len(gram)-1`` from inner products ``gram[r, c] = p_{lo+r} . p_{lo+c}`` and
     squared norms ``sq``: ``sqrt(max(0, (sq_i + sq_j) - 2 gram))`` right of the diagonal (the
-    operations of ``fastscore.upper_distances``), with the sums of :func:`direct_distances`."""
+    operations of ``fastscore.upper_distances``), with the sums of :func:`vector_scan` into
+    ``rows`` and each row's (min, max, NaN count) of the distances into ``ranges`` (3, n): the
+    range of the buckets without another pass over the distances."""
     count, cols = gram.shape
     n = lo + cols
     for r in numba.prange(count):
@@ -86,17 +88,30 @@ def block_distances(
         he = 0.0
         ee = 0.0
         be = 0.0
+        a = np.inf
+        b = -np.inf
+        nan = 0
         base = start[i] - i - 1
         for j in range(i + 1, n):
-            d2 = max(0.0, (sq[i] + sq[j]) - 2.0 * gram[r, j - lo])
+            d2 = (sq[i] + sq[j]) - 2.0 * gram[r, j - lo]
+            if d2 <= 0.0:  # numpy's clip at 0; not max(0.0, d2), which turns a NaN into 0
+                d2 = 0.0
             dist = np.sqrt(d2)
             out[base + j] = dist
             he += d_h[i, j] * dist
             ee += d2
             be += b_h[i, j] * d2
+            if dist != dist:
+                nan += 1
+            else:
+                a = min(a, dist)
+                b = max(b, dist)
         rows[0, i] = he
         rows[1, i] = ee
         rows[2, i] = be
+        ranges[0, i] = a
+        ranges[1, i] = b
+        ranges[2, i] = nan
 
 
 @numba.njit(cache=True, nogil=True)
@@ -393,31 +408,6 @@ def vector_scatter(
     parts = pos.shape[0]
     for t in numba.prange(parts):
         _vector_scatter_part(p, rank2, start, scale, pos[t], keys, vals, t, parts)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def flat_range(x: np.ndarray, parts: int) -> tuple[float, float, int]:
-    """(min, max, NaN count) of ``x``."""
-    m = x.size
-    chunk = (m + parts - 1) // parts
-    lows = np.full(parts, np.inf)
-    highs = np.full(parts, -np.inf)
-    nans = np.zeros(parts, np.int64)
-    for t in numba.prange(parts):
-        a = np.inf
-        b = -np.inf
-        nan = 0
-        for q in range(t * chunk, min(m, (t + 1) * chunk)):
-            v = x[q]
-            if v != v:
-                nan += 1
-            else:
-                a = min(a, v)
-                b = max(b, v)
-        lows[t] = a
-        highs[t] = b
-        nans[t] = nan
-    return lows.min(), highs.max(), int(nans.sum())
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

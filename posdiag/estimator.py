@@ -890,6 +890,10 @@ def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) 
     )
 
 
+# From this many positions the summary's element-wise passes are compiled (posdiag._summary:
+# the pass took 0.82 s at n = 8,192 against 1.08 s in numpy); below, numpy does the same
+# operations (the bundled corpus never imports numba).
+SUMMARY_COMPILED_FROM = COMPILED_FROM_ROWS
 # Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size, so
 # the pass adds ~0.1 of an n x n array at n = 16,384 (each is 2.1 GB there).
 SUMMARY_BLOCK_BYTES = 32 << 20
@@ -928,8 +932,21 @@ class _Rows:
         self.gram = gram
         self.diag = np.diag(gram).copy()
 
-    def block(self, lo: int, hi: int) -> np.ndarray:
+    def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``lo..hi-1``: a view of the gram (``out`` unused), else written into ``out``
+        of shape (hi - lo, n) by the subclasses."""
         return self.gram[lo:hi]
+
+
+# Columns per strip of a transposed copy: numpy's strided copy of a whole (rows, n) strip went
+# through memory column by column (0.014 s for 1,024 x 2,048 against 0.006 s by 64 columns).
+_STRIP = 64
+
+
+def _copy_transposed(out: np.ndarray, src: np.ndarray) -> None:
+    """``out[...] = src.T`` by strips of :data:`_STRIP` columns of ``out`` (copies only)."""
+    for c0 in range(0, out.shape[1], _STRIP):
+        out[:, c0 : c0 + _STRIP] = src[c0 : c0 + _STRIP].T
 
 
 class _StashedRows(_Rows):
@@ -947,16 +964,17 @@ class _StashedRows(_Rows):
             below = np.tri(hi - lo, hi, lo - 1, dtype=bool)
             np.copyto(buf[lo:hi, :hi], gram[lo:hi, :hi], where=below)
 
-    def block(self, lo: int, hi: int) -> np.ndarray:
+    def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         buf = self.gram
-        out = np.empty((hi - lo, buf.shape[0]))
+        if out is None:
+            out = np.empty((hi - lo, buf.shape[0]))
         out[:, :lo] = buf[lo:hi, :lo]  # columns left of the block: below the diagonal
-        out[:, hi:] = buf[hi:, lo:hi].T  # right of it: G[i, j] = G[j, i], below the diagonal
+        _copy_transposed(out[:, hi:], buf[hi:, lo:hi])  # right of it: G[i, j] = G[j, i]
         tile = buf[lo:hi, lo:hi]
-        square = tile.T.copy()  # above the tile's diagonal: mirrored from below it
+        square = out[:, lo:hi]
+        square[...] = tile.T  # above the tile's diagonal: mirrored from below it
         np.copyto(square, tile, where=np.tri(hi - lo, hi - lo, -1, dtype=bool))
         np.fill_diagonal(square, self.diag[lo:hi])
-        out[:, lo:hi] = square
         return out
 
 
@@ -968,15 +986,16 @@ class _UpperRows(_Rows):
         self.gram = buf
         self.diag = np.diag(buf).copy()
 
-    def block(self, lo: int, hi: int) -> np.ndarray:
+    def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         buf = self.gram
-        out = np.empty((hi - lo, buf.shape[0]))
+        if out is None:
+            out = np.empty((hi - lo, buf.shape[0]))
         out[:, hi:] = buf[lo:hi, hi:]  # right of the block: above the diagonal
-        out[:, :lo] = buf[:lo, lo:hi].T  # left of it: B[i, j] = B[j, i], above the diagonal
+        _copy_transposed(out[:, :lo], buf[:lo, lo:hi])  # left of it: B[i, j] = B[j, i]
         tile = buf[lo:hi, lo:hi]
-        square = tile.T.copy()  # below the tile's diagonal: mirrored from above it
+        square = out[:, lo:hi]
+        square[...] = tile.T  # below the tile's diagonal: mirrored from above it
         np.copyto(square, tile, where=~np.tri(hi - lo, hi - lo, -1, dtype=bool))
-        out[:, lo:hi] = square
         return out
 
 
@@ -1132,7 +1151,8 @@ def _summary_pass(
 ) -> tuple[np.ndarray, list[float], np.ndarray | None, int, tuple[tuple[int, int], ...]]:
     """One pass over row blocks of every half's grams: the noise energy of each row, ``<B_P,
     B_Q>``, ``B_P X_Q`` (into each half's last slot) and the pairs within sampling error, each
-    entry with :func:`noise_energy_rows`'s and the whole-matrix mask's arithmetic."""
+    entry with :func:`noise_energy_rows`'s and the whole-matrix mask's arithmetic (compiled
+    from :data:`SUMMARY_COMPILED_FROM` positions on: :mod:`posdiag._summary`)."""
     n = rows_h.gram.shape[0]
     energy = np.empty(n)
     signals = [0.0] * len(halves)
@@ -1141,42 +1161,91 @@ def _summary_pass(
     first: list[tuple[int, int]] = []
     diffs = [rows_p.diag - np.diag(g_q) for rows_p, g_q, _, _ in halves]
     diag = rows_h.diag
-    cols = np.arange(n)
     scale = 4.0 * len(halves)
-    for lo, hi in _row_spans(n, block_bytes):
-        acc = np.zeros((hi - lo, n))
-        acc_m = np.zeros((hi - lo, n)) if noise else None
+    last = len(halves) - 1
+    kern = _summary_kernels() if n >= SUMMARY_COMPILED_FROM else None
+    spans = _row_spans(n, block_bytes)
+    # Scratch blocks reused by every row block: a fresh (rows, n) array per operation cost more
+    # than the arithmetic, each of its pages faulted in anew.
+    size = (max(hi - lo for lo, hi in spans), n)
+    acc_all, rows_all = np.empty(size), np.empty(size)
+    acc_m_all = np.empty(size) if noise else None
+    upper_all = np.empty(size, dtype=bool) if noise else None
+    for lo, hi in spans:
+        r = hi - lo
+        acc, rows = acc_all[:r], rows_all[:r]
+        acc_m = acc_m_all[:r] if acc_m_all is not None else np.empty((0, 0))
         for s, (rows_p, g_q, x_q, px) in enumerate(halves):
-            p = rows_p.block(lo, hi)
+            p = rows_p.block(lo, hi, rows)
             q = g_q[lo:hi]
             signals[s] += float(np.vdot(p, q))
             if x_q is not None and px is not None:
                 px[lo:hi] = p @ x_q
-            d = np.subtract(p, q)
-            del p
-            if acc_m is not None:
-                dd = diffs[s]
-                m = dd[lo:hi, None] + dd[None, :] - 2.0 * d
-                m *= m
-                acc_m += m
-                del m
-            d *= d
-            acc += d
-            del d
-        acc /= scale
+            if kern is not None:
+                kern["differences"](p, q, diffs[s], lo, s == 0, s == last, scale, acc, acc_m, noise)
+            else:
+                _differences(p, q, diffs[s][lo:hi], diffs[s], s == 0, acc, acc_m, noise)
+                if s == last:
+                    acc /= scale
         energy[lo:hi] = acc.sum(axis=1)
-        del acc
-        if acc_m is not None and partners is not None:
+        if partners is None or upper_all is None:
+            continue
+        upper = upper_all[:r]
+        h = rows_h.block(lo, hi, rows)
+        if kern is not None:
+            above = np.empty(r, dtype=np.int64)
+            kern["within"](acc_m, h, diag, lo, scale, upper, partners[lo:hi], above)
+        else:
             acc_m /= scale
             np.sqrt(acc_m, out=acc_m)
-            mask = (diag[lo:hi, None] + diag[None, :] - 2.0 * rows_h.block(lo, hi)) <= acc_m
-            del acc_m
-            mask[np.arange(hi - lo), np.arange(lo, hi)] = False
-            partners[lo:hi] = mask.sum(axis=1)
-            mask &= cols[None, :] > np.arange(lo, hi)[:, None]  # i < j
-            within += int(np.count_nonzero(mask))
-            if len(first) < max_pairs:
-                i, j = np.nonzero(mask)
-                take = max_pairs - len(first)
-                first.extend((int(a) + lo, int(b)) for a, b in zip(i[:take], j[:take], strict=True))
+            # The squared distances of B_H, written over the block of its rows and acc.
+            np.add(diag[lo:hi, None], diag[None, :], out=acc)
+            np.subtract(acc, np.multiply(h, 2.0, out=rows), out=acc)
+            np.less_equal(acc, acc_m, out=upper)
+            upper[np.arange(r), np.arange(lo, hi)] = False
+            partners[lo:hi] = upper.sum(axis=1)
+            upper &= np.arange(n)[None, :] > np.arange(lo, hi)[:, None]  # i < j
+            above = np.count_nonzero(upper, axis=1)
+        within += int(above.sum())
+        if len(first) < max_pairs:
+            # Only the rows holding the pairs still listed (np.nonzero's row-major order).
+            take = max_pairs - len(first)
+            upto = int(np.searchsorted(np.cumsum(above), take)) + 1
+            i, j = np.nonzero(upper[:upto])
+            first.extend((int(a) + lo, int(b)) for a, b in zip(i[:take], j[:take], strict=True))
     return energy, signals, partners, within, tuple(first)
+
+
+def _differences(
+    p: np.ndarray,
+    q: np.ndarray,
+    dd_rows: np.ndarray,
+    dd: np.ndarray,
+    first: bool,
+    acc: np.ndarray,
+    acc_m: np.ndarray,
+    noise: bool,
+) -> None:
+    """One half's terms of a row block in numpy (``posdiag._summary``'s ``differences``
+    without the division): ``acc (+)= (p - q)^2``; with ``noise`` ``acc_m (+)= ((dd_i + dd_j)
+    - 2 (p - q))^2``, ``dd_rows`` the block's rows of ``dd``."""
+    d = p - q
+    if noise:
+        m = (dd_rows[:, None] + dd[None, :]) - 2.0 * d
+        # Squares are never -0.0, so 0.0 + m * m (the first term of a sum) is m * m.
+        m *= m
+        if first:
+            acc_m[...] = m
+        else:
+            acc_m += m
+    if first:
+        np.multiply(d, d, out=acc)
+    else:
+        d *= d
+        acc += d
+
+
+def _summary_kernels() -> dict[str, Any]:
+    from ._summary import kernels
+
+    return kernels()

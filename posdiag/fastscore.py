@@ -549,13 +549,14 @@ def _vector_sums_compiled(
     else:
         dist = np.empty(m)
         sq = np.einsum("ij,ij->i", p, p)
+        ranges = np.empty((3, n))  # every row's (min, max, NaN count) of its distances
         step = _block_rows(n)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             gram = p[lo:hi] @ p[lo:].T
-            k.block_distances(gram, sq, lo, side.d_h, b_h, start, dist, rows)
+            k.block_distances(gram, sq, lo, side.d_h, b_h, start, dist, rows, ranges)
             del gram
-        vmin, vmax, nan = k.flat_range(dist, hist.shape[0])
+        vmin, vmax, nan = float(ranges[0].min()), float(ranges[1].max()), int(ranges[2].sum())
         scale = _scale(hist.shape[1], vmin, vmax)
         if not nan:
             k.flat_hist(dist, vmin, scale, hist)

@@ -196,3 +196,33 @@ def test_noise_bounds_by_row_blocks_equal_the_whole_matrix_formulas(
         np.testing.assert_allclose(per, share_want, rtol=1e-13)
         assert total == pytest.approx(whole.sum() / np.sum(rows * rows), rel=1e-13)
     assert 0 < want.sum() < n * (n - 1)  # the test data has pairs on both sides of the bound
+
+
+@pytest.mark.parametrize("far", [None, 1, 3, 5, 9])
+def test_maybe_identical_agrees_with_every_distance_to_position_zero(
+    far: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ten positions with the same counts but one (far) moved; the probes (positions 9, 4 and
+    # 1) decide alone when they hold it, else every position is measured.
+    base = np.array([40, 30, 20, 10, 0, 5], dtype=np.int64)
+    rows = np.repeat(base[None], 10, axis=0)
+    if far is not None:
+        rows[far] = base[::-1]
+    counts = sp.csr_matrix(rows)
+    want = float(
+        np.sqrt(
+            1.0 - np.sqrt(rows / rows.sum(axis=1, keepdims=True)) @ np.sqrt(rows[0] / rows[0].sum())
+        ).max()
+    )
+    assert (want < analysis.IDENTICAL_TOL) == (far is None)
+    calls: list[int] = []
+    real = analysis.distances_to_first
+
+    def spy(matrix: sp.csr_matrix, n: int) -> np.ndarray:
+        calls.append(n)
+        return real(matrix, n)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(analysis, "distances_to_first", spy)
+    assert analysis._maybe_identical(counts, 10) == (far is None)
+    # The full pass over all ten positions only when no probe is far.
+    assert calls == ([4] if far in (1, 4, 9) else [4, 10])

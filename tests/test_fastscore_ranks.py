@@ -128,9 +128,10 @@ def kernel_ranks(
     """Twice the average ranks of ``x`` by the compiled scatter and bucket sort (flat source),
     ``sum t^3 - t`` of its ties, and the NaN count."""
     hist = np.zeros((threads, buckets), np.int64)
-    vmin, vmax, nan = _fastrank.flat_range(x, threads)
+    nan = int(np.isnan(x).sum())
     if nan:
         return np.zeros(0), 0, nan
+    vmin, vmax = float(x.min()), float(x.max())
     scale = fastscore._scale(buckets, vmin, vmax)
     _fastrank.flat_hist(x, vmin, scale, hist)
     starts = _fastrank.bucket_offsets(hist)
@@ -218,7 +219,7 @@ def test_bucket_cross_sums_equal_brute_force(threads: int) -> None:
     m = x.size
     corpus = 2 * stats.rankdata(np.random.default_rng(1).integers(0, 50, m))
     hist = np.zeros((threads, 300), np.int64)
-    vmin, vmax, _ = _fastrank.flat_range(x, threads)
+    vmin, vmax = float(x.min()), float(x.max())
     scale = fastscore._scale(300, vmin, vmax)
     _fastrank.flat_hist(x, vmin, scale, hist)
     starts = _fastrank.bucket_offsets(hist)
@@ -260,14 +261,21 @@ def test_nan_distances_give_nan_rho_on_both_paths() -> None:
     d = squareform(pdist(rng.standard_normal((n, 3))))
     p = rng.standard_normal((n, 2))
     p[3, 0] = np.nan
+    wide = rng.standard_normal((n, fastscore.DIRECT_MAX_DIM + 4))  # distances from BLAS blocks
+    wide[7, 2] = np.nan
     b = gram_from_distances(d)
+    both = []
     for compiled in (False, True):
         with path(compiled):
             side = corpus_side(d, b)
             assert math.isnan(score_vectors(side, b, p).spearman)
+            both.append(score_vectors(side, b, wide))
+            assert math.isnan(both[-1].spearman)
             dn = d.copy()
             dn[2, 5] = dn[5, 2] = np.nan
             assert math.isnan(score_vectors(corpus_side(dn, b), b, p[:, :1] * 0 + 1).spearman)
+    for field in ("stress", "raw", "kruskal", "spearman"):  # the same figures on both paths
+        assert same(getattr(both[0], field), getattr(both[1], field), 0.0), field
 
 
 @pytest.fixture(scope="module")

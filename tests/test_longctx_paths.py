@@ -346,6 +346,57 @@ def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
     assert diag[0] == pytest.approx(diag[1], rel=1e-15)  # the same counts in another order
 
 
+@pytest.mark.parametrize("many", [False, True])
+def test_expected_halves_table_shared_across_rows_of_equal_totals(many: bool) -> None:
+    # Rows of three totals (one odd: halves of different sizes), each a permutation of its
+    # template, and a row of one token (its count is its total). With many rows every small
+    # count's entries come from one table per total (filled for every count up to the total);
+    # a row alone fills only the counts it holds. Both give the same bits, and the scipy
+    # hypergeometric moments.
+    from posdiag import _thinning
+
+    rng = np.random.default_rng(11)
+    v = 900 if many else 12
+    templates = []
+    for big in (_thinning._MEMO + 3, _thinning._MEMO * 2, 3):
+        t = rng.integers(1, 6, size=v)
+        t[:2] = (big, _thinning._MEMO - 1)
+        templates.append(t)
+    templates[1][5] += 1 - int(templates[1].sum()) % 2  # an odd total
+    rows = [rng.permutation(templates[i % 3]) for i in range(300 if many else 6)]
+    rows.append(np.eye(1, v, 4, dtype=np.int64)[0] * 5)
+    c = sp.csr_matrix(np.array(rows, dtype=np.int64))
+    totals = [int(t.sum()) for t in templates] + [5]
+    assert len(set(totals)) == 4 and any(t % 2 for t in totals)
+    # Whole tables filled (many rows), else only the counts seen.
+    assert (c.nnz >= 4 * _thinning._MEMO**2) == many
+    before = [x.copy() for x in (c.data, c.indices, c.indptr)]
+    ma, mb, diag = expected_halves(c)
+    for x, y in zip(before, (c.data, c.indices, c.indptr), strict=True):
+        assert np.array_equal(x, y)  # the counts are left as they were
+    for half in (ma, mb):  # the pattern of the counts, every entry positive
+        assert np.array_equal(half.indices, c.indices) and np.array_equal(half.indptr, c.indptr)
+        assert half.data.min() > 0
+    for i in range(c.shape[0]):
+        alone_a, alone_b, alone_d = expected_halves(c[i])
+        lo, hi = c.indptr[i], c.indptr[i + 1]
+        assert np.array_equal(ma.data[lo:hi], alone_a.data)
+        assert np.array_equal(mb.data[lo:hi], alone_b.data)
+        assert diag[i] == alone_d[0]
+    for i, total in zip([0, 1, 2, c.shape[0] - 1], totals, strict=True):  # each total: scipy
+        h, g = total // 2, total - total // 2
+        lo, hi = c.indptr[i], c.indptr[i + 1]
+        acc = 0.0
+        for k in sorted(set(c.data[lo:hi].tolist())):
+            ks = np.arange(k + 1)
+            pmf = hypergeom(total, k, h).pmf(ks)
+            at = lo + np.flatnonzero(c.data[lo:hi] == k)
+            assert np.all(ma.data[at] == pytest.approx(pmf @ np.sqrt(ks / h), rel=1e-12))
+            assert np.all(mb.data[at] == pytest.approx(pmf @ np.sqrt((k - ks) / g), rel=1e-12))
+            acc += at.size * float(pmf @ np.sqrt(ks * (k - ks)))
+        assert diag[i] == pytest.approx(acc / math.sqrt(h * g), rel=1e-12)
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_distances_to_first_equal_the_plugin_row_zero(
     compiled: bool, monkeypatch: pytest.MonkeyPatch

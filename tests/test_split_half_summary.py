@@ -51,14 +51,22 @@ def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     return counts, geo.mds.gram, geo.distances
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("repeats", [1, 2])
 @pytest.mark.parametrize("stashed", ["none", "distances", "gram"])
 @pytest.mark.parametrize("rows", [1, 7, 10_000])
 def test_summary_equals_the_whole_grams(
-    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray], repeats: int, stashed: str, rows: int
+    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray],
+    repeats: int,
+    stashed: str,
+    rows: int,
+    compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counts, gram, distances = medium
     n = gram.shape[0]
+    # The element-wise passes compiled (posdiag._summary) or in numpy: the same numbers.
+    monkeypatch.setattr(estimator, "SUMMARY_COMPILED_FROM", 0 if compiled else n + 1)
     before, gram_before = distances.copy(), gram.copy()
     got = split_half_summary(
         counts,
@@ -142,10 +150,19 @@ def test_the_stash_saves_an_n_by_n_array(
     n = gram.shape[0]
     split_half_summary(counts, n, gram, repeats=1, ranks=[1])  # compile outside the trace
     peaks = {}
+    # Blocks of 30 rows: the pass's scratch (a few blocks, reused) stays far below the n x n
+    # arrays compared, as at long contexts (a single block of all rows would be n x n itself).
+    block = 8 * n * 30
     for stashed in (False, True):
         tracemalloc.start()
         split_half_summary(
-            counts, n, gram, repeats=1, ranks=[1], stash=distances if stashed else None
+            counts,
+            n,
+            gram,
+            repeats=1,
+            ranks=[1],
+            stash=distances if stashed else None,
+            block_bytes=block,
         )
         peaks[stashed] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()

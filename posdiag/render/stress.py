@@ -101,7 +101,8 @@ def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Colum
 COLUMNS_LEGEND = (
     "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the distances "
     "(one value for every encoding whose distance only grows with |i-j|: they order the pairs "
-    "alike); params: trained parameters (0: a fixed formula)"
+    "alike); params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors "
+    "A and B of P = A B^T)"
 )
 # The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
 SPECTRUM_STRESS = "in-sample stress"
