@@ -49,7 +49,11 @@ __all__ = [
 # Break-even column density: a dense column costs 2 n_A n_B float32 flops (~1e-11 s each with
 # BLAS here), a sparse one nnz_A * nnz_B multiply-adds in the compiled kernel (~1.5e-9 s each),
 # so a column pays off dense once both sides hold it in more than ~10% of rows (measured at
-# n = 2,048: 0.06 -> 5.4 s, 0.1 -> 3.8 s, 0.15 -> 5.2 s under load).
+# n = 2,048: 0.06 -> 5.4 s, 0.1 -> 3.8 s, 0.15 -> 5.2 s under load). The upper-triangle Grams of
+# symmetric_product have the same break-even (both sides halve): cpu at n = 4,096, same
+# process, float64 5.06 / 4.58 / 4.33 / 4.44 / 4.78 s with 0.07 / 0.1 / 0.12 / 0.15 / 0.2
+# (0.1 against 0.13: 4.13 against 4.23 s), float32 1.77 / 1.74 / 1.99 s with 0.07 / 0.1 /
+# 0.12; n = 8,192 float64 17.97 s with 0.1 against 18.49 s with 0.13.
 DENSE_FRACTION = 0.1
 # Working memory per row block (besides the result): the block's dense product and its
 # sparse part, both of shape (block_rows, n_B).
@@ -61,6 +65,8 @@ BLOCK_BYTES = 64 << 20
 # One block row's float64 result is at most UPPER_BLOCK_BYTES (128 MB).
 UPPER_BLOCK_BYTES = 128 << 20
 UPPER_BLOCK_ROWS = 2048
+# Up to this many rows the Gram's token lists store each row as a uint16 gap (rows < 2^16).
+GAP16_ROWS = 1 << 16
 # Below this many rows a plain sparse product is faster than slicing columns.
 HYBRID_FROM_ROWS = 128
 
@@ -261,18 +267,7 @@ def cross_product(
             block += (a_s[lo:hi] @ bst).toarray()
         else:
             kernel(
-                a_s.indptr,
-                a_s.indices,
-                a_s.data,
-                _NO_SLOTS,
-                lo,
-                hi,
-                bst.indptr,
-                bst.indices,
-                bst.data,
-                block,
-                0,
-                False,
+                a_s.indptr, a_s.indices, a_s.data, lo, hi, bst.indptr, bst.indices, bst.data, block
             )
     return out
 
@@ -303,7 +298,10 @@ def symmetric_product(
         Typically the expected square-root halves of the counts.
     block_rows, dtype, dense_fraction
         As for :func:`cross_product` (the dense block's precision; float32 errs by a few 1e-7
-        per entry, tests/test_fastgram.py).
+        per entry, tests/test_fastgram.py). With float32 the rare tokens' part runs in
+        float32 as well (half the bytes of the kernel's list walk and of the row it adds
+        into), and errs by at most ``(K + 2) 2^-24`` of itself, ``K`` the rare tokens two
+        positions share (:func:`_upper_kernel`).
 
     Returns
     -------
@@ -355,9 +353,12 @@ def _upper_gram(
     touched block rows is left to :func:`mirror_upper`."""
     m, v = x.shape
     x.sum_duplicates()
+    hybrid = m >= HYBRID_FROM_ROWS
+    counts = _range_counts(x, v) if hybrid else np.zeros((1, v), dtype=np.int64)
     # plan_product's rule for a product of x with itself: nnz_j^2 > (f m)^2.
-    dense = _column_nnz(x, v) > dense_fraction * m
-    kernel = _rare_kernel() if m >= HYBRID_FROM_ROWS and dense.any() else None
+    dense = counts.sum(axis=0) > dense_fraction * m
+    # Small inputs without a dense column never import numba (numpy counts them).
+    kernel = _upper_kernel() if hybrid and dense.any() else None
     if kernel is None:
         g = (x @ x.T).toarray()
         if rows is None:
@@ -365,14 +366,32 @@ def _upper_gram(
         else:
             out[np.ix_(rows, rows)] -= g
         return
-    kd = int(dense.sum())
     if block_rows is None:
         block_rows = min(UPPER_BLOCK_ROWS, max(16, UPPER_BLOCK_BYTES // (8 * max(m, 1))))
     block_rows = int(min(max(block_rows, 1), m))
-    position = (np.cumsum(dense) - 1).astype(np.int64)
-    position[~dense] = -1
-    xd, xs = _split(x, position, kd, dtype)
-    t_ptr, t_idx, t_val, slot = _transpose_slots(xs, v)
+    xd, parts = _split_gram(x, counts, dense, dtype)
+    import numba
+
+    # Rows go to the kernel's threads in chunks as they finish (_upper_kernel); numba keeps
+    # the chunk size per calling thread, and a `with numba.parallel_chunksize` inside the
+    # kernel would keep it from numba's cache.
+    chunk = numba.set_parallel_chunksize(UPPER_CHUNK_ROWS)
+    try:
+        _gram_blocks(xd, parts, kernel, out, rows, block_rows)
+    finally:
+        numba.set_parallel_chunksize(chunk)
+
+
+def _gram_blocks(
+    xd: np.ndarray,
+    parts: tuple[np.ndarray, ...],
+    kernel: Callable[..., None],
+    out: np.ndarray,
+    rows: np.ndarray | None,
+    block_rows: int,
+) -> None:
+    """:func:`_upper_gram`'s row blocks: BLAS on the dense columns, the kernel on the rest."""
+    m = xd.shape[0]
     for lo in range(0, m, block_rows):
         hi = min(lo + block_rows, m)
         # The diagonal tile as a block times its own transpose, which numpy hands to BLAS syrk
@@ -385,29 +404,104 @@ def _upper_gram(
         target[:, lo - col0 : hi - col0] = xd[lo:hi] @ xd[lo:hi].T
         if hi < m:
             target[:, hi - col0 :] = xd[lo:hi] @ xd[hi:].T
-        kernel(
-            xs.indptr, xs.indices, xs.data, slot, lo, hi, t_ptr, t_idx, t_val, target, col0, True
-        )
+        kernel(*parts, lo, hi, target, col0)
         if rows is not None:
             out[rows[lo:hi, None], rows[None, lo:]] -= target
 
 
-def _transpose_slots(
-    xs: sp.csr_matrix, v: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``xs`` (m, V) transposed to csr arrays ``(ptr, idx, val)`` of shape (V, m), rows of each
-    token ascending, and ``slot[p]``: where entry ``p`` of ``xs`` sits in its token's list (the
-    upper-triangle kernel starts there)."""
-    indptr = xs.indptr.astype(np.int64, copy=False)
-    counts = np.bincount(xs.indices, minlength=v).astype(np.int64)
-    ptr = np.zeros(v + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    idx = np.empty(ptr[-1], dtype=np.int32)
-    val = np.empty(ptr[-1], dtype=np.float64)
-    # int32 while the lists fit (49 M rare entries at n = 16,384: 0.2 GB less than int64).
-    slot = np.empty(xs.indices.size, dtype=np.int32 if ptr[-1] < 2**31 else np.int64)
-    _split_kernels()["slots"](indptr, xs.indices, xs.data, ptr[:-1].copy(), idx, val, slot)
-    return ptr, idx, val, slot
+def _row_ranges(m: int, r: int) -> np.ndarray:
+    """Bounds of ``r`` contiguous ranges of ``m`` rows, shape (r + 1,)."""
+    return (np.arange(r + 1, dtype=np.int64) * m) // max(r, 1)
+
+
+def _range_counts(x: sp.csr_matrix, v: int) -> np.ndarray:
+    """Column counts of ``x`` per range of rows (:func:`_row_ranges`), shape (R, V), int64.
+
+    One range (numpy) below :data:`COMPILED_FROM_NNZ` stored entries, else one per numba
+    thread, counted in parallel: their sum gives the dense columns, and each range's counts
+    where its rows start in the token lists of :func:`_split_gram`.
+    """
+    if x.indices.size < COMPILED_FROM_NNZ:
+        return np.bincount(x.indices, minlength=v).astype(np.int64)[None, :]
+    import numba
+
+    ranges = max(1, min(int(numba.get_num_threads()), x.shape[0]))
+    counts = np.zeros((ranges, v), dtype=np.int64)
+    bounds = _row_ranges(x.shape[0], ranges)
+    _split_kernels()["count_ranges"](
+        x.indptr.astype(np.int64, copy=False), x.indices, bounds, counts
+    )
+    return counts
+
+
+def _split_gram(
+    x: sp.csr_matrix, counts: np.ndarray, dense: np.ndarray, dtype: type[np.floating]
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The dense columns of canonical ``x`` (m, V) as an (m, k) array of ``dtype``, and its
+    rare entries as the upper-triangle kernel reads them, in one parallel pass over ``x``.
+
+    Returns
+    -------
+    block : ndarray of shape (m, k), dtype
+    (r_ptr, slot, stop, t_gap, t_val) : the rare part. ``t_gap``/``t_val`` list, token by
+        token, the rows holding it in ascending order and their values (``x`` transposed,
+        rare columns only), each row as its gap to the row before it in the list (a list's
+        first entry: its row), uint16 up to 65,536 rows, else int32; row ``i``'s rare entries
+        are ``p`` in ``r_ptr[i]:r_ptr[i + 1]`` (int64), in column order, entry ``p`` sitting
+        at ``slot[p]`` of its token's list, which ends at ``stop[p]`` (int32 while the lists
+        fit, else int64). Values are float32 for a float32 ``dtype``, else float64.
+    """
+    m, v = x.shape
+    ranges = counts.shape[0]
+    rare = np.where(dense[None, :], 0, counts)
+    t_ptr = np.zeros(v + 1, dtype=np.int64)
+    np.cumsum(rare.sum(axis=0), out=t_ptr[1:])
+    # Range t's rows go after the earlier ranges' rows in every token's list, and its row
+    # entries after the earlier ranges' entries: each range writes its own slices.
+    nxt = t_ptr[None, :-1] + np.cumsum(rare, axis=0) - rare
+    first = nxt[1:].copy()  # where ranges 1.. start in each list
+    start = np.zeros(ranges, dtype=np.int64)
+    np.cumsum(rare.sum(axis=1)[:-1], out=start[1:])
+    position = (np.cumsum(dense) - 1).astype(np.int64)
+    position[~dense] = -1
+    total = int(t_ptr[-1])
+    # int32 while the lists fit (49 M rare entries at n = 16,384: 0.4 GB less than int64).
+    index = np.int32 if total < 2**31 else np.int64
+    value = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+    block = np.zeros((m, int(dense.sum())), dtype=dtype)
+    r_ptr = np.zeros(m + 1, dtype=np.int64)
+    slot = np.empty(total, dtype=index)
+    stop = np.empty(total, dtype=index)
+    # Gaps, not rows: the kernel knows each walk's first row (its own), and 2 bytes an entry
+    # instead of 4 cut the bytes it streams (below, _upper_kernel).
+    gap = np.uint16 if m <= GAP16_ROWS else np.int32
+    t_gap = np.empty(total, dtype=gap)
+    t_val = np.empty(total, dtype=value)
+    last = np.full((ranges, v), -1, dtype=np.int64)
+    _split_kernels()["split_gram"](
+        x.indptr.astype(np.int64, copy=False),
+        x.indices,
+        x.data,
+        position,
+        _row_ranges(m, ranges),
+        nxt,
+        start,
+        t_ptr,
+        block,
+        r_ptr,
+        slot,
+        stop,
+        last,
+        t_gap,
+        t_val,
+    )
+    if ranges > 1:
+        # A range's first row in a list was written as a row: its gap is to the last row of
+        # the earlier ranges in that list (if any).
+        before = np.maximum.accumulate(last, axis=0)[:-1]
+        fix = (rare[1:] > 0) & (before >= 0)
+        t_gap[first[fix]] -= before[fix].astype(gap)
+    return block, (r_ptr, slot, stop, t_gap, t_val)
 
 
 def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
@@ -472,10 +566,6 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
     return mirror_upper(out)
 
 
-# The rare kernel's slots argument when it adds whole lists (cross_product).
-_NO_SLOTS = np.zeros(0, dtype=np.int32)
-
-
 def _gemm(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
     """BLAS dgemm (which can add into its output) for a float64 dense block, else None (a
     float32 block is multiplied in float32 and added)."""
@@ -536,9 +626,11 @@ _SPLIT: dict[str, Callable[..., None]] = {}
 
 
 def _split_kernels() -> dict[str, Callable[..., None]]:
-    """Compiled (numba) passes of :func:`_split`: rows in parallel, each writing only its own
-    block row and its own slice of the rare arrays; the transposed split is one serial pass
-    (its writes interleave across columns)."""
+    """Compiled (numba) passes of :func:`_split`, :func:`_range_counts` and :func:`_split_gram`:
+    rows in parallel, each writing only its own block row and its own slice of the rare
+    arrays; :func:`_split`'s transposed split is one serial pass (its writes interleave across
+    columns), :func:`_split_gram`'s runs by ranges of rows, each range writing its own slice
+    of every token's list (placed by the ranges' column counts)."""
     if _SPLIT:
         return _SPLIT
     import numba
@@ -587,20 +679,55 @@ def _split_kernels() -> dict[str, Callable[..., None]]:
             if position[j] < 0:
                 counts[j] += 1
 
-    @numba.njit(cache=True, nogil=True)
-    def slots(indptr, indices, data, nxt, idx, val, slot):  # pragma: no cover - compiled
-        # The transposed split of every entry, remembering where each one landed.
-        for i in range(indptr.size - 1):
-            for p in range(indptr[i], indptr[i + 1]):
-                j = indices[p]
-                q = nxt[j]
-                idx[q] = i
-                val[q] = data[p]
-                slot[p] = q
-                nxt[j] = q + 1
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def count_ranges(indptr, indices, bounds, counts):  # pragma: no cover - compiled
+        for t in numba.prange(bounds.size - 1):
+            for p in range(indptr[bounds[t]], indptr[bounds[t + 1]]):
+                counts[t, indices[p]] += 1
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def split_gram(
+        indptr,
+        indices,
+        data,
+        position,
+        bounds,
+        nxt,
+        start,
+        t_ptr,
+        block,
+        r_ptr,
+        slot,
+        stop,
+        last,
+        t_gap,
+        t_val,
+    ):  # pragma: no cover - compiled
+        # Each range of rows writes its block rows, its slice of the row entries (from
+        # start[t]) and its slice of every token's list (from nxt[t, j]); last[t, j] is the
+        # range's last row holding token j so far.
+        for t in numba.prange(bounds.size - 1):
+            c = start[t]
+            for i in range(bounds[t], bounds[t + 1]):
+                for p in range(indptr[i], indptr[i + 1]):
+                    j = indices[p]
+                    k = position[j]
+                    if k >= 0:
+                        block[i, k] = data[p]
+                    else:
+                        q = nxt[t, j]
+                        t_gap[q] = i if last[t, j] < 0 else i - last[t, j]
+                        last[t, j] = i
+                        t_val[q] = data[p]
+                        slot[c] = q
+                        stop[c] = t_ptr[j + 1]
+                        c += 1
+                        nxt[t, j] = q + 1
+                r_ptr[i + 1] = c
 
     _SPLIT.update(
-        slots=slots,
+        count_ranges=count_ranges,
+        split_gram=split_gram,
         count_rows=count_rows,
         split_rows=split_rows,
         split_columns=split_columns,
@@ -613,9 +740,8 @@ _KERNEL: list[object] = []
 
 
 def _rare_kernel() -> Callable[..., None] | None:
-    """A compiled kernel adding a csr block times a csr transpose into a dense block, or None;
-    with ``upper`` only each row's part from its own place in every token's list on (the upper
-    triangle of a Gram, :func:`symmetric_product`).
+    """A compiled kernel adding a csr block times a csr transpose into a dense block
+    (:func:`cross_product`), or None.
 
     scipy's sparse product builds a csr result, which for these inputs is dense (every pair of
     positions shares some rare token): ~10-25 ns per multiply-add on this machine. Accumulating
@@ -628,19 +754,69 @@ def _rare_kernel() -> Callable[..., None] | None:
     product, same process, under load. The same additions in the same order; if the intrinsic
     does not compile, the kernel runs without it.
     """
+    kernels = _kernels()
+    return kernels[0] if kernels else None
+
+
+def _upper_kernel() -> Callable[..., None] | None:
+    """The compiled kernel of a Gram's upper triangle (:func:`symmetric_product`), or None.
+
+    ``kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)`` adds, for rows ``lo:hi``
+    of :func:`_split_gram`'s rare part, each row's value times every entry of its token's list
+    from the row's own place (``slot``) to the list's end (``stop``) into ``out[i - lo,
+    row - col0]``. The row's value is the list's entry at ``slot``. Float64 lists: products
+    and sums in float64, each term added straight into ``out``. Float32 lists (float32
+    Grams): each row's terms off the diagonal are multiplied and summed in float32 and added
+    to ``out`` once, so an entry's rare part whose two rows share ``K`` rare tokens errs by at
+    most ``(K + 2) 2^-24`` of itself (values rounded once, ``K`` float32 operations on
+    non-negative terms), the bound of the float32 BLAS block over its ``k`` dense columns
+    with ``K << k``; the diagonal is summed in float64. At n = 8,192 (float32 lists of a
+    split half) that kernel takes 2.08 s of cpu against 2.84 s adding each term into the
+    float64 row, same process (0.44 against 0.57 s at n = 4,096).
+
+    Called with numba's ``parallel_chunksize`` set to :data:`UPPER_CHUNK_ROWS`, rows go to the
+    threads in chunks as they finish: a row's work falls with its index (the lists' remainders
+    shrink), and the static halves of a row block split the work 1.16 : 1 and 1.46 : 1 at n = 4,096
+    (/tmp/long-4096.npz, 2,048-row blocks), so one core idled for a sixth to a third of the
+    kernel. Each row adds the same terms in the same order whichever thread runs it.
+    """
+    return _run_upper if _kernels() else None
+
+
+def _run_upper(
+    r_ptr: np.ndarray,
+    slot: np.ndarray,
+    stop: np.ndarray,
+    t_gap: np.ndarray,
+    t_val: np.ndarray,
+    lo: int,
+    hi: int,
+    out: np.ndarray,
+    col0: int,
+) -> None:
+    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32."""
+    kernel: Any = _KERNEL[2] if t_val.dtype == np.float32 else _KERNEL[1]
+    kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)
+
+
+def _kernels() -> list[Any]:
     if not _KERNEL:
         try:
             import numba
         except ImportError:  # pragma: no cover - numba is a dependency; kept for vendored use
-            _KERNEL.append(None)
-        else:
-            _KERNEL.append(_build_rare(numba))
-    kernel = _KERNEL[0]
-    return kernel  # type: ignore[return-value]
+            return []
+        _KERNEL.extend(_build_rare(numba))
+    return _KERNEL
 
 
-# Tokens ahead whose list the rare kernel prefetches (1, 2 and 4 measured alike).
+# Tokens ahead whose list the rare kernels prefetch: the Gram kernel's cpu time at n = 4,096
+# (lists of int32 rows and float64 values), same process, under load: 1.91 s without
+# prefetch, 1.38 / 1.37 / 1.49 / 1.59 s with 1 / 2 / 4 / 8 tokens ahead; without prefetching
+# the values 1.77 s; a second cache line of each list as well 1.41 s; rows and values
+# interleaved in one array (one stream to prefetch) 2.00 s.
 PREFETCH_AHEAD = 2
+# Rows a thread of the Gram kernel takes at a time (_upper_kernel).
+UPPER_CHUNK_ROWS = 16
 
 
 # The prefetch intrinsic, a module global (set by _build_rare): as a closure variable of the
@@ -649,56 +825,139 @@ PREFETCH_AHEAD = 2
 _prefetch: Any = None
 
 
-def _build_rare(numba: Any) -> Callable[..., None]:  # pragma: no cover - compiled
+def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - compiled
     global _prefetch
     _prefetch = _prefetch_intrinsic()
 
-    # upper=True: the upper triangle of a Gram (symmetric_product): row i meets token j's rows
-    # from its own place in j's list on (slot[p]), columns >= i only, written at column - col0.
-    # upper=False: a whole product (cross_product), every row of each list; slot is unused.
+    # A whole product (cross_product): row i meets every row of each of its tokens' lists.
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def rare(a_ptr, a_idx, a_val, slot, lo, hi, t_ptr, t_idx, t_val, out, col0, upper):
+    def rare(a_ptr, a_idx, a_val, lo, hi, t_ptr, t_idx, t_val, out):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
             end = a_ptr[i + 1]
             for p in range(a_ptr[i], end):
                 if p + PREFETCH_AHEAD < end:
-                    ahead = p + PREFETCH_AHEAD
-                    start = slot[ahead] if upper else t_ptr[a_idx[ahead]]
+                    start = t_ptr[a_idx[p + PREFETCH_AHEAD]]
                     _prefetch(t_idx, start)
                     _prefetch(t_val, start)
                 j = a_idx[p]
                 x = a_val[p]
-                for q in range(slot[p] if upper else t_ptr[j], t_ptr[j + 1]):
-                    row[t_idx[q] - col0] += x * t_val[q]
+                for q in range(t_ptr[j], t_ptr[j + 1]):
+                    row[t_idx[q]] += x * t_val[q]
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def plain(a_ptr, a_idx, a_val, slot, lo, hi, t_ptr, t_idx, t_val, out, col0, upper):
+    def plain(a_ptr, a_idx, a_val, lo, hi, t_ptr, t_idx, t_val, out):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
             for p in range(a_ptr[i], a_ptr[i + 1]):
                 j = a_idx[p]
                 x = a_val[p]
-                for q in range(slot[p] if upper else t_ptr[j], t_ptr[j + 1]):
-                    row[t_idx[q] - col0] += x * t_val[q]
+                for q in range(t_ptr[j], t_ptr[j + 1]):
+                    row[t_idx[q]] += x * t_val[q]
+
+    # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
+    # from its own place in the token's list on (columns >= i), written at column - col0.
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            row = out[r]
+            end = r_ptr[i + 1]
+            for p in range(r_ptr[i], end):
+                if p + PREFETCH_AHEAD < end:
+                    start = slot[p + PREFETCH_AHEAD]
+                    _prefetch(t_gap, start)
+                    _prefetch(t_val, start)
+                first = slot[p]
+                x = np.float64(t_val[first])
+                row[i - col0] += x * x
+                col = i
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    row[col - col0] += x * np.float64(t_val[q])
+
+    # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
+    # float32 row of its own, half the bytes of the float64 row the terms scatter into (at
+    # n = 8,192 a float64 row, 64 KB, no longer fits L1), and added to it once; the diagonal
+    # is summed in float64.
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+        width = out.shape[1] + col0
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            acc = np.zeros(width - i, dtype=np.float32)
+            diag = 0.0
+            end = r_ptr[i + 1]
+            for p in range(r_ptr[i], end):
+                if p + PREFETCH_AHEAD < end:
+                    start = slot[p + PREFETCH_AHEAD]
+                    _prefetch(t_gap, start)
+                    _prefetch(t_val, start)
+                first = slot[p]
+                x = t_val[first]
+                diag += np.float64(x) * np.float64(x)
+                col = 0
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    acc[col] += x * t_val[q]
+            row = out[r]
+            row[i - col0] += diag
+            for c in range(1, acc.size):
+                row[i - col0 + c] += acc[c]
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper32_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+        width = out.shape[1] + col0
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            acc = np.zeros(width - i, dtype=np.float32)
+            diag = 0.0
+            for p in range(r_ptr[i], r_ptr[i + 1]):
+                first = slot[p]
+                x = t_val[first]
+                diag += np.float64(x) * np.float64(x)
+                col = 0
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    acc[col] += x * t_val[q]
+            row = out[r]
+            row[i - col0] += diag
+            for c in range(1, acc.size):
+                row[i - col0 + c] += acc[c]
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            row = out[r]
+            for p in range(r_ptr[i], r_ptr[i + 1]):
+                first = slot[p]
+                x = np.float64(t_val[first])
+                row[i - col0] += x * x
+                col = i
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    row[col - col0] += x * np.float64(t_val[q])
 
     try:
-        # Compile (or load) now, with the array types the callers pass (_split's csr, int32
-        # slots), both ways.
+        # Compile (or load) now, with the array types the callers pass: _split's csr for the
+        # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
         one = sp.csr_matrix(
             (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
         )
         ptr, idx, val = one.indptr, one.indices, one.data
         out = np.zeros((1, 1))
-        rare(ptr, idx, val, _NO_SLOTS, 0, 1, ptr, idx, val, out, 0, False)
-        rare(ptr, idx, val, np.zeros(1, np.int32), 0, 1, ptr, idx, val, out, 0, True)
-        if out[0, 0] != 2.0:
-            raise RuntimeError("prefetching kernel gave a wrong sum")
-    except Exception:  # an LLVM without the intrinsic: the same kernel without prefetch
-        return plain
-    return rare
+        rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
+        at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
+        upper(ptr, at, end, gaps, val, 0, 1, out, 0)
+        upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0)
+        if out[0, 0] != 3.0:
+            raise RuntimeError("prefetching kernels gave a wrong sum")
+    except Exception:  # an LLVM without the intrinsic: the same kernels without prefetch
+        return [plain, upper_plain, upper32_plain]
+    return [rare, upper, upper32]
 
 
 def _prefetch_intrinsic() -> Any:  # pragma: no cover - compiled

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -262,6 +264,104 @@ def _odd_even_halves(n: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     return ma, mb
 
 
+@pytest.mark.parametrize("ranges", [1, 2, 3, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_split_lists_each_tokens_rows_and_where_each_entry_sits(
+    medium: tuple[sp.csr_matrix, ...], ranges: int, dtype: type[np.floating]
+) -> None:
+    r = sqrt_rows(medium[0])
+    r.sum_duplicates()  # canonical rows, as _upper_gram passes them
+    m, v = r.shape
+    bounds = fastgram._row_ranges(m, ranges)
+    counts = np.array([np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)])
+    dense = counts.sum(axis=0) > 0.1 * m
+    assert 0 < dense.sum() < np.count_nonzero(counts.sum(axis=0))
+    block, (r_ptr, slot, stop, t_gap, t_val) = fastgram._split_gram(r, counts, dense, dtype)
+    # The straightforward computation: column slicing, a masked copy and scipy's transpose.
+    np.testing.assert_array_equal(block, r[:, np.flatnonzero(dense)].toarray().astype(dtype))
+    assert block.dtype == dtype
+    want = r.multiply(~dense[None, :]).tocsr()
+    want.eliminate_zeros()
+    want.sort_indices()
+    ref = sp.csr_matrix(want.T)  # row j: the rows holding token j, ascending
+    value = np.float32 if dtype == np.float32 else np.float64  # float32 lists for float32 Grams
+    assert t_val.dtype == value
+    # Each list's rows as gaps (its first entry: its row): their running sums are the rows.
+    assert t_gap.dtype == np.uint16
+    t_idx = np.concatenate([np.cumsum(t_gap[a:b], dtype=np.int64) for a, b in pairwise(ref.indptr)])
+    np.testing.assert_array_equal(t_idx, ref.indices)
+    np.testing.assert_array_equal(t_val, ref.data.astype(value))
+    # Row i's rare entries, in column order: entry p (token j) sits in j's list at slot[p],
+    # which holds row i, and the list ends at stop[p].
+    np.testing.assert_array_equal(r_ptr, want.indptr)
+    np.testing.assert_array_equal(t_idx[slot], np.repeat(np.arange(m), np.diff(want.indptr)))
+    assert np.all((ref.indptr[want.indices] <= slot) & (slot < stop))
+    np.testing.assert_array_equal(stop, ref.indptr[want.indices + 1])
+    np.testing.assert_array_equal(t_val[slot], want.data.astype(value))
+
+
+def test_compiled_range_counts_equal_bincount_per_range(
+    medium: tuple[sp.csr_matrix, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = sqrt_rows(medium[0])
+    m, v = r.shape
+    assert fastgram._range_counts(r, v).shape == (1, v)  # numpy below COMPILED_FROM_NNZ
+    np.testing.assert_array_equal(fastgram._range_counts(r, v)[0], np.bincount(r.indices))
+    monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0)
+    got = fastgram._range_counts(r, v)
+    bounds = fastgram._row_ranges(m, got.shape[0])
+    assert got.shape[0] >= 1 and bounds[-1] == m
+    want = [np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)]
+    np.testing.assert_array_equal(got, np.array(want))
+
+
+def test_gram_lists_with_int32_gaps_give_the_same_gram(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond GAP16_ROWS rows a gap may not fit in 16 bits: int32 gaps, the same numbers.
+    ma, mb = _odd_even_halves(300, seed=11)
+    want = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
+    monkeypatch.setattr(fastgram, "GAP16_ROWS", 100)
+    counts = np.bincount(ma.indices, minlength=ma.shape[1])[None, :]
+    _, parts = fastgram._split_gram(ma, counts, counts[0] > 30, np.float64)
+    assert parts[3].dtype == np.int32
+    got = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_kernel_float32_part_errs_by_its_stated_bound(
+    medium: tuple[sp.csr_matrix, ...], dtype: type[np.floating]
+) -> None:
+    # The kernel alone on the rare part. Float64: the exact sums to rounding. Float32 (the
+    # split-half Grams): an entry whose rows share K rare tokens is K non-negative float32
+    # products of values rounded to float32, summed in float32, so it errs by at most
+    # (K + 2) 2^-24 of itself; the diagonal is summed in float64 (2 roundings a term).
+    r = sqrt_rows(medium[0])
+    r.sum_duplicates()
+    m, v = r.shape
+    counts = np.bincount(r.indices, minlength=v)[None, :]
+    dense = counts[0] > 0.1 * m
+    _, parts = fastgram._split_gram(r, counts, dense, dtype)
+    kernel = fastgram._upper_kernel()
+    assert kernel is not None
+    got = np.zeros((m, m))
+    kernel(*parts, 0, 200, got[:200], 0)
+    kernel(*parts, 200, m, got[200:], 0)
+    rare = r.multiply(~dense[None, :]).toarray()
+    exact = np.triu(rare @ rare.T)
+    shared = (rare > 0).astype(np.float64) @ (rare > 0).T.astype(np.float64)
+    err = np.abs(got - exact)
+    assert np.count_nonzero(np.tril(got, -1)) == 0  # the upper triangle only
+    if dtype == np.float64:
+        np.testing.assert_allclose(got, exact, rtol=1e-14, atol=0)
+        return
+    diag = np.diag(err) / np.diag(exact)
+    assert np.all(diag <= 2.0**-23 + 1e-14) and diag.max() > 0  # float32 values, float64 sum
+    off = np.triu(np.ones((m, m), dtype=bool), 1)
+    assert np.all(err[off] <= (shared[off] + 2) * 2.0**-24 * exact[off] + 1e-300)
+    assert shared[off].max() > 5  # sums of several terms, not single products
+    assert err[off].max() > 1e-9  # the sums really are float32 (float64 ones err ~1e-17)
+
+
 @pytest.mark.parametrize("block_rows", [None, 1, 7, 64, 299])
 def test_symmetric_product_is_the_symmetric_part_of_the_product(block_rows: int | None) -> None:
     ma, mb = _odd_even_halves(300, seed=11)
@@ -303,7 +403,7 @@ def test_symmetric_product_gram_fallback_and_refusals(monkeypatch: pytest.Monkey
     want = ma.toarray() @ mb.toarray().T
     want = (want + want.T) / 2.0
     compiled = fastgram.symmetric_product(ma, mb, dtype=np.float64)
-    monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)  # scipy Grams, no numba
+    monkeypatch.setattr(fastgram, "_upper_kernel", lambda: None)  # scipy Grams, no numba
     plain = fastgram.symmetric_product(ma, mb, dtype=np.float64)
     np.testing.assert_allclose(plain, want, rtol=0, atol=1e-14)
     np.testing.assert_allclose(compiled, plain, rtol=0, atol=1e-14)

@@ -446,7 +446,7 @@ misses = 0
 for table in (_thinning._KERNELS, fastgram._SPLIT, fastgram._SQUARE):
     for k in table.values():
         misses += sum(k.stats.cache_misses.values())
-misses += sum(fastgram._KERNEL[0].stats.cache_misses.values())
+misses += sum(sum(k.stats.cache_misses.values()) for k in fastgram._KERNEL)
 print(misses)
 """
 
