@@ -130,3 +130,30 @@ def test_random_families_equal_one_at_a_time(n: int, seed: int, width: int, nega
         want = [score_vectors(corpus_side(d, b), b, p) for p in tables]
         got = score_vectors_many(corpus_side(d, b), b, tables)
     assert [repr(g) for g in got] == [repr(w) for w in want]
+
+
+def test_score_encodings_scores_the_mds_family_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from posdiag import analysis
+    from posdiag.analysis import corpus_geometry, score_encodings
+    from posdiag.counts import count_texts
+    from posdiag.synthetic import drift_distributions, sample_texts
+    from posdiag.tokenize import load_tokenizer
+
+    mu = drift_distributions(40, 60, rank=3, seed=4)
+    counts = count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)
+    geo = corpus_geometry(counts, min_count=1)
+    with path(True):
+        calls = counted(monkeypatch)
+        got = score_encodings(geo)
+        assert calls == {"nested_scan": 1, "vector_scan": 0}  # mds-1..3 together
+
+        def one_at_a_time(side: object, b: np.ndarray, ps: list[np.ndarray]) -> list[object]:
+            return [score_vectors(side, b, p) for p in ps]  # type: ignore[arg-type]
+
+        monkeypatch.setattr(analysis, "score_vectors_many", one_at_a_time)
+        want = score_encodings(geo)
+    assert {s.name for s in got} >= {"mds-1", "mds-2", "mds-3"}
+    assert [repr(s) for s in got] == [repr(s) for s in want]
+    assert calls["vector_scan"] == 3  # the second run: one pass each
