@@ -45,12 +45,18 @@ from ._hypergeom import VECTORISED_FLOOR_FROM
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
-from .fastgram import COMPILED_FROM_ROWS, centred_half, mirror_upper, symmetric_product
+from .fastgram import (  # re-exported: the report parks D_H with them
+    COMPILED_FROM_ROWS,
+    centred_half,
+    mirror_upper,
+    pack_upper,
+    symmetric_product,
+    unpack_upper,
+)
 from .fastgram import cross_product as fast_cross_product
 from .fastgram import distances_to_first as fast_distances_to_first
 from .fastgram import implied_distances as fast_implied_distances
 from .fastgram import symmetrize as fast_symmetrize
-from .fastgram import unpack_upper as fast_unpack_upper
 from .geometry import MDS, _fix_signs, mds_from_gram, mds_of_gram
 from .spectral import top_pairs
 
@@ -997,25 +1003,6 @@ class _UpperRows(_Rows):
         square[...] = tile.T  # below the tile's diagonal: mirrored from above it
         np.copyto(square, tile, where=~np.tri(hi - lo, hi - lo, -1, dtype=bool))
         return out
-
-
-def pack_upper(m: np.ndarray) -> np.ndarray:
-    """The upper triangle of ``m`` (n, n), diagonal included, row after row: shape
-    (n (n + 1) / 2,). :func:`unpack_upper` gives ``m`` back bit for bit when ``m`` is exactly
-    symmetric."""
-    n = m.shape[0]
-    out = np.empty(n * (n + 1) // 2, dtype=m.dtype)
-    at = 0
-    for i in range(n):
-        out[at : at + n - i] = m[i, i:]
-        at += n - i
-    return out
-
-
-def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
-    """The symmetric (n, n) array whose upper triangle :func:`pack_upper` packed (compiled:
-    :func:`posdiag.fastgram.unpack_upper`)."""
-    return fast_unpack_upper(np.asarray(packed, dtype=np.float64), n)
 
 
 def _row_spans(n: int, block_bytes: int) -> list[tuple[int, int]]:

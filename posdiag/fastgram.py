@@ -40,10 +40,12 @@ __all__ = [
     "centred_half",
     "cross_product",
     "distances_to_first",
+    "pack_upper",
     "plan_product",
     "sqrt_rows",
     "symmetric_product",
     "symmetrize",
+    "unpack_upper",
 ]
 
 # Break-even column density: a dense column costs 2 n_A n_B float32 flops (~1e-11 s each with
@@ -535,6 +537,19 @@ def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
 # The modes of the square-tile kernel (pairs) and its packed argument when it reads a square.
 _CENTRED, _IMPLIED, _UPPER = 0, 1, 2
 _NO_PACKED = np.zeros(0, dtype=np.float64)
+
+
+def pack_upper(m: np.ndarray) -> np.ndarray:
+    """The upper triangle of ``m`` (n, n), diagonal included, row after row: shape
+    (n (n + 1) / 2,). :func:`unpack_upper` gives ``m`` back bit for bit when ``m`` is exactly
+    symmetric."""
+    n = m.shape[0]
+    out = np.empty(n * (n + 1) // 2, dtype=m.dtype)
+    at = 0
+    for i in range(n):
+        out[at : at + n - i] = m[i, i:]
+        at += n - i
+    return out
 
 
 def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
