@@ -261,7 +261,9 @@ def test_diff_on_a_shorter_corpus_restricts_the_crossfit(
     head = Counts(sp.csr_matrix(corpus_a.matrix[:120]), {"source": "a"})
     geo = corpus_geometry(head, 1, plain=False)
     want = float(geo.mds.stress_by_rank()[drift.rank_b - 1])
-    assert drift.a_optimum == pytest.approx(want, abs=1e-12)
+    # The same block of BC, up to the float32 dense block's rounding: the head's product is
+    # centred on the level of its own 120 rows, the restricted one on all 160 (~4e-9 apart).
+    assert drift.a_optimum == pytest.approx(want, abs=1e-7)
     assert drift.rank_a == corpus_drift(head, b, min_count=1).rank_a
 
 

@@ -447,3 +447,58 @@ def test_mirror_upper_copies_the_upper_triangle(n: int, block: int) -> None:
     got = fastgram.mirror_upper(m.copy(), block=block)
     up = np.triu(m)
     np.testing.assert_array_equal(got, up + np.triu(m, 1).T)
+
+
+def test_level_and_centring_leave_the_product_exact() -> None:
+    # X Y^T = c + s^X_i + s^Y_j + Delta^X (Delta^Y)^T with both blocks centred on one level:
+    # the algebra the float32 block relies on, checked in float64 against the plain product.
+    x = sp.csr_matrix(zipf_counts(40, 300, 200, seed=5))
+    y = sp.csr_matrix(zipf_counts(30, 300, 200, seed=6))
+    dense = np.zeros(300, dtype=bool)
+    dense[np.argsort(-np.bincount(x.indices, minlength=300))[:60]] = True
+    mu = fastgram._level((x, y), dense)
+    assert np.all(mu[~dense] == 0) and np.all(mu[dense] > 0)
+    # The dense columns' mean over both factors' rows, rounded to float32.
+    want_mu = (x.toarray().sum(0) + y.toarray().sum(0))[dense] / 70
+    np.testing.assert_array_equal(mu[dense], want_mu.astype(np.float32))
+    xd, yd = x.toarray()[:, dense], y.toarray()[:, dense]
+    s_x = fastgram._centre(x, xd, mu, dense)
+    s_y = fastgram._centre(y, yd, mu, dense)
+    np.testing.assert_allclose(xd.mean(0), x.toarray()[:, dense].mean(0) - mu[dense], atol=1e-12)
+    c = float(mu @ mu)
+    got = c + s_x[:, None] + s_y[None, :] + xd @ yd.T
+    want = x.toarray()[:, dense] @ y.toarray()[:, dense].T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+def test_float32_blocks_centred_on_the_level_err_on_the_deviations_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 400 positions sharing one Zipf head (drift 0.1): the dense columns are mostly their common
+    # level. Centred, the float32 block's error on B_H = 1/2 J BC J (what the geometry uses)
+    # falls with the deviations' size; not centred, it scales with the level.
+    from posdiag._thinning import expected_halves
+
+    c = zipf_counts(400, 3000, 3000, seed=7, drift=0.1)
+    ma, mb, _ = expected_halves(sp.csr_matrix(c, dtype=np.int64))
+    plan = plan_product(ma, mb)[0]
+    assert plan.hybrid and plan.dtype == "float32" and plan.dense_columns > 1000
+    x = ma.toarray() @ mb.toarray().T
+    b_exact = centred_gram_of_bc((x + x.T) / 2)
+    lam = np.linalg.eigvalsh(b_exact)
+
+    def errors() -> list[tuple[float, float]]:
+        out = []
+        for got in (fastgram.symmetric_product(ma, mb), cross_product(ma, mb)):
+            b = centred_gram_of_bc((got + got.T) / 2)
+            out.append(
+                (float(np.abs(b - b_exact).max()), float(np.abs(np.linalg.eigvalsh(b) - lam).max()))
+            )
+        return out
+
+    centred = errors()
+    monkeypatch.setattr(fastgram, "_level", lambda xs, dense: np.zeros(xs[0].shape[1]))
+    plain = errors()
+    for (b_err, lam_err), (b_plain, lam_plain) in zip(centred, plain, strict=True):
+        assert 0 < lam_err < 1e-7 * lam.max() and b_err < 1e-7
+        assert lam_plain > 5 * lam_err and b_plain > 3 * b_err

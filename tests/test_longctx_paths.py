@@ -263,11 +263,37 @@ def test_identical_positions_are_still_refused_without_the_plugin() -> None:
 def test_thinning_headline_uses_the_expectation(long_counts: Counts) -> None:
     geo = corpus_geometry(long_counts, min_count=1, plain=False)
     assert geo.estimate is not None and geo.estimate.method == "thinning"
-    want = gram_from_bc(expected_thinning_bc(long_counts.matrix, 160))
+    want = gram_from_bc(expected_thinning_bc(long_counts.matrix, 160, dtype=np.float32))
     np.testing.assert_allclose(geo.mds.gram, want, rtol=0, atol=1e-14)
     # No seed dependence: the expectation is over every split.
     other = corpus_geometry(long_counts, min_count=1, plain=False, seed=5)
     np.testing.assert_array_equal(other.mds.gram, geo.mds.gram)
+
+
+def test_float32_headline_moves_every_printed_number_below_1e6(
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The headline's product runs its dense block in float32, centred on the column level
+    # (posdiag.fastgram._level): every stress, Kruskal stress, Spearman and eigenvalue of the
+    # report stays within 1e-6 of the float64 product's.
+    plan, _ = fastgram.plan_product(sqrt_rows(long_counts.matrix), sqrt_rows(long_counts.matrix))
+    assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
+    f32 = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    real = estimator.expected_thinning_bc
+
+    def as64(*args: object, **kwargs: object) -> np.ndarray:
+        return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(estimator, "expected_thinning_bc", as64)
+    f64 = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    lam32, lam64 = np.array(f32.spectrum.eigenvalues), np.array(f64.spectrum.eigenvalues)
+    assert 0 < float(np.abs(lam32 - lam64).max()) < 1e-6  # float32 was used, and only that
+    assert f32.spectrum.effective_rank == f64.spectrum.effective_rank
+    for a, b in zip(f32.encodings, f64.encodings, strict=True):
+        assert a.name == b.name
+        for field in ("stress", "kruskal", "spearman"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (math.isnan(x) and math.isnan(y)) or abs(x - y) < 1e-6, (a.name, field)
 
 
 def _shards_of(m: sp.csr_matrix, k: int, seed: int) -> list[sp.csr_matrix]:
