@@ -583,7 +583,9 @@ def estimate_hellinger(
         except PosdiagError:
             pass  # a random half of the shards left a position without tokens: thin instead
         else:
-            return _estimate("crossfit", "shards", splits, seed, crossfit_bc(halves), spectrum)
+            # Float32 dense blocks centred on the level, as the thinning's below.
+            bc = crossfit_bc(halves, dtype=np.float32)
+            return _estimate("crossfit", "shards", splits, seed, bc, spectrum)
     # Thinning: the exact average over every thinning, one product (no split noise, no seed).
     # Float32 dense block, centred on its column means (posdiag.fastgram._centre_block): the
     # top-10 eigenvalues within 1.8e-7 of float64 at n = 4,096 and 4.1e-7 at 8,192, in 0.6 of

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -270,22 +271,37 @@ def test_thinning_headline_uses_the_expectation(long_counts: Counts) -> None:
     np.testing.assert_array_equal(other.mds.gram, geo.mds.gram)
 
 
+@pytest.mark.parametrize(
+    ("split", "product"), [("thinning", "expected_thinning_bc"), ("shards", "crossfit_bc")]
+)
 def test_float32_headline_moves_every_printed_number_below_1e6(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
+    long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
     # The headline's product runs its dense block in float32, centred on the column level
     # (posdiag.fastgram._level): every stress, Kruskal stress, Spearman and eigenvalue of the
-    # report stays within 1e-6 of the float64 product's.
+    # report stays within 1e-6 of the float64 product's, for either cross-fit.
     plan, _ = fastgram.plan_product(sqrt_rows(long_counts.matrix), sqrt_rows(long_counts.matrix))
     assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
-    f32 = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
-    real = estimator.expected_thinning_bc
+    m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
+    shards = tuple(_shards_of(m, 8, seed=4)) if split == "shards" else ()
+    # The shards ride on the counts as well (corpus_geometry reads them there).
+    sharded = ShardedCounts(dataclasses.replace(long_counts, shards=shards), shards)
+    real = getattr(estimator, product)
+    seen: list[str] = []
+
+    def spy(*args: object, **kwargs: object) -> np.ndarray:
+        seen.append(np.dtype(kwargs.get("dtype", np.float64)).name)
+        return real(*args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(estimator, product, spy)
+    f32 = stress_report(sharded, min_count=1, details=False, replicates=20)
+    assert seen[0] == "float32"  # the headline's own product
 
     def as64(*args: object, **kwargs: object) -> np.ndarray:
         return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(estimator, "expected_thinning_bc", as64)
-    f64 = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    monkeypatch.setattr(estimator, product, as64)
+    f64 = stress_report(sharded, min_count=1, details=False, replicates=20)
     lam32, lam64 = np.array(f32.spectrum.eigenvalues), np.array(f64.spectrum.eigenvalues)
     assert 0 < float(np.abs(lam32 - lam64).max()) < 1e-6  # float32 was used, and only that
     assert f32.spectrum.effective_rank == f64.spectrum.effective_rank
