@@ -256,7 +256,7 @@ def cross_product(
         bst = _transpose(a_s, b.shape[0], b.shape[1])
     shift = None
     if ad.dtype == np.float32:
-        mu = _level((a,) if same else (a, b), dense)
+        mu = _level((ad,) if same else (ad, bd), dense)
         sa = _centre(a, ad, mu, dense)
         shift = (sa, sa if same else _centre(b, bd, mu, dense), float(mu @ mu))
     kernel = _rare_kernel()
@@ -386,7 +386,7 @@ def _upper_gram(
     xd, parts = _split_gram(x, counts, dense, dtype)
     shift = None
     if xd.dtype == np.float32:
-        mu = _level((x,), dense)
+        mu = _level((xd,), dense)
         shift = (_centre(x, xd, mu, dense), float(mu @ mu))
     import numba
 
@@ -400,9 +400,9 @@ def _upper_gram(
         numba.set_parallel_chunksize(chunk)
 
 
-def _level(xs: tuple[sp.csr_matrix, ...], dense: np.ndarray) -> np.ndarray:
-    """The dense columns' mean over the rows of ``xs``, rounded to float32; zero on the rare
-    columns. Shape (V,), float64.
+def _level(blocks: tuple[np.ndarray, ...], dense: np.ndarray) -> np.ndarray:
+    """The dense blocks' column mean over all their rows, rounded to float32, on the dense
+    columns of the vocabulary; zero on the rare ones. Shape (V,), float64.
 
     Why: the float32 BLAS block errs in proportion to the sum of the absolute terms of each
     entry, and a frequent token's column is mostly its common level, which the centring
@@ -410,16 +410,15 @@ def _level(xs: tuple[sp.csr_matrix, ...], dense: np.ndarray) -> np.ndarray:
     (:func:`_centre`) and adding the level's terms back in float64 cut the error of ``B_H``
     at n = 4,096 (/tmp/long-4096.npz, 6,809 dense columns): top-10 eigenvalues 1.5e-5 off
     the float64 ones without it, 1.8e-7 with it (whole Gram), ``||B_H||_F^2`` 5.8e-7 against
-    1.3e-8 relative; at n = 8,192 4.1e-7 and 5.4e-8. Rounding the level to float32 first lets
-    the block subtract it as is, and the identity of :func:`_centre` hold exactly.
+    1.3e-8 relative; at n = 8,192 4.1e-7 and 5.4e-8. Any level keeps the identity of
+    :func:`_centre` exact (the blocks' own rounded entries give one in 0.08 s at n = 16,384,
+    a bincount of the sparse entries took 0.66 s); rounded to float32, the blocks subtract
+    it as is.
     """
-    v = xs[0].shape[1]
-    sums = np.zeros(v, dtype=np.float64)
-    for x in xs:
-        sums += np.bincount(x.indices, weights=x.data, minlength=v)
-    rows = max(sum(x.shape[0] for x in xs), 1)
-    mu = np.zeros(v, dtype=np.float64)
-    mu[dense] = (sums[dense] / rows).astype(np.float32)
+    sums = sum(b.sum(axis=0, dtype=np.float64) for b in blocks)
+    rows = max(sum(b.shape[0] for b in blocks), 1)
+    mu = np.zeros(dense.size, dtype=np.float64)
+    mu[dense] = (np.asarray(sums) / rows).astype(np.float32)
     return mu
 
 
@@ -445,7 +444,9 @@ def _gram_blocks(
     shift: tuple[np.ndarray, float] | None = None,
 ) -> None:
     """:func:`_upper_gram`'s row blocks: BLAS on the dense columns, the kernel on the rest;
-    ``shift = (s, c)`` (:func:`_centre`) adds back the centred block's level terms."""
+    ``shift = (s, c)`` (:func:`_centre`): the kernel adds back the centred block's level
+    terms ``c + s_i + s_j`` as it adds each row's rare part (one pass over the row instead of
+    two more over the block row)."""
     m = xd.shape[0]
     for lo in range(0, m, block_rows):
         hi = min(lo + block_rows, m)
@@ -459,12 +460,7 @@ def _gram_blocks(
         target[:, lo - col0 : hi - col0] = xd[lo:hi] @ xd[lo:hi].T
         if hi < m:
             target[:, hi - col0 :] = xd[lo:hi] @ xd[hi:].T
-        if shift is not None:
-            s, c = shift
-            upper = target[:, lo - col0 :]
-            upper += s[lo:hi, None]
-            upper += s[None, lo:] + c
-        kernel(*parts, lo, hi, target, col0)
+        kernel(*parts, lo, hi, target, col0, shift)
         if rows is not None:
             out[rows[lo:hi, None], rows[None, lo:]] -= target
 
@@ -866,10 +862,20 @@ def _run_upper(
     hi: int,
     out: np.ndarray,
     col0: int,
+    shift: tuple[np.ndarray, float] | None = None,
 ) -> None:
-    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32."""
-    kernel: Any = _KERNEL[2] if t_val.dtype == np.float32 else _KERNEL[1]
-    kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)
+    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32, which also adds
+    ``c + s_i + s_j`` for ``shift = (s, c)`` (a float32 dense block's level, :func:`_centre`;
+    rows and columns of ``s`` as those of the Gram)."""
+    kernels: Any = _KERNEL
+    if t_val.dtype != np.float32:
+        if shift is not None:
+            raise PosdiagError("gram kernel: a level shift needs float32 lists")
+        kernels[1](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)
+        return
+    if shift is None:
+        shift = (np.zeros(out.shape[1] + col0), 0.0)
+    kernels[2](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift[0], shift[1])
 
 
 def _kernels() -> list[Any]:
@@ -953,10 +959,11 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
 
     # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
     # float32 row of its own, half the bytes of the float64 row the terms scatter into (at
-    # n = 8,192 a float64 row, 64 KB, no longer fits L1), and added to it once; the diagonal
-    # is summed in float64.
+    # n = 8,192 a float64 row, 64 KB, no longer fits L1), and added to it once with the
+    # dense block's level terms shift[i] + shift[j] + level (_centre); the diagonal is summed
+    # in float64.
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+    def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
         width = out.shape[1] + col0
         for r in numba.prange(hi - lo):
             i = lo + r
@@ -976,12 +983,13 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                     col += t_gap[q]
                     acc[col] += x * t_val[q]
             row = out[r]
-            row[i - col0] += diag
+            si = shift[i] + level
+            row[i - col0] += diag + (si + shift[i])
             for c in range(1, acc.size):
-                row[i - col0 + c] += acc[c]
+                row[i - col0 + c] += acc[c] + (si + shift[i + c])
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper32_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+    def upper32_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
         width = out.shape[1] + col0
         for r in numba.prange(hi - lo):
             i = lo + r
@@ -996,9 +1004,10 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                     col += t_gap[q]
                     acc[col] += x * t_val[q]
             row = out[r]
-            row[i - col0] += diag
+            si = shift[i] + level
+            row[i - col0] += diag + (si + shift[i])
             for c in range(1, acc.size):
-                row[i - col0 + c] += acc[c]
+                row[i - col0 + c] += acc[c] + (si + shift[i + c])
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
@@ -1025,7 +1034,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
         rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
         at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
         upper(ptr, at, end, gaps, val, 0, 1, out, 0)
-        upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0)
+        upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
         if out[0, 0] != 3.0:
             raise RuntimeError("prefetching kernels gave a wrong sum")
     except Exception:  # an LLVM without the intrinsic: the same kernels without prefetch
