@@ -260,7 +260,11 @@ def crossfit_bc(
 
 
 def expected_thinning_bc(
-    counts: Matrix, n: int | None = None, *, dtype: type[np.floating] = np.float64
+    counts: Matrix,
+    n: int | None = None,
+    *,
+    dtype: type[np.floating] = np.float64,
+    rare: type[np.floating] | None = None,
 ) -> np.ndarray:
     """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly.
 
@@ -276,9 +280,13 @@ def expected_thinning_bc(
         Positions used (default all rows).
     dtype : numpy float type
         Precision of the product's dense BLAS block (:func:`posdiag.fastgram.symmetric_product`).
-        The estimator passes float32 (the block centred on its columns' level): every printed
-        number within 1e-6 of float64 (tests/test_longctx_paths.py), the eigenvalues within
-        1.8e-7 at n = 4,096.
+        The estimator passes float32 (the block centred on its columns' level) with float64
+        ``rare`` tokens: every printed number within 1e-6 of float64
+        (tests/test_longctx_paths.py), the top eigenvalues within 2e-7 at n = 4,096 and
+        5.8e-8 at 16,384.
+    rare : numpy float type, optional
+        Precision of the rare tokens' part (default ``dtype``;
+        :func:`posdiag.fastgram.symmetric_product`).
 
     Returns
     -------
@@ -297,7 +305,7 @@ def expected_thinning_bc(
         )
     ma, mb, diag = expected_halves(c)
     # (M^A M^B^T + M^B M^A^T) / 2 as two Grams' upper triangles: ~0.6 of a product's work.
-    bc = symmetric_product(ma, mb, dtype=dtype)
+    bc = symmetric_product(ma, mb, dtype=dtype, rare=rare)
     np.fill_diagonal(bc, diag)
     return bc
 
@@ -587,10 +595,11 @@ def estimate_hellinger(
             bc = crossfit_bc(halves, dtype=np.float32)
             return _estimate("crossfit", "shards", splits, seed, bc, spectrum)
     # Thinning: the exact average over every thinning, one product (no split noise, no seed).
-    # Float32 dense block, centred on its column means (posdiag.fastgram._centre_block): the
-    # top-10 eigenvalues within 1.8e-7 of float64 at n = 4,096 and 4.1e-7 at 8,192, in 0.6 of
-    # the time (tests/test_longctx_paths.py bounds the printed numbers).
-    bc = expected_thinning_bc(c, n, dtype=np.float32)
+    # Float32 dense block, centred on its columns' level (posdiag.fastgram._level), float64
+    # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at
+    # 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
+    # (tests/test_longctx_paths.py bounds the printed numbers).
+    bc = expected_thinning_bc(c, n, dtype=np.float32, rare=np.float64)
     return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
 
 

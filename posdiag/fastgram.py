@@ -293,6 +293,7 @@ def symmetric_product(
     block_rows: int | None = None,
     dtype: type[np.floating] = np.float32,
     dense_fraction: float = DENSE_FRACTION,
+    rare: type[np.floating] | None = None,
 ) -> np.ndarray:
     """``(A B^T + B A^T) / 2`` (``A A^T`` without ``b``) as a dense float64 array, in about
     0.6 of the multiply-adds of :func:`cross_product`.
@@ -316,6 +317,11 @@ def symmetric_product(
         rare tokens' part runs in float32 as well (half the bytes of the kernel's list walk
         and of the row it adds into), and errs by at most ``(K + 2) 2^-24`` of itself, ``K``
         the rare tokens two positions share (:func:`_upper_kernel`).
+    rare : numpy float type, optional
+        Precision of the rare tokens' part when it should differ from ``dtype``: float64
+        with a float32 dense block is what the headline uses. At n = 16,384 the float32 rare
+        part put the top eigenvalues of ``B_H`` 9.5e-6 off float64 (its columns hold tokens
+        in up to 10% of 16,384 rows, long uncentred float32 sums), float64 ones 5.8e-8.
 
     Returns
     -------
@@ -347,10 +353,12 @@ def symmetric_product(
             q.eliminate_zeros()
     n = a.shape[0]
     out = np.empty((n, n), dtype=np.float64)
-    _upper_gram(p, out, None, block_rows, dtype, dense_fraction)
+    values = dtype if rare is None else rare
+    _upper_gram(p, out, None, block_rows, dtype, dense_fraction, values)
     if q is not None and q.nnz:
         rows = np.flatnonzero(np.diff(q.indptr))
-        _upper_gram(sp.csr_matrix(q[rows]), out, rows, block_rows, dtype, dense_fraction)
+        x = sp.csr_matrix(q[rows])
+        _upper_gram(x, out, rows, block_rows, dtype, dense_fraction, values)
     return mirror_upper(out)
 
 
@@ -361,6 +369,7 @@ def _upper_gram(
     block_rows: int | None,
     dtype: type[np.floating],
     dense_fraction: float,
+    values: type[np.floating],
 ) -> None:
     """Write ``X X^T``'s upper triangle into ``out`` (``rows`` None), or subtract it from
     ``out[rows][:, rows]``'s upper triangle (``rows`` increasing); the lower triangle of the
@@ -383,7 +392,7 @@ def _upper_gram(
     if block_rows is None:
         block_rows = min(UPPER_BLOCK_ROWS, max(16, UPPER_BLOCK_BYTES // (8 * max(m, 1))))
     block_rows = int(min(max(block_rows, 1), m))
-    xd, parts = _split_gram(x, counts, dense, dtype)
+    xd, parts = _split_gram(x, counts, dense, dtype, values)
     shift = None
     if xd.dtype == np.float32:
         mu = _level((xd,), dense)
@@ -491,7 +500,11 @@ def _range_counts(x: sp.csr_matrix, v: int) -> np.ndarray:
 
 
 def _split_gram(
-    x: sp.csr_matrix, counts: np.ndarray, dense: np.ndarray, dtype: type[np.floating]
+    x: sp.csr_matrix,
+    counts: np.ndarray,
+    dense: np.ndarray,
+    dtype: type[np.floating],
+    values: type[np.floating] | None = None,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """The dense columns of canonical ``x`` (m, V) as an (m, k) array of ``dtype``, and its
     rare entries as the upper-triangle kernel reads them, in one parallel pass over ``x``.
@@ -505,7 +518,8 @@ def _split_gram(
         first entry: its row), uint16 up to 65,536 rows, else int32; row ``i``'s rare entries
         are ``p`` in ``r_ptr[i]:r_ptr[i + 1]`` (int64), in column order, entry ``p`` sitting
         at ``slot[p]`` of its token's list, which ends at ``stop[p]`` (int32 while the lists
-        fit, else int64). Values are float32 for a float32 ``dtype``, else float64.
+        fit, else int64). Values are float32 for a float32 ``values`` (default ``dtype``),
+        else float64.
     """
     m, v = x.shape
     ranges = counts.shape[0]
@@ -523,7 +537,9 @@ def _split_gram(
     total = int(t_ptr[-1])
     # int32 while the lists fit (49 M rare entries at n = 16,384: 0.4 GB less than int64).
     index = np.int32 if total < 2**31 else np.int64
-    value = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+    value = (
+        np.float32 if np.dtype(dtype if values is None else values) == np.float32 else np.float64
+    )
     block = np.zeros((m, int(dense.sum())), dtype=dtype)
     r_ptr = np.zeros(m + 1, dtype=np.int64)
     slot = np.empty(total, dtype=index)
@@ -864,18 +880,22 @@ def _run_upper(
     col0: int,
     shift: tuple[np.ndarray, float] | None = None,
 ) -> None:
-    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32, which also adds
-    ``c + s_i + s_j`` for ``shift = (s, c)`` (a float32 dense block's level, :func:`_centre`;
-    rows and columns of ``s`` as those of the Gram)."""
+    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32; either kernel
+    also adds ``c + s_i + s_j`` for ``shift = (s, c)`` (a float32 dense block's level,
+    :func:`_centre`; rows and columns of ``s`` as those of the Gram)."""
     kernels: Any = _KERNEL
     if t_val.dtype != np.float32:
-        if shift is not None:
-            raise PosdiagError("gram kernel: a level shift needs float32 lists")
-        kernels[1](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)
+        # Float64 lists add straight into out: the level terms cost a pass over the row, so
+        # only a shifted Gram pays it.
+        s, level = (_NO_SHIFT, 0.0) if shift is None else shift
+        kernels[1](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, s, level)
         return
     if shift is None:
         shift = (np.zeros(out.shape[1] + col0), 0.0)
     kernels[2](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift[0], shift[1])
+
+
+_NO_SHIFT = np.zeros(0, dtype=np.float64)
 
 
 def _kernels() -> list[Any]:
@@ -939,7 +959,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
     # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
     # from its own place in the token's list on (columns >= i), written at column - col0.
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
@@ -956,6 +976,10 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                 for q in range(first + 1, stop[p]):
                     col += t_gap[q]
                     row[col - col0] += x * np.float64(t_val[q])
+            if shift.size > 0:
+                si = shift[i] + level
+                for j in range(i, out.shape[1] + col0):
+                    row[j - col0] += si + shift[j]
 
     # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
     # float32 row of its own, half the bytes of the float64 row the terms scatter into (at
@@ -1010,7 +1034,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                 row[i - col0 + c] += acc[c] + (si + shift[i + c])
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0):
+    def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
         for r in numba.prange(hi - lo):
             i = lo + r
             row = out[r]
@@ -1022,6 +1046,10 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                 for q in range(first + 1, stop[p]):
                     col += t_gap[q]
                     row[col - col0] += x * np.float64(t_val[q])
+            if shift.size > 0:
+                si = shift[i] + level
+                for j in range(i, out.shape[1] + col0):
+                    row[j - col0] += si + shift[j]
 
     try:
         # Compile (or load) now, with the array types the callers pass: _split's csr for the
@@ -1033,7 +1061,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
         out = np.zeros((1, 1))
         rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
         at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
-        upper(ptr, at, end, gaps, val, 0, 1, out, 0)
+        upper(ptr, at, end, gaps, val, 0, 1, out, 0, _NO_SHIFT, 0.0)
         upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
         if out[0, 0] != 3.0:
             raise RuntimeError("prefetching kernels gave a wrong sum")

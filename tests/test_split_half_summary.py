@@ -222,6 +222,8 @@ def test_packed_upper_triangle_round_trip() -> None:
         m[0, 0] = -0.0
         packed = estimator.pack_upper(m)
         assert packed.shape == (n * (n + 1) // 2,)
+        rows = [m[i, i:] for i in range(n)]  # row after row, diagonal included
+        np.testing.assert_array_equal(packed, np.concatenate(rows) if n else packed)
         back = estimator.unpack_upper(packed, n)
         np.testing.assert_array_equal(back, m)
         assert np.array_equal(np.signbit(back), np.signbit(m))
