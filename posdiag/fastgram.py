@@ -17,7 +17,7 @@ the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound
 common level (:func:`_level`): float32 accumulation errs in proportion to the absolute terms it
 sums, so only the deviations from the level are multiplied in float32 and the level's terms
 are added back in float64. An entry of ``BC`` then errs by a few 1e-8, the top eigenvalues of
-``B_H`` by 1.8e-7 at n = 4,096 (1.5e-5 uncentred), and stress by less than 1e-8
+``B_H`` by 2.4e-7 at n = 4,096 (1.5e-5 uncentred), and stress by less than 1e-8
 (tests/test_fastgram.py, tests/test_longctx_paths.py measure it).
 
 The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
@@ -418,11 +418,11 @@ def _level(blocks: tuple[np.ndarray, ...], dense: np.ndarray) -> np.ndarray:
     ``J BC J`` of the geometry removes anyway. Multiplying the deviations from the level
     (:func:`_centre`) and adding the level's terms back in float64 cut the error of ``B_H``
     at n = 4,096 (/tmp/long-4096.npz, 6,809 dense columns): top-10 eigenvalues 1.5e-5 off
-    the float64 ones without it, 1.8e-7 with it (whole Gram), ``||B_H||_F^2`` 5.8e-7 against
-    1.3e-8 relative; at n = 8,192 4.1e-7 and 5.4e-8. Any level keeps the identity of
-    :func:`_centre` exact (the blocks' own rounded entries give one in 0.08 s at n = 16,384,
-    a bincount of the sparse entries took 0.66 s); rounded to float32, the blocks subtract
-    it as is.
+    the float64 ones without it, 1.8e-7 with it (whole Gram, float32 rare tokens),
+    ``||B_H||_F^2`` 5.8e-7 against 1.3e-8 relative; at n = 8,192 4.1e-7 and 5.4e-8. Any
+    level keeps the identity of :func:`_centre` exact (the blocks' own rounded entries give
+    one in 0.08 s at n = 16,384, a bincount of the sparse entries took 0.66 s); rounded to
+    float32, the blocks subtract it as is.
     """
     sums = sum(b.sum(axis=0, dtype=np.float64) for b in blocks)
     rows = max(sum(b.shape[0] for b in blocks), 1)
