@@ -353,12 +353,10 @@ def symmetric_product(
             q.eliminate_zeros()
     n = a.shape[0]
     out = np.empty((n, n), dtype=np.float64)
-    values = dtype if rare is None else rare
-    _upper_gram(p, out, None, block_rows, dtype, dense_fraction, values)
+    _upper_gram(p, out, None, block_rows, dtype, dense_fraction, rare)
     if q is not None and q.nnz:
         rows = np.flatnonzero(np.diff(q.indptr))
-        x = sp.csr_matrix(q[rows])
-        _upper_gram(x, out, rows, block_rows, dtype, dense_fraction, values)
+        _upper_gram(sp.csr_matrix(q[rows]), out, rows, block_rows, dtype, dense_fraction, rare)
     return mirror_upper(out)
 
 
@@ -369,7 +367,7 @@ def _upper_gram(
     block_rows: int | None,
     dtype: type[np.floating],
     dense_fraction: float,
-    values: type[np.floating],
+    values: type[np.floating] | None,
 ) -> None:
     """Write ``X X^T``'s upper triangle into ``out`` (``rows`` None), or subtract it from
     ``out[rows][:, rows]``'s upper triangle (``rows`` increasing); the lower triangle of the
