@@ -879,6 +879,7 @@ def interval_scores(
         estimator=estimator,
         full_eigenvalues=full_eigenvalues,
         full_mds=full_mds,
+        distances=False,
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)

@@ -42,6 +42,7 @@ import scipy.sparse as sp
 
 from ._defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
 from ._hypergeom import VECTORISED_FLOOR_FROM
+from ._shardsum import ShardStack
 from ._thinning import draw_half, expected_halves
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
@@ -159,7 +160,10 @@ def sqrt_rows(counts: Matrix) -> sp.csr_matrix:
     c = sp.csr_matrix(counts, dtype=np.float64)
     supports = np.asarray(c.sum(axis=1)).ravel()
     inv = np.divide(1.0, supports, out=np.zeros_like(supports), where=supports > 0)
-    s = sp.csr_matrix(sp.diags(inv) @ c)
+    # inv_i * C_ij entry by entry, as the diagonal product computed it (the same numbers),
+    # without its sparse product (0.036 s a call at n = 4,096, 4 calls a replicate).
+    s = sp.csr_matrix((c.data * np.repeat(inv, np.diff(c.indptr)), c.indices, c.indptr), c.shape)
+    s.eliminate_zeros()
     s.data = np.sqrt(s.data)
     return s
 
@@ -372,13 +376,18 @@ def shard_halves(
     return stacked_halves(stack_shards(shards, n), n, np.arange(k), splits, rng)
 
 
+# From this many stored counts in a stack, its halves are summed on the shards' union pattern
+# (posdiag._shardsum): 8x faster at n = 4,096, but compiled code costs ~0.5 s to load.
+SHARD_SUMS_FROM_NNZ = 1 << 20
+
+
 def stack_shards(shards: Sequence[Matrix], n: int) -> sp.csr_matrix:
     """Rows ``0..n-1`` of every shard, one shard above the other: shape (K n, vocab_size)."""
     return sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in shards]), dtype=np.float64)
 
 
 def stacked_halves(
-    stack: sp.csr_matrix,
+    stack: sp.csr_matrix | ShardStack,
     n: int,
     subset: np.ndarray,
     splits: int,
@@ -386,11 +395,30 @@ def stacked_halves(
 ) -> list[tuple[sp.csr_matrix, sp.csr_matrix]]:
     """:func:`shard_halves` of the shards ``subset`` of a :func:`stack_shards` stack.
 
-    Lets the bootstrap split each replicate's shards without restacking them.
+    Lets the bootstrap split each replicate's shards without restacking them. A stack of at
+    least :data:`SHARD_SUMS_FROM_NNZ` stored counts, or a :class:`~posdiag._shardsum.ShardStack`
+    made once for many calls, sums its halves on the shards' union pattern (0.04 s against
+    0.31 s per sum at n = 4,096); below, by a sparse selection product (no compiled code for
+    the bundled corpus). The same draws and the same counts either way.
     """
-    k_all = stack.shape[0] // n
+    if not isinstance(stack, ShardStack) and stack.nnz >= SHARD_SUMS_FROM_NNZ:
+        stack = ShardStack(stack, n)
     subset = np.asarray(subset, dtype=np.int64)
     k = subset.size
+    if isinstance(stack, ShardStack):
+        out = []
+        for _ in range(splits):
+            chosen = np.zeros(stack.k, dtype=bool)
+            chosen[subset[rng.choice(k, size=k // 2, replace=False)]] = True
+            inside = np.zeros(stack.k, dtype=bool)
+            inside[subset] = True
+            a = stack.sum(np.flatnonzero(chosen))
+            b = stack.sum(np.flatnonzero(inside & ~chosen))
+            _check_supported(a, "cross-fit")
+            _check_supported(b, "cross-fit")
+            out.append((a, b))
+        return out
+    k_all = stack.shape[0] // n
     # One (n, K n) selection product per half instead of K sparse additions.
     rows = np.tile(np.arange(n), k_all)
     cols = np.arange(k_all * n)

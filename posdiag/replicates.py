@@ -40,6 +40,15 @@ class PatternTooLarge(PosdiagError):
     """The fixed-pattern layout would exceed :data:`MAX_TABLE_BYTES` or :data:`MAX_PAIRS`."""
 
 
+def _check_table(k: int, nnz: int) -> None:
+    """Raise :class:`PatternTooLarge` when a (k, nnz) float64 table exceeds its bound."""
+    if 8 * k * nnz > MAX_TABLE_BYTES:
+        raise PatternTooLarge(
+            f"the replicate pattern needs {8 * k * nnz / 1e6:,.0f} MB "
+            f"(max {MAX_TABLE_BYTES / 1e6:,.0f} MB)"
+        )
+
+
 class ShardPattern:
     """The shards' counts on rows ``0..n-1``, laid out on the total's sparsity pattern.
 
@@ -58,6 +67,9 @@ class ShardPattern:
 
     def __init__(self, shards: Sequence[sp.spmatrix | sp.sparray | np.ndarray], n: int) -> None:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
+        # The union holds at least the largest shard's cells: too large is often known before
+        # summing them (0.65 s at n = 4,096, 20 shards of 1.1 M cells).
+        _check_table(len(parts), max(p.nnz for p in parts))
         total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
         for p in parts[1:]:
             total = total + p
@@ -70,11 +82,7 @@ class ShardPattern:
         self.row = np.repeat(np.arange(n), np.diff(total.indptr))
         if np.any(np.diff(total.indptr) == 0):
             raise PosdiagError("every analysed position needs tokens for the bootstrap")
-        if 8 * self.k * total.nnz > MAX_TABLE_BYTES:
-            raise PatternTooLarge(
-                f"the replicate pattern needs {8 * self.k * total.nnz / 1e6:,.0f} MB "
-                f"(max {MAX_TABLE_BYTES / 1e6:,.0f} MB)"
-            )
+        _check_table(self.k, total.nnz)
         keys = self.row.astype(np.int64) * v + self.indices
         self.table = np.zeros((self.k, keys.size))
         for i, p in enumerate(parts):

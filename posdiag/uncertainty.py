@@ -23,6 +23,7 @@ from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why:
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._memory import require
 from ._permnull import PERMUTED_NULL_FROM, shuffled_null
+from ._shardsum import ShardStack
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -36,6 +37,7 @@ from .estimator import (
     stacked_halves,
 )
 from .fastgram import cross_product as fast_cross_product
+from .fastgram import symmetrize as fast_symmetrize
 from .fastscore import GramScorer, diagonal_sums
 from .geometry import (
     MDS,
@@ -172,8 +174,9 @@ class StressIntervals:
         ``(low, high)`` for each encoding, in the order given.
     stress_by_rank : tuple of (float, float)
         ``(low, high)`` of the rank-r MDS stress, r = 1..n_eff-1.
-    distance_sd : ndarray of shape (n_eff, n_eff)
-        Bootstrap standard deviation of each ``d_H(i, j)``.
+    distance_sd : ndarray of shape (n_eff, n_eff), or None
+        Bootstrap standard deviation of each ``d_H(i, j)``; None when not asked for
+        (``distances=False``).
     bias : tuple of float
         Mean replicate stress minus the estimate, per encoding: how much extra sampling noise
         moves the stress (positive: noise inflates it; the estimate is likely inflated too).
@@ -185,7 +188,7 @@ class StressIntervals:
     seed: int
     encodings: tuple[tuple[float, float], ...]
     stress_by_rank: tuple[tuple[float, float], ...]
-    distance_sd: np.ndarray
+    distance_sd: np.ndarray | None
     bias: tuple[float, ...] = ()
 
 
@@ -269,6 +272,7 @@ def bootstrap_stress(
     full_eigenvalues: np.ndarray | None = None,
     engine: str = "auto",
     full_mds: MDS | None = None,
+    distances: bool = True,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -315,6 +319,10 @@ def bootstrap_stress(
         replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions (a cold start
         without it). Default: the plug-in's, computed here when ``full_eigenvalues`` is not
         given either.
+    distances : bool
+        Also the bootstrap spread of every distance (:attr:`StressIntervals.distance_sd`):
+        two ``n x n`` running sums and each replicate's implied distances, which no report
+        prints (``False`` from :mod:`posdiag.analysis`).
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -370,6 +378,7 @@ def bootstrap_stress(
         progress,
         engine,
         full_mds,
+        distances,
     )
     if used < 2:
         raise PosdiagError(
@@ -396,7 +405,7 @@ def bootstrap_stress(
     )
 
 
-Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray, int]
+Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray | None, int]
 
 
 def _exact_replicates(
@@ -411,13 +420,16 @@ def _exact_replicates(
     progress: Callable[[int, int], None] | None,
     engine: str,
     full: MDS | None,
+    distances: bool = True,
 ) -> Samples:
     """Every replicate recomputed: samples per encoding, rank samples (R, n-1), the spread of
     each distance and the number of replicates kept."""
     enc_samples: list[list[float]] = [[] for _ in ranks_of]
     rank_samples: list[np.ndarray] = []
-    d_sum = np.zeros((n, n))
-    d_sq = np.zeros((n, n))
+    # The spread of each distance: two n x n sums, and each cross-fitted replicate's implied
+    # distances (0.7 s a replicate at n = 4,096), only when asked for.
+    d_sum = np.zeros((n, n)) if distances else None
+    d_sq = np.zeros((n, n)) if distances else None
     used = 0
     pattern: ShardPattern | None = None
     if engine != "scipy":
@@ -428,7 +440,7 @@ def _exact_replicates(
                 raise
     if pattern is not None:
         grams = _pattern_replicates(
-            pattern, n, weights, estimator, replicate_splits, split_rng, progress
+            pattern, n, weights, estimator, replicate_splits, split_rng, progress, distances
         )
     else:
         grams = _scipy_replicates(
@@ -440,6 +452,7 @@ def _exact_replicates(
             split_rng,
             progress,
             dense_dtype=np.float64 if engine == "scipy" else np.float32,
+            distances=distances,
         )
     # Eigenvalues of several replicates in one stacked call (the same LAPACK routine per matrix,
     # without the per-call overhead that dominated at n = 76); memory bounded by EIG_BATCH_BYTES.
@@ -479,20 +492,23 @@ def _exact_replicates(
             for idx, scorer in enumerate(scorers):
                 if scorer is not None:
                     enc_samples[idx].append(scorer.stress(b, nb, lags))
-            d_sum += d
-            d_sq += d * d
+            if d_sum is not None and d_sq is not None and d is not None:
+                d_sum += d
+                d_sq += d * d
             used += 1
             if len(pending) >= batch:
                 flush()
         flush()
     if used < 2:
         return [np.array(x) for x in enc_samples], np.zeros((used, n - 1)), d_sum, used
-    mean = d_sum / used
-    sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
+    sd = None
+    if d_sum is not None and d_sq is not None:
+        mean = d_sum / used
+        sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
     return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used
 
 
-ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray]]
+ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray | None]]
 
 
 def _small_blas(n: int) -> AbstractContextManager[object]:
@@ -518,6 +534,7 @@ def _pattern_replicates(
     splits: int,
     split_rng: np.random.Generator,
     progress: Callable[[int, int], None] | None,
+    distances: bool = True,
 ) -> ReplicateGrams:
     """``(B, D)`` of each replicate whose every position keeps support, on the fixed pattern of
     :class:`~posdiag.replicates.ShardPattern` (same draws, same numbers as
@@ -550,7 +567,7 @@ def _pattern_replicates(
         if acc is None:
             continue
         bc = acc / (2.0 * splits)
-        yield gram_from_bc(bc), implied_distances(bc)
+        yield gram_from_bc(bc), implied_distances(bc) if distances else None
 
 
 def _scipy_replicates(
@@ -562,6 +579,7 @@ def _scipy_replicates(
     split_rng: np.random.Generator,
     progress: Callable[[int, int], None] | None,
     dense_dtype: type[np.floating] = np.float64,
+    distances: bool = True,
 ) -> ReplicateGrams:
     """The replicates as computed before :class:`~posdiag.replicates.ShardPattern`: scipy
     selections and :mod:`posdiag.fastgram` products per split (with float64 dense blocks: the
@@ -575,16 +593,27 @@ def _scipy_replicates(
     stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
     rows = np.tile(np.arange(n), k)
     cols = np.arange(k * n)
+    # Long contexts: every sum of shards on their union pattern (posdiag._shardsum), made once;
+    # the reference loop (float64) keeps the selection products it had.
+    lists = ShardStack(stack, n) if dense_dtype is not np.float64 else None
     for done, w in enumerate(weights, 1):
         if progress is not None:
             progress(done, len(weights))
-        select = sp.csr_matrix((np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n))
-        c = select @ stack
-        if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
-            continue
+        if lists is not None:
+            if np.any(lists.supports(w) <= 0):
+                continue
+        else:
+            select = sp.csr_matrix(
+                (np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n)
+            )
+            c = select @ stack
+            if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
+                continue
         if estimator == "crossfit":
             try:
-                halves = stacked_halves(stack, n, np.flatnonzero(w), splits, split_rng)
+                halves = stacked_halves(
+                    stack if lists is None else lists, n, np.flatnonzero(w), splits, split_rng
+                )
             except PosdiagError:
                 continue  # a position lost all its support in a quarter of the shards
             if dense_dtype is np.float64:
@@ -593,11 +622,19 @@ def _scipy_replicates(
                 acc: np.ndarray | None = None
                 for ca, cb in halves:
                     x = fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dense_dtype)
-                    acc = x + x.T if acc is None else acc + x + x.T
+                    if acc is None:
+                        acc = x
+                    else:
+                        acc += x
                 assert acc is not None
-                bc = acc / (2.0 * len(halves))
-            yield gram_from_bc(bc), implied_distances(bc)
+                # One compiled (S + S^T) / 2 pass over the sum of the splits' products, in
+                # place, instead of a transposed copy per split (n = 4,096: 0.1-0.15 s each).
+                bc = fast_symmetrize(acc)
+                bc /= float(len(halves))
+            yield gram_from_bc(bc), implied_distances(bc) if distances else None
         else:
+            if lists is not None:
+                c = lists.sum(np.flatnonzero(w))
             d = hellinger_distances_fast(c)
             yield gram_from_distances(d), d
 
