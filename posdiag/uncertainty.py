@@ -434,7 +434,9 @@ def _exact_replicates(
     pattern: ShardPattern | None = None
     if engine != "scipy":
         try:
-            pattern = ShardPattern(sharded.shards, n)
+            total = sharded.counts.matrix
+            cells = int(total.indptr[n]) if isinstance(total, sp.csr_matrix) else None
+            pattern = ShardPattern(sharded.shards, n, cells)
         except PatternTooLarge:
             if engine == "pattern":
                 raise
@@ -621,11 +623,10 @@ def _scipy_replicates(
             else:
                 acc: np.ndarray | None = None
                 for ca, cb in halves:
-                    x = fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dense_dtype)
-                    if acc is None:
-                        acc = x
-                    else:
-                        acc += x
+                    # The later splits' products are added into the first one (BLAS beta = 1).
+                    acc = fast_cross_product(
+                        sqrt_rows(ca), sqrt_rows(cb), dtype=dense_dtype, out=acc
+                    )
                 assert acc is not None
                 # One compiled (S + S^T) / 2 pass over the sum of the splits' products, in
                 # place, instead of a transposed copy per split (n = 4,096: 0.1-0.15 s each).

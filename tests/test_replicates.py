@@ -166,3 +166,19 @@ def test_pattern_too_large_falls_back_to_the_scipy_engine(
     np.testing.assert_allclose(got.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-5)
     with pytest.raises(PatternTooLarge, match=r"^the replicate pattern needs"):
         bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="pattern")
+
+
+def test_pattern_refuses_a_table_the_total_already_shows_too_large() -> None:
+    """The total's stored cells bound the union's from below: a table that would exceed
+    MAX_TABLE_BYTES is refused from them, and a small one is still built."""
+    from posdiag import replicates
+    from posdiag.replicates import PatternTooLarge
+
+    n = 10
+    sharded = _sharded(n, 300, 8, seed=2)
+    cells = replicates.MAX_TABLE_BYTES // (8 * sharded.k) + 1
+    want = r"^the replicate pattern needs 268 MB \(max 268 MB\)$"
+    with pytest.raises(PatternTooLarge, match=want):
+        ShardPattern(sharded.shards, n, cells)
+    pattern = ShardPattern(sharded.shards, n, int(sharded.counts.matrix[:n].nnz))
+    assert pattern.table.shape == (sharded.k, sharded.counts.matrix[:n].nnz)
