@@ -697,8 +697,9 @@ class Uncertainty:
     stress_by_rank : tuple of (float, float)
         Interval of the rank-r MDS stress, r = 1..n_eff-1 (empty without shards).
     noise_floor : tuple of float
-        Split-half ``d_H`` of each position 0..n_eff-1 (empty when a cross-fit report without
-        intervals was asked for without details: ``stress_report(details=False)``).
+        Split-half ``d_H`` of each position 0..n_eff-1 (empty when a cross-fit report was asked
+        for without details, ``stress_report(details=False)``: its unstable positions come from
+        the split-half grams, and only ``--verbose`` and the JSON show the floor).
     unstable : tuple of int
         Positions too thinly supported for a stable estimate: within the noise floor of at least
         half of the other positions, or with at least half of their squared distance to the
@@ -902,18 +903,22 @@ def _with_intervals(
     n = geometry.n_eff
     # Plain counts that were counted with shards still get their intervals.
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
-    if sharded.k < 2 and not details and geometry.estimator == "crossfit":
-        # Without intervals a cross-fit's unstable positions come from the split-half grams;
-        # the per-position floor would only fill the JSON's noise_floor (not asked for).
+    floor: np.ndarray | None = None
+    if not details and geometry.estimator == "crossfit":
+        # A cross-fit's unstable positions come from the split-half grams; the per-position
+        # floor would only fill the JSON's noise_floor (not asked for): 3.8 s at n = 2,048.
         empty = np.full(n, np.nan)
         unstable = _unstable(_noise_pairs(geometry, empty)[0], _noise_shares(geometry, empty)[1])
-        note = f"no intervals: {sharded.why_no_shards}"
-        return [s for s, _ in scored], Uncertainty(level, 0, 0, seed, (), (), unstable, note)
-    floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
-    unstable = _unstable(_noise_pairs(geometry, floor)[0], _noise_shares(geometry, floor)[1])
+        if sharded.k < 2:
+            note = f"no intervals: {sharded.why_no_shards}"
+            return [s for s, _ in scored], Uncertainty(level, 0, 0, seed, (), (), unstable, note)
+    else:
+        floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
+        unstable = _unstable(_noise_pairs(geometry, floor)[0], _noise_shares(geometry, floor)[1])
+    floors = () if floor is None else tuple(float(x) for x in floor)
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
-        unc = Uncertainty(level, 0, 0, seed, (), tuple(float(x) for x in floor), unstable, note)
+        unc = Uncertainty(level, 0, 0, seed, (), floors, unstable, note)
         return [s for s, _ in scored], unc
     scores, iv = interval_scores(
         sharded,
@@ -935,7 +940,7 @@ def _with_intervals(
         iv.replicates,
         seed,
         iv.stress_by_rank,
-        tuple(float(x) for x in floor),
+        floors,
         unstable,
         # A replicate refits mds-r in-sample, so its bias is measured from the in-sample figure
         # (the headline of a held-out mds-r is a different quantity).

@@ -254,6 +254,36 @@ def test_report_without_details_skips_the_plugin_and_the_noise_floor(
     assert lean.uncertainty.unstable == full.uncertainty.unstable
 
 
+def test_report_with_intervals_and_without_details_skips_the_noise_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With shards (intervals) too: a cross-fit's unstable positions come from its split-half
+    grams, so the per-position floor, shown only by --verbose and the JSON, is not drawn."""
+    from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
+
+    mu = zipf_drift_distributions(24, 400, 3, sharpness=2.0, seed=3)
+    total, parts = sample_sharded_counts(mu, 300, shards=8, seed=4)
+    counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(parts))
+    calls: list[str] = []
+    real_floor = analysis.noise_floor
+    monkeypatch.setattr(
+        analysis, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
+    )
+    kw = {"min_count": 1, "replicates": 20}
+    lean = stress_report(ShardedCounts(counts, counts.shards), details=False, **kw)  # type: ignore[arg-type]
+    assert calls == []
+    full = stress_report(ShardedCounts(counts, counts.shards), details=True, **kw)  # type: ignore[arg-type]
+    assert calls == ["floor"]
+    assert lean.uncertainty is not None and full.uncertainty is not None
+    assert lean.uncertainty.shards == full.uncertainty.shards == 8
+    assert lean.uncertainty.noise_floor == () and len(full.uncertainty.noise_floor) == 24
+    assert lean.uncertainty.unstable == full.uncertainty.unstable
+    assert lean.uncertainty.stress_by_rank == full.uncertainty.stress_by_rank
+    assert [(e.stress, e.ci_low, e.ci_high) for e in lean.encodings] == [
+        (e.stress, e.ci_low, e.ci_high) for e in full.encodings
+    ]
+
+
 def test_identical_positions_are_still_refused_without_the_plugin() -> None:
     row = np.array([[5, 3, 2, 0, 1]], dtype=np.int64)
     same = Counts(sp.csr_matrix(np.repeat(row, 6, axis=0)), {"source": "same"})
