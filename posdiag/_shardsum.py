@@ -21,7 +21,9 @@ import scipy.sparse as sp
 
 __all__ = ["ShardStack"]
 
-# Row chunks per compiled pass: each chunk allocates its own vocabulary-sized scratch once.
+# Row chunks per compiled pass: each chunk allocates its own vocabulary-sized scratch once
+# (int32: 4 bytes a token id in the union count, 8 in the fill, per running thread; the
+# geometry already reserves 24 bytes a token id, posdiag.analysis.corpus_geometry).
 _CHUNKS = 64
 
 
@@ -109,7 +111,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
     @numba.njit(parallel=True, cache=True, nogil=True)
     def union_counts(ptr, idx, n, k, v, chunks, counts):  # pragma: no cover - compiled
         for c in numba.prange(chunks):
-            seen = np.full(v, -1, dtype=np.int64)
+            seen = np.full(v, -1, dtype=np.int32)
             for i in range(c * n // chunks, (c + 1) * n // chunks):
                 m = 0
                 for s in range(k):
@@ -124,8 +126,8 @@ def _kernels() -> dict[str, Callable[..., None]]:
     @numba.njit(parallel=True, cache=True, nogil=True)
     def union_fill(ptr, idx, n, k, v, chunks, u_ptr, u_idx, at):  # pragma: no cover - compiled
         for c in numba.prange(chunks):
-            seen = np.full(v, -1, dtype=np.int64)
-            where = np.zeros(v, dtype=np.int64)
+            seen = np.full(v, -1, dtype=np.int32)
+            where = np.zeros(v, dtype=np.int32)
             for i in range(c * n // chunks, (c + 1) * n // chunks):
                 q = u_ptr[i]
                 for s in range(k):

@@ -34,6 +34,7 @@ from .estimator import (
     gram_from_bc,
     implied_distances,
     sqrt_rows,
+    stack_shards,
     stacked_halves,
 )
 from .fastgram import cross_product as fast_cross_product
@@ -592,7 +593,8 @@ def _scipy_replicates(
     ~1e-6 relative (BC entries by 2e-7), three orders below the interval widths.
     """
     k = sharded.k
-    stack = sp.csr_matrix(sp.vstack([sp.csr_matrix(s)[:n] for s in sharded.shards]))
+    # Float64 (as the selection products made it): a ShardStack then shares its arrays.
+    stack = stack_shards(sharded.shards, n)
     rows = np.tile(np.arange(n), k)
     cols = np.arange(k * n)
     # Long contexts: every sum of shards on their union pattern (posdiag._shardsum), made once;
