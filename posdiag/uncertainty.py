@@ -462,7 +462,10 @@ def _exact_replicates(
     # From PARTIAL_EIG_FROM positions only the top pairs the rank intervals show, warm-started.
     partial = n >= PARTIAL_EIG_FROM and engine != "scipy"  # scipy: the previous loop
     top = min(n - 1, max([REPLICATE_RANKS, *(r for r in ranks_of if r is not None)]))
-    start = None if full is None else full.vectors[:, :top]
+    # Every full-data eigenvector there is, not only the ``top`` wanted: the solver's block
+    # holds ``top`` + 8 (oversampling), and warm oversampled vectors converge in 5-6 passes
+    # where random ones took 8-9 (n = 4,096, 0.30 s against 0.40 s a replicate).
+    start = None if full is None else full.vectors
     batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
     pending: list[np.ndarray] = []
 

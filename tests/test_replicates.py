@@ -127,6 +127,9 @@ def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.Monk
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append(1)
+        # Warm-started from every full-data eigenvector, beyond the 8 ranks wanted.
+        start = kwargs["start"]
+        assert isinstance(start, np.ndarray) and start.shape[1] == full.vectors.shape[1] > 8
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(uncertainty, "top_eigenpairs", spy)
