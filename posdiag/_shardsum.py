@@ -15,6 +15,7 @@ to the selection product's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -101,9 +102,14 @@ class ShardStack:
 
 
 _KERNELS: dict[str, Callable[..., None]] = {}
+# A sum's accumulation over the chosen shards' rows, shared by both of its passes: a module
+# global (set by _kernels), because as a closure variable of the kernels it would enter numba's
+# cache key pickled, differently in every process, and they would be recompiled every time.
+_accumulate: Any = None
 
 
 def _kernels() -> dict[str, Callable[..., None]]:
+    global _accumulate
     if _KERNELS:
         return _KERNELS
     import numba
@@ -146,9 +152,15 @@ def _kernels() -> dict[str, Callable[..., None]]:
                     for p in range(ptr[r], ptr[r + 1]):
                         at[p] = where[idx[p]]
 
-    # The two passes of a sum repeat its accumulation loop inline: a jitted helper would be a
-    # closure variable of the kernels, which enters numba's cache key pickled, differently in
-    # every process, so the kernels would be recompiled in every process.
+    @numba.njit(cache=True, nogil=True)
+    def accumulate(ptr, at, val, chosen, n, i, acc):  # pragma: no cover - compiled
+        for s in chosen:
+            r = s * n + i
+            for p in range(ptr[r], ptr[r + 1]):
+                acc[at[p]] += val[p]
+
+    _accumulate = accumulate
+
     @numba.njit(parallel=True, cache=True, nogil=True)
     def sum_counts(ptr, at, val, u_ptr, chosen, n, chunks, width, counts):  # pragma: no cover
         for c in numba.prange(chunks):
@@ -156,10 +168,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
             for i in range(c * n // chunks, (c + 1) * n // chunks):
                 size = u_ptr[i + 1] - u_ptr[i]
                 acc[:size] = 0.0
-                for s in chosen:
-                    r = s * n + i
-                    for p in range(ptr[r], ptr[r + 1]):
-                        acc[at[p]] += val[p]
+                _accumulate(ptr, at, val, chosen, n, i, acc)
                 m = 0
                 for e in range(size):
                     if acc[e] != 0.0:
@@ -175,10 +184,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
             for i in range(c * n // chunks, (c + 1) * n // chunks):
                 size = u_ptr[i + 1] - u_ptr[i]
                 acc[:size] = 0.0
-                for s in chosen:
-                    r = s * n + i
-                    for p in range(ptr[r], ptr[r + 1]):
-                        acc[at[p]] += val[p]
+                _accumulate(ptr, at, val, chosen, n, i, acc)
                 q = o_ptr[i]
                 for e in range(size):
                     if acc[e] != 0.0:

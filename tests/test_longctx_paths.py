@@ -508,15 +508,17 @@ def test_distances_to_first_equal_the_plugin_row_zero(
 
 _KERNEL_RUN = """
 import numpy as np, scipy.sparse as sp
-from posdiag import _thinning, fastgram
+from posdiag import _shardsum, _thinning, fastgram
 from posdiag.estimator import distances_to_first, expected_thinning_bc, gram_from_bc
+from posdiag.estimator import stack_shards
 rng = np.random.default_rng(0)
 c = sp.csr_matrix(rng.poisson(0.3, size=(160, 400)) + (rng.random((160, 400)) < 0.5) * 4)
 gram_from_bc(expected_thinning_bc(c))
 _thinning.draw_half(c, rng)
 distances_to_first(c, 160)
+_shardsum.ShardStack(stack_shards([c, c], 160), 160).sum(np.array([1]))
 misses = 0
-for table in (_thinning._KERNELS, fastgram._SPLIT, fastgram._SQUARE):
+for table in (_thinning._KERNELS, fastgram._SPLIT, fastgram._SQUARE, _shardsum._KERNELS):
     for k in table.values():
         misses += sum(k.stats.cache_misses.values())
 misses += sum(sum(k.stats.cache_misses.values()) for k in fastgram._KERNEL)
