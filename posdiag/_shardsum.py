@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .errors import PosdiagError
+
 __all__ = ["ShardStack"]
 
 # Row chunks per compiled pass: each chunk allocates its own vocabulary-sized scratch once
@@ -50,8 +52,15 @@ class ShardStack:
 
     def __init__(self, stack: sp.csr_matrix, n: int) -> None:
         stack = sp.csr_matrix(stack, dtype=np.float64)
+        rows = stack.shape[0]
+        # The kernels index shard k's row i as stack row k n + i, unchecked: a stack that is not
+        # whole shards of n rows would be read out of bounds.
+        if n < 1 or rows % n or rows == 0:
+            raise PosdiagError(
+                f"shard sums: a stack of {rows:,} rows is not whole shards of {n:,} positions"
+            )
         self.n = int(n)
-        self.k = stack.shape[0] // self.n
+        self.k = rows // self.n
         self.v = stack.shape[1]
         self._ptr = stack.indptr.astype(np.int64, copy=False)
         self._idx = stack.indices
@@ -87,7 +96,12 @@ class ShardStack:
     def sum(self, shards: np.ndarray) -> sp.csr_matrix:
         """The counts of the shards ``shards`` (indices in ``0..K-1``) summed: a canonical csr
         of shape (n, V), float64, without explicit zeros."""
-        chosen = np.asarray(shards, dtype=np.int64)
+        chosen = np.asarray(shards, dtype=np.int64).ravel()
+        if chosen.size and (chosen.min() < 0 or chosen.max() >= self.k):
+            # Read unchecked by the kernels (rows k n + i).
+            raise PosdiagError(
+                f"shard sums: shards must be in [0, {self.k - 1}]; got {chosen.tolist()}"
+            )
         kernels = _kernels()
         counts = np.zeros(self.n, dtype=np.int64)
         width = int(np.diff(self.indptr).max(initial=0))

@@ -131,6 +131,25 @@ def test_a_half_without_tokens_at_a_position_is_named() -> None:
             stacked_halves(lists, n, np.arange(2), 1, np.random.default_rng(seed))
 
 
+def test_a_stack_that_is_not_whole_shards_is_refused() -> None:
+    """The kernels read shard k's row i at stack row k n + i without bounds checks: a stack
+    of shards cut shorter than n rows must be refused, not read out of bounds."""
+    from posdiag.errors import PosdiagError
+
+    shards = _shards(3, 5, 8, 0.5, seed=2)
+    short = stack_shards([shards[0], shards[1][:4], shards[2]], 5)
+    with pytest.raises(
+        PosdiagError, match=r"^shard sums: a stack of 14 rows is not whole shards of 5 positions$"
+    ):
+        ShardStack(short, 5)
+    with pytest.raises(PosdiagError, match=r"not whole shards of 0 positions$"):
+        ShardStack(stack_shards(shards, 5), 0)
+    lists = ShardStack(stack_shards(shards, 5), 5)
+    for bad in ([3], [-1, 0]):
+        with pytest.raises(PosdiagError, match=r"^shard sums: shards must be in \[0, 2\]; got "):
+            lists.sum(np.array(bad))
+
+
 def _long_sharded(n: int) -> uncertainty.ShardedCounts:
     from posdiag.counts import Counts
 
