@@ -334,10 +334,12 @@ def bootstrap_stress(
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     engine = check_choice("engine", engine, ENGINES)
     k = sharded.k
-    # Replicate weights and samples, plus the running sums and one replicate's geometry.
+    # Replicate weights and samples, plus the running sums and one replicate's geometry, and
+    # each table's dense B_E where the scorer keeps one (fastscore.DENSE_TABLE_MAX).
+    tables = sum(1 for e in encodings if e.profile is None and _mds_rank(e) is None)
     require(
         f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
-        8 * replicates * (k + len(encodings) + n) + 8 * 8 * n * n,
+        8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables) * n * n,
     )
     if estimator == "crossfit" and k < 4:
         raise PosdiagError(

@@ -144,19 +144,28 @@ def test_symmetrize_in_place_any_block() -> None:
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("dense_max", [0, 10_000])
+@pytest.mark.parametrize(("dense_max", "table_max"), [(0, 0), (0, 10_000), (10_000, 10_000)])
 @pytest.mark.parametrize("spec", ["learned-random", "alibi", "t5", "nope"])
 def test_gram_scorer_matches_compare(
-    geo: tuple[np.ndarray, np.ndarray], spec: str, dense_max: int, monkeypatch: pytest.MonkeyPatch
+    geo: tuple[np.ndarray, np.ndarray],
+    spec: str,
+    dense_max: int,
+    table_max: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Every route of a table (the dense gram from its distances, (JP)(JP)^T kept dense, B JP
+    per replicate) and of a lag profile gives compare's stress."""
     from posdiag import fastscore
     from posdiag.fastscore import GramScorer
 
     monkeypatch.setattr(fastscore, "DENSE_SCORER_MAX", dense_max)
+    monkeypatch.setattr(fastscore, "DENSE_TABLE_MAX", table_max)
     d, b = geo
     enc = make_encoding(spec, d.shape[0])
     scorer = GramScorer(enc)
-    assert (scorer.jp is not None) == (dense_max == 0 and spec == "learned-random")
+    table = spec == "learned-random"
+    assert (scorer.jp is not None) == (table and dense_max == 0 and table_max == 0)
+    assert (scorer.dense is not None) == (table and not (dense_max == 0 and table_max == 0))
     got = scorer.stress(b, float(np.linalg.norm(b)), diagonal_sums(b))
     assert got == pytest.approx(compare(d, b, enc.delta, enc.gram()).stress, abs=1e-12)
 

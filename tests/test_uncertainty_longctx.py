@@ -105,3 +105,21 @@ def test_fast_replicates_reproduce_the_dense_intervals(
     ref_enc, ref_rank = reference_bootstrap(sharded, n, encs, estimates, 40, 5)
     np.testing.assert_allclose(np.array(iv.encodings), np.array(ref_enc), atol=1e-6)
     np.testing.assert_allclose(np.array(iv.stress_by_rank), np.array(ref_rank), atol=1e-6)
+
+
+def test_the_bootstrap_reserves_each_tables_dense_gram(sharded: ShardedCounts) -> None:
+    """A table's scorer may keep its dense B_E (fastscore.DENSE_TABLE_MAX): the bootstrap's
+    memory estimate counts one n x n float64 array per table, and none for a lag profile."""
+    from posdiag._memory import set_max_memory
+    from posdiag.errors import PosdiagError
+
+    n, reps = 12, 20
+    k, profile, table = sharded.k, make_encoding("alibi", n), make_encoding("learned-random", n)
+    base = 8 * reps * (k + 1 + n) + 8 * 8 * n * n
+    set_max_memory(base + 8 * n * n // 2)  # room for the replicates, not for a table's B_E
+    try:
+        bootstrap_stress(sharded, n, [profile], [0.5], replicates=reps, seed=1)
+        with pytest.raises(PosdiagError, match=r"^20 bootstrap replicates \(--replicates\) of 1 "):
+            bootstrap_stress(sharded, n, [table], [0.5], replicates=reps, seed=1)
+    finally:
+        set_max_memory(None)
