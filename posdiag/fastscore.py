@@ -728,8 +728,9 @@ class GramScorer:
 
     Precomputes the encoding side once: for a lag profile the weights of ``<B, B_E>`` over the
     diagonal sums of ``B`` (so a replicate costs one O(n^2) pass shared by every Toeplitz
-    encoding), for position vectors ``JP`` (``<B, B_E> = sum((B JP) o JP)``), else the dense
-    ``B_E``. ``||B_E||_F`` is computed once in every case.
+    encoding), for position vectors the dense ``B_E = (JP)(JP)^T`` up to
+    :data:`DENSE_TABLE_MAX` positions and ``JP`` beyond (``<B, B_E> = sum((B JP) o JP)``),
+    else the dense ``B_E``. ``||B_E||_F`` is computed once in every case.
     """
 
     def __init__(self, enc: Encoding) -> None:
