@@ -33,7 +33,7 @@ at the cost of one of the ``S`` products it replaces.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -405,37 +405,48 @@ def stacked_halves(
         stack = ShardStack(stack, n)
     subset = np.asarray(subset, dtype=np.int64)
     k = subset.size
-    if isinstance(stack, ShardStack):
-        out = []
-        for _ in range(splits):
-            chosen = np.zeros(stack.k, dtype=bool)
-            chosen[subset[rng.choice(k, size=k // 2, replace=False)]] = True
-            inside = np.zeros(stack.k, dtype=bool)
-            inside[subset] = True
-            a = stack.sum(np.flatnonzero(chosen))
-            b = stack.sum(np.flatnonzero(inside & ~chosen))
-            _check_supported(a, "cross-fit")
-            _check_supported(b, "cross-fit")
-            out.append((a, b))
-        return out
+    halves = (
+        _union_halves(stack, subset)
+        if isinstance(stack, ShardStack)
+        else _selected_halves(stack, n, subset)
+    )
+    out = []
+    for _ in range(splits):
+        a, b = halves(np.sort(subset[rng.choice(k, size=k // 2, replace=False)]))
+        _check_supported(a, "cross-fit")
+        _check_supported(b, "cross-fit")
+        out.append((a, b))
+    return out
+
+
+_Halves: TypeAlias = Callable[[np.ndarray], tuple[sp.csr_matrix, sp.csr_matrix]]
+
+
+def _union_halves(stack: ShardStack, subset: np.ndarray) -> _Halves:
+    """``(C^A, C^B)`` of the shards ``pick`` and the rest of ``subset``, each a sum on the
+    shards' union pattern."""
+    return lambda pick: (stack.sum(pick), stack.sum(np.setdiff1d(subset, pick)))
+
+
+def _selected_halves(stack: sp.csr_matrix, n: int, subset: np.ndarray) -> _Halves:
+    """``(C^A, C^B)`` of the shards ``pick`` and the rest of ``subset``: one (n, K n) selection
+    product for ``C^A`` (instead of K sparse additions), ``C^B`` the subset's total minus it."""
     k_all = stack.shape[0] // n
-    # One (n, K n) selection product per half instead of K sparse additions.
     rows = np.tile(np.arange(n), k_all)
     cols = np.arange(k_all * n)
     whole = np.zeros(k_all)
     whole[subset] = 1.0
     total = _select(whole, stack, rows, cols, n)
-    out = []
-    for _ in range(splits):
-        pick = np.zeros(k_all)
-        pick[subset[rng.choice(k, size=k // 2, replace=False)]] = 1.0
-        a = _select(pick, stack, rows, cols, n)
+
+    def halves(pick: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        weights = np.zeros(k_all)
+        weights[pick] = 1.0
+        a = _select(weights, stack, rows, cols, n)
         b = sp.csr_matrix(total - a)
         b.eliminate_zeros()
-        _check_supported(a, "cross-fit")
-        _check_supported(b, "cross-fit")
-        out.append((a, b))
-    return out
+        return a, b
+
+    return halves
 
 
 def _select(
