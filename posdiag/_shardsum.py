@@ -71,23 +71,14 @@ class ShardStack:
         )
         counts = np.zeros(self.n, dtype=np.int64)
         kernels = _kernels()
-        kernels["union_counts"](self._ptr, self._idx, self.n, self.k, self.v, _CHUNKS, counts)
+        args = (self._ptr, self._idx, self.n, self.k, self.v, _CHUNKS)
+        kernels["union_counts"](*args, counts)
         self.indptr = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
         self.indices = np.empty(int(self.indptr[-1]), dtype=self._idx.dtype)
         # Each stored count's cell on the union pattern, as an offset within its row.
         self._at = np.empty(self._idx.size, dtype=np.int32)
-        kernels["union_fill"](
-            self._ptr,
-            self._idx,
-            self.n,
-            self.k,
-            self.v,
-            _CHUNKS,
-            self.indptr,
-            self.indices,
-            self._at,
-        )
+        kernels["union_fill"](*args, self.indptr, self.indices, self._at)
 
     def supports(self, weights: np.ndarray) -> np.ndarray:
         """Row sums of the shards weighted by ``weights`` (shape (K,)): shape (n,)."""
@@ -116,32 +107,45 @@ class ShardStack:
 
 
 _KERNELS: dict[str, Callable[..., None]] = {}
-# A sum's accumulation over the chosen shards' rows, shared by both of its passes: a module
-# global (set by _kernels), because as a closure variable of the kernels it would enter numba's
-# cache key pickled, differently in every process, and they would be recompiled every time.
+# The row walks each pair of passes shares (the union's count and fill, a sum's count and
+# fill): module globals (set by _kernels), because as closure variables of the kernels they
+# would enter numba's cache key pickled, differently in every process, and the kernels would
+# be recompiled every time.
+_first_seen: Any = None
 _accumulate: Any = None
 
 
 def _kernels() -> dict[str, Callable[..., None]]:
-    global _accumulate
+    global _first_seen, _accumulate
     if _KERNELS:
         return _KERNELS
     import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def first_seen(ptr, idx, n, k, i, seen, out, q):  # pragma: no cover - compiled
+        # Row i's columns over every shard, each counted at its first sight (seen[j] == i
+        # marks it) and written to out[q:] unless out is empty; returns how many.
+        m = 0
+        for s in range(k):
+            r = s * n + i
+            for p in range(ptr[r], ptr[r + 1]):
+                j = idx[p]
+                if seen[j] != i:
+                    seen[j] = i
+                    if out.size:
+                        out[q + m] = j
+                    m += 1
+        return m
+
+    _first_seen = first_seen
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def union_counts(ptr, idx, n, k, v, chunks, counts):  # pragma: no cover - compiled
         for c in numba.prange(chunks):
             seen = np.full(v, -1, dtype=np.int32)
+            nowhere = idx[:0]  # count only
             for i in range(c * n // chunks, (c + 1) * n // chunks):
-                m = 0
-                for s in range(k):
-                    r = s * n + i
-                    for p in range(ptr[r], ptr[r + 1]):
-                        j = idx[p]
-                        if seen[j] != i:
-                            seen[j] = i
-                            m += 1
-                counts[i] = m
+                counts[i] = _first_seen(ptr, idx, n, k, i, seen, nowhere, 0)
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def union_fill(ptr, idx, n, k, v, chunks, u_ptr, u_idx, at):  # pragma: no cover - compiled
@@ -149,15 +153,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
             seen = np.full(v, -1, dtype=np.int32)
             where = np.zeros(v, dtype=np.int32)
             for i in range(c * n // chunks, (c + 1) * n // chunks):
-                q = u_ptr[i]
-                for s in range(k):
-                    r = s * n + i
-                    for p in range(ptr[r], ptr[r + 1]):
-                        j = idx[p]
-                        if seen[j] != i:
-                            seen[j] = i
-                            u_idx[q] = j
-                            q += 1
+                q = u_ptr[i] + _first_seen(ptr, idx, n, k, i, seen, u_idx, u_ptr[i])
                 u_idx[u_ptr[i] : q] = np.sort(u_idx[u_ptr[i] : q])
                 for e in range(u_ptr[i], q):
                     where[u_idx[e]] = e - u_ptr[i]
@@ -167,11 +163,15 @@ def _kernels() -> dict[str, Callable[..., None]]:
                         at[p] = where[idx[p]]
 
     @numba.njit(cache=True, nogil=True)
-    def accumulate(ptr, at, val, chosen, n, i, acc):  # pragma: no cover - compiled
+    def accumulate(ptr, at, val, u_ptr, chosen, n, i, acc):  # pragma: no cover - compiled
+        # Row i of the chosen shards' sum on its union slice, in acc[:size]; returns size.
+        size = u_ptr[i + 1] - u_ptr[i]
+        acc[:size] = 0.0
         for s in chosen:
             r = s * n + i
             for p in range(ptr[r], ptr[r + 1]):
                 acc[at[p]] += val[p]
+        return size
 
     _accumulate = accumulate
 
@@ -180,9 +180,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
         for c in numba.prange(chunks):
             acc = np.zeros(width)
             for i in range(c * n // chunks, (c + 1) * n // chunks):
-                size = u_ptr[i + 1] - u_ptr[i]
-                acc[:size] = 0.0
-                _accumulate(ptr, at, val, chosen, n, i, acc)
+                size = _accumulate(ptr, at, val, u_ptr, chosen, n, i, acc)
                 m = 0
                 for e in range(size):
                     if acc[e] != 0.0:
@@ -196,9 +194,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
         for c in numba.prange(chunks):
             acc = np.zeros(width)
             for i in range(c * n // chunks, (c + 1) * n // chunks):
-                size = u_ptr[i + 1] - u_ptr[i]
-                acc[:size] = 0.0
-                _accumulate(ptr, at, val, chosen, n, i, acc)
+                size = _accumulate(ptr, at, val, u_ptr, chosen, n, i, acc)
                 q = o_ptr[i]
                 for e in range(size):
                     if acc[e] != 0.0:
