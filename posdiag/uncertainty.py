@@ -334,9 +334,12 @@ def bootstrap_stress(
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     engine = check_choice("engine", engine, ENGINES)
     k = sharded.k
+    ranks_of = [_mds_rank(e) for e in encodings]
     # Replicate weights and samples, plus the running sums and one replicate's geometry, and
     # each table's dense B_E where the scorer keeps one (fastscore.DENSE_TABLE_MAX).
-    tables = sum(1 for e in encodings if e.profile is None and _mds_rank(e) is None)
+    tables = sum(
+        1 for e, r in zip(encodings, ranks_of, strict=True) if e.profile is None and r is None
+    )
     require(
         f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
         8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables) * n * n,
@@ -346,9 +349,9 @@ def bootstrap_stress(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "
             f"shards is split again); got {k}"
         )
-    ranks_of = [_mds_rank(e) for e in encodings]
     # Each fixed encoding's side once (issue 13): Toeplitz encodings share one diagonal-sum
-    # pass per replicate, tables a vdot (or B JP past n = 2,048); no n x n Gram per encoding.
+    # pass per replicate, tables a vdot (or B JP past fastscore.DENSE_TABLE_MAX positions);
+    # no n x n Gram per Toeplitz encoding.
     scorers = [
         None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
     ]
