@@ -9,7 +9,9 @@
 2. Bundled corpus: every default encoding's stress, plug-in vs cross-fitted (mds-r held-out and
    in-sample), and the spectra.
 3. Interval calibration: independent samples of one synthetic corpus; the mean 95% interval
-   width against ``2 * 1.96 *`` the sd of the estimate over the samples (1.0 = calibrated).
+   width against ``2 * 1.96 *`` the sd of the estimate over the samples (1.0 = calibrated), the
+   coverage of the samples' mean estimate and the widths' spread, for 200 percentile
+   replicates and for the 50 (t interval) drawn by default from 1,024 positions.
 4. Cost in ms on the bundled corpus.
 """
 
@@ -29,7 +31,12 @@ from posdiag.encodings import make_encoding
 from posdiag.estimator import estimate_hellinger, gram_from_bc
 from posdiag.geometry import mds_from_gram, stress
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import ShardedCounts, corpus_counts_sharded
+from posdiag.uncertainty import (
+    LONG_CONTEXT_FROM,
+    LONG_CONTEXT_REPLICATES,
+    ShardedCounts,
+    corpus_counts_sharded,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"
@@ -94,29 +101,47 @@ def bundled_table(sharded: ShardedCounts) -> None:
 
 def calibration(samples: int, replicates: int, size: int) -> None:
     n, vocab = 32, 5000
+    counts_ = (replicates, LONG_CONTEXT_REPLICATES)
     print(
         f"\n3. Interval calibration: {samples} independent samples, n = {n}, V = {vocab:,}, "
-        f"N = {size:,}, 20 shards, {replicates} replicates, 95%"
+        f"N = {size:,}, 20 shards, 95%: {replicates} replicates (percentile) and "
+        f"{LONG_CONTEXT_REPLICATES} (t, the default from {LONG_CONTEXT_FROM:,} positions)"
     )
     mu = zipf_drift_distributions(n, vocab, 3, sharpness=2.0, seed=0)
     specs = ["alibi", "sinusoidal", "rope", "learned-random", "mds-2"]
     values: dict[str, list[float]] = {k: [] for k in specs}
-    widths: dict[str, list[float]] = {k: [] for k in specs}
+    bounds: dict[tuple[str, int], list[tuple[float, float]]] = {
+        (k, r): [] for k in specs for r in counts_
+    }
     for i in range(samples):
         total, shards = sample_sharded_counts(mu, size, shards=20, seed=1000 + i)
         counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(shards))
-        report = stress_report(
-            ShardedCounts(counts, counts.shards, i), specs, replicates=replicates, seed=i
-        )
-        for e in report.encodings:
-            values[e.name].append(e.stress)
-            widths[e.name].append(e.ci_high - e.ci_low)
-    print(f"{'encoding':16} {'mean':>7} {'sd':>7} {'mean width':>10} {'width/(3.92 sd)':>15}")
+        for r in counts_:
+            # Same seed: the 50 replicates are the first 50 of the 200.
+            report = stress_report(
+                ShardedCounts(counts, counts.shards, i), specs, replicates=r, seed=i
+            )
+            for e in report.encodings:
+                if r == replicates:
+                    values[e.name].append(e.stress)
+                bounds[(e.name, r)].append((e.ci_low, e.ci_high))
+    print(
+        "width/(3.92 sd): mean interval width against the sd of the estimate over the samples; "
+        "coverage: of the samples' mean estimate; cv: the widths' coefficient of variation"
+    )
+    head = " | ".join(f"{r:>3}: width/(3.92 sd) coverage   cv" for r in counts_)
+    print(f"{'encoding':16} {'mean':>7} {'sd':>7} | {head}")
     for k in specs:
-        sd = float(np.std(values[k], ddof=1))
-        w = float(np.mean(widths[k]))
-        ratio = w / (2 * 1.96 * sd) if sd > 0 else float("nan")
-        print(f"{k:16} {np.mean(values[k]):7.3f} {sd:7.4f} {w:10.4f} {ratio:15.2f}")
+        v = np.array(values[k])
+        sd = float(np.std(v, ddof=1))
+        cells = []
+        for r in counts_:
+            b = np.array(bounds[(k, r)])
+            w = b[:, 1] - b[:, 0]
+            cover = float(np.mean((b[:, 0] <= v.mean()) & (v.mean() <= b[:, 1])))
+            ratio = w.mean() / (2 * 1.96 * sd) if sd > 0 else float("nan")
+            cells.append(f"{r:>3}: {ratio:15.2f} {cover:8.2f} {w.std() / w.mean():4.2f}")
+        print(f"{k:16} {v.mean():7.3f} {sd:7.4f} | " + " | ".join(cells))
 
 
 def cost(sharded: ShardedCounts, repeat: int) -> None:
@@ -149,7 +174,7 @@ def main() -> None:
     if "2" in args.sections:
         bundled_table(sharded)
     if "3" in args.sections:
-        calibration(8 if args.quick else 30, 50 if args.quick else 200, 1000)
+        calibration(8 if args.quick else 100, 100 if args.quick else 200, 1000)
     if "4" in args.sections:
         cost(sharded, 1 if args.quick else 5)
 

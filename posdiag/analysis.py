@@ -55,7 +55,6 @@ from .geometry import (
 from .padding import padding_warnings
 from .uncertainty import (
     DEFAULT_LEVEL,
-    DEFAULT_REPLICATES,
     ShardedCounts,
     StressIntervals,
     bootstrap_stress,
@@ -706,6 +705,10 @@ class Uncertainty:
         centroid due to sampling noise.
     note : str
         Why there are no intervals, when there are none.
+    method : str
+        How the intervals were read from the replicates: ``"percentile"`` (from 100
+        replicates) or ``"t"`` (a Student t interval from their sd, fewer replicates: the
+        default from 1,024 positions); empty without intervals.
     bias : tuple of float
         Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
         the report's encodings; positive values mean sampling noise inflates that stress.
@@ -720,6 +723,15 @@ class Uncertainty:
     unstable: tuple[int, ...]
     note: str = ""
     bias: tuple[float, ...] = ()
+    method: str = ""
+
+    def describe(self) -> str:
+        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval."""
+        how = ", t interval from their sd" if self.method == "t" else ""
+        return (
+            f"{self.level:.0%} shard bootstrap ({self.shards} shards, {self.replicates} "
+            f"replicates{how}, seed {self.seed})"
+        )
 
 
 def _indistinguishable(d_h: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -853,7 +865,7 @@ def interval_scores(
     n_eff: int,
     scored: Sequence[tuple[EncodingScore, Encoding]],
     level: float,
-    replicates: int,
+    replicates: int | None,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
     *,
@@ -894,7 +906,7 @@ def _with_intervals(
     counts: Counts | ShardedCounts,
     scored: list[tuple[EncodingScore, Encoding]],
     level: float,
-    replicates: int,
+    replicates: int | None,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
     *,
@@ -944,6 +956,7 @@ def _with_intervals(
             b + s.stress - s.in_sample if not math.isnan(s.in_sample) else b
             for b, s in zip(iv.bias, scores, strict=True)
         ),
+        method=iv.method,
     )
     return scores, unc
 
@@ -985,7 +998,7 @@ def stress_report(
     min_count: int = DEFAULT_MIN_COUNT,
     dim: int | None = None,
     level: float | None = None,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
@@ -996,7 +1009,8 @@ def stress_report(
 
     With sharded counts (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress gets a
     bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
-    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap.
+    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap;
+    ``replicates`` defaults to :func:`~posdiag.uncertainty.default_replicates` of ``n_eff``.
     ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
     ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
     ``details=False`` skips what only ``--verbose`` and the JSON show: each score's plug-in
@@ -1382,7 +1396,7 @@ def diagnose(
     target: float = DEFAULT_TARGET_STRESS,
     dim: int = DEFAULT_DIM,
     level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,

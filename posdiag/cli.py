@@ -59,7 +59,6 @@ from ._defaults import (
     DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
-    DEFAULT_REPLICATES,
     DEFAULT_SHARDS,
 )
 from .errors import PosdiagError, PosdiagWarning
@@ -218,7 +217,7 @@ def stress(
     force: PlotForceOpt = False,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    replicates: ReplicatesOpt = None,
     seed: SeedOpt = 0,
     dim: EncodingDimOpt = None,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
@@ -450,7 +449,7 @@ def check(
     quiet: QuietOpt = False,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    replicates: ReplicatesOpt = None,
     seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
@@ -588,7 +587,7 @@ def plot_cmd(
     dim: EncodingDimOpt = None,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    replicates: ReplicatesOpt = None,
     seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
@@ -644,7 +643,7 @@ def report_cmd(
     dim: EncodingDimOpt = None,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    replicates: ReplicatesOpt = None,
     seed: SeedOpt = 0,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
@@ -710,7 +709,7 @@ def diagnose(
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     shards: ShardsOpt = DEFAULT_SHARDS,
     ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = DEFAULT_REPLICATES,
+    replicates: ReplicatesOpt = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,

@@ -47,7 +47,7 @@ from .errors import PosdiagError
 from .estimator import DEFAULT_ESTIMATOR
 from .geometry import MDS, positional_information, reached_rank, stress_floor
 from .spectral import partial_spectrum
-from .uncertainty import DEFAULT_LEVEL, DEFAULT_REPLICATES, ShardedCounts
+from .uncertainty import DEFAULT_LEVEL, ShardedCounts
 
 __all__ = [
     "CONFIG_FILES",
@@ -328,7 +328,7 @@ def measure(
     min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
     level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,
@@ -581,7 +581,7 @@ def run_gate(
     min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
     level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,

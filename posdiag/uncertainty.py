@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._defaults import DEFAULT_LEVEL, DEFAULT_REPLICATES, DEFAULT_SHARDS  # why: see there
+from ._defaults import (  # why: see there
+    DEFAULT_LEVEL,
+    DEFAULT_REPLICATES,
+    DEFAULT_SHARDS,
+    LONG_CONTEXT_FROM,
+    LONG_CONTEXT_REPLICATES,
+)
 from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._memory import require
 from ._permnull import PERMUTED_NULL_FROM, shuffled_null
@@ -57,6 +63,9 @@ __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_REPLICATES",
     "DEFAULT_SHARDS",
+    "LONG_CONTEXT_FROM",
+    "LONG_CONTEXT_REPLICATES",
+    "PERCENTILE_FROM",
     "REPLICATE_SPLITS",
     "InformationNull",
     "ShardedCounts",
@@ -65,7 +74,9 @@ __all__ = [
     "check_level",
     "corpus_counts_sharded",
     "count_texts_sharded",
+    "default_replicates",
     "information_null",
+    "interval_method",
     "noise_floor",
     "pair_floor",
 ]
@@ -175,6 +186,9 @@ class StressIntervals:
         ``(low, high)`` for each encoding, in the order given.
     stress_by_rank : tuple of (float, float)
         ``(low, high)`` of the rank-r MDS stress, r = 1..n_eff-1.
+    method : {"percentile", "t"}
+        How the intervals were read from the replicates (:func:`interval_method` of
+        ``replicates``).
     distance_sd : ndarray of shape (n_eff, n_eff), or None
         Bootstrap standard deviation of each ``d_H(i, j)``; None when not asked for
         (``distances=False``).
@@ -191,6 +205,7 @@ class StressIntervals:
     stress_by_rank: tuple[tuple[float, float], ...]
     distance_sd: np.ndarray | None
     bias: tuple[float, ...] = ()
+    method: str = "percentile"
 
 
 def check_level(level: float) -> float:
@@ -201,22 +216,48 @@ def check_level(level: float) -> float:
     return float(level)
 
 
+def default_replicates(n_eff: int) -> int:
+    """The replicates a bootstrap draws when none are asked for: :data:`DEFAULT_REPLICATES`,
+    or :data:`LONG_CONTEXT_REPLICATES` from :data:`LONG_CONTEXT_FROM` positions (why: see
+    posdiag._defaults)."""
+    return LONG_CONTEXT_REPLICATES if n_eff >= LONG_CONTEXT_FROM else DEFAULT_REPLICATES
+
+
+def interval_method(samples: int) -> str:
+    """``"percentile"`` from :data:`PERCENTILE_FROM` replicates, else ``"t"``."""
+    return "percentile" if samples >= PERCENTILE_FROM else "t"
+
+
 def _interval(
     estimate: float, samples: np.ndarray, level: float, scale: float = 1.0
 ) -> tuple[float, float]:
-    """Percentile interval of ``samples`` around ``estimate``: ``estimate + scale (q - mean)``.
+    """Interval of ``samples`` around ``estimate``, clipped to [0, 1].
+
+    From :data:`PERCENTILE_FROM` samples the percentile interval ``estimate + scale (q - mean)``;
+    with fewer, ``estimate +- scale t sd`` (``t`` the Student quantile with ``R - 1`` degrees of
+    freedom, ``sd`` the samples' standard deviation): the 2.5% tail of 50 replicates is one or
+    two values, while their sd is known to ~10% (the percentile interval of 200 replicates is
+    to ~10% as well).
 
     Every replicate is a half-size corpus, so its distances carry a larger small-sample bias and
     the replicate distribution sits off the estimate by that bias; centring on the estimate keeps
     the spread (what the interval is for) and drops the shift. ``scale`` converts the spread of
-    half-samples to the full sample's (see :func:`bootstrap_stress`). Clipped to [0, 1].
+    half-samples to the full sample's (see :func:`bootstrap_stress`).
     """
+    samples = np.asarray(samples, dtype=np.float64)
     alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(samples, [alpha, 1.0 - alpha])
-    mean = float(np.mean(samples))
+    if interval_method(samples.size) == "percentile":
+        lo, hi = np.quantile(samples, [alpha, 1.0 - alpha])
+        mean = float(np.mean(samples))
+        lo, hi = float(lo) - mean, float(hi) - mean
+    else:
+        from scipy.special import stdtrit  # the Student quantile; scipy.stats costs 0.3 s
+
+        hi = float(stdtrit(samples.size - 1, 1.0 - alpha)) * float(np.std(samples, ddof=1))
+        lo = -hi
     return (
-        float(np.clip(estimate + scale * (lo - mean), 0.0, 1.0)),
-        float(np.clip(estimate + scale * (hi - mean), 0.0, 1.0)),
+        float(np.clip(estimate + scale * lo, 0.0, 1.0)),
+        float(np.clip(estimate + scale * hi, 0.0, 1.0)),
     )
 
 
@@ -236,6 +277,9 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
     return stress_by_rank(lam)
 
 
+# Percentile intervals from this many replicates (2.5 values in each 2.5% tail); fewer give a
+# t interval from their sd (_interval).
+PERCENTILE_FROM = 100
 # Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
 # the interval. With 2, mean width / (3.92 sd over 30 independent synthetic samples) was
 # 0.91-0.98 for fixed encodings, 0.93 for mds-2, 1.39 for learned-random (benchmarks/estimator.py).
@@ -265,7 +309,7 @@ def bootstrap_stress(
     estimates: Sequence[float],
     *,
     level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = "plugin",
@@ -294,10 +338,17 @@ def bootstrap_stress(
     own shards (``replicate_splits`` random halves of the replicate's shards, posdiag.estimator),
     so the interval carries the noise of the estimator actually reported.
 
+    From :data:`PERCENTILE_FROM` kept replicates the intervals are percentile intervals of the
+    replicates (centred and scaled as above), with fewer a Student t interval from their sd
+    (:func:`_interval`).
+
     Parameters
     ----------
     estimates : sequence of float
         Full-data stress of each encoding, where the intervals are centred.
+    replicates : int, optional
+        Replicates drawn; default :func:`default_replicates` of ``n_eff`` (200, or 50 from
+        1,024 positions).
     progress : callable, optional
         Called after each replicate with (done, replicates).
     estimator : {"crossfit", "plugin"}
@@ -328,8 +379,10 @@ def bootstrap_stress(
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
     level = check_level(level)
-    replicates = check_int("replicates", replicates, 2)
     n = check_int("n_eff", n_eff, 2)
+    replicates = check_int(
+        "replicates", default_replicates(n) if replicates is None else replicates, 2
+    )
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     engine = check_choice("engine", engine, ENGINES)
@@ -408,6 +461,7 @@ def bootstrap_stress(
         bias=tuple(
             float(np.mean(smp)) - float(est) for est, smp in zip(estimates, enc_arrays, strict=True)
         ),
+        method=interval_method(used),
     )
 
 

@@ -55,10 +55,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
 def _uncertainty_line(u: Uncertainty) -> str:
     if u.shards == 0:
         return u.note
-    return (
-        f"intervals: {u.level:.0%} shard bootstrap ({u.shards} shards, {u.replicates} "
-        f"replicates, seed {u.seed}), centred on the full-data estimate"
-    )
+    return f"intervals: {u.describe()}, centred on the full-data estimate"
 
 
 def print_diagnosis(d: Diagnosis, console: Console) -> None:

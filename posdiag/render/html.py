@@ -23,7 +23,6 @@ from .._defaults import (
     DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
-    DEFAULT_REPLICATES,
 )
 from .._io import atomic_outputs
 from ..analysis import EncodingRequest, StressReport, diagnose, rank_text
@@ -212,10 +211,7 @@ def _interval_note(report: StressReport) -> str:
     unc = report.uncertainty
     if unc is None:
         return "no intervals were computed"
-    return unc.note or (
-        f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, {unc.replicates} "
-        f"replicates, seed {unc.seed})"
-    )
+    return unc.note or f"intervals: {unc.describe()}"
 
 
 def _uncertainty_notes(report: StressReport) -> list[str]:
@@ -250,7 +246,7 @@ def build_report(
     plots: bool = True,
     dim: int = DEFAULT_DIM,
     level: float = DEFAULT_LEVEL,
-    replicates: int = DEFAULT_REPLICATES,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     estimator: str = DEFAULT_ESTIMATOR,

@@ -131,10 +131,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
         )
     unc = report.uncertainty
     if unc is not None:
-        line = unc.note or (
-            f"intervals: {unc.level:.0%} shard bootstrap ({unc.shards} shards, "
-            f"{unc.replicates} replicates, seed {unc.seed}), centred on the estimate"
-        )
+        line = unc.note or f"intervals: {unc.describe()}, centred on the estimate"
         if unc.unstable:
             n_bad = len(unc.unstable)
             line += f"; {n_bad} unstable positions (mostly noise): {ranges(unc.unstable)}"

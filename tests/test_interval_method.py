@@ -1,0 +1,132 @@
+"""How intervals are read from the replicates: percentiles from 100 replicates, a t interval
+below; 200 replicates by default, 50 from 1,024 positions (posdiag._defaults)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import Result
+from scipy import stats
+
+from posdiag import uncertainty
+from posdiag.analysis import stress_report
+from posdiag.synthetic import SynthSpec, synth_texts
+from posdiag.tokenize import load_tokenizer
+from posdiag.uncertainty import count_texts_sharded, default_replicates, interval_method
+
+
+def _sharded() -> uncertainty.ShardedCounts:
+    texts = synth_texts(SynthSpec(positions=12, vocab=40, sequences=400, seed=0))
+    return count_texts_sharded(texts, load_tokenizer(), shards=6, seed=0, max_len=12)
+
+
+@pytest.mark.parametrize("size", [2, 7, 50, 99])
+def test_few_replicates_give_a_student_t_interval(size: int) -> None:
+    rng = np.random.default_rng(size)
+    samples = 0.4 + 0.02 * rng.standard_normal(size)
+    lo, hi = uncertainty._interval(0.5, samples, 0.9, scale=0.8)
+    half = stats.t.ppf(0.95, size - 1) * np.std(samples, ddof=1) * 0.8
+    assert (lo, hi) == pytest.approx((0.5 - half, 0.5 + half), rel=1e-12)
+    assert interval_method(size) == "t"
+
+
+@pytest.mark.parametrize("size", [100, 200])
+def test_many_replicates_give_the_centred_percentile_interval(size: int) -> None:
+    rng = np.random.default_rng(size)
+    samples = rng.gamma(2.0, 0.01, size)  # skewed: a t interval would be symmetric
+    lo, hi = uncertainty._interval(0.5, samples, 0.9, scale=0.8)
+    ordered = np.sort(samples)
+    # np.quantile's default (linear) rule, written out
+    at = 0.05 * (size - 1)
+    q_lo = ordered[int(at)] + (at - int(at)) * (ordered[int(at) + 1] - ordered[int(at)])
+    at = 0.95 * (size - 1)
+    q_hi = ordered[int(at)] + (at - int(at)) * (ordered[int(at) + 1] - ordered[int(at)])
+    mean = samples.mean()
+    assert (lo, hi) == pytest.approx((0.5 + 0.8 * (q_lo - mean), 0.5 + 0.8 * (q_hi - mean)))
+    assert hi - 0.5 != pytest.approx(0.5 - lo, rel=0.05)
+    assert interval_method(size) == "percentile"
+
+
+def test_a_t_interval_is_clipped_to_the_unit_interval() -> None:
+    assert uncertainty._interval(0.99, np.array([0.9, 1.0, 0.95]), 0.95) == (
+        pytest.approx(0.99 - stats.t.ppf(0.975, 2) * 0.05),
+        1.0,
+    )
+
+
+def test_default_replicates_fall_at_long_contexts() -> None:
+    assert [default_replicates(n) for n in (2, 1023, 1024, 16_384)] == [200, 200, 50, 50]
+
+
+def test_the_default_follows_n_eff_and_an_explicit_count_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sc = _sharded()
+    rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
+    assert rep.uncertainty is not None
+    assert (rep.uncertainty.replicates, rep.uncertainty.method) == (200, "percentile")
+    # The corpus made long: every other input the same.
+    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
+    assert rep.uncertainty is not None
+    assert (rep.uncertainty.replicates, rep.uncertainty.method) == (50, "t")
+    assert "50 replicates, t interval from their sd" in rep.uncertainty.describe()
+    rep = stress_report(sc, ["sinusoidal"], min_count=10, replicates=120)
+    assert rep.uncertainty is not None
+    assert (rep.uncertainty.replicates, rep.uncertainty.method) == (120, "percentile")
+
+
+def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sc = _sharded()
+    seen: list[np.ndarray] = []
+    real = uncertainty._interval
+
+    def spy(est: float, samples: np.ndarray, level: float, scale: float = 1.0) -> object:
+        seen.append(np.asarray(samples, dtype=np.float64))
+        return real(est, samples, level, scale)
+
+    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    monkeypatch.setattr(uncertainty, "_interval", spy)
+    rep = stress_report(sc, ["sinusoidal"], min_count=10, seed=4)
+    (score,) = rep.encodings
+    samples = seen[0]
+    assert samples.size == 50
+    half = stats.t.ppf(0.975, 49) * np.std(samples, ddof=1)  # 6 shards: scale 1
+    assert (score.ci_low, score.ci_high) == pytest.approx(
+        (score.stress - half, score.stress + half), rel=1e-12
+    )
+
+
+def test_cli_names_the_interval_in_text_and_json(
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.txt"
+    texts = synth_texts(SynthSpec(positions=12, vocab=40, sequences=400, seed=0))
+    path.write_text("\n".join(texts) + "\n")
+    base = ["stress", str(path), "--min-count", "10", "-e", "sinusoidal", "--shards", "6"]
+    res = cli([*base, "--json"])
+    assert res.exit_code == 0, res.output
+    unc = json.loads(res.stdout)["uncertainty"]
+    assert (unc["replicates"], unc["method"]) == (200, "percentile")
+    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    res = cli([*base, "--json"])
+    unc = json.loads(res.stdout)["uncertainty"]
+    assert (unc["replicates"], unc["method"]) == (50, "t")
+    res = cli(base)
+    assert res.exit_code == 0, res.output
+    assert (
+        "intervals: 95% shard bootstrap (6 shards, 50 replicates, t interval from their sd, "
+        "seed 0)" in " ".join(res.stdout.split())
+    )
+    res = cli([*base, "--replicates", "100", "--json"])
+    unc = json.loads(res.stdout)["uncertainty"]
+    assert (unc["replicates"], unc["method"]) == (100, "percentile")
+    res = cli([*base, "--replicates", "1"])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: 'replicates' must be an int in [2, inf]; got 1\n"
