@@ -161,7 +161,8 @@ def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int
 def bench_long(sizes: tuple[int, ...], probes: int) -> None:
     print(
         f"\n2. Long contexts: one exact replicate (2 quarter-split products + spectrum), "
-        f"{probes} timed per loop, projected to {REPLICATES}"
+        f"{probes} timed per loop, projected to {REPLICATES} (previous) and to the default "
+        "count (now)"
     )
     print(f"   load: {os.getloadavg()[0]:.1f} (1-min average) on {os.cpu_count()} cores")
     for n in sizes:
@@ -190,9 +191,13 @@ def bench_long(sizes: tuple[int, ...], probes: int) -> None:
             f"projected {REPLICATES} / {count} (default) replicates: previous / now",
             f"{REPLICATES * old / 60:.0f} / {total / 60:.1f} min",
             REPLICATES * old / total,
-            f"target: whole stress <= {TARGET_LONG_S:.0f} s (not met)"
+            # The target is the whole stress at n = 4,096; the replicates alone say
+            # whether it is even reachable.
+            ""
+            if n != 4096
+            else f"target: whole stress <= {TARGET_LONG_S:.0f} s (not met)"
             if total > TARGET_LONG_S
-            else f"target <= {TARGET_LONG_S:.0f} s",
+            else f"replicates within the whole stress's {TARGET_LONG_S:.0f} s",
         )
     print(f"   load at the end: {os.getloadavg()[0]:.1f}")
 
