@@ -71,6 +71,7 @@ __all__ = [
     "cross_product",
     "crossfit_bc",
     "distances_to_first",
+    "distinct_splits",
     "estimate_hellinger",
     "expected_thinning_bc",
     "gram_from_bc",
@@ -85,6 +86,7 @@ __all__ = [
     "shard_halves",
     "split_half_grams",
     "split_half_summary",
+    "split_picks",
     "stack_shards",
     "stacked_halves",
     "sqrt_rows",
@@ -364,7 +366,9 @@ def shard_halves(
 ) -> list[tuple[sp.csr_matrix, sp.csr_matrix]]:
     """``splits`` random halves of the shards: ``(C^A, C^B)`` on positions ``0..n-1``.
 
-    ``A`` holds ``floor(K/2)`` of the ``K`` shards drawn without replacement, ``B`` the rest.
+    ``A`` holds ``floor(K/2)`` of the ``K`` shards drawn without replacement, ``B`` the rest;
+    the splits are distinct (:func:`split_picks`), so at most :func:`distinct_splits` of them
+    (3 for 4 shards: the cross-fit then averages every split once).
 
     Parameters
     ----------
@@ -411,12 +415,42 @@ def stacked_halves(
         else _selected_halves(stack, n, subset)
     )
     out = []
-    for _ in range(splits):
-        a, b = halves(np.sort(subset[rng.choice(k, size=k // 2, replace=False)]))
+    for pick in split_picks(k, splits, rng):
+        a, b = halves(subset[pick])
         _check_supported(a, "cross-fit")
         _check_supported(b, "cross-fit")
         out.append((a, b))
     return out
+
+
+def distinct_splits(k: int) -> int:
+    """Splits of ``k`` shards into ``floor(k/2)`` and the rest, a split and its mirror (the
+    same cross-fit: ``(X + X^T) / 2``) counted once."""
+    return math.comb(k, k // 2) // (2 if k % 2 == 0 else 1)
+
+
+def split_picks(k: int, splits: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """The first halves (sorted shard indices ``0..k-1``) of ``min(splits,``
+    :func:`distinct_splits` ``(k))`` distinct random splits, drawn lazily from ``rng``.
+
+    A split drawn again, or its mirror, is drawn anew. Drawn independently, a replicate's 2
+    splits of 10 shards were the same split 1 time in 126: that replicate was then a 1-split
+    cross-fit, whose stress sits higher by the split noise the second split removes (5 sds
+    for ``sinusoidal`` on the long corpus at n = 256, the whole right tail of its replicate
+    distribution; docs/scale.md, "Seventh pass").
+    """
+    seen: set[bytes] = set()
+    everything = np.arange(k)
+    for _ in range(min(splits, distinct_splits(k))):
+        while True:
+            pick = np.sort(rng.choice(k, size=k // 2, replace=False))
+            key = pick.tobytes()
+            if k % 2 == 0:
+                key = min(key, np.setdiff1d(everything, pick).tobytes())
+            if key not in seen:
+                break
+        seen.add(key)
+        yield pick
 
 
 _Halves: TypeAlias = Callable[[np.ndarray], tuple[sp.csr_matrix, sp.csr_matrix]]
@@ -603,7 +637,8 @@ def estimate_hellinger(
         the cross-fit splits by sequence, otherwise by thinning.
     estimator : {"crossfit", "plugin"}
     splits : int
-        Random splits ``S >= 1`` of the shards averaged by the cross-fit. Thinning (no shards)
+        Random splits ``S >= 1`` of the shards averaged by the cross-fit, distinct, so at most
+        :func:`distinct_splits` of the shards (the estimate records how many). Thinning (no shards)
         averages over every split exactly (:func:`expected_thinning_bc`); ``splits`` is then
         only recorded.
     seed : int
@@ -632,7 +667,8 @@ def estimate_hellinger(
         else:
             # Float32 dense blocks centred on the level, as the thinning's below.
             bc = crossfit_bc(halves, dtype=np.float32)
-            return _estimate("crossfit", "shards", splits, seed, bc, spectrum)
+            # len(halves): fewer than asked when the shards have fewer distinct splits.
+            return _estimate("crossfit", "shards", len(halves), seed, bc, spectrum)
     # Thinning: the exact average over every thinning, one product (no split noise, no seed).
     # Float32 dense block, centred on its columns' level (posdiag.fastgram._level), float64
     # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at

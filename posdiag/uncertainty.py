@@ -39,6 +39,7 @@ from .estimator import (
     crossfit_bc,
     gram_from_bc,
     implied_distances,
+    split_picks,
     sqrt_rows,
     stack_shards,
     stacked_halves,
@@ -617,10 +618,11 @@ def _pattern_replicates(
             continue
         subset = np.flatnonzero(w)
         acc: np.ndarray | None = None
-        for _ in range(splits):
+        made = 0
+        for first in split_picks(subset.size, splits, split_rng):
             # The draw of posdiag.estimator.stacked_halves, checked split by split as there.
             pick = np.zeros(k)
-            pick[subset[split_rng.choice(subset.size, size=subset.size // 2, replace=False)]] = 1.0
+            pick[subset[first]] = 1.0
             ca = pattern.counts(pick)
             cb = cw - ca
             na, nb = pattern.supports(ca), pattern.supports(cb)
@@ -629,9 +631,10 @@ def _pattern_replicates(
                 break
             x = pattern.product(pattern.sqrt_rows(ca, na), pattern.sqrt_rows(cb, nb))
             acc = x + x.T if acc is None else acc + x + x.T
+            made += 1
         if acc is None:
             continue
-        bc = acc / (2.0 * splits)
+        bc = acc / (2.0 * made)
         yield gram_from_bc(bc), implied_distances(bc) if distances else None
 
 
