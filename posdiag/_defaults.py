@@ -31,7 +31,7 @@ DEFAULT_REPLICATES = 200
 # interval from their standard deviation (posdiag.uncertainty.PERCENTILE_FROM): a replicate costs
 # two full products R^A (R^B)^T there (3.4 s at n = 4,096), and 50 replicates keep the
 # calibration of 200 percentile ones. On 300 independent synthetic samples (n = 32, 20 shards):
-# coverage 0.93-0.95 against 0.93-0.95 for the fixed encodings, mean width / (3.92 sd) 1.04-1.07
+# coverage 0.93-0.95 against 0.92-0.95 for the fixed encodings, mean width / (3.92 sd) 1.04-1.06
 # against 0.98-1.01, the widths' coefficient of variation 0.16-0.18 against 0.15-0.16: with 20
 # shards the spread's own precision is bounded by the shards (19 degrees of freedom), not by
 # the replicates (docs/scale.md, "Seventh pass").
