@@ -1,0 +1,110 @@
+"""Interval calibration on the long corpus's model (issue 13): run
+``python -m benchmarks.calibration_long --n 128 --samples 40`` (minutes; n = 512 with 30 samples
+took 12-18 min on 2 cores).
+
+Independent samples of one distribution of benchmarks/longctx.py's model (V = 50,257,
+``TOKENS_PER_POSITION`` tokens per position, Zipf 1.1, ``DRIFT`` of them drifting with
+position), each token to one of 20 shards uniformly. For each sample, ``stress_report`` with
+``--replicates`` replicates (50: the t interval the default draws from 1,024 positions) and
+``--splits`` cross-fit splits a replicate; then per encoding the mean interval width against
+``3.92`` times the sd of the estimate across samples (1.0 = calibrated) and the coverage of
+the samples' mean estimate. docs/scale.md ("Seventh pass") has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from posdiag.analysis import stress_report
+from posdiag.counts import Counts
+from posdiag.uncertainty import ShardedCounts, bootstrap_stress
+
+from .longctx import DRIFT, TOKENS_PER_POSITION, V
+
+SHARDS = 20
+
+
+class LongModel:
+    """One distribution of the long corpus's model on ``n`` positions; :meth:`sample` draws."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        ranks = np.arange(1, V + 1, dtype=np.float64)
+        self.cdf = np.cumsum(ranks**-1.1)
+        self.cdf /= self.cdf[-1]
+        self.glob, self.loc = rng.permutation(V), rng.permutation(V)
+        self.n = n
+
+    def sample(self, seed: int) -> ShardedCounts:
+        rng = np.random.default_rng(seed)
+        n = self.n
+        r = np.minimum(np.searchsorted(self.cdf, rng.random((n, TOKENS_PER_POSITION))), V - 1)
+        drift = rng.random((n, TOKENS_PER_POSITION)) < DRIFT
+        pos = np.broadcast_to(np.arange(n)[:, None], r.shape)
+        ids = np.where(drift, self.loc[(r + pos // 2) % V], self.glob[r])
+        shard = rng.integers(0, SHARDS, size=r.shape)
+        parts = []
+        for k in range(SHARDS):
+            sel = shard == k
+            part = sp.csr_matrix(
+                (np.ones(int(sel.sum()), dtype=np.int64), (pos[sel], ids[sel])), shape=(n, V)
+            )
+            part.sum_duplicates()
+            parts.append(part)
+        total = sp.csr_matrix(sum(parts[1:], parts[0]))
+        counts = Counts(total, {"source": "long corpus model"}, None, tuple(parts))
+        return ShardedCounts(counts, counts.shards, seed)
+
+
+def calibrate(n: int, samples: int, replicates: int, splits: int) -> None:
+    # The reports take bootstrap_stress's default splits; the benchmark sets them.
+    defaults = bootstrap_stress.__kwdefaults__
+    assert defaults is not None
+    saved = defaults["replicate_splits"]
+    defaults["replicate_splits"] = splits
+    try:
+        model = LongModel(n)
+        est: dict[str, list[float]] = {}
+        bounds: dict[str, list[tuple[float, float]]] = {}
+        t0 = time.perf_counter()
+        for i in range(samples):
+            rep = stress_report(
+                model.sample(100 + i), min_count=1, replicates=replicates, seed=i, details=False
+            )
+            for e in rep.encodings:
+                est.setdefault(e.name, []).append(e.stress)
+                bounds.setdefault(e.name, []).append((e.ci_low, e.ci_high))
+    finally:
+        defaults["replicate_splits"] = saved
+    print(
+        f"n = {n}, {samples} samples, {replicates} replicates, {splits} split(s) a replicate, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+    print(f"{'encoding':16} {'mean':>7} {'sd':>8} {'width/(3.92 sd)':>15} {'coverage':>8}")
+    for name, values in est.items():
+        v = np.array(values)
+        b = np.array(bounds[name])
+        sd = float(np.std(v, ddof=1))
+        if sd == 0.0:
+            continue
+        width = float(np.mean(b[:, 1] - b[:, 0])) / (3.92 * sd)
+        cover = float(np.mean((b[:, 0] <= v.mean()) & (v.mean() <= b[:, 1])))
+        print(f"{name:16} {v.mean():7.4f} {sd:8.5f} {width:15.2f} {cover:8.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--n", type=int, default=128)
+    ap.add_argument("--samples", type=int, default=40)
+    ap.add_argument("--replicates", type=int, default=50)
+    ap.add_argument("--splits", type=int, default=2, help="cross-fit splits a replicate")
+    args = ap.parse_args()
+    calibrate(args.n, args.samples, args.replicates, args.splits)
+
+
+if __name__ == "__main__":
+    main()
