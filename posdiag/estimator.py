@@ -254,12 +254,13 @@ def crossfit_bc(
     """
     if not halves:
         raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
-    # sum_s (X_s + X_s^T) = M + M^T with M = sum_s X_s: every product adds into one n x n
-    # array and the transpose is taken once, in place (no n x n temporaries: 2 GB each at
-    # n = 16,384).
-    acc = np.zeros((halves[0][0].shape[0], halves[0][1].shape[0]))
+    # sum_s (X_s + X_s^T) = M + M^T with M = sum_s X_s: the first product is written, the later
+    # ones add into it (BLAS beta = 1), and the transpose is taken once, in place (no n x n
+    # temporaries: 2 GB each at n = 16,384).
+    acc: np.ndarray | None = None
     for ca, cb in halves:
-        fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dtype, out=acc)
+        acc = fast_cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dtype, out=acc)
+    assert acc is not None
     fast_symmetrize(acc)
     acc /= len(halves)
     return acc

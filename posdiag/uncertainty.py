@@ -40,12 +40,9 @@ from .estimator import (
     gram_from_bc,
     implied_distances,
     split_picks,
-    sqrt_rows,
     stack_shards,
     stacked_halves,
 )
-from .fastgram import cross_product as fast_cross_product
-from .fastgram import symmetrize as fast_symmetrize
 from .fastscore import GramScorer, diagonal_sums
 from .geometry import (
     MDS,
@@ -685,20 +682,7 @@ def _scipy_replicates(
                 )
             except PosdiagError:
                 continue  # a position lost all its support in a quarter of the shards
-            if dense_dtype is np.float64:
-                bc = crossfit_bc(halves)
-            else:
-                acc: np.ndarray | None = None
-                for ca, cb in halves:
-                    # The later splits' products are added into the first one (BLAS beta = 1).
-                    acc = fast_cross_product(
-                        sqrt_rows(ca), sqrt_rows(cb), dtype=dense_dtype, out=acc
-                    )
-                assert acc is not None
-                # One compiled (S + S^T) / 2 pass over the sum of the splits' products, in
-                # place, instead of a transposed copy per split (n = 4,096: 0.1-0.15 s each).
-                bc = fast_symmetrize(acc)
-                bc /= float(len(halves))
+            bc = crossfit_bc(halves, dtype=dense_dtype)
             yield gram_from_bc(bc), implied_distances(bc) if distances else None
         else:
             if lists is not None:
