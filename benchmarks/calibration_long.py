@@ -23,6 +23,7 @@ from posdiag.analysis import stress_report
 from posdiag.counts import Counts
 from posdiag.uncertainty import ShardedCounts, bootstrap_stress
 
+from .estimator import interval_calibration
 from .longctx import DRIFT, TOKENS_PER_POSITION, V
 
 SHARDS = 20
@@ -87,12 +88,10 @@ def calibrate(n: int, samples: int, replicates: int, splits: int) -> None:
     print(f"{'encoding':16} {'mean':>7} {'sd':>8} {'width/(3.92 sd)':>15} {'coverage':>8}")
     for name, values in est.items():
         v = np.array(values)
-        b = np.array(bounds[name])
         sd = float(np.std(v, ddof=1))
         if sd == 0.0:
             continue
-        width = float(np.mean(b[:, 1] - b[:, 0])) / (3.92 * sd)
-        cover = float(np.mean((b[:, 0] <= v.mean()) & (v.mean() <= b[:, 1])))
+        width, cover, _ = interval_calibration(v, bounds[name])
         print(f"{name:16} {v.mean():7.4f} {sd:8.5f} {width:15.2f} {cover:8.2f}")
 
 
