@@ -576,6 +576,17 @@ def test_nope_and_mds() -> None:
     np.testing.assert_allclose(e.delta, squareform(pdist(m.coordinates(2))), atol=1e-12)
 
 
+def test_make_encoding_names_the_spec_form_of_mds() -> None:
+    """``mds-2`` is what the CLI and parse_encoding take; make_encoding used to answer
+    "unknown encoding 'mds-2'; did you mean 'mds-2'?"."""
+    with pytest.raises(
+        PosdiagError,
+        match=r"^unknown encoding 'mds-2': 'mds-R' is a spec for parse_encoding; make_encoding "
+        r"takes 'mds' with params \{'rank': 2\}$",
+    ):
+        make_encoding("mds-2", 8)
+
+
 def test_parse_encoding_syntax_and_errors() -> None:
     assert parse_encoding("rope:head_dim=128,base=5e5") == ("rope", {"head_dim": 128, "base": 5e5})
     assert parse_encoding("mds-4") == ("mds", {"rank": 4})

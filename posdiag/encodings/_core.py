@@ -331,6 +331,13 @@ def make_encoding(
     """
     spec = REGISTRY.get(name)
     if spec is None:
+        alias = _MDS_ALIAS.match(name) if isinstance(name, str) else None
+        if alias:
+            # The CLI spelling, not a registry key: the generic hint would suggest the very name.
+            raise PosdiagError(
+                f"unknown encoding {name!r}: 'mds-R' is a spec for parse_encoding; "
+                f"make_encoding takes 'mds' with params {{'rank': {int(alias.group(1))}}}"
+            )
         raise _unknown(name)
     given = dict(params or {})
     unknown = sorted(set(given) - set(spec.defaults))
