@@ -709,6 +709,10 @@ class Uncertainty:
         How the intervals were read from the replicates: ``"percentile"`` (from 100
         replicates) or ``"t"`` (a Student t interval from their sd, fewer replicates: the
         default from 1,024 positions); empty without intervals.
+    heldout_pairs : int
+        Complementary replicate pairs whose held-out ``mds-r`` figures also widened the held-out
+        ``mds-r`` intervals, by the spread the figure owes to its random outer split (0: no
+        held-out ``mds-r``; :func:`posdiag.uncertainty.bootstrap_stress`, Notes).
     bias : tuple of float
         Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
         the report's encodings; positive values mean sampling noise inflates that stress.
@@ -724,13 +728,20 @@ class Uncertainty:
     note: str = ""
     bias: tuple[float, ...] = ()
     method: str = ""
+    heldout_pairs: int = 0
 
     def describe(self) -> str:
-        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval."""
+        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval and
+        the pairs that widened the held-out ``mds-r`` intervals."""
         how = ", t interval from their sd" if self.method == "t" else ""
+        pairs = (
+            f"; held-out mds-r also over {self.heldout_pairs} outer splits"
+            if self.heldout_pairs
+            else ""
+        )
         return (
             f"{self.level:.0%} shard bootstrap ({self.shards} shards, {self.replicates} "
-            f"replicates{how}, seed {self.seed})"
+            f"replicates{how}, seed {self.seed}{pairs})"
         )
 
 
@@ -878,7 +889,8 @@ def interval_scores(
     ``scored`` pairs each score with the encoding it was computed from, on positions
     ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
     ``full_eigenvalues`` are those of the geometry scored (see
-    :func:`~posdiag.uncertainty.bootstrap_stress`).
+    :func:`~posdiag.uncertainty.bootstrap_stress`). Held-out ``mds-r`` scores (those with an
+    ``in_sample`` figure) get the spread of their outer splits as well.
     """
     iv = bootstrap_stress(
         sharded,
@@ -893,6 +905,11 @@ def interval_scores(
         full_eigenvalues=full_eigenvalues,
         full_mds=full_mds,
         distances=False,
+        heldout_splits=(
+            estimator_module.outer_splits(n_eff)
+            if any(not math.isnan(s.in_sample) for s, _ in scored)
+            else 0
+        ),
     )
     scores = [
         dataclasses.replace(s, ci_low=lo, ci_high=hi)
@@ -957,6 +974,7 @@ def _with_intervals(
             for b, s in zip(iv.bias, scores, strict=True)
         ),
         method=iv.method,
+        heldout_pairs=iv.heldout_pairs,
     )
     return scores, unc
 

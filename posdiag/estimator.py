@@ -76,10 +76,12 @@ __all__ = [
     "expected_thinning_bc",
     "gram_from_bc",
     "heldout_mds_stress",
+    "heldout_pair",
     "implied_distances",
     "negative_eigenvalue_note",
     "noise_energy",
     "noise_energy_rows",
+    "outer_splits",
     "pack_upper",
     "plugin_bc",
     "restrict",
@@ -789,7 +791,7 @@ def _outer_splits(
     A list the caller pops from, so that a half's counts are freed once its gram is made.
     """
     if repeats is None:
-        repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+        repeats = outer_splits(n)
     repeats = check_int("repeats", repeats, 1)
     rng = np.random.default_rng([check_int("seed", seed, 0), 3])
     inner = max(2, check_int("splits", splits, 1) // 2)
@@ -876,6 +878,45 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
         for target, fit in ((g_q, fits[0]), (g_p, fits[1])):
             _add_heldout(acc, *_rank_gram(target, fit, top), norm)
     return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
+
+
+def heldout_pair(
+    g_p: np.ndarray, x_p: np.ndarray, g_q: np.ndarray, x_q: np.ndarray, ranks: Sequence[int]
+) -> dict[int, float]:
+    """:func:`heldout_mds_stress` of one outer split whose fits are already made.
+
+    Used by the bootstrap (posdiag.uncertainty): two complementary replicates are an outer
+    split of the full data, and the spread of this figure over such pairs is the spread the
+    held-out headline owes to which shards went to which half.
+
+    Parameters
+    ----------
+    g_p, g_q : ndarray of shape (n, n)
+        Cross-fitted ``B_P`` and ``B_Q`` of two disjoint halves of the data.
+    x_p, x_q : ndarray of shape (n, top)
+        Their MDS coordinates (eigenvectors scaled by the square roots of the clipped
+        eigenvalues, largest first), ``top >= max(ranks)``.
+    ranks : sequence of int, each in [1, top]
+
+    Returns
+    -------
+    dict mapping rank to stress
+    """
+    top = min(x_p.shape[1], x_q.shape[1])
+    acc = {check_int("rank", r, 1, top, hi_label="fitted ranks"): 0.0 for r in ranks}
+    noise = float(noise_energy_rows(SplitHalf(((g_p, g_q),))).sum())
+    signal = float(np.vdot(g_p, g_q))
+    # A negative cross product (noise swamping all signal) leaves nothing to fit.
+    norm = float(np.sqrt(signal + noise)) if signal > 0 else 0.0
+    _add_heldout(acc, *_rank_sums(g_q @ x_p[:, :top], x_p[:, :top]), norm)
+    _add_heldout(acc, *_rank_sums(g_p @ x_q[:, :top], x_q[:, :top]), norm)
+    return {r: v / 2.0 for r, v in acc.items()}
+
+
+def outer_splits(n: int) -> int:
+    """Outer splits the held-out ``mds-r`` figure averages by default at ``n`` positions: 2,
+    or 1 above :data:`ONE_OUTER_SPLIT_ABOVE` (:func:`split_half_grams`)."""
+    return 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
 
 
 def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, norm: float) -> None:
@@ -1159,7 +1200,7 @@ def split_half_summary(
     top = max(ranks, default=0)
     gram = np.asarray(gram, dtype=np.float64)
     if repeats is None:
-        repeats = 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+        repeats = outer_splits(n)
     # The stash may be the gram itself: its lower triangle is then read from its upper one.
     rows_h = _UpperRows(gram) if stash is gram else _Rows(gram)
     usable = (

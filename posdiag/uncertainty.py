@@ -11,6 +11,7 @@ multinomial bootstrap).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from .estimator import (
     ESTIMATORS,
     crossfit_bc,
     gram_from_bc,
+    heldout_pair,
     implied_distances,
     split_picks,
     stack_shards,
@@ -77,6 +79,7 @@ __all__ = [
     "interval_method",
     "noise_floor",
     "pair_floor",
+    "paired_halves",
 ]
 
 
@@ -193,6 +196,9 @@ class StressIntervals:
     bias : tuple of float
         Mean replicate stress minus the estimate, per encoding: how much extra sampling noise
         moves the stress (positive: noise inflates it; the estimate is likely inflated too).
+    heldout_pairs : int
+        Complementary replicate pairs whose held-out ``mds-r`` figures widened the held-out
+        ``mds-r`` intervals (0: none did; :func:`bootstrap_stress`, Notes).
     """
 
     level: float
@@ -204,6 +210,7 @@ class StressIntervals:
     distance_sd: np.ndarray | None
     bias: tuple[float, ...] = ()
     method: str = "percentile"
+    heldout_pairs: int = 0
 
 
 def check_level(level: float) -> float:
@@ -227,7 +234,11 @@ def interval_method(samples: int) -> str:
 
 
 def _interval(
-    estimate: float, samples: np.ndarray, level: float, scale: float = 1.0
+    estimate: float,
+    samples: np.ndarray,
+    level: float,
+    scale: float = 1.0,
+    extra: tuple[float, int] = (0.0, 0),
 ) -> tuple[float, float]:
     """Interval of ``samples`` around ``estimate``, clipped to [0, 1].
 
@@ -241,7 +252,12 @@ def _interval(
     the replicate distribution sits off the estimate by that bias; centring on the estimate keeps
     the spread (what the interval is for) and drops the shift. ``scale`` converts the spread of
     half-samples to the full sample's (see :func:`bootstrap_stress`).
+
+    ``extra = (sd, dof)``, with ``dof > 0``: a second, independent source of spread (a held-out
+    figure's outer splits), added to each side in quadrature as ``t_dof * sd``.
     """
+    from scipy.special import stdtrit  # the Student quantile: scipy.stats adds 0.4 s
+
     samples = np.asarray(samples, dtype=np.float64)
     alpha = (1.0 - level) / 2.0
     if interval_method(samples.size) == "percentile":
@@ -249,13 +265,16 @@ def _interval(
         mean = float(np.mean(samples))
         lo, hi = float(lo) - mean, float(hi) - mean
     else:
-        from scipy.special import stdtrit  # the Student quantile: scipy.stats adds 0.4 s
-
         hi = float(stdtrit(samples.size - 1, 1.0 - alpha)) * float(np.std(samples, ddof=1))
         lo = -hi
+    lo, hi = scale * lo, scale * hi
+    sd, dof = extra
+    if dof > 0 and sd > 0.0:
+        q = float(stdtrit(dof, 1.0 - alpha)) * sd
+        lo, hi = -math.hypot(min(lo, 0.0), q), math.hypot(max(hi, 0.0), q)
     return (
-        float(np.clip(estimate + scale * lo, 0.0, 1.0)),
-        float(np.clip(estimate + scale * hi, 0.0, 1.0)),
+        float(np.clip(estimate + lo, 0.0, 1.0)),
+        float(np.clip(estimate + hi, 0.0, 1.0)),
     )
 
 
@@ -316,6 +335,7 @@ def bootstrap_stress(
     engine: str = "auto",
     full_mds: MDS | None = None,
     distances: bool = True,
+    heldout_splits: int = 0,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
@@ -373,6 +393,23 @@ def bootstrap_stress(
         Also the bootstrap spread of every distance (:attr:`StressIntervals.distance_sd`):
         two ``n x n`` running sums and each replicate's implied distances, which no report
         prints (``False`` from :mod:`posdiag.analysis`).
+    heldout_splits : int
+        Outer splits averaged in the ``estimates`` of the ``mds-r`` encodings when those are
+        held-out figures (:func:`posdiag.estimator.heldout_mds_stress`, cross-fit only); 0
+        when they are in-sample tails.
+
+    Notes
+    -----
+    Replicates come in complementary pairs: replicate ``2j+1`` holds the shards replicate
+    ``2j`` left out (``h`` of them when ``K`` is odd). Each replicate is still a uniform
+    half-sample. A held-out ``mds-r`` figure varies for two reasons: the data (what the
+    replicates' in-sample tails spread by) and which shards its outer split put in which half,
+    a random choice made given the data. From the true rank up, the second dominates (sd 0.0147
+    against 0.0032 over 100 synthetic corpora, docs/theory.md), and intervals from the first
+    alone covered 35-45% of the time. A pair of complementary replicates is such an outer split
+    of the full data, so the sd of its held-out figure over the pairs, ``s``, over
+    ``sqrt(heldout_splits)``, is that part; each side of the interval adds it in quadrature,
+    with the Student quantile of ``pairs - 1`` degrees of freedom.
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
@@ -384,6 +421,7 @@ def bootstrap_stress(
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     engine = check_choice("engine", engine, ENGINES)
+    heldout_splits = check_int("heldout_splits", heldout_splits, 0)
     k = sharded.k
     ranks_of = [_mds_rank(e) for e in encodings]
     # Replicate weights and samples, plus the running sums and one replicate's geometry, and
@@ -391,9 +429,15 @@ def bootstrap_stress(
     tables = sum(
         1 for e, r in zip(encodings, ranks_of, strict=True) if e.profile is None and r is None
     )
+    heldout_ranks = (
+        sorted({r for r in ranks_of if r is not None})
+        if heldout_splits and estimator == "crossfit"
+        else []
+    )
     require(
         f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
-        8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables) * n * n,
+        # One more n x n: a pair's first replicate waits for its complement.
+        8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables + bool(heldout_ranks)) * n * n,
     )
     if estimator == "crossfit" and k < 4:
         raise PosdiagError(
@@ -411,9 +455,7 @@ def bootstrap_stress(
     # A separate stream for the splits inside replicates: the replicate weights stay the ones
     # the plug-in path draws for the same seed.
     split_rng = np.random.default_rng([seed, 2])
-    weights = np.zeros((replicates, k))
-    for row in weights:
-        row[rng.choice(k, size=h, replace=False)] = 1.0
+    weights = paired_halves(k, replicates, rng)
     scale = float(np.sqrt(h / (k - h)))
     if full_mds is None and full_eigenvalues is None:
         full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
@@ -423,7 +465,7 @@ def bootstrap_stress(
     else:
         assert full_eigenvalues is not None
         full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
-    enc_arrays, ranks, sd, used = _exact_replicates(
+    enc_arrays, ranks, sd, used, pairs = _exact_replicates(
         sharded,
         n,
         ranks_of,
@@ -436,6 +478,7 @@ def bootstrap_stress(
         engine,
         full_mds,
         distances,
+        heldout_ranks,
     )
     if used < 2:
         raise PosdiagError(
@@ -449,8 +492,14 @@ def bootstrap_stress(
         replicates=used,
         seed=seed,
         encodings=tuple(
-            _interval(float(est), smp, level, scale)
-            for est, smp in zip(estimates, enc_arrays, strict=True)
+            _interval(
+                float(est),
+                smp,
+                level,
+                scale,
+                _split_spread(pairs, heldout_ranks, r, heldout_splits),
+            )
+            for est, smp, r in zip(estimates, enc_arrays, ranks_of, strict=True)
         ),
         stress_by_rank=tuple(
             _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(n_ranks)
@@ -460,10 +509,42 @@ def bootstrap_stress(
             float(np.mean(smp)) - float(est) for est, smp in zip(estimates, enc_arrays, strict=True)
         ),
         method=interval_method(used),
+        heldout_pairs=pairs.shape[0] if pairs.shape[0] >= 2 else 0,
     )
 
 
-Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray | None, int]
+def paired_halves(k: int, replicates: int, rng: np.random.Generator) -> np.ndarray:
+    """0/1 weights of ``replicates`` half-samples of ``k`` shards, of shape (replicates, k).
+
+    Row ``2j`` keeps ``floor(k/2)`` shards drawn without replacement; row ``2j+1`` keeps the
+    shards row ``2j`` left out (``floor(k/2)`` of them, drawn, when ``k`` is odd). Every row is
+    a uniform half-sample; a pair is two disjoint halves, one outer split of the held-out
+    ``mds-r`` fit (:func:`bootstrap_stress`, Notes).
+    """
+    h = k // 2
+    weights = np.zeros((replicates, k))
+    for j, row in enumerate(weights):
+        if j % 2:
+            rest = np.flatnonzero(weights[j - 1] == 0)
+            row[rest if rest.size == h else rng.choice(rest, size=h, replace=False)] = 1.0
+        else:
+            row[rng.choice(k, size=h, replace=False)] = 1.0
+    return weights
+
+
+def _split_spread(
+    pairs: np.ndarray, heldout_ranks: list[int], rank: int | None, splits: int
+) -> tuple[float, int]:
+    """``(sd, degrees of freedom)`` of a held-out ``mds-r`` headline over its outer splits: the
+    sd of the complementary pairs' held-out figures over ``sqrt(splits)``; ``(0, 0)`` for any
+    other encoding, or with fewer than 2 pairs."""
+    if rank is None or rank not in heldout_ranks or pairs.shape[0] < 2:
+        return 0.0, 0
+    col = pairs[:, heldout_ranks.index(rank)]
+    return float(np.std(col, ddof=1)) / float(np.sqrt(splits)), col.size - 1
+
+
+Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray | None, int, np.ndarray]
 
 
 def _exact_replicates(
@@ -479,11 +560,17 @@ def _exact_replicates(
     engine: str,
     full: MDS | None,
     distances: bool = True,
+    heldout_ranks: Sequence[int] = (),
 ) -> Samples:
     """Every replicate recomputed: samples per encoding, rank samples (R, n-1), the spread of
-    each distance and the number of replicates kept."""
+    each distance, the number of replicates kept, and the held-out stress of ``heldout_ranks``
+    of each complementary pair both of whose replicates were kept (P, len(heldout_ranks))."""
     enc_samples: list[list[float]] = [[] for _ in ranks_of]
     rank_samples: list[np.ndarray] = []
+    pair_samples: list[list[float]] = []
+    fit_top = max(heldout_ranks, default=0)
+    # The first replicate of a pair (index, B, MDS coordinates) until its complement comes.
+    waiting: tuple[int, np.ndarray, np.ndarray] | None = None
     # The spread of each distance: two n x n sums, and each cross-fitted replicate's implied
     # distances (0.7 s a replicate at n = 4,096), only when asked for.
     d_sum = np.zeros((n, n)) if distances else None
@@ -539,18 +626,28 @@ def _exact_replicates(
             pending.clear()
 
     with _small_blas(n if pattern is not None else BLAS_THREADS_FROM):
-        for b, d in grams:
+        for j, b, d in grams:
             nb = float(np.linalg.norm(b))
             if nb == 0.0:
                 continue
             if partial:
-                lam, _, _, _ = top_eigenpairs(
+                lam, vecs, _, _ = top_eigenpairs(
                     b, top, tol=REPLICATE_EIG_TOL, start=start, max_iter=REPLICATE_EIG_ITER
                 )
                 kept = np.cumsum(np.clip(lam, 0.0, None) ** 2)
                 add_ranks(np.sqrt(np.clip((nb * nb - kept) / (nb * nb), 0.0, 1.0)))
             else:
                 pending.append(b)
+            if fit_top:
+                if not partial:
+                    lam, vecs = _top_pairs(b, fit_top)
+                x = vecs[:, :fit_top] * np.sqrt(np.clip(lam[:fit_top], 0.0, None))[None, :]
+                if j % 2 == 0:
+                    waiting = (j, b, x)
+                elif waiting is not None and waiting[0] == j - 1:
+                    ho = heldout_pair(waiting[1], waiting[2], b, x, heldout_ranks)
+                    pair_samples.append([ho[r] for r in heldout_ranks])
+                    waiting = None
             lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
             for idx, scorer in enumerate(scorers):
                 if scorer is not None:
@@ -562,16 +659,28 @@ def _exact_replicates(
             if len(pending) >= batch:
                 flush()
         flush()
+    pairs = np.array(pair_samples).reshape(len(pair_samples), len(heldout_ranks))
     if used < 2:
-        return [np.array(x) for x in enc_samples], np.zeros((used, n - 1)), d_sum, used
+        return [np.array(x) for x in enc_samples], np.zeros((used, n - 1)), d_sum, used, pairs
     sd = None
     if d_sum is not None and d_sq is not None:
         mean = d_sum / used
         sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
-    return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used
+    return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used, pairs
 
 
-ReplicateGrams = Iterator[tuple[np.ndarray, np.ndarray | None]]
+def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``top`` largest eigenpairs of symmetric ``b``, largest first (LAPACK's subset
+    solver: a fraction of a full ``eigh`` for a few pairs)."""
+    from scipy.linalg import eigh
+
+    n = b.shape[0]
+    lam, vecs = eigh(b, subset_by_index=(n - top, n - 1))
+    return lam[::-1], vecs[:, ::-1]
+
+
+# (index of the replicate in the weights, B, D or None) of each replicate kept.
+ReplicateGrams = Iterator[tuple[int, np.ndarray, np.ndarray | None]]
 
 
 def _small_blas(n: int) -> AbstractContextManager[object]:
@@ -604,6 +713,7 @@ def _pattern_replicates(
     :func:`_scipy_replicates` up to the order of additions)."""
     k = pattern.k
     for done, w in enumerate(weights, 1):
+        j = done - 1
         if progress is not None:
             progress(done, len(weights))
         cw = pattern.counts(w)
@@ -611,7 +721,7 @@ def _pattern_replicates(
             continue
         if estimator != "crossfit":
             d = hellinger_distances_fast(pattern.csr(cw))
-            yield gram_from_distances(d), d
+            yield j, gram_from_distances(d), d
             continue
         subset = np.flatnonzero(w)
         acc: np.ndarray | None = None
@@ -632,7 +742,7 @@ def _pattern_replicates(
         if acc is None:
             continue
         bc = acc / (2.0 * made)
-        yield gram_from_bc(bc), implied_distances(bc) if distances else None
+        yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
 
 
 def _scipy_replicates(
@@ -663,6 +773,7 @@ def _scipy_replicates(
     # the reference loop (float64) keeps the selection products it had.
     lists = ShardStack(stack, n) if dense_dtype is not np.float64 else None
     for done, w in enumerate(weights, 1):
+        j = done - 1
         if progress is not None:
             progress(done, len(weights))
         if lists is not None:
@@ -683,12 +794,12 @@ def _scipy_replicates(
             except PosdiagError:
                 continue  # a position lost all its support in a quarter of the shards
             bc = crossfit_bc(halves, dtype=dense_dtype)
-            yield gram_from_bc(bc), implied_distances(bc) if distances else None
+            yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
         else:
             if lists is not None:
                 c = lists.sum(np.flatnonzero(w))
             d = hellinger_distances_fast(c)
-            yield gram_from_distances(d), d
+            yield j, gram_from_distances(d), d
 
 
 def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:

@@ -87,9 +87,15 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
     seen: list[np.ndarray] = []
     real = uncertainty._interval
 
-    def spy(est: float, samples: np.ndarray, level: float, scale: float = 1.0) -> object:
+    def spy(
+        est: float,
+        samples: np.ndarray,
+        level: float,
+        scale: float = 1.0,
+        extra: tuple[float, int] = (0.0, 0),
+    ) -> object:
         seen.append(np.asarray(samples, dtype=np.float64))
-        return real(est, samples, level, scale)
+        return real(est, samples, level, scale, extra)
 
     monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
     monkeypatch.setattr(uncertainty, "_interval", spy)

@@ -86,12 +86,16 @@ def test_pattern_engine_reproduces_the_scipy_replicates(
     sharded = _sharded(n, sequences, shards, seed=3)
     est = estimate_hellinger(sharded.counts.matrix, n, estimator="plugin")
     encs = [make_encoding(nm, n, p, mds=est.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
-    kw = {"replicates": 60, "seed": 4, "estimator": estimator}
+    # Held-out mds-r intervals too: their complementary pairs, skipped replicates included.
+    kw = {"replicates": 60, "seed": 4, "estimator": estimator, "heldout_splits": 2}
     fast = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), **kw)  # type: ignore[arg-type]
     ref = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), engine="scipy", **kw)  # type: ignore[arg-type]
     if sequences == 12:
         assert 2 <= ref.replicates < 60  # some replicates were skipped, on both paths alike
+        assert 2 <= ref.heldout_pairs < 30
     assert fast.replicates == ref.replicates
+    assert fast.heldout_pairs == ref.heldout_pairs
+    assert ref.heldout_pairs == 0 if estimator == "plugin" else ref.heldout_pairs >= 2
     np.testing.assert_allclose(fast.encodings, ref.encodings, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fast.bias, ref.bias, rtol=0, atol=1e-12)
@@ -107,10 +111,14 @@ def test_unknown_engine_is_an_error() -> None:
         bootstrap_stress(sharded, 6, [], [], engine="dense")
 
 
-def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("heldout_splits", [0, 2])
+def test_partial_eigensolver_replicates_match_full_eigh(
+    monkeypatch: pytest.MonkeyPatch, heldout_splits: int
+) -> None:
     """From PARTIAL_EIG_FROM the replicates take their top eigenpairs by warm-started subspace
     iteration and ||B||_F^2: the mds-r and rank intervals agree with the full eigvalsh ones
-    (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed."""
+    (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed;
+    held-out mds-r intervals fit their pairs from the same eigenpairs."""
     from posdiag import uncertainty
     from posdiag.geometry import gram_from_distances, hellinger_distances, mds_from_gram
 
@@ -118,7 +126,13 @@ def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.Monk
     sharded = _sharded(n, 600, 20, seed=5)
     full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.counts.matrix[:n])))
     encs = [make_encoding("mds", n, {"rank": 3}, mds=full), make_encoding("alibi", n, {})]
-    kw = {"replicates": 30, "seed": 1, "estimator": "crossfit", "full_mds": full}
+    kw = {
+        "replicates": 30,
+        "seed": 1,
+        "estimator": "crossfit",
+        "full_mds": full,
+        "heldout_splits": heldout_splits,
+    }
     ref = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
     monkeypatch.setattr(uncertainty, "PARTIAL_EIG_FROM", 2)
     monkeypatch.setattr(uncertainty, "REPLICATE_RANKS", 8)
@@ -135,6 +149,7 @@ def test_partial_eigensolver_replicates_match_full_eigh(monkeypatch: pytest.Monk
     monkeypatch.setattr(uncertainty, "top_eigenpairs", spy)
     fast = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
     assert len(calls) == fast.replicates == ref.replicates
+    assert fast.heldout_pairs == ref.heldout_pairs == (15 if heldout_splits else 0)
     assert len(fast.stress_by_rank) == 8 and len(ref.stress_by_rank) == n - 1
     np.testing.assert_allclose(fast.encodings, ref.encodings, rtol=0, atol=1e-6)
     np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank[:8], rtol=0, atol=1e-6)

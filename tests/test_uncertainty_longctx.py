@@ -32,9 +32,13 @@ def reference_bootstrap(
     k = sharded.k
     h = k // 2
     rng = np.random.default_rng(seed)
+    assert k % 2 == 0
     weights = np.zeros((reps, k))
-    for row in weights:
-        row[rng.choice(k, size=h, replace=False)] = 1.0
+    for j, row in enumerate(weights):
+        if j % 2:
+            row[:] = 1.0 - weights[j - 1]  # complementary pairs (even k: the complement)
+        else:
+            row[rng.choice(k, size=h, replace=False)] = 1.0
     shards = [sp.csr_matrix(s)[:n].toarray().astype(float) for s in sharded.shards]
     enc_s: list[list[float]] = [[] for _ in encs]
     rank_s = []
