@@ -51,3 +51,27 @@ def test_public_api_is_exactly_what_the_package_imports(repo_root: Path) -> None
     }
     assert len(imported) >= 30  # the parse found the imports, not an empty tree
     assert sorted(posdiag.__all__) == sorted(imported | {"__version__"})
+
+
+def test_the_bundled_corpus_tables_are_what_stress_prints(repo_root: Path) -> None:
+    """README and docs/geometry.md quote `posdiag stress fixtures/corpus_en.txt` (plug-in and
+    cross-fit, 3 decimals); they had drifted from the output by up to 0.008."""
+    from posdiag.analysis import stress_report
+    from posdiag.uncertainty import corpus_counts_sharded
+
+    counts = corpus_counts_sharded(str(repo_root / "fixtures" / "corpus_en.txt")).counts
+    cross = {e.name: e for e in stress_report(counts).encodings}
+    plug = {e.name: e.stress for e in stress_report(counts, estimator="plugin").encodings}
+    row = re.compile(
+        r"^\| `([a-z0-9-]+)` \| ([0-9.]+) \| ([0-9.]+)(?: \(in-sample ([0-9.]+)\))? \|$", re.M
+    )
+    for doc in ("README.md", "docs/geometry.md"):
+        rows = row.findall((repo_root / doc).read_text())
+        names = [r[0] for r in rows if r[0] in cross]
+        assert sorted(names) == sorted(cross), (doc, names)
+        for name, pl, cf, in_sample in rows:
+            if name not in cross:
+                continue
+            assert (pl, cf) == (f"{plug[name]:.3f}", f"{cross[name].stress:.3f}"), (doc, name)
+            if in_sample:
+                assert in_sample == f"{cross[name].in_sample:.3f}", (doc, name)
