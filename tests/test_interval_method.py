@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,15 +88,9 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
     seen: list[np.ndarray] = []
     real = uncertainty._interval
 
-    def spy(
-        est: float,
-        samples: np.ndarray,
-        level: float,
-        scale: float = 1.0,
-        extra: tuple[float, int] = (0.0, 0),
-    ) -> object:
+    def spy(est: float, samples: np.ndarray, *rest: Any) -> object:
         seen.append(np.asarray(samples, dtype=np.float64))
-        return real(est, samples, level, scale, extra)
+        return real(est, samples, *rest)
 
     monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
     monkeypatch.setattr(uncertainty, "_interval", spy)
