@@ -701,25 +701,6 @@ def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
     )
 
 
-def _rank_gram(target: np.ndarray, mds: MDS, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """``<target, G_r>`` and ``||G_r||_F`` for the Grams ``G_r = X_r X_r^T`` of the rank-r MDS
-    coordinates, r = 1..``top`` (positive eigenvalues only), without forming any ``G_r``.
-
-    ``<B, X X^T> = sum((B X) o X)`` (one pass over ``B`` for every rank: the columns add up) and
-    ``||X X^T||_F = ||X^T X||_F`` (an r x r matrix): an n x n product per rank per fit cost 1.0 s
-    of a report at n = 4,096.
-
-    Returns
-    -------
-    (ndarray of shape (top,), ndarray of shape (top,))
-    """
-    x = mds.coordinates(top)
-    inner = np.cumsum(np.einsum("ij,ij->j", target @ x, x))
-    small = x.T @ x
-    norms = np.array([np.linalg.norm(small[:r, :r]) for r in range(1, top + 1)])
-    return inner, norms
-
-
 @dataclass(frozen=True)
 class SplitHalf:
     """Two cross-fitted geometries from disjoint halves of the data, for held-out checks.
@@ -866,17 +847,13 @@ def heldout_mds_stress(halves: SplitHalf, ranks: Sequence[int]) -> dict[int, flo
     noise = float(noise_energy_rows(halves).sum())  # row blocks: no n x n temporary
     start: np.ndarray | None = None
     for g_p, g_q in halves.grams:
-        signal = float(np.vdot(g_p, g_q))
-        # A negative cross product (noise swamping all signal) leaves nothing to fit.
-        norm = float(np.sqrt(signal + noise)) if signal > 0 else 0.0
+        norm = _heldout_norm(float(np.vdot(g_p, g_q)), noise)
         # The four halves estimate one geometry: each fit starts from the previous one's
         # vectors (block Lanczos warm start, ~20% fewer passes at n = 4,096).
         fit_p = _top_mds(g_p, top, start)
         fit_q = _top_mds(g_q, top, fit_p.vectors)
         start = fit_q.vectors
-        fits = (fit_p, fit_q)
-        for target, fit in ((g_q, fits[0]), (g_p, fits[1])):
-            _add_heldout(acc, *_rank_gram(target, fit, top), norm)
+        _add_split(acc, g_p, fit_p.coordinates(top), g_q, fit_q.coordinates(top), norm)
     return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
 
 
@@ -905,11 +882,8 @@ def heldout_pair(
     top = min(x_p.shape[1], x_q.shape[1])
     acc = {check_int("rank", r, 1, top, hi_label="fitted ranks"): 0.0 for r in ranks}
     noise = float(noise_energy_rows(SplitHalf(((g_p, g_q),))).sum())
-    signal = float(np.vdot(g_p, g_q))
-    # A negative cross product (noise swamping all signal) leaves nothing to fit.
-    norm = float(np.sqrt(signal + noise)) if signal > 0 else 0.0
-    _add_heldout(acc, *_rank_sums(g_q @ x_p[:, :top], x_p[:, :top]), norm)
-    _add_heldout(acc, *_rank_sums(g_p @ x_q[:, :top], x_q[:, :top]), norm)
+    norm = _heldout_norm(float(np.vdot(g_p, g_q)), noise)
+    _add_split(acc, g_p, x_p[:, :top], g_q, x_q[:, :top], norm)
     return {r: v / 2.0 for r, v in acc.items()}
 
 
@@ -917,6 +891,28 @@ def outer_splits(n: int) -> int:
     """Outer splits the held-out ``mds-r`` figure averages by default at ``n`` positions: 2,
     or 1 above :data:`ONE_OUTER_SPLIT_ABOVE` (:func:`split_half_grams`)."""
     return 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
+
+
+def _heldout_norm(signal: float, noise: float) -> float:
+    """``sqrt(<B_P, B_Q> + e)``, standing in for ``||B_H||`` in the held-out scores
+    (:func:`heldout_mds_stress`); 0 when the cross product ``signal`` is not positive (noise
+    swamping all signal leaves nothing to fit)."""
+    return float(np.sqrt(signal + noise)) if signal > 0 else 0.0
+
+
+def _add_split(
+    acc: dict[int, float],
+    g_p: np.ndarray,
+    x_p: np.ndarray,
+    g_q: np.ndarray,
+    x_q: np.ndarray,
+    norm: float,
+) -> None:
+    """Add both directions of one outer split to ``acc``: the rank-r fits on ``P``
+    (coordinates ``x_p``, shape (n, top)) scored against ``B_Q``, and those on ``Q`` against
+    ``B_P``."""
+    _add_heldout(acc, *_rank_sums(g_q @ x_p, x_p), norm)
+    _add_heldout(acc, *_rank_sums(g_p @ x_q, x_q), norm)
 
 
 def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, norm: float) -> None:
@@ -1243,9 +1239,7 @@ def split_half_summary(
     for s, (_, _, x_q, px) in enumerate(halves):
         if not top:
             break
-        signal = signals[s]
-        # A negative cross product (noise swamping all signal) leaves nothing to fit.
-        norm = float(np.sqrt(signal + noise_total)) if signal > 0 else 0.0
+        norm = _heldout_norm(signals[s], noise_total)
         assert x_q is not None and px is not None
         for inner, norms in (fits[s], _rank_sums(px, x_q)):
             _add_heldout(acc, inner, norms, norm)
@@ -1254,7 +1248,18 @@ def split_half_summary(
 
 
 def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_rank_gram` from ``target @ x`` (shape (n, top)) and ``x``."""
+    """``<target, G_r>`` and ``||G_r||_F`` for the Grams ``G_r = X_r X_r^T`` of the rank-r MDS
+    coordinates ``x`` (shape (n, top)), r = 1..top, from ``product = target @ x``, without
+    forming any ``G_r``.
+
+    ``<B, X X^T> = sum((B X) o X)`` (one pass over ``B`` for every rank: the columns add up) and
+    ``||X X^T||_F = ||X^T X||_F`` (an r x r matrix): an n x n product per rank per fit cost 1.0 s
+    of a report at n = 4,096.
+
+    Returns
+    -------
+    (ndarray of shape (top,), ndarray of shape (top,))
+    """
     inner = np.cumsum(np.einsum("ij,ij->j", product, x))
     small = x.T @ x
     norms = np.array([np.linalg.norm(small[:r, :r]) for r in range(1, x.shape[1] + 1)])
