@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from . import estimator as estimator_module
 from ._defaults import DEFAULT_MIN_COUNT  # why 100: see there
 from ._memory import require
+from ._threads import small_blas
 from ._validate import check_float, check_int
 from .counts import Counts
 from .encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
@@ -600,6 +601,13 @@ def _scored(
     """Every encoding scored, best first; ``noise``: the report also prints the noise
     diagnostics, whose split-half sums are then made with the held-out ones (one pass, and the
     split-half grams are gone before the encodings are scored)."""
+    with small_blas(geometry.n_eff):  # posdiag._threads: small dense work, one BLAS thread
+        return _score_each(geometry, specs, dim, noise)
+
+
+def _score_each(
+    geometry: CorpusGeometry, specs: Sequence[EncodingRequest] | None, dim: int | None, noise: bool
+) -> list[tuple[EncodingScore, Encoding]]:
     resolved = _resolve(specs, geometry.n_eff, dim)
     encs = [
         (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)

@@ -44,6 +44,7 @@ from ._defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
 from ._hypergeom import VECTORISED_FLOOR_FROM
 from ._shardsum import ShardStack
 from ._thinning import draw_half, expected_halves
+from ._threads import small_blas
 from ._validate import check_choice, check_int
 from .errors import PosdiagError
 from .fastgram import (  # re-exported: the report parks D_H with them
@@ -659,26 +660,28 @@ def estimate_hellinger(
     n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
     splits = check_int("splits", splits, 1)
     seed = check_int("seed", seed, 0)
-    if estimator == "plugin":
-        return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]), spectrum)
-    # Own stream: the same --seed also draws the shards and the bootstrap replicates.
-    if len(shards) >= 2:
-        try:
-            halves = shard_halves(shards, n, splits, np.random.default_rng([seed, 1]))
-        except PosdiagError:
-            pass  # a random half of the shards left a position without tokens: thin instead
-        else:
-            # Float32 dense blocks centred on the level, as the thinning's below.
-            bc = crossfit_bc(halves, dtype=np.float32)
-            # len(halves): fewer than asked when the shards have fewer distinct splits.
-            return _estimate("crossfit", "shards", len(halves), seed, bc, spectrum)
-    # Thinning: the exact average over every thinning, one product (no split noise, no seed).
-    # Float32 dense block, centred on its columns' level (posdiag.fastgram._level), float64
-    # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at
-    # 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
-    # (tests/test_longctx_paths.py bounds the printed numbers).
-    bc = expected_thinning_bc(c, n, dtype=np.float32, rare=np.float64)
-    return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
+    # One BLAS thread for small geometries (posdiag._threads).
+    with small_blas(n):
+        if estimator == "plugin":
+            return _estimate("plugin", "none", 0, seed, plugin_bc(c[:n]), spectrum)
+        # Own stream: the same --seed also draws the shards and the bootstrap replicates.
+        if len(shards) >= 2:
+            try:
+                halves = shard_halves(shards, n, splits, np.random.default_rng([seed, 1]))
+            except PosdiagError:
+                pass  # a random half of the shards left a position without tokens: thin instead
+            else:
+                # Float32 dense blocks centred on the level, as the thinning's below.
+                bc = crossfit_bc(halves, dtype=np.float32)
+                # len(halves): fewer than asked when the shards have fewer distinct splits.
+                return _estimate("crossfit", "shards", len(halves), seed, bc, spectrum)
+        # Thinning: the exact average over every thinning, one product (no split noise, no seed).
+        # Float32 dense block, centred on its columns' level (posdiag.fastgram._level), float64
+        # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at
+        # 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
+        # (tests/test_longctx_paths.py bounds the printed numbers).
+        bc = expected_thinning_bc(c, n, dtype=np.float32, rare=np.float64)
+        return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
 
 
 def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
@@ -1207,44 +1210,45 @@ def split_half_summary(
         and stash.flags.c_contiguous
         and stash.flags.writeable
     )
-    halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
-    fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split
-    start: np.ndarray | None = None
-    try:
-        for sources in _outer_splits(c, n, shards, splits, seed, repeats):
-            g_p = _half_gram(sources.pop(0))
-            x_p = x_q = None
-            if top:
-                fit_p = _top_mds(g_p, top, start)
-                x_p, start = fit_p.coordinates(top), fit_p.vectors
-                del fit_p  # it holds g_p
-            rows_p = _StashedRows(g_p, stash, block_bytes) if usable else _Rows(g_p)  # type: ignore[arg-type]
-            del g_p
-            g_q = _half_gram(sources.pop(0))
-            if top:
-                fit_q = _top_mds(g_q, top, start)
-                x_q, start = fit_q.coordinates(top), fit_q.vectors
-                del fit_q
-                assert x_p is not None
-                fits.append(_rank_sums(g_q @ x_p, x_p))
-            halves.append((rows_p, g_q, x_q, np.empty((n, top)) if top else None))
-        energy, signals, partners, within, first = _summary_pass(
-            halves, rows_h, noise, max_pairs, block_bytes
-        )
-    finally:
-        if usable:
-            mirror_upper(stash)  # type: ignore[arg-type]
-    noise_total = float(energy.sum())
-    acc = {r: 0.0 for r in ranks}
-    for s, (_, _, x_q, px) in enumerate(halves):
-        if not top:
-            break
-        norm = _heldout_norm(signals[s], noise_total)
-        assert x_q is not None and px is not None
-        for inner, norms in (fits[s], _rank_sums(px, x_q)):
-            _add_heldout(acc, inner, norms, norm)
-    heldout = {r: v / (2 * len(halves)) for r, v in acc.items()}
-    return SplitHalfSummary(heldout, energy, partners, within, first)
+    with small_blas(n):
+        halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split
+        start: np.ndarray | None = None
+        try:
+            for sources in _outer_splits(c, n, shards, splits, seed, repeats):
+                g_p = _half_gram(sources.pop(0))
+                x_p = x_q = None
+                if top:
+                    fit_p = _top_mds(g_p, top, start)
+                    x_p, start = fit_p.coordinates(top), fit_p.vectors
+                    del fit_p  # it holds g_p
+                rows_p = _StashedRows(g_p, stash, block_bytes) if usable else _Rows(g_p)  # type: ignore[arg-type]
+                del g_p
+                g_q = _half_gram(sources.pop(0))
+                if top:
+                    fit_q = _top_mds(g_q, top, start)
+                    x_q, start = fit_q.coordinates(top), fit_q.vectors
+                    del fit_q
+                    assert x_p is not None
+                    fits.append(_rank_sums(g_q @ x_p, x_p))
+                halves.append((rows_p, g_q, x_q, np.empty((n, top)) if top else None))
+            energy, signals, partners, within, first = _summary_pass(
+                halves, rows_h, noise, max_pairs, block_bytes
+            )
+        finally:
+            if usable:
+                mirror_upper(stash)  # type: ignore[arg-type]
+        noise_total = float(energy.sum())
+        acc = {r: 0.0 for r in ranks}
+        for s, (_, _, x_q, px) in enumerate(halves):
+            if not top:
+                break
+            norm = _heldout_norm(signals[s], noise_total)
+            assert x_q is not None and px is not None
+            for inner, norms in (fits[s], _rank_sums(px, x_q)):
+                _add_heldout(acc, inner, norms, norm)
+        heldout = {r: v / (2 * len(halves)) for r, v in acc.items()}
+        return SplitHalfSummary(heldout, energy, partners, within, first)
 
 
 def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

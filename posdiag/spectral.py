@@ -27,13 +27,13 @@ residual of an eigenvalue (and within ``residual^2 / gap`` of its own), so with 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, eigsh
 
+from ._threads import one_blas_thread
 from ._validate import check_int
 
 __all__ = [
@@ -227,25 +227,6 @@ def top_eigenpairs(
     return theta, u, worst, passes
 
 
-_CONTROLLER: list[object] = []
-
-
-def _one_thread() -> AbstractContextManager[object]:
-    """One BLAS thread for everything of the block Lanczos but the passes over ``B``: the
-    skinny products with the basis (24 x 4,096 times 4,096 x 500) and the small dense
-    eigenproblems ran 5-15x slower with two threads on the loaded 2-core machine (the
-    orthogonalisation of one solve 5.2 s against 0.87 s; ``eigh`` of 608 x 608 83-580 ms
-    against 38-48 ms). One controller for the process: ``threadpool_limits`` looks the
-    libraries up on every call (3 ms)."""
-    from threadpoolctl import ThreadpoolController
-
-    if not _CONTROLLER:
-        _CONTROLLER.append(ThreadpoolController())
-    controller = _CONTROLLER[0]
-    assert isinstance(controller, ThreadpoolController)
-    return controller.limit(limits=1, user_api="blas")
-
-
 def _lower_inverse(g: np.ndarray) -> np.ndarray:
     """Inverse of a small lower-triangular matrix (LAPACK ``trtri``)."""
     inverse, info = scipy.linalg.lapack.dtrtri(g, lower=1)
@@ -369,7 +350,10 @@ class _BlockLanczos:
         z = np.ascontiguousarray((self.b @ q.T).T)
         self.passes += 1
         self.columns += j
-        with _one_thread():
+        # Everything else one thread: the skinny products with the basis (24 x 4,096 times
+        # 4,096 x 500) and the small eigenproblems ran 5-15x slower with two threads on the
+        # loaded 2-core machine (the orthogonalisation of one solve 5.2 s against 0.87 s).
+        with one_blas_thread():
             self.v[m : m + j] = q
             self.w[m : m + j] = z
             basis = self.v[: m + j]
@@ -398,7 +382,7 @@ class _BlockLanczos:
     def _restart(self) -> None:
         """Keep the best Ritz vectors: half the free room past the pairs wanted."""
         self.ritz()
-        with _one_thread():
+        with one_blas_thread():
             self._shrink()
 
     def _shrink(self) -> None:
@@ -419,7 +403,7 @@ class _BlockLanczos:
         """Ritz values (descending), their coefficients and residual estimates / ``||B||_F``."""
         m = self.m
         h = self.h[:m, :m]
-        with _one_thread():
+        with one_blas_thread():
             theta, s = np.linalg.eigh((h + h.T) / 2.0)
         self.theta, self.s = theta[::-1], s[:, ::-1]
         j = self.c.shape[1]

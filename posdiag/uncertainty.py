@@ -10,10 +10,8 @@ multinomial bootstrap).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +29,7 @@ from ._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ._memory import require
 from ._permnull import PERMUTED_NULL_FROM, shuffled_null
 from ._shardsum import ShardStack
+from ._threads import BLAS_THREADS_FROM, small_blas
 from ._validate import check_choice, check_int
 from .counts import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
 from .encodings import Encoding
@@ -315,8 +314,6 @@ REPLICATE_RANKS = 10
 # error of a rank stress 1e-7 against eigvalsh (1e-3: 5e-6; 1e-5: 6e-10 in 10 passes).
 REPLICATE_EIG_TOL = 1e-4
 REPLICATE_EIG_ITER = 200
-# From this n a replicate's products are large enough for BLAS threads to pay off.
-BLAS_THREADS_FROM = 512
 
 
 def bootstrap_stress(
@@ -625,7 +622,7 @@ def _exact_replicates(
                 add_ranks(_tail_stress(lam_desc))
             pending.clear()
 
-    with _small_blas(n if pattern is not None else BLAS_THREADS_FROM):
+    with small_blas(n if pattern is not None else BLAS_THREADS_FROM):
         for j, b, d in grams:
             nb = float(np.linalg.norm(b))
             if nb == 0.0:
@@ -682,21 +679,6 @@ def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
 
 # (index of the replicate in the weights, B, D or None) of each replicate kept.
 ReplicateGrams = Iterator[tuple[int, np.ndarray, np.ndarray | None]]
-
-
-def _small_blas(n: int) -> AbstractContextManager[object]:
-    """One BLAS thread while replicates are small (``n`` below :data:`BLAS_THREADS_FROM`).
-
-    A replicate at n = 76 is a few hundred small products; multi-threaded OpenBLAS spends more
-    on waking and syncing its threads than on the work, badly so on a loaded machine: the
-    (76 x 1,332) @ (1,332 x 76) product of a split took 7.4 ms with 2 threads and 0.39 ms with
-    one, a (20 x 40k) matrix-vector product 9.8 ms against 0.19 ms (load 6 on 2 cores).
-    """
-    if n >= BLAS_THREADS_FROM:
-        return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _pattern_replicates(
