@@ -88,7 +88,8 @@ def test_heldout_pair_is_the_heldout_stress_of_one_outer_split() -> None:
 
 
 def test_outer_splits_follow_the_split_half_default() -> None:
-    assert outer_splits(2048) == 2
+    assert outer_splits(2) == outer_splits(511) == 4
+    assert outer_splits(512) == outer_splits(2048) == 2
     assert outer_splits(2049) == 1
     sc = _synthetic()
     assert len(split_half_grams(sc.counts.matrix, 16, shards=sc.shards).grams) == outer_splits(16)
@@ -203,4 +204,5 @@ def test_check_judges_held_out_mds_r_on_the_same_widened_interval() -> None:
         sc, geo.n_eff, [enc], [score.stress], replicates=60, seed=1, estimator="crossfit"
     )
     (lo, hi), width = narrow.encodings[0], gated.ci_high - gated.ci_low
-    assert width > 2 * (hi - lo), (width, hi - lo)
+    # 1.99x here (4 outer splits: the pairs' spread over sqrt(4)).
+    assert width > 1.5 * (hi - lo), (width, hi - lo)

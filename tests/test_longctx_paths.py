@@ -376,7 +376,8 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     plan, _ = fastgram.plan_product(sqrt_rows(m), sqrt_rows(m))
     assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
     f32 = split_half_grams(m, 160, shards=shards)
-    assert dtypes == [np.float32] * 4  # 2 outer splits x (P, Q), all by this split
+    # 4 outer splits x (P, Q) below 512 positions, all by this split.
+    assert dtypes == [np.float32] * 2 * estimator.outer_splits(160) == [np.float32] * 8
 
     def as64(*args: object, **kwargs: object) -> np.ndarray:
         return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]

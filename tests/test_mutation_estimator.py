@@ -418,9 +418,9 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
         with pytest.raises(PosdiagError) as err:
             split_half_grams(total, 2, **kw)
         assert str(err.value) == message
-    # Defaults: two repeats, seed 0; two positions are enough.
-    default, seeded = split_half_grams(total, 2), split_half_grams(total, 2, seed=0, repeats=2)
-    assert len(default.grams) == 2
+    # Defaults: four repeats below 512 positions, seed 0; two positions are enough.
+    default, seeded = split_half_grams(total, 2), split_half_grams(total, 2, seed=0, repeats=4)
+    assert len(default.grams) == 4
     for (p1, q1), (p2, q2) in zip(default.grams, seeded.grams, strict=True):
         np.testing.assert_array_equal(p1, p2)
         np.testing.assert_array_equal(q1, q2)
@@ -428,25 +428,31 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
     assert not np.array_equal(other.grams[0][0], default.grams[0][0])
 
 
-def test_split_half_grams_take_one_outer_split_above_the_long_context_threshold(
+def test_split_half_grams_take_four_two_or_one_outer_splits_by_length(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import posdiag.estimator as est_mod
 
     shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
     total = sum(s.toarray() for s in shards)
-    assert est_mod.ONE_OUTER_SPLIT_ABOVE == 2048
+    assert (est_mod.FOUR_OUTER_SPLITS_BELOW, est_mod.ONE_OUTER_SPLIT_ABOVE) == (512, 2048)
     for kw in ({"shards": shards}, {}):
-        assert len(split_half_grams(total, 4, **kw).grams) == 2  # 4 <= 2048
+        four = split_half_grams(total, 4, **kw)
+        assert len(four.grams) == 4  # 4 < 512
+        # Thresholds scaled down to this input: below 4 positions four, above 3 one.
+        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", 4)
         monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 3)
+        assert len(split_half_grams(total, 3, **kw).grams) == 4
         one = split_half_grams(total, 4, **kw)
         assert len(one.grams) == 1
-        # The one outer split is the first of the two a shorter input gets (same draws).
-        two = split_half_grams(total, 4, repeats=2, **kw)
-        np.testing.assert_array_equal(one.grams[0][0], two.grams[0][0])
-        np.testing.assert_array_equal(one.grams[0][1], two.grams[0][1])
-        # At the threshold itself: still two.
-        assert len(split_half_grams(total, 3, **kw).grams) == 2
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 4)  # at the threshold: two
+        two = split_half_grams(total, 4, **kw)
+        assert len(two.grams) == 2  # at FOUR_OUTER_SPLITS_BELOW, up to ONE_OUTER_SPLIT_ABOVE
+        # Fewer outer splits are the first of the four a shorter input gets (same draws).
+        for fewer in (one, two):
+            for got, want in zip(fewer.grams, four.grams, strict=False):
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
         monkeypatch.undo()
 
 
@@ -516,7 +522,7 @@ def test_split_half_thinning_needs_four_tokens_per_position() -> None:
         match=r"^cross-fit: position 2 has 3 tokens; split-half thinning needs >= 4$",
     ):
         split_half_grams(counts, 4)
-    assert len(split_half_grams(counts[[0, 1, 3]], 3).grams) == 2
+    assert len(split_half_grams(counts[[0, 1, 3]], 3).grams) == 4
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,7 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
 ) -> None:
     """The report's cross-fit noise diagnostics from the summary equal the whole-mask ones,
     with the long-context path (one outer split, stash) forced on a small input."""
+    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     report = stress_report(ShardedCounts(counts), min_count=1, details=False)
@@ -234,6 +235,7 @@ def test_report_parks_the_distances_while_the_halves_are_made(
 ) -> None:
     """Long-context path forced on a small input: D_H is dropped from the geometry (packed)
     while the split-half grams exist, and comes back bit for bit; B_H too."""
+    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     fresh = corpus_geometry(counts, min_count=1, plain=False)
@@ -262,6 +264,7 @@ def test_report_parks_the_distances_while_the_halves_are_made(
 def test_a_failure_while_parked_puts_the_distances_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     geo = corpus_geometry(counts, min_count=1, plain=False)
