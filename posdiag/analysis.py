@@ -721,6 +721,9 @@ class Uncertainty:
         Complementary replicate pairs whose held-out ``mds-r`` figures also widened the held-out
         ``mds-r`` intervals, by the spread the figure owes to its random outer split (0: no
         held-out ``mds-r``; :func:`posdiag.uncertainty.bootstrap_stress`, Notes).
+    heldout_splits : int
+        Outer splits each held-out ``mds-r`` headline averages
+        (:func:`posdiag.estimator.outer_splits`); 0 when ``heldout_pairs`` is.
     bias : tuple of float
         Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
         the report's encodings; positive values mean sampling noise inflates that stress.
@@ -737,13 +740,15 @@ class Uncertainty:
     bias: tuple[float, ...] = ()
     method: str = ""
     heldout_pairs: int = 0
+    heldout_splits: int = 0
 
     def describe(self) -> str:
-        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval and
-        the pairs that widened the held-out ``mds-r`` intervals."""
+        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval, the
+        outer splits of the held-out ``mds-r`` and the pairs that widened their intervals."""
         how = ", t interval from their sd" if self.method == "t" else ""
         pairs = (
-            f"; held-out mds-r also over {self.heldout_pairs} outer splits"
+            f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread also from "
+            f"{self.heldout_pairs} replicate pairs"
             if self.heldout_pairs
             else ""
         )
@@ -983,6 +988,7 @@ def _with_intervals(
         ),
         method=iv.method,
         heldout_pairs=iv.heldout_pairs,
+        heldout_splits=iv.heldout_splits,
     )
     return scores, unc
 

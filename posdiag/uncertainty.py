@@ -198,6 +198,9 @@ class StressIntervals:
     heldout_pairs : int
         Complementary replicate pairs whose held-out ``mds-r`` figures widened the held-out
         ``mds-r`` intervals (0: none did; :func:`bootstrap_stress`, Notes).
+    heldout_splits : int
+        Outer splits each held-out ``mds-r`` headline averages (the pairs' spread is divided
+        by its square root); 0 when no pair widened an interval.
     """
 
     level: float
@@ -210,6 +213,7 @@ class StressIntervals:
     bias: tuple[float, ...] = ()
     method: str = "percentile"
     heldout_pairs: int = 0
+    heldout_splits: int = 0
 
 
 def check_level(level: float) -> float:
@@ -507,6 +511,7 @@ def bootstrap_stress(
         ),
         method=interval_method(used),
         heldout_pairs=pairs.shape[0] if pairs.shape[0] >= 2 else 0,
+        heldout_splits=heldout_splits if pairs.shape[0] >= 2 else 0,
     )
 
 

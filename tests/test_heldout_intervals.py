@@ -174,14 +174,48 @@ def test_stress_names_the_outer_splits_in_text_and_json(
     res = cli([*base, "--shards", "6", "--json"])
     assert res.exit_code == 0, res.output
     unc = json.loads(res.stdout)["uncertainty"]
-    assert (unc["replicates"], unc["heldout_pairs"]) == (200, 100)
+    assert (unc["replicates"], unc["heldout_pairs"], unc["heldout_splits"]) == (200, 100, 4)
     res = cli([*base, "--shards", "6"])
     assert res.exit_code == 0, res.output
-    assert "seed 0; held-out mds-r also over 100 outer splits)" in res.output
+    flat = " ".join(res.output.split())  # rich wraps the line
+    assert (
+        "seed 0; held-out mds-r: mean of 4 outer splits, spread also from 100 replicate pairs)"
+        in flat
+    )
     # No held-out figure, no pairs: the plug-in scores mds-r in-sample.
     res = cli([*base, "--shards", "6", "--estimator", "plugin", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["uncertainty"]["heldout_pairs"] == 0
+    unc = json.loads(res.stdout)["uncertainty"]
+    assert (unc["heldout_pairs"], unc["heldout_splits"]) == (0, 0)
+
+
+def test_the_intervals_name_the_outer_splits_the_headline_averages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The count the text prints is the one the pairs' spread was divided by (one rule,
+    posdiag.estimator.outer_splits), also where a threshold makes it 2 or 1."""
+    import posdiag.estimator as est_mod
+    import posdiag.uncertainty as unc_mod
+
+    divided: list[int] = []
+    real = unc_mod._split_spread
+
+    def spy(pairs, heldout_ranks, rank, splits):  # type: ignore[no-untyped-def]
+        if rank is not None:
+            divided.append(splits)
+        return real(pairs, heldout_ranks, rank, splits)
+
+    monkeypatch.setattr(unc_mod, "_split_spread", spy)
+    sc = _synthetic()
+    for below, above, want in ((512, 2048, 4), (4, 2048, 2), (4, 8, 1)):
+        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", below)
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", above)
+        divided.clear()
+        rep = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+        assert rep.uncertainty is not None and rep.geometry is not None
+        assert est_mod.outer_splits(rep.geometry.n_eff) == want
+        assert rep.uncertainty.heldout_splits == want and divided == [want]
+        assert f"mean of {want} outer splits" in rep.uncertainty.describe()
 
 
 def test_check_judges_held_out_mds_r_on_the_same_widened_interval() -> None:
