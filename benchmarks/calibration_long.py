@@ -8,7 +8,8 @@ position), each token to one of 20 shards uniformly. For each sample, ``stress_r
 ``--replicates`` replicates (50: the t interval the default draws from 1,024 positions) and
 ``--splits`` cross-fit splits a replicate; then per encoding the mean interval width against
 ``3.92`` times the sd of the estimate across samples (1.0 = calibrated) and the coverage of
-the samples' mean estimate. docs/scale.md ("Seventh pass") has the figures.
+the samples' mean estimate. docs/scale.md ("Seventh pass"; "Ninth pass" for n = 512 with 100
+samples) has the figures.
 """
 
 from __future__ import annotations
