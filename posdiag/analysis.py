@@ -723,7 +723,8 @@ class Uncertainty:
         held-out ``mds-r``; :func:`posdiag.uncertainty.bootstrap_stress`, Notes).
     heldout_splits : int
         Outer splits each held-out ``mds-r`` headline averages
-        (:func:`posdiag.estimator.outer_splits`); 0 when ``heldout_pairs`` is.
+        (:func:`posdiag.estimator.outer_splits`); 0 without a held-out ``mds-r``. With
+        ``heldout_pairs`` 0 its intervals are the in-sample replicates' only, too narrow.
     bias : tuple of float
         Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
         the report's encodings; positive values mean sampling noise inflates that stress.
@@ -746,12 +747,19 @@ class Uncertainty:
         """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval, the
         outer splits of the held-out ``mds-r`` and the pairs that widened their intervals."""
         how = ", t interval from their sd" if self.method == "t" else ""
-        pairs = (
-            f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread also from "
-            f"{self.heldout_pairs} replicate pairs"
-            if self.heldout_pairs
-            else ""
-        )
+        if self.heldout_pairs:
+            pairs = (
+                f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread also "
+                f"from {self.heldout_pairs} replicate pairs"
+            )
+        elif self.heldout_splits:
+            # Rare (most replicates skipped), but the interval is then too narrow: say so.
+            pairs = (
+                f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread from "
+                "in-sample replicates only (fewer than 2 replicate pairs kept: too narrow)"
+            )
+        else:
+            pairs = ""
         return (
             f"{self.level:.0%} shard bootstrap ({self.shards} shards, {self.replicates} "
             f"replicates{how}, seed {self.seed}{pairs})"

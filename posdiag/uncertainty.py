@@ -200,7 +200,8 @@ class StressIntervals:
         ``mds-r`` intervals (0: none did; :func:`bootstrap_stress`, Notes).
     heldout_splits : int
         Outer splits each held-out ``mds-r`` headline averages (the pairs' spread is divided
-        by its square root); 0 when no pair widened an interval.
+        by its square root); 0 when no held-out ``mds-r`` was scored. With ``heldout_pairs``
+        0 the pairs could not widen its intervals (fewer than 2 kept every position).
     """
 
     level: float
@@ -511,7 +512,7 @@ def bootstrap_stress(
         ),
         method=interval_method(used),
         heldout_pairs=pairs.shape[0] if pairs.shape[0] >= 2 else 0,
-        heldout_splits=heldout_splits if pairs.shape[0] >= 2 else 0,
+        heldout_splits=heldout_splits if heldout_ranks else 0,
     )
 
 

@@ -240,3 +240,30 @@ def test_check_judges_held_out_mds_r_on_the_same_widened_interval() -> None:
     (lo, hi), width = narrow.encodings[0], gated.ci_high - gated.ci_low
     # 1.99x here (4 outer splits: the pairs' spread over sqrt(4)).
     assert width > 1.5 * (hi - lo), (width, hi - lo)
+
+
+def test_too_few_pairs_fall_back_to_the_in_sample_interval_and_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fewer than 2 complementary pairs kept (most replicates skipped on a thin corpus): the
+    held-out interval cannot be widened, and the line says it is too narrow."""
+    import posdiag.uncertainty as unc_mod
+
+    real = unc_mod._exact_replicates
+
+    def one_pair(*args, **kwargs):  # type: ignore[no-untyped-def]
+        *rest, pairs = real(*args, **kwargs)
+        return (*rest, pairs[:1])
+
+    sc = _synthetic()
+    wide = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+    monkeypatch.setattr(unc_mod, "_exact_replicates", one_pair)
+    rep = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+    unc = rep.uncertainty
+    assert unc is not None and (unc.heldout_pairs, unc.heldout_splits) == (0, 4)
+    assert unc.describe().endswith(
+        "; held-out mds-r: mean of 4 outer splits, spread from in-sample replicates only "
+        "(fewer than 2 replicate pairs kept: too narrow))"
+    )
+    ((w,), (s,)) = wide.encodings, rep.encodings
+    assert s.stress == w.stress and s.ci_high - s.ci_low < w.ci_high - w.ci_low
