@@ -487,6 +487,8 @@ def bootstrap_stress(
             f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
             "use fewer --shards or a larger --min-count"
         )
+    if pairs.shape[0] < 2:
+        pairs = pairs[:0]  # one pair has no spread: the held-out intervals stay in-sample
     n_ranks = min(full_by_rank.size, ranks.shape[1])
     return StressIntervals(
         level=level,
@@ -511,7 +513,7 @@ def bootstrap_stress(
             float(np.mean(smp)) - float(est) for est, smp in zip(estimates, enc_arrays, strict=True)
         ),
         method=interval_method(used),
-        heldout_pairs=pairs.shape[0] if pairs.shape[0] >= 2 else 0,
+        heldout_pairs=pairs.shape[0],
         heldout_splits=heldout_splits if heldout_ranks else 0,
     )
 
@@ -540,8 +542,8 @@ def _split_spread(
 ) -> tuple[float, int]:
     """``(sd, degrees of freedom)`` of a held-out ``mds-r`` headline over its outer splits: the
     sd of the complementary pairs' held-out figures over ``sqrt(splits)``; ``(0, 0)`` for any
-    other encoding, or with fewer than 2 pairs."""
-    if rank is None or rank not in heldout_ranks or pairs.shape[0] < 2:
+    other encoding, or without pairs (:func:`bootstrap_stress` keeps none of a single one)."""
+    if rank is None or rank not in heldout_ranks or not pairs.shape[0]:
         return 0.0, 0
     col = pairs[:, heldout_ranks.index(rank)]
     return float(np.std(col, ddof=1)) / float(np.sqrt(splits)), col.size - 1
