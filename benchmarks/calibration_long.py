@@ -5,7 +5,8 @@ took 12-18 min on 2 cores).
 Independent samples of one distribution of benchmarks/longctx.py's model (V = 50,257,
 ``TOKENS_PER_POSITION`` tokens per position, Zipf 1.1, ``DRIFT`` of them drifting with
 position), each token to one of 20 shards uniformly. For each sample, ``stress_report`` with
-``--replicates`` replicates (50: the t interval the default draws from 1,024 positions) and
+``--replicates`` replicates (38: the balanced t interval the default draws from 1,024
+positions with 20 shards; 50: the random ones drawn before) and
 ``--splits`` cross-fit splits a replicate; then per encoding the mean interval width against
 ``3.92`` times the sd of the estimate across samples (1.0 = calibrated) and the coverage of
 the samples' mean estimate. docs/scale.md ("Seventh pass"; "Ninth pass" for n = 512 with 100
@@ -100,7 +101,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--n", type=int, default=128)
     ap.add_argument("--samples", type=int, default=40)
-    ap.add_argument("--replicates", type=int, default=50)
+    ap.add_argument("--replicates", type=int, default=38)
     ap.add_argument("--splits", type=int, default=2, help="cross-fit splits a replicate")
     args = ap.parse_args()
     calibrate(args.n, args.samples, args.replicates, args.splits)

@@ -11,8 +11,8 @@
 3. Interval calibration: independent samples of one synthetic corpus; the mean 95% interval
    width against ``2 * 1.96 *`` the sd of the estimate over the samples (1.0 = calibrated), the
    coverage of the samples' mean estimate and the widths' spread, for 200 percentile
-   replicates and for the 50 (t interval) drawn by default from 1,024 positions; held-out
-   ``mds-r`` below, at and above the true rank.
+   replicates and for the 38 balanced ones (t interval) drawn by default from 1,024 positions;
+   held-out ``mds-r`` below, at and above the true rank.
 4. Cost in ms on the bundled corpus.
 """
 
@@ -34,9 +34,9 @@ from posdiag.geometry import mds_from_gram, stress
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty import (
     LONG_CONTEXT_FROM,
-    LONG_CONTEXT_REPLICATES,
     ShardedCounts,
     corpus_counts_sharded,
+    default_replicates,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,11 +117,12 @@ def interval_calibration(
 
 def calibration(samples: int, replicates: int, size: int) -> None:
     n, vocab = 32, 5000
-    counts_ = (replicates, LONG_CONTEXT_REPLICATES)
+    long = default_replicates(LONG_CONTEXT_FROM, 20)
+    counts_ = (replicates, long)
     print(
         f"\n3. Interval calibration: {samples} independent samples, n = {n}, V = {vocab:,}, "
         f"N = {size:,}, 20 shards, 95%: {replicates} replicates (percentile) and "
-        f"{LONG_CONTEXT_REPLICATES} (t, the default from {LONG_CONTEXT_FROM:,} positions)"
+        f"{long} balanced (t, the default from {LONG_CONTEXT_FROM:,} positions)"
     )
     mu = zipf_drift_distributions(n, vocab, 3, sharpness=2.0, seed=0)
     # mds-3 and mds-5: held-out figures at and above the true rank 3, mostly fit noise (their
@@ -135,7 +136,7 @@ def calibration(samples: int, replicates: int, size: int) -> None:
         total, shards = sample_sharded_counts(mu, size, shards=20, seed=1000 + i)
         counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(shards))
         for r in counts_:
-            # Same seed: the 50 replicates are the first 50 of the 200.
+            # Same seed; the balanced replicates are rows of a Hadamard matrix, not a subset.
             report = stress_report(
                 ShardedCounts(counts, counts.shards, i), specs, replicates=r, seed=i
             )

@@ -8,7 +8,7 @@
    tokens per position) split into 20 shards (each position's counts multinomially), n = 1k,
    2k, 4k. An exact replicate costs seconds at these sizes, so a few replicates of each loop
    are timed and the cost is projected, the previous loop's to 200 replicates, the new one's to
-   the default count for the length (``default_replicates``: 200, 50 from 1,024 positions)
+   the default count for the length (``default_replicates``: 200; 38 balanced from 1,024 positions)
    (replicates cost the same up to noise: same sizes, same work; the new loop's one-off set-up
    is timed apart and counted once); target: the whole ``stress`` with default intervals
    <= 60 s.

@@ -725,6 +725,10 @@ class Uncertainty:
         Outer splits each held-out ``mds-r`` headline averages
         (:func:`posdiag.estimator.outer_splits`); 0 without a held-out ``mds-r``. With
         ``heldout_pairs`` 0 its intervals are the in-sample replicates' only, too narrow.
+    design : str
+        How the half-samples were drawn: ``"balanced"`` (rows of a Hadamard matrix and their
+        complements) or ``"random"`` (:func:`posdiag.uncertainty.replicate_halves`); empty
+        without intervals.
     bias : tuple of float
         Bootstrap bias of each encoding's stress (mean replicate minus estimate), in the order of
         the report's encodings; positive values mean sampling noise inflates that stress.
@@ -742,11 +746,14 @@ class Uncertainty:
     method: str = ""
     heldout_pairs: int = 0
     heldout_splits: int = 0
+    design: str = ""
 
     def describe(self) -> str:
-        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a t interval, the
-        outer splits of the held-out ``mds-r`` and the pairs that widened their intervals."""
+        """``95% shard bootstrap (20 shards, 200 replicates, seed 0)``, naming a balanced design,
+        a t interval, the outer splits of the held-out ``mds-r`` and the pairs that widened
+        their intervals."""
         how = ", t interval from their sd" if self.method == "t" else ""
+        kind = " balanced" if self.design == "balanced" else ""
         if self.heldout_pairs:
             pairs = (
                 f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread also "
@@ -761,7 +768,7 @@ class Uncertainty:
         else:
             pairs = ""
         return (
-            f"{self.level:.0%} shard bootstrap ({self.shards} shards, {self.replicates} "
+            f"{self.level:.0%} shard bootstrap ({self.shards} shards, {self.replicates}{kind} "
             f"replicates{how}, seed {self.seed}{pairs})"
         )
 
@@ -997,6 +1004,7 @@ def _with_intervals(
         method=iv.method,
         heldout_pairs=iv.heldout_pairs,
         heldout_splits=iv.heldout_splits,
+        design=iv.design,
     )
     return scores, unc
 
