@@ -754,15 +754,19 @@ class Uncertainty:
         their intervals."""
         how = ", t interval from their sd" if self.method == "t" else ""
         kind = " balanced" if self.design == "balanced" else ""
+        splits = (
+            f"mean of {self.heldout_splits} outer splits"
+            if self.heldout_splits > 1
+            else "1 outer split"
+        )
         if self.heldout_pairs:
             pairs = (
-                f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread also "
-                f"from {self.heldout_pairs} replicate pairs"
+                f"; held-out mds-r: {splits}, spread also from {self.heldout_pairs} replicate pairs"
             )
         elif self.heldout_splits:
             # Rare (most replicates skipped), but the interval is then too narrow: say so.
             pairs = (
-                f"; held-out mds-r: mean of {self.heldout_splits} outer splits, spread from "
+                f"; held-out mds-r: {splits}, spread from "
                 "in-sample replicates only (fewer than 2 replicate pairs kept: too narrow)"
             )
         else:
