@@ -549,10 +549,10 @@ def replicate_halves(k: int, replicates: int, rng: np.random.Generator) -> tuple
     half-samples is the usual variance estimate with ``k - 1`` degrees of freedom, and random
     half-samples add Monte Carlo noise to it (25 random pairs: about as much again as the
     ``k - 1`` degrees of freedom carry at ``k = 20``). The ``k - 1`` non-trivial rows of a
-    Hadamard matrix reproduce that spread exactly, with none, and a random subset of them with
-    less than as many random pairs: the 19 balanced pairs of 20 shards spread the widths of
-    the fixed encodings' 95% intervals less than 25 random pairs did (docs/theory.md,
-    "Balanced half-samples").
+    Hadamard matrix reproduce that spread exactly, with no Monte Carlo noise, and a random
+    subset of them with less noise than as many random pairs: the 19 balanced pairs of 20
+    shards spread the widths of the fixed encodings' 95% intervals less than 25 random pairs
+    did (docs/theory.md, "Balanced half-samples").
     """
     weights = balanced_halves(k, replicates, rng)
     if weights is not None:
