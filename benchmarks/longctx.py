@@ -19,6 +19,12 @@ distinct tokens per position. Each measurement runs in a fresh subprocess, so it
   not a dependency). Skipped where its dense matrix or its projected time is out of budget.
 - cross-fit: one split's product ``R^A (R^B)^T`` on hypergeometric halves, the unit of the
   cross-fitted estimator (S splits cost S times this).
+
+posdiag's kernels are compiled by numba on their first call and cached on disk (``cache=True``),
+so the first run after an install also compiles them: 35.5 s instead of ~2 s at n = 1,024 on a
+fresh machine. Up to ``peer_max`` posdiag therefore runs in two fresh processes and the faster
+is reported, with the slower printed beside it when it is more than 1.5x the faster (the
+compilation, or a cold page cache); the larger sizes run once, after the kernels are cached.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ SIZES = (1024, 2048, 4096, 8192, 16384)
 # The peer's dense n x V float64 matrix: 1.6 GB at n = 4,096; beyond that its pdist is
 # projected at > 15 min on this machine (cost n^2 V), so it is skipped and said so.
 PEER_MAX_N = 4096
+# The slower of posdiag's two runs is printed when it took this many times the faster.
+COLD_RATIO = 1.5
 
 
 def structured_counts(n: int, seed: int = 0) -> sp.csr_matrix:
@@ -165,6 +173,10 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
     )
     print(f"   V = {V:,}, {TOKENS_PER_POSITION:,} Zipf tokens per position, {DRIFT:.0%} drifting")
     print(f"   load: {os.getloadavg()[0]:.1f} (1-min average) on {os.cpu_count()} cores")
+    print(
+        f"   posdiag: the faster of 2 fresh processes up to n = {peer_max:,} (the first run after "
+        "an install compiles the kernels), 1 above"
+    )
     rows = []
     print(HEADER)
     for n in sizes:
@@ -174,6 +186,12 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
         distinct = float(np.diff(m.indptr).mean())
         del m
         ours = _run_child("posdiag", path)
+        if n <= peer_max and "time" in ours:
+            again = _run_child("posdiag", path)
+            if "time" in again:
+                runs = sorted((ours, again), key=lambda r: float(r["time"]))  # type: ignore[arg-type]
+                ours, slow = runs
+                ours["other"] = float(slow["time"])
         peer = _run_child("peer", path) if n <= peer_max else {}
         ref = _run_child("reference", path) if n <= peer_max else {}
         rows.append((n, distinct, ours, peer))
@@ -226,10 +244,17 @@ def _print_row(
     else:
         cells.append("-")
     print("   | " + " | ".join(cells) + " |")
+    other = float(ours.get("other", 0.0))  # type: ignore[arg-type]
+    cold = (
+        f"; the other run {other:.1f} s (numba compiling its kernels after an install, or cold "
+        "memory)"
+        if other > COLD_RATIO * t
+        else ""
+    )
     print(
         f"   |        | effective ranks {ours['ranks']}; eigenvalues computed: {ours['k']}; "
         f"one cross-fit product {float(ours['split']):.1f} s, "  # type: ignore[arg-type]
-        f"the headline's symmetric product {float(ours['sym']):.1f} s"  # type: ignore[arg-type]
+        f"the headline's symmetric product {float(ours['sym']):.1f} s{cold}"  # type: ignore[arg-type]
     )
 
 
