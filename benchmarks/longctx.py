@@ -189,8 +189,7 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
         if n <= peer_max and "time" in ours:
             again = _run_child("posdiag", path)
             if "time" in again:
-                runs = sorted((ours, again), key=lambda r: float(r["time"]))  # type: ignore[arg-type]
-                ours, slow = runs
+                ours, slow = sorted((ours, again), key=lambda r: float(r["time"]))  # type: ignore[arg-type]
                 ours["other"] = float(slow["time"])
         peer = _run_child("peer", path) if n <= peer_max else {}
         ref = _run_child("reference", path) if n <= peer_max else {}
