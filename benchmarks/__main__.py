@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -270,6 +271,24 @@ def bench_memory(tmp: Path) -> None:
         path.unlink()
 
 
+def blas_line() -> str:
+    """Which BLAS kernels the dense products run on: the figures of the long-context sections
+    move with them (on an AVX-512 machine whose environment pins ``OPENBLAS_CORETYPE=Haswell``,
+    OpenBLAS's own SkylakeX kernels ran a float32 Gram 1.7x faster; docs/scale.md)."""
+    from threadpoolctl import threadpool_info
+
+    libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    parts = [
+        f"{i.get('internal_api', '?')} {i.get('version') or ''} ({i.get('architecture') or '?'} "
+        f"kernels, {i.get('num_threads', '?')} threads)".replace("  ", " ")
+        for i in libs
+    ]
+    pinned = os.environ.get("OPENBLAS_CORETYPE")
+    if pinned:
+        parts.append(f"OPENBLAS_CORETYPE={pinned} set in the environment")
+    return "BLAS: " + ("; ".join(parts) if parts else "none found")
+
+
 def _wall(args: list[str], repeat: int) -> float:
     def run() -> None:
         subprocess.run(args, check=True, capture_output=True)
@@ -317,6 +336,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
+    print(blas_line())
     with tempfile.TemporaryDirectory(prefix="posdiag-bench-") as d:
         tmp = Path(d)
         if args.only in (None, "text"):
