@@ -28,6 +28,7 @@ from rich.progress import (
 )
 
 from ._defaults import DEFAULT_SHARDS
+from ._jit import watch
 from ._validate import check_choice
 from .reading import READING_FIELDS, Reading
 
@@ -423,7 +424,9 @@ def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
 def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
     corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
-    replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once)."""
+    replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once).
+    While numba compiles the long-context kernels (the first such run after an install, ~40 s
+    at 1,024 positions) the stage reads :data:`COMPILING` instead."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None
@@ -438,11 +441,21 @@ def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | Non
     )
     with Progress(*columns, console=err, transient=True) as prog:
         task = prog.add_task("geometry", total=None)
+        stage = ["geometry"]
 
         def update(done: int, total: int) -> None:
+            stage[0] = "bootstrap"
             prog.update(task, completed=done, total=total, description="bootstrap")
 
-        yield update
+        def compiling(now: bool) -> None:
+            prog.update(task, description=COMPILING if now else stage[0])
+
+        with watch(compiling):
+            yield update
+
+
+# What the bar says while numba compiles posdiag's kernels (posdiag._jit).
+COMPILING = "compiling posdiag's kernels (once after an install)"
 
 
 def sharded(

@@ -13,8 +13,11 @@ rounding left is the final division (tests/test_fastscore_ranks.py checks it aga
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from ._jit import load_numba
+
+numba = load_numba()
 
 __all__ = [
     "LIMB_BITS",

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ._jit import load_numba
+
 __all__ = ["PERMUTED_NULL_FROM", "permuted_kl", "shuffle_segments", "shuffled_null"]
 
 # From this many (position, token type) cells the null is drawn by shuffling (same law, another
@@ -27,7 +29,7 @@ _KERNEL: dict[str, Any] = {}
 
 def _kernel() -> Any:
     if "segments" not in _KERNEL:
-        import numba
+        numba = load_numba()
 
         @numba.njit(cache=True, nogil=True)
         def segments(tokens, starts, log_pooled, scratch):  # pragma: no cover - compiled
@@ -89,7 +91,7 @@ def permuted_kl(tokens: np.ndarray, supports: np.ndarray, totals: np.ndarray) ->
 
 def _scatter_kernel() -> Any:
     if "scatter" not in _KERNEL:
-        import numba
+        numba = load_numba()
 
         @numba.njit(cache=True, nogil=True)
         def scatter(pooled, bucket, n_buckets, out):  # pragma: no cover - compiled

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._jit import load_numba
 from .errors import PosdiagError
 
 __all__ = ["ShardStack"]
@@ -119,7 +120,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
     global _first_seen, _accumulate
     if _KERNELS:
         return _KERNELS
-    import numba
+    numba = load_numba()
 
     @numba.njit(cache=True, nogil=True)
     def first_seen(ptr, idx, n, k, i, seen, out, q):  # pragma: no cover - compiled

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._jit import load_numba
+
 __all__ = ["kernels"]
 
 _KERNELS: dict[str, Callable[..., None]] = {}
@@ -24,7 +26,7 @@ def kernels() -> dict[str, Callable[..., None]]:
         return _KERNELS
     import math
 
-    import numba
+    numba = load_numba()
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def differences(p, q, dd, lo, first, last, scale, acc, acc_m, noise):  # pragma: no cover

@@ -34,6 +34,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from ._jit import load_numba
+
 __all__ = ["draw_half", "expected_halves"]
 
 _KERNELS: dict[str, Callable[..., None]] = {}
@@ -55,7 +57,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
         return _KERNELS
     import math
 
-    import numba
+    numba = load_numba()
 
     @numba.njit(cache=True, nogil=True)
     def moments(c, total, h):  # pragma: no cover - compiled

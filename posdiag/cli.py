@@ -556,16 +556,18 @@ def diff(
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
         a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
-    drift = corpus_drift(
-        a,
-        b,
-        min_count=min_count,
-        rank=rank,
-        tolerance=tolerance,
-        encodings=specs,
-        seed=seed,
-        estimator=estimator,
-    )
+    # The bar's geometry stage: two geometries and their re-splits, long at long contexts.
+    with bootstrap_progress(quiet):
+        drift = corpus_drift(
+            a,
+            b,
+            min_count=min_count,
+            rank=rank,
+            tolerance=tolerance,
+            encodings=specs,
+            seed=seed,
+            estimator=estimator,
+        )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
     write_plots(plot, force, drift=drift)

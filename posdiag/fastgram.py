@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._jit import load_numba
 from .errors import PosdiagError
 
 __all__ = [
@@ -395,7 +396,7 @@ def _upper_gram(
     if xd.dtype == np.float32:
         mu = _level((xd,), dense)
         shift = (_centre(x, xd, mu, dense), float(mu @ mu))
-    import numba
+    numba = load_numba()
 
     # Rows go to the kernel's threads in chunks as they finish (_upper_kernel); numba keeps
     # the chunk size per calling thread, and a `with numba.parallel_chunksize` inside the
@@ -486,7 +487,7 @@ def _range_counts(x: sp.csr_matrix, v: int) -> np.ndarray:
     """
     if x.indices.size < COMPILED_FROM_NNZ:
         return np.bincount(x.indices, minlength=v).astype(np.int64)[None, :]
-    import numba
+    numba = load_numba()
 
     ranges = max(1, min(int(numba.get_num_threads()), x.shape[0]))
     counts = np.zeros((ranges, v), dtype=np.int64)
@@ -716,7 +717,7 @@ def _split_kernels() -> dict[str, Callable[..., None]]:
     of every token's list (placed by the ranges' column counts)."""
     if _SPLIT:
         return _SPLIT
-    import numba
+    numba = load_numba()
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def count_rows(indptr, indices, position, counts):  # pragma: no cover - compiled
@@ -899,7 +900,7 @@ _NO_SHIFT = np.zeros(0, dtype=np.float64)
 def _kernels() -> list[Any]:
     if not _KERNEL:
         try:
-            import numba
+            numba = load_numba()
         except ImportError:  # pragma: no cover - numba is a dependency; kept for vendored use
             return []
         _KERNEL.extend(_build_rare(numba))
@@ -1258,7 +1259,7 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
         return _SQUARE
     import math
 
-    import numba
+    numba = load_numba()
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def pairs(bc, col, row, grand, scale, diag, mode, packed, out, tile):  # pragma: no cover

@@ -40,6 +40,7 @@ from types import ModuleType
 import numpy as np
 from scipy.spatial.distance import pdist
 
+from ._jit import load_numba
 from .encodings import Encoding
 from .errors import PosdiagError
 from .geometry import StressMeasures, compare
@@ -109,7 +110,7 @@ def _compiled(m: int) -> bool:
 
 
 def _threads() -> int:
-    import numba
+    numba = load_numba()
 
     return int(numba.get_num_threads())
 

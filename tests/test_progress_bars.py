@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 import posdiag._cli_options as options
+import posdiag._jit as jit
 
 
 def _terminal(monkeypatch: pytest.MonkeyPatch, is_terminal: bool) -> io.StringIO:
@@ -41,3 +42,26 @@ def test_bar_is_silent_when_piped_or_quiet(monkeypatch: pytest.MonkeyPatch) -> N
         with options.bootstrap_progress(quiet) as bar:
             assert bar is None
         assert buf.getvalue() == ""
+
+
+def test_bar_says_compiling_while_numba_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    # posdiag._jit calls the watchers when numba starts and ends compiling (tests/test_jit.py);
+    # here those two calls are made by hand, so the test does not depend on numba's cache.
+    buf = _terminal(monkeypatch, True)
+    with options.bootstrap_progress(False) as bar:
+        assert bar is not None
+        jit._tell(True)
+        time.sleep(0.25)
+        during = buf.getvalue()
+        jit._tell(False)
+        time.sleep(0.25)
+        after = buf.getvalue()[len(during) :]
+        bar(1, 4)
+        jit._tell(True)
+        jit._tell(False)
+        time.sleep(0.25)
+        last = buf.getvalue()[len(during) + len(after) :]
+    assert options.COMPILING in during
+    assert "geometry" in after and options.COMPILING not in after
+    assert "bootstrap" in last and "1/4" in last and options.COMPILING not in last
+    assert not jit._WATCHERS  # the bar stopped listening when it closed
