@@ -7,9 +7,11 @@ distinct tokens per position. Each measurement runs in a fresh subprocess, so it
 (``ru_maxrss``) is its own.
 
 - posdiag: ``stress_report(..., details=False)`` on counts without shards, what ``posdiag stress
-  FILE.npz --shards 0`` computes: the cross-fitted geometry (the exact average over every
-  thinning, one hybrid product), the spectrum, the default encodings with the held-out
-  ``mds-r`` scores (split-half grams: 4 more products), the unstable positions it prints.
+  FILE.npz --shards 0`` computes (its CPU seconds printed as user and system: the system part,
+  the kernel providing fresh pages, is what moves most between runs): the cross-fitted
+  geometry (the exact average over every thinning, one hybrid product), the spectrum, the
+  default encodings with the held-out ``mds-r`` scores (split-half grams: 4 more products), the
+  unstable positions it prints.
 - reference: the SAME estimator computed the straightforward way (dense blocks of the expected
   square-root rows, numpy products, double centring, ``eigvalsh``); its top 10 eigenvalues
   against posdiag's give the agreement column. Skipped with the peer.
@@ -86,9 +88,10 @@ def child_posdiag(path: Path) -> dict[str, object]:
 
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     report = stress_report(ShardedCounts(counts), min_count=1, details=False)
     t_stress = time.perf_counter() - t0
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     rss = _peak_gb()
     # One cross-fit split: hypergeometric halves of every position's counts.
     rng = np.random.default_rng(0)
@@ -106,6 +109,10 @@ def child_posdiag(path: Path) -> dict[str, object]:
     lam = report.spectrum.eigenvalues
     return {
         "time": t_stress,
+        # The kernel's share: zeroing (and compacting) the fresh pages of every large array,
+        # 23-31 s of CPU at n = 16,384 (docs/scale.md, "Twelfth pass"); it moves between runs.
+        "user": cpu.ru_utime - cpu0.ru_utime,
+        "system": cpu.ru_stime - cpu0.ru_stime,
         "rss": rss,
         "split": t_split,
         "sym": t_sym,
@@ -253,7 +260,8 @@ def _print_row(
     print(
         f"   |        | effective ranks {ours['ranks']}; eigenvalues computed: {ours['k']}; "
         f"one cross-fit product {float(ours['split']):.1f} s, "  # type: ignore[arg-type]
-        f"the headline's symmetric product {float(ours['sym']):.1f} s{cold}"  # type: ignore[arg-type]
+        f"the headline's symmetric product {float(ours['sym']):.1f} s; "  # type: ignore[arg-type]
+        f"CPU user {float(ours['user']):.1f} s, system {float(ours['system']):.1f} s{cold}"  # type: ignore[arg-type]
     )
 
 
