@@ -11,7 +11,8 @@
    the default count for the length (``default_replicates``: 200; 38 balanced from 1,024 positions)
    (replicates cost the same up to noise: same sizes, same work; the new loop's one-off set-up
    is timed apart and counted once); target: the whole ``stress`` with default intervals
-   <= 60 s.
+   <= 60 s, projected from what the report spends before its first replicate (measured: the
+   headline's split products, the held-out ``mds-r`` fits) plus the default count of replicates.
 """
 
 from __future__ import annotations
@@ -158,6 +159,25 @@ def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int
     return time.perf_counter() - t0
 
 
+def _before_replicates(sharded: ShardedCounts, n: int) -> float:
+    """Wall seconds of the whole report (``stress_report(..., details=False)``, what ``posdiag
+    stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
+    products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn
+    (the fewest allowed) and not timed."""
+    from posdiag.analysis import stress_report
+
+    marks: list[float] = []
+    t0 = time.perf_counter()
+    stress_report(
+        sharded,
+        min_count=1,
+        details=False,
+        replicates=2,
+        progress=lambda done, total: marks.append(time.perf_counter() - t0),
+    )
+    return marks[0] if marks else time.perf_counter() - t0
+
+
 def bench_long(sizes: tuple[int, ...], probes: int) -> None:
     print(
         f"\n2. Long contexts: one exact replicate (2 quarter-split products + spectrum), "
@@ -191,13 +211,19 @@ def bench_long(sizes: tuple[int, ...], probes: int) -> None:
             f"projected {REPLICATES} / {count} (default) replicates: previous / now",
             f"{REPLICATES * old / 60:.0f} / {total / 60:.1f} min",
             REPLICATES * old / total,
-            # The issue's target is the whole stress at n = 4,096; the replicates alone say
-            # whether it is even reachable.
+        )
+        # The issue's target is the whole stress at n = 4,096: what comes before the first
+        # replicate, measured, plus the default count of replicates at the cost measured above.
+        before = _before_replicates(sharded, n)
+        whole = before + count * new
+        _row(
+            f"whole stress: {before:.0f} s before the replicates + {count} x {new:.1f} s",
+            f"{whole:.0f} s (projected)",
+            None,
             ""
             if n != 4096
-            else f"target: whole stress <= {TARGET_LONG_S:.0f} s (not met)"
-            if total > TARGET_LONG_S
-            else f"replicates within the whole stress's {TARGET_LONG_S:.0f} s",
+            else f"target <= {TARGET_LONG_S:.0f} s: "
+            + ("met" if whole <= TARGET_LONG_S else "not met"),
         )
     print(f"   load at the end: {os.getloadavg()[0]:.1f}")
 
