@@ -159,7 +159,7 @@ def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int
     return time.perf_counter() - t0
 
 
-def _before_replicates(sharded: ShardedCounts, n: int) -> float:
+def _before_replicates(sharded: ShardedCounts) -> float:
     """Wall seconds of the whole report (``stress_report(..., details=False)``, what ``posdiag
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn
@@ -214,7 +214,7 @@ def bench_long(sizes: tuple[int, ...], probes: int) -> None:
         )
         # The issue's target is the whole stress at n = 4,096: what comes before the first
         # replicate, measured, plus the default count of replicates at the cost measured above.
-        before = _before_replicates(sharded, n)
+        before = _before_replicates(sharded)
         whole = before + count * new
         _row(
             f"whole stress: {before:.0f} s before the replicates + {count} x {new:.1f} s",
