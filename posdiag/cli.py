@@ -324,7 +324,8 @@ def build_encoding(
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
     counted = counts(corpus, reading, quiet, seed=seed)
-    geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
+    with bootstrap_progress(quiet):
+        geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
     warn(geo.warnings)
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
@@ -824,14 +825,15 @@ def inspect(
         counted = counts(corpus, plan.reading, quiet, seed=seed)
         # plain=False: inspect shows no plug-in figure; spectrum=False: it scores the table
         # against the gram and the distances, no eigenpair of the corpus is shown.
-        geo = corpus_geometry(
-            counted,
-            plan.min_count,
-            estimator=estimator,
-            seed=seed,
-            plain=False,
-            spectrum=False,
-        )
+        with bootstrap_progress(quiet):
+            geo = corpus_geometry(
+                counted,
+                plan.min_count,
+                estimator=estimator,
+                seed=seed,
+                plain=False,
+                spectrum=False,
+            )
         from_file = {k: meta[k] for k in plan.from_file}
         npz = corpus if is_counts_file(corpus) else None
         notes = (
@@ -839,16 +841,18 @@ def inspect(
             *row_notes(encoding_file, table.shape[0], meta, geo.summary, counts_file=npz),
         )
         warn((*geo.warnings, *notes))
-    result = inspect_table(
-        table,
-        geo,
-        path=encoding_file,
-        tensor=used,
-        collapse_tol=collapse_tol,
-        seed=seed,
-        from_file=from_file,
-        warnings=notes,
-    )
+    # Scoring against a corpus ranks its distances (compiled kernels at long contexts).
+    with bootstrap_progress(quiet or geo is None):
+        result = inspect_table(
+            table,
+            geo,
+            path=encoding_file,
+            tensor=used,
+            collapse_tol=collapse_tol,
+            seed=seed,
+            from_file=from_file,
+            warnings=notes,
+        )
     emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
 
