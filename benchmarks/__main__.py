@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from posdiag.counts import CountAccumulator, count_ids, count_texts
-from posdiag.sources import Source, open_source
-from posdiag.tokenize import FileTokenizer, Tokenizer, WhitespaceTokenizer
+from posdiag.corpus.sources import Source, open_source
+from posdiag.corpus.tokenizers import FileTokenizer, Tokenizer, WhitespaceTokenizer
+from posdiag.counts.core import CountAccumulator, count_ids, count_texts
 
 from .longctx import PEER_MAX_N, SIZES, bench_longctx
 

@@ -21,9 +21,9 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from posdiag.analysis import stress_report
-from posdiag.counts import Counts
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress
+from posdiag.counts.core import Counts
+from posdiag.reports.analysis import stress_report
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
 
 from .estimator import interval_calibration
 from .longctx import DRIFT, TOKENS_PER_POSITION, V

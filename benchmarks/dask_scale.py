@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from posdiag.counts import corpus_counts
-from posdiag.distributed import local_cluster, plan_pieces
-from posdiag.sources import open_source
+from posdiag.corpus.sources import open_source
+from posdiag.counts.core import corpus_counts
+from posdiag.counts.distributed import local_cluster, plan_pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"
@@ -76,7 +76,7 @@ def _warm(cluster: Any) -> None:
     from distributed import Client
 
     with Client(cluster) as client:
-        client.run(__import__, "posdiag.distributed")
+        client.run(__import__, "posdiag.counts.distributed")
 
 
 def _compare(label: str, corpus: str, read: dict[str, Any], unit: str, repeat: int) -> None:

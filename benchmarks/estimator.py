@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from posdiag.analysis import corpus_geometry, score_encodings, stress_report
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
-from posdiag.estimator import estimate_hellinger, gram_from_bc
-from posdiag.geometry import mds_from_gram, stress
+from posdiag.geometry.core import mds_from_gram, stress
+from posdiag.geometry.estimator import estimate_hellinger, gram_from_bc
+from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import (
+from posdiag.uncertainty.bootstrap import (
     LONG_CONTEXT_FROM,
     ShardedCounts,
     corpus_counts_sharded,
@@ -126,7 +126,7 @@ def calibration(samples: int, replicates: int, size: int) -> None:
     )
     mu = zipf_drift_distributions(n, vocab, 3, sharpness=2.0, seed=0)
     # mds-3 and mds-5: held-out figures at and above the true rank 3, mostly fit noise (their
-    # intervals add the spread of the outer split, posdiag.uncertainty.bootstrap_stress).
+    # intervals add the spread of the outer split, posdiag.uncertainty.bootstrap.bootstrap_stress).
     specs = ["alibi", "sinusoidal", "rope", "learned-random", "mds-1", "mds-2", "mds-3", "mds-5"]
     values: dict[str, list[float]] = {k: [] for k in specs}
     bounds: dict[tuple[str, int], list[tuple[float, float]]] = {

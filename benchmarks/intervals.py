@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.estimator import gram_from_bc, plugin_bc
-from posdiag.geometry import MDS
-from posdiag.spectral import top_eigenpairs
-from posdiag.uncertainty import (
+from posdiag.geometry.core import MDS
+from posdiag.geometry.estimator import gram_from_bc, plugin_bc
+from posdiag.geometry.spectral import top_eigenpairs
+from posdiag.uncertainty.bootstrap import (
     ShardedCounts,
     bootstrap_stress,
     corpus_counts_sharded,
@@ -97,7 +97,7 @@ def _row(label: str, value: str, ratio: float | None = None, target: str = "") -
 
 def bench_bundled() -> None:
     print("\n1. Bundled corpus: 200 cross-fitted replicates (2 splits each), n_eff = 76")
-    from posdiag.analysis import corpus_geometry
+    from posdiag.reports.analysis import corpus_geometry
 
     sharded = corpus_counts_sharded(str(CORPUS), shards=SHARDS, seed=0)
     geo = corpus_geometry(sharded, 100)
@@ -164,7 +164,7 @@ def _before_replicates(sharded: ShardedCounts) -> float:
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn
     (the fewest allowed) and not timed."""
-    from posdiag.analysis import stress_report
+    from posdiag.reports.analysis import stress_report
 
     marks: list[float] = []
     t0 = time.perf_counter()

@@ -80,11 +80,11 @@ def _peak_gb() -> float:
 
 
 def child_posdiag(path: Path) -> dict[str, object]:
-    from posdiag._thinning import expected_halves
-    from posdiag.analysis import stress_report
-    from posdiag.counts import Counts
-    from posdiag.fastgram import cross_product, sqrt_rows, symmetric_product
-    from posdiag.uncertainty import ShardedCounts
+    from posdiag.counts.core import Counts
+    from posdiag.geometry._gram import cross_product, sqrt_rows, symmetric_product
+    from posdiag.geometry._thinning import expected_halves
+    from posdiag.reports.analysis import stress_report
+    from posdiag.uncertainty.bootstrap import ShardedCounts
 
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
@@ -125,7 +125,7 @@ def child_posdiag(path: Path) -> dict[str, object]:
 
 def child_reference(path: Path) -> dict[str, object]:
     """posdiag's estimator the straightforward way: dense numpy blocks, full ``eigvalsh``."""
-    from posdiag._thinning import expected_halves
+    from posdiag.geometry._thinning import expected_halves
 
     m = sp.load_npz(path).tocsr()
     t0 = time.perf_counter()

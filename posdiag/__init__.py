@@ -1,7 +1,7 @@
 """posdiag: which positional encoding fits the geometry of my corpus?
 
-The public API, in pipeline order: sources -> tokenize -> counts -> geometry -> encodings ->
-analysis -> export / render. The CLI (``posdiag.cli``) is a thin layer over these names.
+The public API, in pipeline order: corpus -> counts -> geometry -> scoring / encodings ->
+uncertainty -> reports -> render. The CLI (``posdiag.cli``) is a thin layer over these names.
 """
 
 __version__ = "0.1.0"
@@ -9,7 +9,28 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time see __getattr__
-    from .analysis import (
+    from .corpus.sources import open_source
+    from .corpus.tokenizers import load_tokenizer
+    from .counts.core import (
+        Counts,
+        corpus_counts,
+        count_texts,
+        load_counts,
+        merge_counts,
+        save_counts,
+    )
+    from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding
+    from .errors import PosdiagError, PosdiagWarning
+    from .geometry.core import (
+        MDS,
+        classical_mds,
+        effective_rank,
+        hellinger_distances,
+        stress,
+        stress_by_rank,
+    )
+    from .geometry.estimator import HellingerEstimate, estimate_hellinger
+    from .reports.analysis import (
         DEFAULT_MIN_COUNT,
         CorpusGeometry,
         Diagnosis,
@@ -20,73 +41,59 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
         score_encodings,
         stress_report,
     )
-    from .counts import Counts, corpus_counts, count_texts, load_counts, merge_counts, save_counts
-    from .drift import Drift, corpus_drift
-    from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding
-    from .errors import PosdiagError, PosdiagWarning
-    from .estimator import HellingerEstimate, estimate_hellinger
-    from .export import LowRankEncoding, low_rank_encoding, write_encoding
-    from .gate import GateReport, build_config, run_gate
-    from .geometry import (
-        MDS,
-        classical_mds,
-        effective_rank,
-        hellinger_distances,
-        stress,
-        stress_by_rank,
-    )
-    from .inspect import Inspection, inspect_table
-    from .sources import open_source
-    from .tokenize import load_tokenizer
-    from .uncertainty import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+    from .reports.drift import Drift, corpus_drift
+    from .reports.export import LowRankEncoding, low_rank_encoding, write_encoding
+    from .reports.gate import GateReport, build_config, run_gate
+    from .reports.inspection import Inspection, inspect_table
+    from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
 # Imported on first use (PEP 562): `posdiag --version` and `--help` must not pay for numpy and
 # scipy (~2 s), so `import posdiag` loads nothing until a name is asked for.
 _LAZY = {
-    "DEFAULT_MIN_COUNT": "analysis",
-    "CorpusGeometry": "analysis",
-    "Diagnosis": "analysis",
-    "EncodingScore": "analysis",
-    "StressReport": "analysis",
-    "corpus_geometry": "analysis",
-    "diagnose": "analysis",
-    "score_encodings": "analysis",
-    "stress_report": "analysis",
-    "Counts": "counts",
-    "corpus_counts": "counts",
-    "count_texts": "counts",
-    "load_counts": "counts",
-    "merge_counts": "counts",
-    "save_counts": "counts",
-    "Drift": "drift",
-    "corpus_drift": "drift",
+    "DEFAULT_MIN_COUNT": "reports.analysis",
+    "CorpusGeometry": "reports.analysis",
+    "Diagnosis": "reports.analysis",
+    "EncodingScore": "reports.analysis",
+    "StressReport": "reports.analysis",
+    "corpus_geometry": "reports.analysis",
+    "diagnose": "reports.analysis",
+    "score_encodings": "reports.analysis",
+    "stress_report": "reports.analysis",
+    "Counts": "counts.core",
+    "corpus_counts": "counts.core",
+    "count_texts": "counts.core",
+    "load_counts": "counts.core",
+    "merge_counts": "counts.core",
+    "save_counts": "counts.core",
+    "Drift": "reports.drift",
+    "corpus_drift": "reports.drift",
     "REGISTRY": "encodings",
     "Encoding": "encodings",
     "make_encoding": "encodings",
     "parse_encoding": "encodings",
     "PosdiagError": "errors",
     "PosdiagWarning": "errors",
-    "HellingerEstimate": "estimator",
-    "estimate_hellinger": "estimator",
-    "LowRankEncoding": "export",
-    "low_rank_encoding": "export",
-    "write_encoding": "export",
-    "GateReport": "gate",
-    "build_config": "gate",
-    "run_gate": "gate",
-    "MDS": "geometry",
-    "classical_mds": "geometry",
-    "effective_rank": "geometry",
-    "hellinger_distances": "geometry",
-    "stress": "geometry",
-    "stress_by_rank": "geometry",
-    "Inspection": "inspect",
-    "inspect_table": "inspect",
-    "open_source": "sources",
-    "load_tokenizer": "tokenize",
-    "ShardedCounts": "uncertainty",
-    "bootstrap_stress": "uncertainty",
-    "corpus_counts_sharded": "uncertainty",
+    "HellingerEstimate": "geometry.estimator",
+    "estimate_hellinger": "geometry.estimator",
+    "LowRankEncoding": "reports.export",
+    "low_rank_encoding": "reports.export",
+    "write_encoding": "reports.export",
+    "GateReport": "reports.gate",
+    "build_config": "reports.gate",
+    "run_gate": "reports.gate",
+    "MDS": "geometry.core",
+    "classical_mds": "geometry.core",
+    "effective_rank": "geometry.core",
+    "hellinger_distances": "geometry.core",
+    "stress": "geometry.core",
+    "stress_by_rank": "geometry.core",
+    "Inspection": "reports.inspection",
+    "inspect_table": "reports.inspection",
+    "open_source": "corpus.sources",
+    "load_tokenizer": "corpus.tokenizers",
+    "ShardedCounts": "uncertainty.bootstrap",
+    "bootstrap_stress": "uncertainty.bootstrap",
+    "corpus_counts_sharded": "uncertainty.bootstrap",
 }
 
 

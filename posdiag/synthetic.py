@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._memory import require
-from ._validate import check_choice, check_float, check_int
+from ._util.memory import require
+from ._util.validate import check_choice, check_float, check_int
 
 __all__ = [
     "MODES",
@@ -235,7 +235,7 @@ def zipf_drift_distributions(
     the vocabulary; position ``i`` mixes the topics with weights
     ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``. The long
     tail of rare words is what makes the plug-in Hellinger geometry noisy on real text; the
-    exact ``B_H`` follows from the returned distributions (posdiag.estimator validation).
+    exact ``B_H`` follows from the returned distributions (posdiag.geometry.estimator validation).
 
     Returns
     -------

@@ -13,7 +13,7 @@ from click.testing import Result
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from posdiag.cli import app
+from posdiag.cli.app import app
 from posdiag.synthetic import drift_distributions, sample_texts
 
 # CI runs the same examples every time (a red CI must mean a regression, not a new random draw);

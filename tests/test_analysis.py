@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import toeplitz
 
-from posdiag.analysis import diagnose
-from posdiag.counts import Counts, count_texts
-from posdiag.geometry import (
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
+from posdiag.geometry.core import (
     hellinger_distances,
     pairwise_distances,
     parameter_saving,
@@ -26,9 +26,9 @@ from posdiag.geometry import (
     smoothness,
     violation_rate,
 )
+from posdiag.reports.analysis import diagnose
 from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import count_texts_sharded
+from posdiag.uncertainty.bootstrap import count_texts_sharded
 
 
 def _iid_counts(sequences: int, positions: int = 10, vocab: int = 30, seed: int = 0) -> Counts:

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag import analysis, fastscore, spectral
-from posdiag.analysis import corpus_geometry, score_encodings
-from posdiag.counts import Counts, count_texts
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry import compare, double_center, gram_from_distances
+from posdiag.geometry import spectral
+from posdiag.geometry.core import compare, double_center, gram_from_distances
+from posdiag.reports import analysis
+from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.scoring import scores as fastscore
 from posdiag.synthetic import drift_distributions, sample_texts
-from posdiag.tokenize import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,7 @@ def test_noise_gram_diagonal_without_the_matrix() -> None:
 
 
 def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.geometry import mds_from_gram, mds_of_gram, stress_by_rank
+    from posdiag.geometry.core import mds_from_gram, mds_of_gram, stress_by_rank
 
     # A non-Euclidean dissimilarity: negative eigenvalues, as with the cross-fit.
     rng = np.random.default_rng(0)
@@ -87,7 +89,7 @@ def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag import uncertainty
+    from posdiag.uncertainty import bootstrap as uncertainty
 
     rng = np.random.default_rng(7)
     m = rng.poisson(rng.uniform(0.2, 30, (6, 40))).astype(np.int64)
@@ -124,7 +126,7 @@ def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPa
 def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
     counts: Counts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from posdiag import estimator
+    from posdiag.geometry import estimator
 
     geo = corpus_geometry(counts, min_count=1)
     full = geo.heldout_stress([1, 2, 3])
@@ -145,7 +147,7 @@ def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
 
 
 def test_vectorised_thinning_keeps_the_law_and_the_halves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag import estimator
+    from posdiag.geometry import estimator
 
     rng = np.random.default_rng(2)
     m = sp.csr_matrix(rng.poisson(rng.uniform(0.5, 20, (8, 30))).astype(np.int64) + 1)
@@ -168,7 +170,7 @@ def _noisy_geometry(n: int = 40):  # type: ignore[no-untyped-def]
 def test_noise_bounds_by_row_blocks_equal_the_whole_matrix_formulas(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag.estimator import noise_energy, noise_energy_rows
+    from posdiag.geometry.estimator import noise_energy, noise_energy_rows
 
     geo = _noisy_geometry()
     half = geo.split_half()

@@ -1,4 +1,5 @@
-"""Balanced half-samples (posdiag._hadamard, posdiag.uncertainty.balanced_halves): Hadamard
+"""Balanced half-samples (posdiag.uncertainty._hadamard,
+posdiag.uncertainty.bootstrap.balanced_halves): Hadamard
 matrices, the pair layout, and the property they are for: over all ``k - 1`` rows, the spread of
 a linear statistic equals its spread over every one of the ``C(k, k/2)`` half-samples."""
 
@@ -15,13 +16,13 @@ from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag import uncertainty
-from posdiag._hadamard import hadamard
-from posdiag.analysis import stress_report
+from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import make_encoding
+from posdiag.reports.analysis import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import (
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty._hadamard import hadamard
+from posdiag.uncertainty.bootstrap import (
     balanced_halves,
     bootstrap_stress,
     count_texts_sharded,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
+from posdiag.cli.app import app
 from posdiag.render.gate import asks_github_format, error_annotation
 
 runner = CliRunner()

@@ -27,17 +27,20 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
-from posdiag import _permnull, analysis, estimator, gate, spectral, uncertainty
-from posdiag._permnull import permuted_kl, shuffle_segments, shuffled_null
-from posdiag.analysis import corpus_geometry, diagnose, score_encodings
-from posdiag.counts import Counts, save_counts
-from posdiag.drift import corpus_drift
+from posdiag.counts.core import Counts, save_counts
 from posdiag.errors import PosdiagError
-from posdiag.gate import build_config, run_gate
-from posdiag.geometry import gram_from_vectors, positional_information, reached_rank
-from posdiag.inspect import _figures, _table_eigenvalues
+from posdiag.geometry import estimator, spectral
+from posdiag.geometry.core import gram_from_vectors, positional_information, reached_rank
 from posdiag.render.html import build_report
-from posdiag.uncertainty import ShardedCounts
+from posdiag.reports import analysis, gate
+from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
+from posdiag.reports.drift import corpus_drift
+from posdiag.reports.gate import build_config, run_gate
+from posdiag.reports.inspection import _figures, _table_eigenvalues
+from posdiag.uncertainty import _permnull
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty._permnull import permuted_kl, shuffle_segments, shuffled_null
+from posdiag.uncertainty.bootstrap import ShardedCounts
 from tests.test_longctx_paths import zipf_counts
 
 
@@ -281,7 +284,7 @@ def test_table_spectrum_from_the_small_gram(shape: tuple[int, int]) -> None:
     assert got.shape == lam.shape
     np.testing.assert_allclose(got, lam, rtol=0, atol=1e-10 * lam[0])
     figs = _figures(p, 0.01)
-    from posdiag.geometry import effective_rank
+    from posdiag.geometry.core import effective_rank
 
     assert figs.effective_rank == {t: effective_rank(lam, t) for t in (0.1, 0.05, 0.01)}
 
@@ -334,9 +337,9 @@ def test_diff_rank_beyond_the_computed_pairs_grows_the_partial_spectrum(
 def test_inspect_computes_no_eigenpair_of_the_corpus(
     corpus_a: Counts, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    from posdiag import analysis as analysis_mod
-    from posdiag import geometry
-    from posdiag.inspect import inspect_table
+    from posdiag.geometry import core as geometry
+    from posdiag.reports import analysis as analysis_mod
+    from posdiag.reports.inspection import inspect_table
 
     path = save_counts(corpus_a, tmp_path / "a.npz")
     table = np.random.default_rng(0).standard_normal((160, 16))

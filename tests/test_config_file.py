@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
-from posdiag.config_file import find_config, read_toml, search_dirs
+from posdiag.cli.app import app
 from posdiag.errors import PosdiagError
-from posdiag.gate import build_config
+from posdiag.reports.config import find_config, read_toml, search_dirs
+from posdiag.reports.gate import build_config
 
 runner = CliRunner()
 

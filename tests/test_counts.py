@@ -14,7 +14,9 @@ from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag.counts import (
+from posdiag.corpus.sources import open_source
+from posdiag.corpus.tokenizers import WhitespaceTokenizer, load_tokenizer, view
+from posdiag.counts.core import (
     CountAccumulator,
     Counts,
     corpus_counts,
@@ -25,8 +27,6 @@ from posdiag.counts import (
     save_counts,
 )
 from posdiag.errors import PosdiagError
-from posdiag.sources import open_source
-from posdiag.tokenize import WhitespaceTokenizer, load_tokenizer, view
 
 
 def _brute(seqs: list[list[int]], n: int, v: int) -> np.ndarray:
@@ -259,7 +259,7 @@ def test_count_texts_matches_brute_force() -> None:
 
 
 def test_accumulator_compaction_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.counts import CountAccumulator
+    from posdiag.counts.core import CountAccumulator
 
     monkeypatch.setattr(CountAccumulator, "_COMPACT_AT", 5)
     rng = np.random.default_rng(0)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
-from posdiag.counts import corpus_counts
-from posdiag.drift import corpus_drift
+from posdiag.cli.app import app
+from posdiag.counts.core import corpus_counts
+from posdiag.reports.drift import corpus_drift
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
-from posdiag.estimator import (
+from posdiag.geometry.estimator import (
     crossfit_bc,
     distinct_splits,
     estimate_hellinger,
@@ -22,7 +22,7 @@ from posdiag.estimator import (
     split_picks,
 )
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
 
 
 def _unordered(k: int, pick: np.ndarray) -> frozenset[frozenset[int]]:

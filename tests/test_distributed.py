@@ -20,10 +20,12 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from posdiag._shardkey import shard_of
-from posdiag.cli import app
-from posdiag.counts import Counts, corpus_counts, count_texts, load_counts
-from posdiag.distributed import (
+from posdiag.cli.app import app
+from posdiag.corpus._shardkey import shard_of
+from posdiag.corpus.sources import open_source
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, corpus_counts, count_texts, load_counts
+from posdiag.counts.distributed import (
     Engine,
     Job,
     Partial,
@@ -35,9 +37,7 @@ from posdiag.distributed import (
     plan_pieces,
 )
 from posdiag.errors import PosdiagError
-from posdiag.sources import open_source
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import DEFAULT_SHARDS
+from posdiag.uncertainty.bootstrap import DEFAULT_SHARDS
 
 distributed = pytest.importorskip("distributed")
 
@@ -215,7 +215,7 @@ def test_saved_data_set_row_ranges_match_one_process(
     """A save_to_disk folder: one piece per ROWS_PER_PIECE rows (here 40 of 130)."""
     import datasets
 
-    import posdiag.distributed as D
+    import posdiag.counts.distributed as D
 
     texts: list[str | None] = list(_lines(np.random.default_rng(2), 130))
     texts[41] = None
@@ -247,7 +247,7 @@ def bin_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bin_window_ranges_match_one_process(
     bin_file: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch, select: dict[str, Any]
 ) -> None:
-    import posdiag.distributed as D
+    import posdiag.counts.distributed as D
 
     # 5 ranges of 128 windows x 4 ranges of 16 positions (dense blocks of 16 x 500 int32).
     monkeypatch.setattr(D, "TOKENS_PER_PIECE", 8192)
@@ -442,7 +442,7 @@ def test_partials_travel_narrow_and_add_without_overflow(
     """A partial crosses the wire in the smallest types that hold it; sums are exact int64."""
     import pickle
 
-    from posdiag.distributed import _csr_parts, add_partials
+    from posdiag.counts.distributed import _csr_parts, add_partials
 
     rng = np.random.default_rng(4)
     dense = rng.integers(0, 3, size=(6, width)).astype(np.int64)
@@ -481,7 +481,7 @@ def test_cli_run_on_its_own_local_cluster_leaves_stderr_clean(
 
 
 def test_only_the_heartbeat_race_is_kept_off_the_worker_log() -> None:
-    from posdiag._dask_quiet import ShutdownNoise
+    from posdiag.counts._dask_quiet import ShutdownNoise
 
     def record(msg: str) -> logging.LogRecord:
         return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, (), None)
@@ -519,7 +519,7 @@ def test_byte_ranges_read_every_line_exactly_once(
 ) -> None:
     """Whatever the cut (one byte per range included), the ranges' texts in order are the
     file's texts as one reader yields them."""
-    import posdiag.distributed as D
+    import posdiag.counts.distributed as D
 
     monkeypatch.setattr(D, "BYTES_PER_PIECE", size)
     for name in ("big.txt", "big.jsonl"):
@@ -537,7 +537,7 @@ def test_a_long_text_file_in_byte_ranges_matches_one_process(
     long_files: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Several tasks per file; shards by (range, index in range) in both passes."""
-    import posdiag.distributed as D
+    import posdiag.counts.distributed as D
 
     monkeypatch.setattr(D, "BYTES_PER_PIECE", 1_500)
     for name in ("big.txt", "big.jsonl"):
@@ -556,7 +556,7 @@ def test_a_long_text_file_in_byte_ranges_matches_one_process(
 def test_a_bad_line_in_a_byte_range_names_its_offset(
     tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import posdiag.distributed as D
+    import posdiag.counts.distributed as D
 
     monkeypatch.setattr(D, "BYTES_PER_PIECE", 100)
     good = "".join(f"line {i} of text\n" for i in range(30)).encode()
@@ -576,7 +576,7 @@ def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
     the int64 matrix of their sum, and the statistics of all of them."""
     import pickle
 
-    from posdiag.distributed import _RowStack
+    from posdiag.counts.distributed import _RowStack
 
     rng = np.random.default_rng(8)
     dense = rng.integers(0, 300, size=(10, 70)) * (rng.random((10, 70)) < 0.3)

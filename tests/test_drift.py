@@ -12,14 +12,14 @@ from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag.analysis import corpus_geometry, score_encodings
-from posdiag.cli import app
-from posdiag.counts import count_texts, save_counts
-from posdiag.drift import corpus_drift, count_pair, fitted_stress
-from posdiag.geometry import stress
-from posdiag.reading import Reading
+from posdiag.cli.app import app
+from posdiag.corpus.reading import Reading
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import count_texts, save_counts
+from posdiag.geometry.core import stress
+from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.synthetic import drift_distributions, sample_texts
-from posdiag.tokenize import load_tokenizer
 
 from .test_render_plots import PIXELS, png_size
 
@@ -258,7 +258,7 @@ def test_diff_of_token_id_files(
     cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
 ) -> None:
     """Pre-training vs fine-tuning shards as .bin ids: counted like corpus_counts does."""
-    from posdiag.counts import corpus_counts
+    from posdiag.counts.core import corpus_counts
 
     rng = np.random.default_rng(0)
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"

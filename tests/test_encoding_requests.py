@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
+from posdiag.cli.app import app
 from posdiag.encodings import DEFAULT_DIM, DIM_PARAMS, REGISTRY
 
 runner = CliRunner()

@@ -32,7 +32,7 @@ from posdiag.encodings.rope import (
     yarn_mscale,
 )
 from posdiag.errors import PosdiagError
-from posdiag.geometry import classical_mds, gram_from_distances, hellinger_distances, stress
+from posdiag.geometry.core import classical_mds, gram_from_distances, hellinger_distances, stress
 
 N = 40
 
@@ -623,8 +623,8 @@ def test_long_context_encodings_are_not_refused_for_matrices_they_never_build(
 ) -> None:
     # Was: "encoding 'alibi' on 16,384 positions (heads=8) needs about 24.0 GiB" on a machine
     # with 17.6 GiB free, although the default set is scored from lag profiles and vectors.
-    from posdiag import fastscore
     from posdiag.encodings import _core
+    from posdiag.scoring import scores as fastscore
 
     assert _core.DENSE_MATRICES_MAX == fastscore.DENSE_SCORER_MAX
     monkeypatch.setenv("POSDIAG_MAX_MEMORY", "1GiB")

@@ -1,4 +1,5 @@
-"""The cross-fitted Hellinger geometry (posdiag.estimator) against exactly known geometries."""
+"""The cross-fitted Hellinger geometry (posdiag.geometry.estimator) against exactly known
+geometries."""
 
 from __future__ import annotations
 
@@ -15,11 +16,18 @@ from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag.analysis import corpus_geometry, score_encodings, stress_report
-from posdiag.counts import Counts, corpus_counts
+from posdiag.counts.core import Counts, corpus_counts
 from posdiag.encodings import make_encoding
 from posdiag.errors import PosdiagError
-from posdiag.estimator import (
+from posdiag.geometry.core import (
+    gram_from_distances,
+    mds_from_gram,
+    reached_rank,
+    stress,
+    stress_by_rank,
+    stress_floor,
+)
+from posdiag.geometry.estimator import (
     crossfit_bc,
     estimate_hellinger,
     gram_from_bc,
@@ -28,16 +36,9 @@ from posdiag.estimator import (
     plugin_bc,
     thinned_halves,
 )
-from posdiag.geometry import (
-    gram_from_distances,
-    mds_from_gram,
-    reached_rank,
-    stress,
-    stress_by_rank,
-    stress_floor,
-)
+from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
 N_POS, VOCAB = 32, 5000
 
@@ -338,8 +339,8 @@ def test_verbose_stress_shows_the_plugin_figures(
 
 
 def test_drift_default_rank_falls_back_to_the_signal_rank() -> None:
-    from posdiag.drift import _default_rank
-    from posdiag.geometry import MDS
+    from posdiag.geometry.core import MDS
+    from posdiag.reports.drift import _default_rank
 
     lam = np.array([4.0, 2.0, 1.0, 0.0, -1.0])  # floor sqrt(1/22) = 0.213
     mds = MDS(eigenvalues=lam, vectors=np.eye(5), gram=np.diag(lam))

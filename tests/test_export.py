@@ -10,13 +10,13 @@ import pytest
 from safetensors.numpy import load_file
 from scipy.spatial.distance import pdist
 
-from posdiag.analysis import corpus_geometry
-from posdiag.counts import count_texts
+from posdiag.corpus.tokenizers import WhitespaceTokenizer
+from posdiag.counts.core import count_texts
 from posdiag.errors import PosdiagError
-from posdiag.export import low_rank_encoding, write_encoding
-from posdiag.geometry import stress_by_rank
+from posdiag.geometry.core import stress_by_rank
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.export import low_rank_encoding, write_encoding
 from posdiag.synthetic import drift_distributions, sample_texts
-from posdiag.tokenize import WhitespaceTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Blocked hybrid Gram products (posdiag.fastgram) against the plain dense computation."""
+"""Blocked hybrid Gram products (posdiag.geometry._gram) against the plain dense computation."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag import fastgram
 from posdiag.errors import PosdiagError
-from posdiag.fastgram import cross_product, plan_product, sqrt_rows
+from posdiag.geometry import _gram as fastgram
+from posdiag.geometry._gram import cross_product, plan_product, sqrt_rows
 
 
 def zipf_counts(n: int, v: int, per_row: int, seed: int, drift: float = 0.3) -> sp.csr_matrix:
@@ -255,7 +255,7 @@ def test_square_passes_refuse_other_shapes() -> None:
 
 def _odd_even_halves(n: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """Expected square-root halves of counts whose rows alternate odd and even ``N_i``."""
-    from posdiag._thinning import expected_halves
+    from posdiag.geometry._thinning import expected_halves
 
     c = zipf_counts(n, 3000, 600, seed=seed).astype(np.int64).tolil()
     for i in range(0, n, 2):  # one more token: about half the rows get an odd total
@@ -384,7 +384,7 @@ def test_symmetric_product_is_the_symmetric_part_of_the_product(block_rows: int 
 def test_symmetric_product_equals_cross_product_bitwise_when_halves_are_equal() -> None:
     # Even N_i everywhere: the expected halves are the same numbers, Q is empty, and the Gram's
     # upper triangle adds the same terms in the same order as the full product.
-    from posdiag._thinning import expected_halves
+    from posdiag.geometry._thinning import expected_halves
 
     c = zipf_counts(260, 3000, 600, seed=4).astype(np.int64).tolil()
     for i in range(260):
@@ -479,7 +479,7 @@ def test_float32_blocks_centred_on_the_level_err_on_the_deviations_only(
     # 400 positions sharing one Zipf head (drift 0.1): the dense columns are mostly their common
     # level. Centred, the float32 block's error on B_H = 1/2 J BC J (what the geometry uses)
     # falls with the deviations' size; not centred, it scales with the level.
-    from posdiag._thinning import expected_halves
+    from posdiag.geometry._thinning import expected_halves
 
     c = zipf_counts(400, 3000, 3000, seed=7, drift=0.1)
     ma, mb, _ = expected_halves(sp.csr_matrix(c, dtype=np.int64))

@@ -1,4 +1,5 @@
-"""Structured encoding scores (posdiag.fastscore) against geometry.compare on dense matrices."""
+"""Structured encoding scores (posdiag.scoring.scores) against geometry.compare on dense
+matrices."""
 
 from __future__ import annotations
 
@@ -16,20 +17,20 @@ from scipy.spatial.distance import pdist
 
 from posdiag.encodings import make_encoding
 from posdiag.encodings._core import toeplitz
-from posdiag.fastscore import (
+from posdiag.geometry.core import (
+    StressMeasures,
+    classical_mds,
+    compare,
+    gram_from_distances,
+    hellinger_distances,
+)
+from posdiag.scoring.scores import (
     corpus_side,
     diagonal_sums,
     pearson,
     score_profile,
     score_vectors,
     upper_distances,
-)
-from posdiag.geometry import (
-    StressMeasures,
-    classical_mds,
-    compare,
-    gram_from_distances,
-    hellinger_distances,
 )
 from posdiag.synthetic import drift_distributions
 
@@ -128,14 +129,14 @@ def test_property_any_profile(n: int, levels: list[int], seed: int) -> None:
 def test_average_ranks_equal_rankdata(values: list[int]) -> None:
     from scipy.stats import rankdata
 
-    from posdiag.fastscore import average_ranks
+    from posdiag.scoring.scores import average_ranks
 
     x = np.array(values, dtype=float)
     np.testing.assert_array_equal(average_ranks(x), rankdata(x) if x.size else x)
 
 
 def test_symmetrize_in_place_any_block() -> None:
-    from posdiag.geometry import symmetrize
+    from posdiag.geometry.core import symmetrize
 
     m = np.random.default_rng(0).standard_normal((37, 37))
     want = (m + m.T) / 2
@@ -155,8 +156,8 @@ def test_gram_scorer_matches_compare(
 ) -> None:
     """Every route of a table (the dense gram from its distances, (JP)(JP)^T kept dense, B JP
     per replicate) and of a lag profile gives compare's stress."""
-    from posdiag import fastscore
-    from posdiag.fastscore import GramScorer
+    from posdiag.scoring import scores as fastscore
+    from posdiag.scoring.scores import GramScorer
 
     monkeypatch.setattr(fastscore, "DENSE_SCORER_MAX", dense_max)
     monkeypatch.setattr(fastscore, "DENSE_TABLE_MAX", table_max)
@@ -213,7 +214,7 @@ def test_the_default_stress_run_never_imports_scipy_stats_or_numba(extra: list[s
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from posdiag.cli import app\n"
+        "from posdiag.cli.app import app\n"
         f"args = ['stress', 'fixtures/corpus_en.txt', '--quiet', *{extra!r}]\n"
         "r = CliRunner().invoke(app, args)\n"
         "assert r.exit_code == 0, r.output\n"
@@ -227,7 +228,7 @@ def test_the_default_stress_run_never_imports_scipy_stats_or_numba(extra: list[s
 
 
 def test_lazy_stats_is_scipy_stats() -> None:
-    from posdiag.geometry import stats as lazy
+    from posdiag.geometry.core import stats as lazy
 
     assert lazy.spearmanr is stats.spearmanr
 
@@ -235,8 +236,8 @@ def test_lazy_stats_is_scipy_stats() -> None:
 def test_corpus_side_refuses_more_positions_than_its_exact_sums_hold(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag import fastscore
     from posdiag.errors import PosdiagError
+    from posdiag.scoring import scores as fastscore
 
     # n(n-1)/2 < 2^30 pairs: the limbs' factor and the uint32 ranks; the real bound is 46,341.
     assert 46_341 * 46_340 // 2 < 2**30 <= 46_342 * 46_341 // 2

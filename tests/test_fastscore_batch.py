@@ -1,4 +1,4 @@
-"""posdiag.fastscore.score_vectors_many: the mds-r family scored in one pass, bit for bit the
+"""posdiag.scoring.scores.score_vectors_many: the mds-r family scored in one pass, bit for bit the
 figures of score_vectors one table at a time (small inputs, forced compiled, and n = 600)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag import _fastrank, fastscore
-from posdiag.fastscore import corpus_side, score_vectors, score_vectors_many
-from posdiag.geometry import gram_from_distances
+from posdiag.geometry.core import gram_from_distances
+from posdiag.scoring import _ranks as _fastrank
+from posdiag.scoring import scores as fastscore
+from posdiag.scoring.scores import corpus_side, score_vectors, score_vectors_many
 
 
 @contextmanager
@@ -135,11 +136,11 @@ def test_random_families_equal_one_at_a_time(n: int, seed: int, width: int, nega
 def test_score_encodings_scores_the_mds_family_in_one_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag import analysis
-    from posdiag.analysis import corpus_geometry, score_encodings
-    from posdiag.counts import count_texts
+    from posdiag.corpus.tokenizers import load_tokenizer
+    from posdiag.counts.core import count_texts
+    from posdiag.reports import analysis
+    from posdiag.reports.analysis import corpus_geometry, score_encodings
     from posdiag.synthetic import drift_distributions, sample_texts
-    from posdiag.tokenize import load_tokenizer
 
     mu = drift_distributions(40, 60, rank=3, seed=4)
     counts = count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)

@@ -1,4 +1,4 @@
-"""Exact Spearman sums of posdiag.fastscore (numpy and compiled paths) against scipy."""
+"""Exact Spearman sums of posdiag.scoring.scores (numpy and compiled paths) against scipy."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag import _fastrank, fastscore
 from posdiag.encodings._core import toeplitz
-from posdiag.fastscore import corpus_side, score_profile, score_vectors, upper_distances
-from posdiag.geometry import compare, gram_from_distances
+from posdiag.geometry.core import compare, gram_from_distances
+from posdiag.scoring import _ranks as _fastrank
+from posdiag.scoring import scores as fastscore
+from posdiag.scoring.scores import corpus_side, score_profile, score_vectors, upper_distances
 
 
 @contextmanager

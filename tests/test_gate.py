@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from click.testing import Result
 
-from posdiag.analysis import corpus_geometry, score_encodings
-from posdiag.counts import corpus_counts
+from posdiag.counts.core import corpus_counts
 from posdiag.errors import PosdiagError
-from posdiag.gate import (
+from posdiag.render.gate import github_annotations, junit_xml, rule_line
+from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports.gate import (
     GateConfig,
     GateFacts,
     build_config,
@@ -24,7 +25,6 @@ from posdiag.gate import (
     find_config,
     measure,
 )
-from posdiag.render.gate import github_annotations, junit_xml, rule_line
 
 
 @pytest.fixture
@@ -391,8 +391,8 @@ def test_strict_without_interval_says_so(cli: Callable[..., Result], synth_corpu
 def test_check_computes_bootstrap_intervals_for_strict(
     cli: Callable[..., Result], synth_corpus: Path
 ) -> None:
-    from posdiag.analysis import stress_report
-    from posdiag.uncertainty import corpus_counts_sharded
+    from posdiag.reports.analysis import stress_report
+    from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     sharded = corpus_counts_sharded(str(synth_corpus), shards=10, seed=0)
     ref = stress_report(sharded, ["rope"], replicates=50, seed=0).encodings[0]

@@ -17,7 +17,7 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import spearmanr
 
 from posdiag.errors import PosdiagError, PosdiagWarning
-from posdiag.geometry import (
+from posdiag.geometry.core import (
     classical_mds,
     compare,
     effective_rank,

@@ -1,6 +1,6 @@
 """Intervals of held-out mds-r figures: the replicates come in complementary pairs, and the
 spread of a pair's held-out figure (an outer split of the full data) widens them
-(posdiag.uncertainty.bootstrap_stress, Notes; docs/theory.md)."""
+(posdiag.uncertainty.bootstrap.bootstrap_stress, Notes; docs/theory.md)."""
 
 from __future__ import annotations
 
@@ -16,25 +16,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from posdiag import uncertainty
-from posdiag.analysis import stress_report
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding, parse_encoding
 from posdiag.errors import PosdiagError
-from posdiag.estimator import (
+from posdiag.geometry.core import mds_from_gram
+from posdiag.geometry.estimator import (
     heldout_mds_stress,
     heldout_pair,
     outer_splits,
     split_half_grams,
 )
-from posdiag.geometry import mds_from_gram
+from posdiag.reports.analysis import stress_report
 from posdiag.synthetic import (
     SynthSpec,
     sample_sharded_counts,
     synth_texts,
     zipf_drift_distributions,
 )
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress, paired_halves
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, paired_halves
 
 
 @settings(max_examples=60, deadline=None)
@@ -193,9 +193,9 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The count the text prints is the one the pairs' spread was divided by (one rule,
-    posdiag.estimator.outer_splits), also where a threshold makes it 2 or 1."""
-    import posdiag.estimator as est_mod
-    import posdiag.uncertainty as unc_mod
+    posdiag.geometry.estimator.outer_splits), also where a threshold makes it 2 or 1."""
+    import posdiag.geometry.estimator as est_mod
+    import posdiag.uncertainty.bootstrap as unc_mod
 
     divided: list[int] = []
     real = unc_mod._split_spread
@@ -220,7 +220,7 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
 
 
 def test_check_judges_held_out_mds_r_on_the_same_widened_interval() -> None:
-    from posdiag.gate import build_config, measure
+    from posdiag.reports.gate import build_config, measure
 
     sc = _synthetic(seed=4)
     report = stress_report(sc, ["mds-3"], min_count=1, replicates=60, seed=1)
@@ -248,7 +248,7 @@ def test_too_few_pairs_fall_back_to_the_in_sample_interval_and_say_so(
 ) -> None:
     """Fewer than 2 complementary pairs kept (most replicates skipped on a thin corpus): the
     held-out interval cannot be widened, and the line says it is too narrow."""
-    import posdiag.uncertainty as unc_mod
+    import posdiag.uncertainty.bootstrap as unc_mod
 
     real = unc_mod._exact_replicates
 

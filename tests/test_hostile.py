@@ -27,15 +27,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag._io import atomic_outputs
-from posdiag._memory import parse_size
-from posdiag.counts import load_counts, save_counts
+from posdiag._util.atomic import atomic_outputs
+from posdiag._util.memory import parse_size
+from posdiag.counts.core import load_counts, save_counts
 from posdiag.errors import PosdiagError
 
 from .conftest import BUNDLED
 
 ROOT = Path(__file__).resolve().parents[1]
-POSDIAG = [sys.executable, "-m", "posdiag.cli"]
+POSDIAG = [sys.executable, "-m", "posdiag.cli.app"]
 GiB = 1 << 30
 
 
@@ -441,8 +441,8 @@ def test_max_len_2_pow_63_is_an_error_not_a_traceback(tmp_path: Path) -> None:
 
 
 def test_max_len_within_int32_but_beyond_memory_is_refused(tmp_path: Path) -> None:
-    from posdiag._memory import set_max_memory
-    from posdiag.counts import CountAccumulator
+    from posdiag._util.memory import set_max_memory
+    from posdiag.counts.core import CountAccumulator
 
     set_max_memory("1G")
     try:
@@ -646,7 +646,7 @@ def test_full_disk_is_an_error_and_leaves_nothing(tiny_fs: Path) -> None:
 def _patched(tmp_path: Path, code: str, *args: str) -> subprocess.Popen[str]:
     """posdiag in a subprocess after ``code`` ran (to patch a library function)."""
     argv = ["posdiag", *args]
-    script = f"import sys\n{code}\nfrom posdiag.cli import main\nsys.argv = {argv!r}\nmain()\n"
+    script = f"import sys\n{code}\nfrom posdiag.cli.app import main\nsys.argv = {argv!r}\nmain()\n"
     return subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=tmp_path,
@@ -669,7 +669,7 @@ def test_unexpected_exceptions_become_one_error_line(
     raise_: str, needle: str, tmp_path: Path
 ) -> None:
     code = (
-        "import posdiag.analysis as a\n"
+        "import posdiag.reports.analysis as a\n"
         f"def boom(*args, **kw):\n    raise {raise_}\n"
         "a.estimate_hellinger = boom\n"
     )
@@ -688,7 +688,7 @@ def test_concurrent_writers_exactly_one_wins(tmp_path: Path) -> None:
     resumes: A must fail (exit 2) and B's file must stay. Before: both exited 0."""
     ready, go = tmp_path / "ready", tmp_path / "go"
     code = (
-        "import os, time, posdiag._io as io\n"
+        "import os, time, posdiag._util.atomic as io\n"
         "orig = io._place_exclusive\n"
         "def slow(tmp, target):\n"
         f"    open({str(ready)!r}, 'w').close()\n"
@@ -814,7 +814,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 120) -> 
 def test_sigterm_while_build_encoding_writes_leaves_no_temporary(tmp_path: Path) -> None:
     flag = tmp_path.parent / f"{tmp_path.name}.writing"
     code = (
-        "import time, posdiag._io as io\n"
+        "import time, posdiag._util.atomic as io\n"
         "def hold(tmp, target):\n"
         f"    open({str(flag)!r}, 'w').close()\n"
         "    time.sleep(60)\n"
@@ -864,7 +864,7 @@ def test_signal_to_count_stops_the_forked_workers(sig: int, tmp_path: Path) -> N
     pids = tmp_path.parent / f"{tmp_path.name}.pids"
     pids.mkdir()
     code = (
-        "import os, time, posdiag.counts as c\n"
+        "import os, time, posdiag.counts.core as c\n"
         "orig = c._die_with_parent\n"
         "def held(parent):\n"
         "    orig(parent)\n"
@@ -900,7 +900,7 @@ def test_signal_to_count_stops_the_forked_workers(sig: int, tmp_path: Path) -> N
 def _interrupt_on_place(k: int, sig: int) -> str:
     """Code that sends ``sig`` to the process while it places its ``k``-th output file."""
     return (
-        "import os, posdiag._io as io\n"
+        "import os, posdiag._util.atomic as io\n"
         "calls = []\n"
         "orig_x, orig_r = io._place_exclusive, io.os.replace\n"
         "def place(tmp, target):\n"
@@ -945,7 +945,7 @@ def test_sigterm_while_plot_force_replaces_restores_the_old_files(tmp_path: Path
         png.write_bytes(b"old " + png.name.encode())
     before = listing(tmp_path)
     code = (
-        "import os, posdiag._io as io\n"
+        "import os, posdiag._util.atomic as io\n"
         "calls = []\n"
         "real = io.os.replace\n"
         "class OS:\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posdiag import estimator
-from posdiag.estimator import implied_distances
+from posdiag.geometry import estimator
+from posdiag.geometry.estimator import implied_distances
 
 
 def numpy_path(bc: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
@@ -38,7 +38,7 @@ def test_compiled_equals_numpy_bit_for_bit(n: int, monkeypatch: pytest.MonkeyPat
 
 
 def test_the_bundled_sizes_stay_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag import fastgram
+    from posdiag.geometry import _gram as fastgram
 
     def refuse(*args: object) -> None:
         raise AssertionError("compiled below COMPILED_FROM_ROWS")

@@ -12,12 +12,12 @@ import pytest
 from click.testing import Result
 from safetensors.numpy import save_file
 
-from posdiag.analysis import corpus_geometry
-from posdiag.counts import count_texts
-from posdiag.geometry import separation, stress_by_rank
-from posdiag.inspect import inspect_table, read_encoding_file
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import count_texts
+from posdiag.geometry.core import separation, stress_by_rank
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.inspection import inspect_table, read_encoding_file
 from posdiag.synthetic import SynthSpec, synth_texts
-from posdiag.tokenize import load_tokenizer
 
 
 def test_separation_flags_a_table_with_two_equal_rows() -> None:

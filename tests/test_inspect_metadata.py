@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
-from posdiag.encoding_meta import read_encoding_meta
+from posdiag.cli.app import app
+from posdiag.encodings.file_meta import read_encoding_meta
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """How intervals are read from the replicates: percentiles from 100 replicates, a t interval
 below; 200 replicates by default, from 1,024 positions 50, or where a Hadamard matrix of the shard
-count is built 2 (shards - 1) balanced ones up to 50 (posdiag._defaults)."""
+count is built 2 (shards - 1) balanced ones up to 50 (posdiag._util.defaults)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 from click.testing import Result
 from scipy import stats
 
-from posdiag import uncertainty
-from posdiag.analysis import stress_report
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.reports.analysis import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import count_texts_sharded, default_replicates, interval_method
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty.bootstrap import count_texts_sharded, default_replicates, interval_method
 
 
 def _sharded() -> uncertainty.ShardedCounts:

@@ -1,11 +1,11 @@
-"""posdiag._jit: numba imported on demand, and its compilations reported to watchers."""
+"""posdiag._util.jit: numba imported on demand, and its compilations reported to watchers."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from posdiag._jit import load_numba, watch
+from posdiag._util.jit import load_numba, watch
 
 
 def test_watchers_see_one_start_and_end_per_compilation_nested_ones_included() -> None:
@@ -45,7 +45,7 @@ def test_two_watchers_both_hear_and_leave_cleanly() -> None:
 
 
 def test_importing_the_module_does_not_import_numba() -> None:
-    # The bundled corpus never calls a kernel; the progress bar imports posdiag._jit anyway.
-    code = "import sys, posdiag._jit, posdiag._cli_options; print('numba' in sys.modules)"
+    # The bundled corpus never calls a kernel; the progress bar imports posdiag._util.jit anyway.
+    code = "import sys, posdiag._util.jit, posdiag.cli.options; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

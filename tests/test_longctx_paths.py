@@ -20,14 +20,16 @@ import pytest
 import scipy.sparse as sp
 from scipy.stats import hypergeom
 
-from posdiag import analysis, estimator, fastgram, spectral
-from posdiag._thinning import draw_half, expected_halves
-from posdiag._threads import small_blas
-from posdiag.analysis import corpus_geometry, spectrum, stress_report
-from posdiag.counts import Counts
-from posdiag.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
-from posdiag.geometry import stress_by_rank
-from posdiag.uncertainty import ShardedCounts
+from posdiag._util.threads import small_blas
+from posdiag.counts.core import Counts
+from posdiag.geometry import _gram as fastgram
+from posdiag.geometry import estimator, spectral
+from posdiag.geometry._thinning import draw_half, expected_halves
+from posdiag.geometry.core import stress_by_rank
+from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
+from posdiag.reports import analysis
+from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.uncertainty.bootstrap import ShardedCounts
 
 
 def zipf_counts(n: int, v: int, per_row: int, seed: int) -> sp.csr_matrix:
@@ -208,7 +210,7 @@ def test_partial_headline_spectrum_agrees_with_full_eigh(
     k = part.mds.eigenvalues.size
     assert 3 <= k < 159
     lam = np.linalg.eigvalsh(part.mds.gram)[::-1]
-    # Stated accuracy (posdiag.spectral): every computed eigenvalue and stress within 1e-7
+    # Stated accuracy (posdiag.geometry.spectral): every computed eigenvalue and stress within 1e-7
     # ||B||_F; in practice far better.
     fro = float(np.linalg.norm(part.mds.gram))
     np.testing.assert_allclose(part.mds.eigenvalues, lam[:k], rtol=0, atol=1e-7 * fro)
@@ -313,7 +315,7 @@ def test_float32_headline_moves_every_printed_number_below_1e6(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
     # The headline's product runs its dense block in float32, centred on the column level
-    # (posdiag.fastgram._level): every stress, Kruskal stress, Spearman and eigenvalue of the
+    # (posdiag.geometry._gram._level): every stress, Kruskal stress, Spearman and eigenvalue of the
     # report stays within 1e-6 of the float64 product's, for either cross-fit.
     plan, _ = fastgram.plan_product(sqrt_rows(long_counts.matrix), sqrt_rows(long_counts.matrix))
     assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
@@ -365,7 +367,7 @@ def _shards_of(m: sp.csr_matrix, k: int, seed: int) -> list[sp.csr_matrix]:
 def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
-    from posdiag.estimator import heldout_mds_stress, noise_energy, split_half_grams
+    from posdiag.geometry.estimator import heldout_mds_stress, noise_energy, split_half_grams
 
     m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
     shards = _shards_of(m, 8, seed=4) if split == "shards" else []
@@ -398,9 +400,10 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
 
 
 def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
-    # Counts below posdiag._thinning._MEMO come from a per-row table, larger ones are computed
+    # Counts below posdiag.geometry._thinning._MEMO come from a per-row table, larger ones are
+    # computed
     # each time: both agree with scipy's hypergeometric law, and repeats are bit-identical.
-    from posdiag import _thinning
+    from posdiag.geometry import _thinning
 
     row = [7, 7, 3, 7, _thinning._MEMO - 1, _thinning._MEMO + 5, _thinning._MEMO + 5, 1]
     c = sp.csr_matrix(np.array([row, row[::-1]], dtype=np.int64))
@@ -431,7 +434,7 @@ def test_expected_halves_table_shared_across_rows_of_equal_totals(many: bool) ->
     # count's entries come from one table per total (filled for every count up to the total);
     # a row alone fills only the counts it holds. Both give the same bits, and the scipy
     # hypergeometric moments.
-    from posdiag import _thinning
+    from posdiag.geometry import _thinning
 
     rng = np.random.default_rng(11)
     v = 900 if many else 12
@@ -479,8 +482,8 @@ def test_expected_halves_table_shared_across_rows_of_equal_totals(many: bool) ->
 def test_distances_to_first_equal_the_plugin_row_zero(
     compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from posdiag import fastgram
-    from posdiag.estimator import distances_to_first, plugin_bc
+    from posdiag.geometry import _gram as fastgram
+    from posdiag.geometry.estimator import distances_to_first, plugin_bc
 
     # The numpy path serves small inputs (no numba import), the compiled merge large ones.
     monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0 if compiled else 1 << 40)
@@ -513,9 +516,11 @@ def test_distances_to_first_equal_the_plugin_row_zero(
 
 _KERNEL_RUN = """
 import numpy as np, scipy.sparse as sp
-from posdiag import _shardsum, _thinning, fastgram
-from posdiag.estimator import distances_to_first, expected_thinning_bc, gram_from_bc
-from posdiag.estimator import stack_shards
+from posdiag.uncertainty import _shardsum
+from posdiag.geometry import _thinning
+from posdiag.geometry import _gram as fastgram
+from posdiag.geometry.estimator import distances_to_first, expected_thinning_bc, gram_from_bc
+from posdiag.geometry.estimator import stack_shards
 rng = np.random.default_rng(0)
 c = sp.csr_matrix(rng.poisson(0.3, size=(160, 400)) + (rng.random((160, 400)) < 0.5) * 4)
 gram_from_bc(expected_thinning_bc(c))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag._hypergeom import VECTORISED_FLOOR_FROM
 from posdiag.errors import PosdiagError
-from posdiag.estimator import (
+from posdiag.geometry._hypergeom import VECTORISED_FLOOR_FROM
+from posdiag.geometry.estimator import (
     SplitHalf,
     cross_product,
     crossfit_bc,
@@ -227,7 +227,7 @@ def test_restrict_recentres_the_leading_block() -> None:
 
 def test_restrict_from_the_gram_equals_the_cross_fit_of_the_bc_block() -> None:
     # The cross-fit's BC has a diagonal below 1, so the gram route is not trivially the plug-in's.
-    from posdiag.fastgram import centred_half
+    from posdiag.geometry._gram import centred_half
 
     rng = np.random.default_rng(8)
     counts = rng.integers(0, 9, size=(7, 12)) + np.eye(7, 12, dtype=np.int64) * 5
@@ -431,7 +431,7 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
 def test_split_half_grams_take_four_two_or_one_outer_splits_by_length(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import posdiag.estimator as est_mod
+    import posdiag.geometry.estimator as est_mod
 
     shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
     total = sum(s.toarray() for s in shards)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag.analysis import EncodingScore
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.errors import PosdiagError
-from posdiag.gate import (
+from posdiag.reports.analysis import EncodingScore
+from posdiag.reports.gate import (
     GateConfig,
     GateFacts,
     RuleResult,
@@ -28,7 +28,7 @@ from posdiag.gate import (
     measure,
     run_gate,
 )
-from posdiag.uncertainty import ShardedCounts
+from posdiag.uncertainty.bootstrap import ShardedCounts
 
 # 6 positions, vocabulary 4. Supports 12, 12, 12, 12, 5, 0: with min_count 10, n_eff = 4.
 MATRIX = np.array(
@@ -229,7 +229,7 @@ def test_max_rank_for_stress_figure_and_verdicts() -> None:
 def test_report_counts_failures_and_rule_ids() -> None:
     ok = RuleResult("min-support", "", 5.0, 5.0, ">=", True, "m")
     bad = RuleResult("max-stress", "rope", 0.6, 0.5, "<=", False, "stress")
-    from posdiag.gate import GateReport
+    from posdiag.reports.gate import GateReport
 
     corpus = measure(counts(), build_config(min_support=1)).corpus
     report = GateReport(corpus, (ok, bad, bad), False)

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from scipy.stats import kendalltau, spearmanr
 
 from posdiag.errors import PosdiagError, PosdiagWarning
-from posdiag.geometry import (
+from posdiag.geometry.core import (
     MDS,
     _fix_signs,
     classical_mds,
@@ -569,8 +569,8 @@ def test_symmetrize_averages_every_block_pair(block: int) -> None:
 
 
 def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag import spectral
-    from posdiag.geometry import mds_of_gram
+    from posdiag.geometry import spectral
+    from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
     d = rng.uniform(0.5, 1.0, (40, 40))
@@ -658,8 +658,8 @@ def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -
 def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag import spectral
-    from posdiag.geometry import mds_of_gram
+    from posdiag.geometry import spectral
+    from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
     d = rng.uniform(0.5, 1.0, (40, 40))

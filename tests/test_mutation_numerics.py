@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from posdiag.errors import PosdiagError
-from posdiag.fastgram import sqrt_rows
+from posdiag.geometry._gram import sqrt_rows
 
 
 def test_sqrt_rows_equals_the_dense_square_root_of_the_frequencies() -> None:

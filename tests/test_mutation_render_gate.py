@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from posdiag.analysis import CorpusSummary
 from posdiag.errors import PosdiagError
-from posdiag.gate import GateReport, RuleResult
 from posdiag.render.gate import (
     check_format,
     gate_json,
@@ -21,6 +19,8 @@ from posdiag.render.gate import (
     text_lines,
     write_junit,
 )
+from posdiag.reports.analysis import CorpusSummary
+from posdiag.reports.gate import GateReport, RuleResult
 
 CORPUS = CorpusSummary(
     source="a,b:c.txt",

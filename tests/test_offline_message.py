@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.cli import app
-from posdiag.sources import HubUnavailable, local_command, open_source
+from posdiag.cli.app import app
+from posdiag.corpus.sources import HubUnavailable, local_command, open_source
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.analysis import corpus_summary
-from posdiag.cli import app
-from posdiag.counts import corpus_counts, load_counts, save_counts
+from posdiag.cli.app import app
+from posdiag.counts.core import corpus_counts, load_counts, save_counts
+from posdiag.reports.analysis import corpus_summary
 
 runner = CliRunner()
 

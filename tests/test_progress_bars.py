@@ -8,8 +8,8 @@ import time
 import pytest
 from rich.console import Console
 
-import posdiag._cli_options as options
-import posdiag._jit as jit
+import posdiag._util.jit as jit
+import posdiag.cli.options as options
 
 
 def _terminal(monkeypatch: pytest.MonkeyPatch, is_terminal: bool) -> io.StringIO:
@@ -45,7 +45,7 @@ def test_bar_is_silent_when_piped_or_quiet(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_bar_says_compiling_while_numba_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
-    # posdiag._jit calls the watchers when numba starts and ends compiling (tests/test_jit.py);
+    # posdiag._util.jit calls the watchers when numba starts and ends compiling (tests/test_jit.py);
     # here those two calls are made by hand, so the test does not depend on numba's cache.
     buf = _terminal(monkeypatch, True)
     with options.bootstrap_progress(False) as bar:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.main import get_command
 
 import posdiag
-from posdiag.cli import app
+from posdiag.cli.app import app
 
 
 def test_every_command_is_documented_in_the_readme(repo_root: Path) -> None:
@@ -56,8 +56,8 @@ def test_public_api_is_exactly_what_the_package_imports(repo_root: Path) -> None
 def test_the_bundled_corpus_tables_are_what_stress_prints(repo_root: Path) -> None:
     """README and docs/geometry.md quote `posdiag stress fixtures/corpus_en.txt` (plug-in and
     cross-fit, 3 decimals); they had drifted from the output by up to 0.008."""
-    from posdiag.analysis import stress_report
-    from posdiag.uncertainty import corpus_counts_sharded
+    from posdiag.reports.analysis import stress_report
+    from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     counts = corpus_counts_sharded(str(repo_root / "fixtures" / "corpus_en.txt")).counts
     cross = {e.name: e for e in stress_report(counts).encodings}

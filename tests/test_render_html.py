@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from posdiag.analysis import stress_report
-from posdiag.counts import corpus_counts
-from posdiag.geometry import positional_information
+from posdiag.counts.core import corpus_counts
+from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
+from posdiag.reports.analysis import stress_report
 
 from .test_render_plots import PIXELS, png_size
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from posdiag.analysis import corpus_geometry, stress_report
-from posdiag.counts import corpus_counts
+from posdiag.counts.core import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.plots import (
     CORPUS_PLOTS,
@@ -24,6 +23,7 @@ from posdiag.render.plots import (
     png_bytes,
     write_plots,
 )
+from posdiag.reports.analysis import corpus_geometry, stress_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -189,8 +189,8 @@ def test_hellinger_heatmap_shows_the_brute_force_distances(tmp_path: Path) -> No
 
 def test_core_does_not_import_matplotlib() -> None:
     code = (
-        "import sys, posdiag, posdiag.cli, posdiag.gate, posdiag.drift, posdiag.render.html, "
-        "posdiag.render.plots; print('matplotlib' in sys.modules)"
+        "import sys, posdiag, posdiag.cli.app, posdiag.reports.gate, posdiag.reports.drift, "
+        "posdiag.render.html, posdiag.render.plots; print('matplotlib' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -11,15 +11,15 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from posdiag.analysis import stress_report
-from posdiag.cli import app
+from posdiag.cli.app import app
+from posdiag.corpus.sources import PRESETS
 from posdiag.encodings import REGISTRY, describe, preset_specs
 from posdiag.render.corpora import corpora_json, print_corpora
 from posdiag.render.encodings import print_encoding_detail, print_encodings
 from posdiag.render.stress import print_stress
 from posdiag.render.takeaway import takeaway
-from posdiag.sources import PRESETS
-from posdiag.uncertainty import corpus_counts_sharded
+from posdiag.reports.analysis import stress_report
+from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
 runner = CliRunner()
 
@@ -154,8 +154,8 @@ def test_encodings_and_corpora_tables_at_80_columns() -> None:
 def test_corpus_rows_say_which_positions_no_sequence_reaches() -> None:
     import dataclasses
 
-    from posdiag.analysis import CorpusSummary
     from posdiag.render._format import summary_rows
+    from posdiag.reports.analysis import CorpusSummary
 
     base = CorpusSummary(
         source="c.txt", tokenizer="t", view="text", max_len=12, min_count=3, documents=6,

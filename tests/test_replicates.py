@@ -1,4 +1,5 @@
-"""Bootstrap replicates on the shards' fixed pattern (posdiag.replicates) against scipy and dense
+"""Bootstrap replicates on the shards' fixed pattern (posdiag.uncertainty._replicates) against
+scipy and dense
 brute force: same draws, same numbers to rounding."""
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag.counts import Counts
+from posdiag.counts.core import Counts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.estimator import estimate_hellinger
-from posdiag.replicates import ShardPattern
+from posdiag.geometry.estimator import estimate_hellinger
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty._replicates import ShardPattern
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
 
 
 def _dense_sqrt(c: np.ndarray) -> np.ndarray:
@@ -119,8 +120,8 @@ def test_partial_eigensolver_replicates_match_full_eigh(
     iteration and ||B||_F^2: the mds-r and rank intervals agree with the full eigvalsh ones
     (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed;
     held-out mds-r intervals fit their pairs from the same eigenpairs."""
-    from posdiag import uncertainty
-    from posdiag.geometry import gram_from_distances, hellinger_distances, mds_from_gram
+    from posdiag.geometry.core import gram_from_distances, hellinger_distances, mds_from_gram
+    from posdiag.uncertainty import bootstrap as uncertainty
 
     n = 24
     sharded = _sharded(n, 600, 20, seed=5)
@@ -158,8 +159,9 @@ def test_partial_eigensolver_replicates_match_full_eigh(
 def test_pattern_too_large_falls_back_to_the_scipy_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag import estimator, replicates
-    from posdiag.replicates import PatternTooLarge
+    from posdiag.geometry import estimator
+    from posdiag.uncertainty import _replicates as replicates
+    from posdiag.uncertainty._replicates import PatternTooLarge
 
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
@@ -189,8 +191,8 @@ def test_pattern_too_large_falls_back_to_the_scipy_engine(
 def test_pattern_refuses_a_table_the_total_already_shows_too_large() -> None:
     """The total's stored cells bound the union's from below: a table that would exceed
     MAX_TABLE_BYTES is refused from them, and a small one is still built."""
-    from posdiag import replicates
-    from posdiag.replicates import PatternTooLarge
+    from posdiag.uncertainty import _replicates as replicates
+    from posdiag.uncertainty._replicates import PatternTooLarge
 
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from posdiag.analysis import corpus_geometry, stress_report
-from posdiag.cli import app
-from posdiag.counts import corpus_counts
+from posdiag.cli.app import app
+from posdiag.counts.core import corpus_counts
 from posdiag.render.plots import FAMILY_COLOURS, plot_spectrum, plot_stress, plot_support
+from posdiag.reports.analysis import corpus_geometry, stress_report
 
 runner = CliRunner()
 BUNDLED = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt"

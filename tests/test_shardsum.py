@@ -1,4 +1,5 @@
-"""Sums of subsets of shards on their union pattern (posdiag._shardsum) against scipy sums, and
+"""Sums of subsets of shards on their union pattern (posdiag.uncertainty._shardsum) against scipy
+sums, and
 the splits and replicates that use them against the selection products they replace."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdiag import _shardsum, estimator, uncertainty
-from posdiag._shardsum import ShardStack
 from posdiag.encodings import make_encoding
-from posdiag.estimator import stack_shards, stacked_halves
+from posdiag.geometry import estimator
+from posdiag.geometry.estimator import stack_shards, stacked_halves
+from posdiag.uncertainty import _shardsum
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty._shardsum import ShardStack
 
 
 def _shards(k: int, n: int, v: int, density: float, seed: int) -> list[sp.csr_matrix]:
@@ -151,7 +154,7 @@ def test_a_stack_that_is_not_whole_shards_is_refused() -> None:
 
 
 def _long_sharded(n: int) -> uncertainty.ShardedCounts:
-    from posdiag.counts import Counts
+    from posdiag.counts.core import Counts
 
     shards = _shards(8, n, 40, 0.4, seed=1)
     total = sum(s.astype(np.float64) for s in shards)
@@ -165,7 +168,7 @@ def test_long_context_replicates_sum_shards_on_the_union_pattern(
     """The float32 replicate loop (long contexts) forms its halves with ShardStack sums and
     gives the reference loop's intervals (float64 selections and products) to float32 level;
     without the distance spread the intervals are the same numbers."""
-    from posdiag import replicates
+    from posdiag.uncertainty import _replicates as replicates
 
     n = 12
     sharded = _long_sharded(n)

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import Result
 
+from posdiag.corpus.sources import PRESETS, HubUnavailable, open_source
 from posdiag.errors import PosdiagError
-from posdiag.sources import PRESETS, HubUnavailable, open_source
 
 TEXTS = ["the cat sat", "a dog, barking", "zebra", "naïve café", "last one here"]
 

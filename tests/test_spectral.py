@@ -1,11 +1,11 @@
-"""Partial spectra (posdiag.spectral) against the full eigendecomposition."""
+"""Partial spectra (posdiag.geometry.spectral) against the full eigendecomposition."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from posdiag.spectral import partial_spectrum, top_eigenpairs
+from posdiag.geometry.spectral import partial_spectrum, top_eigenpairs
 
 
 def gram_with_spectrum(lam: np.ndarray, seed: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The block Lanczos partial solver (posdiag.spectral) against full numpy eigendecompositions,
+"""The block Lanczos partial solver (posdiag.geometry.spectral) against full numpy
+eigendecompositions,
 and the held-out mds-r scores from low-rank inner products against the n x n formula."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import posdiag.spectral as spectral
-from posdiag.estimator import TOP_MDS_FROM, SplitHalf, heldout_mds_stress, noise_energy
-from posdiag.spectral import (
+import posdiag.geometry.spectral as spectral
+from posdiag.geometry.estimator import TOP_MDS_FROM, SplitHalf, heldout_mds_stress, noise_energy
+from posdiag.geometry.spectral import (
     DEFAULT_TOL,
     VECTOR_TOL,
     _BlockLanczos,

@@ -10,18 +10,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag import analysis, estimator
-from posdiag._threads import small_blas
-from posdiag.analysis import corpus_geometry, stress_report
-from posdiag.counts import Counts
-from posdiag.estimator import (
+from posdiag._util.threads import small_blas
+from posdiag.counts.core import Counts
+from posdiag.geometry import estimator
+from posdiag.geometry.estimator import (
     heldout_mds_stress,
     noise_energy_rows,
     split_half_grams,
     split_half_summary,
 )
+from posdiag.reports import analysis
+from posdiag.reports.analysis import corpus_geometry, stress_report
 from posdiag.synthetic import drift_distributions
-from posdiag.uncertainty import ShardedCounts
+from posdiag.uncertainty.bootstrap import ShardedCounts
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
@@ -46,7 +47,7 @@ def whole_mask(grams: tuple[tuple[np.ndarray, np.ndarray], ...], gram: np.ndarra
 
 @pytest.fixture(scope="module")
 def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """300 positions (the compiled mirror of posdiag.fastgram), its B_H and D_H."""
+    """300 positions (the compiled mirror of posdiag.geometry._gram), its B_H and D_H."""
     counts = noisy_counts(300, 80)
     geo = corpus_geometry(Counts(counts, {}), min_count=1, plain=False)
     return counts, geo.mds.gram, geo.distances
@@ -66,7 +67,7 @@ def test_summary_equals_the_whole_grams(
 ) -> None:
     counts, gram, distances = medium
     n = gram.shape[0]
-    # The element-wise passes compiled (posdiag._summary) or in numpy: the same numbers.
+    # The element-wise passes compiled (posdiag.geometry._summary) or in numpy: the same numbers.
     monkeypatch.setattr(estimator, "SUMMARY_COMPILED_FROM", 0 if compiled else n + 1)
     before, gram_before = distances.copy(), gram.copy()
     got = split_half_summary(

@@ -10,9 +10,10 @@ import pytest
 import scipy.sparse as sp
 from click.testing import Result
 
-from posdiag.analysis import corpus_geometry, diagnose, score_encodings
-from posdiag.counts import Counts, count_texts
-from posdiag.geometry import classical_mds, hellinger_distances, stress_by_rank
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
+from posdiag.geometry.core import classical_mds, hellinger_distances, stress_by_rank
+from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
 from posdiag.synthetic import (
     SynthSpec,
     drift_distributions,
@@ -22,7 +23,6 @@ from posdiag.synthetic import (
     synth_distributions,
     synth_texts,
 )
-from posdiag.tokenize import load_tokenizer
 
 
 def _scores(spec: SynthSpec) -> dict[str, float]:
@@ -120,7 +120,7 @@ def test_cli_synth_writes_refuses_overwrite_and_validates(
 def test_synthetic_expected_counts_give_exact_geometry() -> None:
     mu = drift_distributions(10, 40, rank=2, seed=3)
     c = Counts(sp.csr_matrix(expected_counts(mu, 10**9)))
-    from posdiag.geometry import hellinger_distances
+    from posdiag.geometry.core import hellinger_distances
 
     s = np.sqrt(mu) / np.sqrt(2)
     exact = np.sqrt(((s[:, None, :] - s[None, :, :]) ** 2).sum(-1))

@@ -1,4 +1,5 @@
-"""posdiag._threads: small dense work runs on one BLAS thread, large work keeps the library's."""
+"""posdiag._util.threads: small dense work runs on one BLAS thread, large work keeps the
+library's."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import pytest
 import scipy.sparse as sp
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from posdiag import _threads
-from posdiag.analysis import corpus_geometry, score_encodings
-from posdiag.counts import Counts
+from posdiag._util import threads as _threads
+from posdiag.counts.core import Counts
+from posdiag.reports.analysis import corpus_geometry, score_encodings
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 
 
@@ -36,7 +37,7 @@ def test_small_work_runs_on_one_thread_and_large_work_keeps_its_own(two_threads)
 
 def test_the_report_scores_small_geometries_on_one_thread(two_threads, monkeypatch):
     seen: list[set[int]] = []
-    import posdiag.analysis as analysis
+    import posdiag.reports.analysis as analysis
 
     real = analysis.score_encoding
 

@@ -14,10 +14,10 @@ from rich.progress import Progress
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from posdiag._cli_options import CountingBar, counting_columns
+from posdiag.cli.options import CountingBar, counting_columns
+from posdiag.corpus.sources import HubUnavailable
+from posdiag.corpus.tokenizers import WhitespaceTokenizer, load_tokenizer, view
 from posdiag.errors import PosdiagError
-from posdiag.sources import HubUnavailable
-from posdiag.tokenize import WhitespaceTokenizer, load_tokenizer, view
 
 WORDS = ["<unk>", "<blank>", "<s>", "</s>", "the", "cat", "sat", "on", "mat"]
 

@@ -12,12 +12,12 @@ import pytest
 import scipy.sparse as sp
 from click.testing import Result
 
-from posdiag.analysis import stress_report
-from posdiag.counts import count_texts, save_counts
+from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import count_texts, save_counts
 from posdiag.errors import PosdiagError
+from posdiag.reports.analysis import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import (
+from posdiag.uncertainty.bootstrap import (
     corpus_counts_sharded,
     count_texts_sharded,
     noise_floor,
@@ -177,7 +177,7 @@ def test_cli_stress_rejects_bad_uncertainty_options(
 
 
 def test_fast_hellinger_matches_the_reference() -> None:
-    from posdiag.geometry import hellinger_distances, hellinger_distances_fast
+    from posdiag.geometry.core import hellinger_distances, hellinger_distances_fast
 
     rng = np.random.default_rng(4)
     p = 1.0 / np.arange(1, 301)
@@ -188,8 +188,8 @@ def test_fast_hellinger_matches_the_reference() -> None:
 def test_information_null_is_the_permutation_null() -> None:
     # Shuffling an explicit token list across positions gives the same mean I as the row-by-row
     # hypergeometric draws.
-    from posdiag.geometry import positional_information
-    from posdiag.uncertainty import information_null
+    from posdiag.geometry.core import positional_information
+    from posdiag.uncertainty.bootstrap import information_null
 
     rng = np.random.default_rng(5)
     sizes = [60, 40, 25]
@@ -220,7 +220,7 @@ def test_bootstrap_reports_progress_per_replicate() -> None:
 
 def test_sharding_follows_every_reading_option(tmp_path: Path) -> None:
     """Shards come from the same reader as plain counts: folders, --limit, --sample, ids."""
-    from posdiag.counts import corpus_counts
+    from posdiag.counts.core import corpus_counts
 
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from posdiag import fastscore, uncertainty
-from posdiag.analysis import corpus_geometry
+from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry import gram_from_distances
+from posdiag.geometry.core import gram_from_distances
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.scoring import scores as fastscore
 from posdiag.synthetic import drift_distributions, sample_texts
-from posdiag.tokenize import load_tokenizer
-from posdiag.uncertainty import ShardedCounts, bootstrap_stress, count_texts_sharded
+from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, count_texts_sharded
 
 
 def dense_hellinger(c: np.ndarray) -> np.ndarray:
@@ -114,7 +115,7 @@ def test_fast_replicates_reproduce_the_dense_intervals(
 def test_the_bootstrap_reserves_each_tables_dense_gram(sharded: ShardedCounts) -> None:
     """A table's scorer may keep its dense B_E (fastscore.DENSE_TABLE_MAX): the bootstrap's
     memory estimate counts one n x n float64 array per table, and none for a lag profile."""
-    from posdiag._memory import set_max_memory
+    from posdiag._util.memory import set_max_memory
     from posdiag.errors import PosdiagError
 
     n, reps = 12, 20

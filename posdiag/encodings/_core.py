@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
-from .._defaults import DEFAULT_DIM  # why one d: see there
-from .._memory import require
-from .._validate import check_float, check_int
+from .._util.defaults import DEFAULT_DIM  # why one d: see there
+from .._util.memory import require
+from .._util.validate import check_float, check_int
 from ..errors import PosdiagError
-from ..geometry import MDS, gram_from_distances
+from ..geometry.core import MDS, gram_from_distances
 
 __all__ = [
     "Context",
@@ -59,7 +59,7 @@ class Encoding:
     Toeplitz encoding (``delta(i, j) = profile[|i - j|]``), the position vectors of an additive
     one (``delta`` = their Euclidean distances), or an explicit matrix. :attr:`delta` builds the
     ``n x n`` matrix on first use only: at n = 16,384 each one is 2 GB, and scoring
-    (:mod:`posdiag.fastscore`) never needs it.
+    (:mod:`posdiag.scoring.scores`) never needs it.
 
     Attributes
     ----------
@@ -360,7 +360,7 @@ _WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
 
 
 # Up to this n a score may build an encoding's dense n x n delta and gram (the bootstrap's
-# posdiag.fastscore.DENSE_SCORER_MAX); beyond it every built-in encoding is scored from its lag
+# posdiag.scoring.scores.DENSE_SCORER_MAX); beyond it every built-in encoding is scored from its lag
 # profile or its vectors, and no n x n array of it exists.
 DENSE_MATRICES_MAX = 2048
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_float, check_int
+from .._util.validate import check_float, check_int
 from ..errors import PosdiagError
 from ._core import Context, Encoding, lag_profile, positive, register
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._memory import require
-from .._validate import check_int
+from .._util.memory import require
+from .._util.validate import check_int
 from ..errors import PosdiagError
 
 __all__ = ["POSITION_TENSOR_NAMES", "PositionTable", "load_table", "read_position_table"]

@@ -3,7 +3,7 @@ section 3)."""
 
 from __future__ import annotations
 
-from .._validate import check_int
+from .._util.validate import check_int
 from ..errors import PosdiagError
 from ._core import DEFAULT_DIM, Context, Encoding, register
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_float, check_int
+from .._util.validate import check_float, check_int
 from ..errors import PosdiagError
 from ._core import (
     Context,

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..analysis import CorpusSummary
+from ..reports.analysis import CorpusSummary
 
 __all__ = [
     "SHOWN_RANKS",

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..sources import PRESETS
+from ..corpus.sources import PRESETS
 from ._fit import Column, fitted_table
 
 __all__ = ["corpora_json", "print_corpora"]

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis import Diagnosis, Uncertainty
+from ..reports.analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..drift import Drift
+from ..reports.drift import Drift
 from ._format import jsonable
 
 __all__ = ["drift_json", "print_drift"]

@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_outputs
-from .._validate import check_choice
+from .._util.atomic import atomic_outputs
+from .._util.validate import check_choice
 from ..errors import PosdiagError
-from ..gate import GateReport, RuleResult
+from ..reports.gate import GateReport, RuleResult
 from ._format import corpus_json, jsonable
 
 __all__ = [

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .._defaults import (
+from .._util.atomic import atomic_outputs
+from .._util.defaults import (
     DEFAULT_DIM,
     DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_MIN_COUNT,
 )
-from .._io import atomic_outputs
-from ..analysis import EncodingRequest, StressReport, diagnose, rank_text
-from ..counts import Counts
-from ..uncertainty import ShardedCounts
+from ..counts.core import Counts
+from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
+from ..uncertainty.bootstrap import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, ranges, summary_rows
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
@@ -92,7 +92,8 @@ def render_html(
     diagnostics : mapping of str to str, optional
         Extra rows for the diagnostics table (e.g. noise floor, shift-equivariance).
     recommendation : str, optional
-        The recommendation with its reason (:class:`~posdiag.analysis.Recommendation`), shown
+        The recommendation with its reason (:class:`~posdiag.reports.analysis.Recommendation`),
+        shown
         first.
 
     Every warning of ``report`` (and its unstable positions and interval note) is listed in a
@@ -254,7 +255,8 @@ def build_report(
     """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
 
     The page says what ``posdiag diagnose`` says: with sharded counts
-    (:func:`~posdiag.uncertainty.corpus_counts_sharded`) every stress carries its interval; the
+    (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress carries its
+    interval; the
     recommendation with its reason, the spectrum with its effective ranks, the readings
     (information, noise, shift, rank) and every warning are on it. ``warnings`` of the result
     repeats them for the terminal.

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..inspect import Inspection, TableFigures
+from ..reports.inspection import Inspection, TableFigures
 from ._format import corpus_json, fmt, jsonable
 
 __all__ = ["inspection_json", "print_inspection"]

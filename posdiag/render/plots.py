@@ -17,15 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._io import atomic_outputs, check_output
-from ..analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary, StressReport
-from ..analysis import spectrum as spectrum_of
+from .._util.atomic import atomic_outputs, check_output
 from ..errors import PosdiagError
+from ..reports.analysis import (
+    EFFECTIVE_RANK_TOLERANCES,
+    CorpusGeometry,
+    CorpusSummary,
+    StressReport,
+)
+from ..reports.analysis import spectrum as spectrum_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..drift import Drift
+    from ..reports.drift import Drift
 
 __all__ = [
     "DPI",

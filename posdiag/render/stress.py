@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
-from ..export import LowRankEncoding
+from ..reports.analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
+from ..reports.export import LowRankEncoding
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
 from .takeaway import takeaway

@@ -3,7 +3,7 @@
 A first-time user sees a table of numbers; these lines read it for them: which standard family
 fits best, how many MDS dimensions the corpus geometry needs (its effective rank), whether
 sampling noise is large enough to reorder the table, and which command and document explain
-more. Computed from the :class:`~posdiag.analysis.StressReport` alone.
+more. Computed from the :class:`~posdiag.reports.analysis.StressReport` alone.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from ..analysis import EncodingScore, StressReport
+from ..reports.analysis import EncodingScore, StressReport
 
 __all__ = ["takeaway"]
 

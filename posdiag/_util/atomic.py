@@ -1,0 +1,167 @@
+"""Atomic, exclusive file output: all targets appear complete, or none does.
+
+Every output is written into a private temporary folder beside its target, then moved into
+place only when every file of the request is complete:
+
+- without ``force``, each target is created *exclusively* (``os.link`` of the finished
+  temporary file to the target name fails when the name exists), so of two concurrent runs
+  writing the same new file exactly one wins and the other gets a :class:`PosdiagError`;
+- with ``force``, each target is replaced atomically (``os.replace``), and only a regular file
+  (or a symbolic link, which is replaced itself) may be replaced: never a device node, a pipe
+  or a socket;
+- any existing name counts as existing, dangling symbolic links included;
+- when moving one of several targets fails (or the run is interrupted by SIGINT/SIGTERM, which
+  the CLI turns into an exception), the targets already moved are removed again and the files
+  they replaced are restored, so a multi-file output (plots) is all-or-nothing;
+- write errors (full disk, file size limit, permissions) name the target, not the temporary.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import PosdiagError
+
+__all__ = ["check_output", "atomic_outputs"]
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large (file system or ulimit -f)",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+}
+
+
+def _reason(exc: OSError) -> str:
+    return _REASONS.get(exc.errno or -1) or exc.strerror or type(exc).__name__
+
+
+def _check_replaceable(p: Path, path: str | Path) -> None:
+    """Refuse to replace anything but a regular file or a symbolic link."""
+    mode = os.lstat(p).st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            mode = os.stat(p).st_mode  # what the link points at, when it points anywhere
+        except OSError:
+            return
+        if stat.S_ISREG(mode):
+            return
+    elif stat.S_ISREG(mode):
+        return
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    raise PosdiagError(f"{path}: is {kind} (e.g. a device); refusing to replace it")
+
+
+def check_output(path: str | Path, force: bool) -> Path:
+    """Refuse a target whose folder is missing, that exists without ``force``, or is special.
+
+    A dangling symbolic link exists; with ``force`` only a regular file (or a link) may be
+    replaced.
+    """
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise PosdiagError(f"{path}: folder {str(parent)!r} does not exist")
+    if p.is_dir():
+        raise PosdiagError(f"{path}: is a directory; expected a file name")
+    if os.path.lexists(p):
+        if not force:
+            raise PosdiagError(f"{path}: already exists; pass --force to overwrite")
+        _check_replaceable(p, path)
+    return p
+
+
+def _place_exclusive(tmp: Path, target: Path) -> None:
+    """Give ``tmp``'s file the name ``target``, failing if the name exists (atomic)."""
+    try:
+        os.link(tmp, target, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        # A file system without hard links: claim the name with O_EXCL, then move onto it.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        os.replace(tmp, target)
+
+
+@contextmanager
+def atomic_outputs(paths: Sequence[str | Path], force: bool) -> Iterator[list[Path]]:
+    """Yield temporary paths to write; on success move each onto its target, all or none.
+
+    All targets are checked before anything is written, so a refusal writes nothing.
+
+    Raises
+    ------
+    PosdiagError
+        A target exists (without ``force``; also when another process created it meanwhile),
+        is not a regular file (with ``force``), or cannot be written (full disk, permissions).
+    """
+    targets = [check_output(p, force) for p in paths]
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    folders: dict[Path, Path] = {}
+    temps: list[Path] = []
+    placed: list[Path] = []  # targets this call created or replaced
+    backups: dict[Path, Path] = {}  # target -> the file it replaced (with force)
+    try:
+        for t in targets:
+            parent = t.parent
+            if parent not in folders:
+                folder = parent / f".posdiag-{tag}.tmp"
+                try:
+                    folder.mkdir(mode=0o700)
+                except OSError as exc:
+                    raise PosdiagError(f"{t}: cannot write ({_reason(exc)})") from None
+                folders[parent] = folder
+            temps.append(folders[parent] / t.name)
+        try:
+            yield temps
+        except OSError as exc:
+            if exc.filename is not None and Path(str(exc.filename)) in temps:
+                target = targets[temps.index(Path(str(exc.filename)))]
+                raise PosdiagError(f"{target}: cannot write ({_reason(exc)})") from None
+            if exc.filename is None:
+                raise PosdiagError(
+                    f"{', '.join(map(str, targets))}: cannot write ({_reason(exc)})"
+                ) from None
+            raise
+        for tmp, target, given in zip(temps, targets, paths, strict=True):
+            try:
+                if force and os.path.lexists(target):
+                    _check_replaceable(target, given)  # it may have changed while we wrote
+                    backup = folders[target.parent] / f"{target.name}.previous"
+                    os.link(target, backup, follow_symlinks=False)
+                    backups[target] = backup
+                    os.replace(tmp, target)
+                else:
+                    _place_exclusive(tmp, target)
+            except FileExistsError:
+                raise PosdiagError(
+                    f"{given}: already exists (created by another process meanwhile); "
+                    "pass --force to overwrite"
+                ) from None
+            except OSError as exc:
+                raise PosdiagError(f"{given}: cannot write ({_reason(exc)})") from None
+            placed.append(target)
+        placed.clear()  # complete: nothing to undo
+    finally:
+        for target in reversed(placed):  # an incomplete set: undo what was moved
+            try:
+                if target in backups:
+                    os.replace(backups[target], target)
+                else:
+                    target.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)

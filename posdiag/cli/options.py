@@ -1,0 +1,484 @@
+"""What the ``posdiag`` commands share: option types grouped into help panels, the reading
+options as one :class:`~posdiag.corpus.reading.Reading`, progress bars, and one way to emit a
+result.
+
+Only :mod:`posdiag.cli.app` imports this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from .._util.defaults import DEFAULT_SHARDS
+from .._util.jit import watch
+from .._util.validate import check_choice
+from ..corpus.reading import READING_FIELDS, Reading
+
+if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
+    from ..counts.core import Counts
+    from ..uncertainty.bootstrap import ShardedCounts
+
+# Help panels of `posdiag COMMAND --help`.
+READING = "Reading the corpus"
+ENGINE = "Counting engine"
+ENCODINGS = "Encodings"
+UNCERTAINTY = "Uncertainty"
+OUTPUT = "Output"
+
+CorpusArg = Annotated[
+    str,
+    typer.Argument(
+        help="Corpus: a file (.txt one sequence per line, .jsonl, .json, .csv, .tsv, .gz of "
+        "these, .parquet, .arrow; - for stdin), a folder or glob of them, a save_to_disk folder, "
+        "a preset (see 'posdiag corpora'), hf:OWNER/NAME[:CONFIG]\\[@SPLIT], token ids (.npy, "
+        ".bin), or a counts .npz from 'posdiag count'.",
+        show_default=False,
+    ),
+]
+
+# ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
+ColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--column",
+        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+        "(default: text; presets: their own).",
+        rich_help_panel=READING,
+    ),
+]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        "-t",
+        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+        "(default: whitespace).",
+        rich_help_panel=READING,
+    ),
+]
+ViewOpt = Annotated[
+    str | None,
+    typer.Option("--view", help="text | model | packed (default: text).", rich_help_panel=READING),
+]
+MaxLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-len", "-n", help="Positions counted, n (default: 512).", rich_help_panel=READING
+    ),
+]
+PadOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pad-token", help="Pad token for --view model, if not found.", rich_help_panel=READING
+    ),
+]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        help="Analyse only the first N documents (token ids: windows).",
+        rich_help_panel=READING,
+    ),
+]
+SampleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sample",
+        help="Analyse a seeded random fraction F in (0, 1] of the documents.",
+        rich_help_panel=READING,
+    ),
+]
+DataDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-dir",
+        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
+        rich_help_panel=READING,
+    ),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16).",
+        rich_help_panel=READING,
+    ),
+]
+VocabSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--vocab-size",
+        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+        rich_help_panel=READING,
+    ),
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+        "cluster; needs posdiag\\[dask]; see docs/scale.md) (default: local).",
+        rich_help_panel=ENGINE,
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+        "\\[default: start a LocalCluster].",
+        rich_help_panel=ENGINE,
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="--engine dask without --scheduler: LocalCluster worker processes "
+        "\\[default: the CPU count].",
+        rich_help_panel=ENGINE,
+    ),
+]
+_READING_OPTIONS: dict[str, Any] = {
+    "column": ColumnOpt,
+    "tokenizer": TokenizerOpt,
+    "view": ViewOpt,
+    "max_len": MaxLenOpt,
+    "pad_token": PadOpt,
+    "limit": LimitOpt,
+    "sample": SampleOpt,
+    "data_dir": DataDirOpt,
+    "dtype": DtypeOpt,
+    "vocab_size": VocabSizeOpt,
+    "engine": EngineOpt,
+    "scheduler": SchedulerOpt,
+    "workers": WorkersOpt,
+}
+assert tuple(_READING_OPTIONS) == READING_FIELDS
+
+MinCountOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-count",
+        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+        "dropped (and listed).",
+        rich_help_panel=READING,
+    ),
+]
+# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
+SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
+
+# ---- uncertainty ------------------------------------------------------------------------------
+ShardsOpt = Annotated[
+    int,
+    typer.Option(
+        "--shards",
+        help="Random shards counted for the bootstrap intervals (0: no intervals).",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+CiOpt = Annotated[
+    float,
+    typer.Option("--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY),
+]
+SeedOpt = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        help="Seed of --sample, shards, bootstrap and splits.",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+ReplicatesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--replicates",
+        help=(
+            "Bootstrap replicates (each recomputes the geometry) [default: 200; from 1,024 "
+            "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
+            "interval is a t interval from their sd]"
+        ),
+        show_default=False,
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+
+
+def _estimator_choice(value: str) -> str:
+    """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
+    from ..geometry.estimator import ESTIMATORS
+
+    return check_choice("estimator", value, ESTIMATORS)
+
+
+EstimatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--estimator",
+        callback=_estimator_choice,
+        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+        "(the biased plug-in of earlier versions); see docs/geometry.md.",
+        rich_help_panel=UNCERTAINTY,
+    ),
+]
+
+# ---- output -----------------------------------------------------------------------------------
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON object instead of tables.", rich_help_panel=OUTPUT),
+]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", "-f", help="Overwrite an existing output file.", rich_help_panel=OUTPUT
+    ),
+]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        help="Also write PNG plots into this folder.",
+        show_default=False,
+        rich_help_panel=OUTPUT,
+    ),
+]
+PlotForceOpt = Annotated[
+    bool,
+    typer.Option("--force", "-f", help="Overwrite existing plot files.", rich_help_panel=OUTPUT),
+]
+
+
+def complete_encoding(incomplete: str) -> list[str]:
+    """Shell completion of ``-e``: registered names (and ``mds-1..3``) starting with the text."""
+    from ..encodings import REGISTRY
+
+    names = [*REGISTRY, "mds-1", "mds-2", "mds-3"]
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_preset(incomplete: str) -> list[str]:
+    """Shell completion of ``--model-preset``."""
+    from ..encodings import MODEL_PRESETS
+
+    return [n for n in MODEL_PRESETS if n.startswith(incomplete)]
+
+
+def encoding_option(help: str, panel: str = ENCODINGS) -> Any:
+    """The repeatable ``--encoding/-e`` option, with the command's own help text."""
+    return typer.Option(
+        "--encoding", "-e", help=help, rich_help_panel=panel, autocompletion=complete_encoding
+    )
+
+
+def output_option(help: str) -> Any:
+    """The required ``--output/-o`` option, with the command's own help text."""
+    return typer.Option("--output", "-o", help=help, show_default=False, rich_help_panel=OUTPUT)
+
+
+def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` the reading options; it receives them as one ``reading: Reading``.
+
+    typer reads a command's options from its signature, so the wrapper shows the command's own
+    parameters (without ``reading``) followed by the reading options.
+    """
+    sig = inspect.signature(command, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != "reading"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
+        for name, option in _READING_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        reading = Reading(**{name: kwargs.pop(name) for name in READING_FIELDS})
+        return command(*args, reading=reading, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def stdout() -> Console:
+    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+def emit(as_json: bool, document: Any, text: str | Callable[[Console], None]) -> None:
+    """Print ``document`` as indented JSON, or else ``text`` (a line, or a printer of tables).
+
+    ``document`` may be a callable that builds it, so text output never builds it.
+    """
+    if as_json:
+        doc = document() if callable(document) else document
+        typer.echo(json.dumps(doc, indent=2))
+    elif isinstance(text, str):
+        typer.echo(text)
+    else:
+        text(stdout())
+
+
+def warn(messages: Sequence[str]) -> None:
+    for m in messages:
+        typer.echo(f"Warning: {m}", err=True)
+
+
+def check_ci(ci: float, replicates: int | None) -> None:
+    """Check the interval options before a pass over the corpus, not after (``replicates``
+    None: the default for the corpus's length)."""
+    from .._util.validate import check_int
+    from ..uncertainty.bootstrap import check_level
+
+    check_level(ci)
+    if replicates is not None:
+        check_int("replicates", replicates, 2)
+
+
+def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:
+    """Refuse an unusable plot folder before a pass over the corpus (nothing when None).
+
+    ``drift``: the folder will get the drift plots, not the corpus plots.
+    """
+    if plot is None:
+        return
+    from ..render.plots import CORPUS_PLOTS, DRIFT_PLOTS, check_plot_dir
+
+    check_plot_dir(plot, force, DRIFT_PLOTS if drift else CORPUS_PLOTS)
+
+
+def write_plots(plot: Path | None, force: bool, **what: Any) -> None:
+    """Write the ``--plot`` PNGs of ``what`` and say so on stderr (nothing when None)."""
+    if plot is None:
+        return
+    from ..render.plots import write_plots as write
+
+    written = write(plot, force=force, **what)
+    typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
+
+
+class CountingBar:
+    """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
+
+    def __init__(self, prog: Progress) -> None:
+        self._prog = prog
+        self._unit = "documents"
+        self._task = prog.add_task("counting", total=None, seqs=0, toks=0, rate=0.0)
+
+    def start(self, total: int | None, unit: str) -> None:
+        self._unit = unit
+        self._prog.update(self._task, total=total)
+
+    def __call__(self, docs: int, seqs: int, toks: int) -> None:
+        task = self._prog.tasks[0]
+        rate = toks / (task.elapsed or 1e-9)
+        done = toks if self._unit == "tokens" else docs
+        self._prog.update(self._task, completed=done, seqs=seqs, toks=toks, rate=rate)
+
+
+def counting_columns() -> tuple[Any, ...]:
+    return (
+        SpinnerColumn(),
+        TextColumn("counting"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
+        TextColumn("{task.fields[rate]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+
+
+@contextmanager
+def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A rich progress bar of the counting on a terminal's stderr; nothing when piped or quiet."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    with Progress(*counting_columns(), console=err, transient=True) as prog:
+        yield CountingBar(prog)
+
+
+@contextmanager
+def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
+    corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
+    replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once).
+    While numba compiles the long-context kernels (the first such run after an install, ~40 s
+    at 1,024 positions) the stage reads :data:`COMPILING` instead."""
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as prog:
+        task = prog.add_task("geometry", total=None)
+        stage = ["geometry"]
+
+        def update(done: int, total: int) -> None:
+            stage[0] = "bootstrap"
+            prog.update(task, completed=done, total=total, description="bootstrap")
+
+        def compiling(now: bool) -> None:
+            prog.update(task, description=COMPILING if now else stage[0])
+
+        with watch(compiling):
+            yield update
+
+
+# What the bar says while numba compiles posdiag's kernels (posdiag._util.jit).
+COMPILING = "compiling posdiag's kernels (once after an install)"
+
+
+def sharded(
+    corpus: str, reading: Reading, quiet: bool, *, shards: int = 0, seed: int = 0
+) -> ShardedCounts:
+    """Count ``corpus`` as ``reading`` says, in ``shards`` seeded shards, with a bar.
+
+    ``seed`` seeds both the shards and ``--sample``. ``shards=0`` (no intervals) still counts
+    the default shards, kept on the counts only: the cross-fitted geometry splits by sequence,
+    and must be the same whether or not intervals are asked for.
+    """
+    from ..uncertainty.bootstrap import ShardedCounts, corpus_counts_sharded
+
+    with progress(quiet) as bar:
+        counted = corpus_counts_sharded(
+            corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()
+        )
+    if shards == 0:
+        return ShardedCounts(counted.counts, (), counted.seed, "--shards 0 was given")
+    return counted
+
+
+def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:
+    """Count ``corpus`` as ``reading`` says, with a bar; ``seed`` seeds ``--sample``."""
+    return sharded(corpus, reading, quiet, seed=seed).counts

@@ -1,0 +1,1197 @@
+"""Sparse per-position token counts: build them from a corpus, add them, save and load them.
+
+The counts file is an ``.npz`` that ``scipy.sparse.load_npz`` opens as the ``n x V`` count
+matrix; posdiag's metadata sits in the same archive as a JSON string under ``posdiag_meta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import mmap
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import __version__
+from .._util.atomic import atomic_outputs
+from .._util.memory import require
+from .._util.validate import check_int
+from ..corpus._shardkey import shard_of
+from ..corpus.sources import Source
+from ..corpus.tokenizers import Tokenizer, view
+from ..errors import PosdiagError
+
+if TYPE_CHECKING:
+    from .distributed import Engine
+
+__all__ = [
+    "Counts",
+    "align_vocabularies",
+    "CountAccumulator",
+    "count_ids",
+    "count_texts",
+    "count_text_units",
+    "count_source",
+    "corpus_counts",
+    "load_counts",
+    "merge_counts",
+    "save_counts",
+]
+
+ProgressFn = Callable[[int, int, int], None]
+"""Called after each batch with (documents, sequences, tokens) so far.
+
+If the callable also has a ``start(total, unit)`` method, it is called once before counting
+with the expected number of ``unit`` (``"documents"`` or ``"tokens"``), or None when unknown,
+so a progress bar can show an ETA.
+"""
+
+# Dense (n x V) accumulation is used when the count block takes at most this many bytes.
+DENSE_LIMIT = 1 << 30
+
+
+def _start(progress: ProgressFn | None, total: int | None, unit: str) -> None:
+    start = getattr(progress, "start", None)
+    if start is not None:
+        start(total, unit)
+
+
+# Positions are int32 row indices of the counts matrix.
+MAX_POSITIONS = 2**31 - 1
+
+
+def check_max_len(value: Any) -> int:
+    """``max_len`` as an int in [1, 2**31-1] (a larger one cannot index the counts' rows)."""
+    n = check_int("max_len", value, 1)
+    if n > MAX_POSITIONS:
+        check_int("max_len", n, 1, MAX_POSITIONS)
+    return n
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per-position token counts of a corpus.
+
+    Attributes
+    ----------
+    matrix : scipy.sparse.csr_matrix of shape (n_positions, vocab_size), int64
+        ``matrix[i, v]`` = number of sequences whose token at position ``i`` is ``v``.
+    meta : mapping
+        source, tokenizer, tokenizer_fingerprint, view, max_len, vocab_size, documents,
+        sequences, tokens, posdiag_version (and column, limit, sample, seed when used).
+    vocab : tuple of str or None
+        The token of each id, for tokenizers that assign ids per run (``whitespace``); lets
+        :func:`merge_counts` align the ids of separate runs. None for fixed vocabularies.
+    shards : tuple of csr_matrix, each of shape (n_positions, vocab_size)
+        Counts of ``K`` seeded random shards of the sequences, summing to ``matrix``, when
+        counted with ``shards=K`` (for bootstrap intervals); empty otherwise. Not saved.
+    """
+
+    matrix: sp.csr_matrix
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    vocab: tuple[str, ...] | None = None
+    shards: tuple[sp.csr_matrix, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return int(self.matrix.shape[0])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.matrix.shape[1])
+
+    @property
+    def supports(self) -> np.ndarray:
+        """``N_i`` of shape (n_positions,): how many sequences reach each position."""
+        return np.asarray(self.matrix.sum(axis=1)).ravel().astype(np.int64)
+
+    @property
+    def pad_id(self) -> int | None:
+        """The id the model view padded with (from the metadata; None for other views and for
+        counts files of older versions)."""
+        pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
+        return None if pad is None else int(pad)
+
+    @property
+    def real_supports(self) -> np.ndarray:
+        """Real (non-pad) tokens at each position, of shape (n_positions,).
+
+        In the model view every sequence reaches every position, padded to ``max_len``, so
+        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
+        the pad token. Equal to :attr:`supports` when nothing was padded.
+        """
+        sup = self.supports
+        pad = self.pad_id
+        if pad is None or pad >= self.vocab_size:
+            return sup
+        return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
+
+    @property
+    def vocab_seen(self) -> int:
+        """Number of distinct token ids that occur anywhere."""
+        # A mark per column, not np.unique's sort of every stored index (0.45 s at 4,096
+        # positions of the long benchmark corpus, 12 M entries).
+        seen = np.zeros(self.matrix.shape[1], dtype=bool)
+        seen[self.matrix.indices] = True
+        return int(np.count_nonzero(seen))
+
+    def __add__(self, other: Counts) -> Counts:
+        """Counts are additive: the counts of two shards sum to the counts of their union.
+
+        Same rules as :func:`merge_counts`: per-run (``whitespace``) ids are aligned through
+        the stored vocabularies, and counts of another tokenizer, view or max_len are refused.
+        """
+        return merge_counts([self, other], ["left operand", "right operand"])
+
+
+class CountAccumulator:
+    """Streaming counter of (position, id) pairs.
+
+    Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
+    (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
+    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
+    ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
+    ``np.add.at`` (blocks of id windows: one contiguous column per position, see
+    :meth:`columns` and :meth:`add_columns`). Each count grows by at
+    most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
+    block is spilled into an int64 total. Memory: the block plus one batch, independent of the
+    corpus length.
+    """
+
+    # Merge the per-batch buffers into the running totals past this many keys.
+    _COMPACT_AT = 1 << 22
+    _INT32_MAX = np.iinfo(np.int32).max
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        vocab_size: int | None = None,
+        dense_limit: int = DENSE_LIMIT,
+        threads: int | None = None,
+    ) -> None:
+        self.n = check_max_len(n)
+        self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
+        dense_bytes = self.n * (self.vocab_size or 0) * 4
+        # The matrix's row pointers (n + 1) are built however sparse the counts are.
+        require(
+            f"counting {self.n:,} positions (--max-len)",
+            16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
+        )
+        self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
+        self._keys = np.empty(0, dtype=np.int64)
+        self._vals = np.empty(0, dtype=np.int64)
+        self._buf_keys: list[np.ndarray] = []
+        self._buf_vals: list[np.ndarray] = []
+        self._buffered = 0
+        self._dense: np.ndarray | None = None
+        self._spill: np.ndarray | None = None
+        self._since_spill = 0
+        self._cols: np.ndarray | None = None
+        if self.vocab_size is not None and self.n * self.vocab_size * 4 <= dense_limit:
+            self._dense = np.zeros((self.n, self.vocab_size), dtype=np.int32)
+
+    @property
+    def dense(self) -> bool:
+        """Whether counts accumulate in a dense ``n x vocab_size`` block."""
+        return self._dense is not None
+
+    def _room(self, sequences: int) -> None:
+        """Spill the int32 block into the int64 total if ``sequences`` more could overflow it."""
+        assert self._dense is not None
+        if self._since_spill + sequences > self._INT32_MAX:
+            if self._spill is None:
+                self._spill = np.zeros(self._dense.shape, dtype=np.int64)
+            self._spill += self._dense
+            self._dense[:] = 0
+            self._since_spill = 0
+        self._since_spill += sequences
+
+    def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
+        """Count a batch of id sequences (each of length <= n); return the tokens added."""
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+        total = int(lengths.sum())
+        if total == 0:
+            return 0
+        if lengths.max() > self.n:
+            raise ValueError(f"a sequence of length {lengths.max()} exceeds max_len {self.n}")
+        ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
+        starts = np.cumsum(lengths) - lengths
+        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        if self._dense is not None:
+            v = self._dense.shape[1]
+            if ids.min() < 0 or ids.max() >= v:
+                bad = int(ids[(ids < 0) | (ids >= v)][0])
+                raise ValueError(f"token id {bad} outside [0, vocab_size={v})")
+            self._room(len(seqs))
+            pos *= v
+            pos += ids
+            np.add.at(self._dense.reshape(-1), pos, np.int32(1))
+            return total
+        keys, vals = np.unique(ids * self.n + pos, return_counts=True)
+        self._buf_keys.append(keys)
+        self._buf_vals.append(vals.astype(np.int64))
+        self._buffered += keys.size
+        if self._buffered >= self._COMPACT_AT:
+            self._compact()
+        return total
+
+    def add_block(self, block: np.ndarray) -> int:
+        """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
+
+        Position ``i`` of every window is column ``i``. The ids must already be checked against
+        ``vocab_size`` (dense mode does not check them again).
+        """
+        w, m = block.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        if w == 0 or m == 0:
+            return 0
+        if self._dense is None:
+            ids = block.astype(np.int64)
+            ids *= self.n
+            ids += np.arange(m, dtype=np.int64)
+            keys, vals = np.unique(ids, return_counts=True)
+            self._buf_keys.append(keys)
+            self._buf_vals.append(vals.astype(np.int64))
+            self._buffered += keys.size
+            if self._buffered >= self._COMPACT_AT:
+                self._compact()
+            return w * m
+        return self.add_columns(self.columns(block))
+
+    def columns(self, block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``block`` (windows x m) transposed to contiguous columns (m x windows).
+
+        Copied in tiles of whole rows (contiguous reads, a cache-sized working set): about
+        twice as fast as numpy's plain transposed copy. ``out``, if given, is reused.
+        """
+        w, m = block.shape
+        if out is None or out.dtype != block.dtype or out.size < w * m:
+            out = np.empty(w * m, dtype=block.dtype)
+        cols = out.reshape(-1)[: w * m].reshape(m, w)
+        rows = max(1, (1 << 18) // max(m, 1))  # 512 KB tiles of uint16: L2-sized
+        for r0 in range(0, w, rows):
+            np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
+        return cols
+
+    def add_columns(self, cols: np.ndarray) -> int:
+        """Count a transposed block of windows: ``cols[i]`` holds the ids at position ``i``.
+
+        Dense mode only; one ``np.add.at`` per position on a contiguous column (numpy's
+        unbuffered fast path: no O(V) work and no temporary per call). Ids must be checked.
+        """
+        if self._dense is None:
+            return self.add_block(np.ascontiguousarray(cols.T))
+        m, w = cols.shape
+        if m > self.n:
+            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        self._room(w)
+        one = np.int32(1)
+        for i in range(m):
+            np.add.at(self._dense[i], cols[i], one)
+        return w * m
+
+    def _compact(self) -> None:
+        if not self._buf_keys:
+            return
+        keys = np.concatenate([self._keys, *self._buf_keys])
+        vals = np.concatenate([self._vals, *self._buf_vals])
+        order = np.argsort(keys, kind="stable")
+        keys, vals = keys[order], vals[order]
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        self._keys = keys[first]
+        self._vals = np.add.reduceat(vals, first)
+        self._buf_keys, self._buf_vals, self._buffered = [], [], 0
+
+    def matrix(self, vocab_size: int) -> sp.csr_matrix:
+        """The counts so far as a csr matrix of shape (n, vocab_size)."""
+        self._compact()
+        if self._dense is not None:
+            return self._dense_matrix(vocab_size)
+        ids, pos = np.divmod(self._keys, self.n)
+        if ids.size and ids.max() >= vocab_size:
+            raise ValueError(f"token id {ids.max()} >= vocab_size {vocab_size}")
+        return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
+
+    def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
+        # Built by hand, a few rows at a time, straight into the output arrays: scipy's dense ->
+        # csr conversion and whole-block temporaries cost several times more on an n x V block
+        # of tens of millions of entries (fresh memory is what is slow here).
+        assert self._dense is not None
+        dense = self._dense if self._spill is None else self._spill + self._dense
+        v = dense.shape[1]
+        if vocab_size < v and dense[:, vocab_size:].any():
+            raise ValueError(f"token ids >= vocab_size {vocab_size} were counted")
+        dense = dense[:, : min(v, vocab_size)]
+        per_row = np.count_nonzero(dense, axis=1)
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(per_row, out=indptr[1:])
+        data = np.empty(int(indptr[-1]), dtype=np.int64)
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        width = dense.shape[1]
+        step = max(1, (1 << 20) // max(width, 1))
+        for r0 in range(0, self.n, step):
+            rows = np.ascontiguousarray(dense[r0 : r0 + step]).reshape(-1)
+            nz = np.flatnonzero(rows)
+            lo, hi = indptr[r0], indptr[min(r0 + step, self.n)]
+            data[lo:hi] = rows[nz]
+            np.remainder(nz, width, out=nz)
+            indices[lo:hi] = nz
+        return sp.csr_matrix((data, indices, indptr), shape=(self.n, vocab_size), copy=False)
+
+
+def _meta(
+    source: str,
+    tokenizer_name: str,
+    fingerprint: str,
+    view_name: str,
+    max_len: int,
+    vocab_size: int,
+    docs: int,
+    seqs: int,
+    toks: int,
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "tokenizer": tokenizer_name,
+        "tokenizer_fingerprint": fingerprint,
+        "view": view_name,
+        "max_len": max_len,
+        "vocab_size": vocab_size,
+        "documents": docs,
+        "sequences": seqs,
+        "tokens": toks,
+        "posdiag_version": __version__,
+    }
+
+
+def count_texts(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    *,
+    view_name: str = "text",
+    max_len: int = 512,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    source: str = "<texts>",
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
+) -> Counts:
+    """Tokenize, apply a view and count.
+
+    Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
+    the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
+    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
+    same single pass: shard :func:`~posdiag.corpus._shardkey.shard_of` ``(shard_seed, 0, i)`` for
+    the
+    ``i``-th sequence (uniform, and a function of ``i`` alone, whatever the batch size).
+
+    Returns
+    -------
+    Counts
+        With ``matrix`` of shape (max_len, tokenizer.vocab_size); ``vocab`` holds the
+        tokenizer's vocabulary when it assigns ids per run (``whitespace``); ``shards`` the
+        shard counts.
+    """
+    return count_text_units(
+        [(0, texts)],
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        source=source,
+        dense_limit=dense_limit,
+        shards=shards,
+        shard_seed=shard_seed,
+    )
+
+
+def count_text_units(
+    units: Iterable[tuple[int, Iterable[str]]],
+    tokenizer: Tokenizer,
+    *,
+    view_name: str = "text",
+    max_len: int = 512,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    source: str = "<texts>",
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
+) -> Counts:
+    """:func:`count_texts` of a corpus given as ``(unit, texts)`` pieces in reading order.
+
+    The ``i``-th sequence of ``unit`` goes to shard ``shard_of(shard_seed, unit, i)``; that is
+    how a corpus counted piece by piece (:mod:`posdiag.counts.distributed`) and in one pass get the
+    same shards. The packed view carries windows across texts: give it a single unit.
+    """
+    k = 0 if shards == 0 else check_int("shards", shards, 2)
+    mats, docs, seqs, toks = _count_text_units(
+        units,
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        dense_limit=dense_limit,
+        shards=k,
+        shard_seed=shard_seed,
+    )
+    if toks == 0:
+        raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
+    v = tokenizer.vocab_size
+    meta = _meta(
+        source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
+    )
+    if view_name == "model":
+        # Which id is padding, so supports can count real tokens (Counts.real_supports).
+        meta["pad_id"] = tokenizer.pad_id()
+    vocab = tokenizer.vocabulary()
+    if not k:
+        return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
+    meta.update(shards=k, shard_seed=shard_seed)
+    total = sp.csr_matrix(sum(mats[1:], mats[0]))
+    return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+
+
+def _count_text_units(
+    units: Iterable[tuple[int, Iterable[str]]],
+    tokenizer: Tokenizer,
+    *,
+    view_name: str,
+    max_len: int,
+    batch_size: int,
+    progress: ProgressFn | None,
+    dense_limit: int,
+    shards: int,
+    shard_seed: int,
+) -> tuple[tuple[sp.csr_matrix, ...], int, int, int]:
+    """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
+
+    The shard of a sequence is :func:`~posdiag.corpus._shardkey.shard_of` of its unit and its
+    ordinal
+    within the unit, so splitting a corpus into units and counting them anywhere gives the same
+    shards. The packed view carries windows across texts: give it a single unit.
+
+    Returns
+    -------
+    (matrices, documents, sequences, tokens)
+        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
+    """
+    k = shards
+    if k:
+        # One sparse accumulator per shard, each with its own row pointers when built.
+        n = check_max_len(max_len)
+        require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
+    run_ids = tokenizer.fingerprint == "run"
+    if k:
+        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
+        accs = [CountAccumulator(max_len) for _ in range(k)]
+    else:
+        accs = [
+            CountAccumulator(
+                max_len,
+                vocab_size=None if run_ids else tokenizer.vocab_size,
+                dense_limit=dense_limit,
+            )
+        ]
+    docs = seqs = toks = 0
+    for unit, texts in units:
+        ordinal = 0
+        for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
+            if k:
+                ords = np.arange(ordinal, ordinal + len(batch), dtype=np.int64)
+                which = shard_of(shard_seed, unit, ords, k)
+                for s, acc in enumerate(accs):
+                    idx = np.flatnonzero(which == s)
+                    if idx.size:
+                        toks += acc.add_sequences([batch[j] for j in idx])
+            else:
+                toks += accs[0].add_sequences(batch)
+            ordinal += len(batch)
+            seqs += len(batch)
+            docs += consumed
+            if progress is not None:
+                progress(docs, seqs, toks)
+    v = tokenizer.vocab_size
+    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """Which ``n``-token windows of an id file are counted (``--limit`` / ``--sample``).
+
+    ``n_full`` windows are whole and a shorter tail of ``rem`` tokens follows when ``rem > 0``.
+    Without ``chosen`` the first ``windows`` windows are read in file order; with it, exactly
+    the windows it lists (sorted). ``sequences`` and ``tokens`` are what will be counted.
+    """
+
+    n: int
+    n_full: int
+    rem: int
+    windows: int
+    chosen: np.ndarray | None
+    sequences: int
+    tokens: int
+
+
+def _select_windows(total: int, n: int, source: Source) -> _Windows:
+    """The windows of a ``total``-token id file that ``source``'s limit and sample select."""
+    n_full, rem = divmod(total, n)
+    windows = n_full + (1 if rem else 0)
+    if source.sample is None:
+        windows = windows if source.limit is None else min(windows, source.limit)
+        return _Windows(n, n_full, rem, windows, None, windows, min(total, windows * n))
+    rng = np.random.default_rng(source.seed)
+    chosen = np.flatnonzero(rng.random(windows) < source.sample)
+    if source.limit is not None:
+        chosen = chosen[: source.limit]
+    tokens = int(np.count_nonzero(chosen < n_full)) * n + (rem if n_full in chosen else 0)
+    return _Windows(n, n_full, rem, windows, chosen, int(chosen.size), tokens)
+
+
+def _id_blocks(
+    arr: np.ndarray, sel: _Windows, per_block: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(block of windows, file offset of each window), in file order, ``per_block`` at a time."""
+    n, n_full = sel.n, sel.n_full
+    full = arr[: n_full * n].reshape(n_full, n)
+    tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
+    if sel.chosen is None:
+        last_full = min(n_full, sel.windows)
+        for w0 in range(0, last_full, per_block):
+            w1 = min(w0 + per_block, last_full)
+            yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
+        if sel.windows > n_full:
+            yield tail
+    else:
+        for c0 in range(0, sel.chosen.size, per_block):
+            part = sel.chosen[c0 : c0 + per_block]
+            rows = part[part < n_full]
+            yield np.asarray(full[rows]), rows * n
+            if rows.size < part.size:
+                yield tail
+
+
+def _first_bad_id(block: np.ndarray, v: int) -> tuple[int, int] | None:
+    """(row, column) of the first id of ``block`` outside ``[0, v)``, in row-major order."""
+    signed = block.dtype.kind == "i"
+    if not block.size or (block.max() < v and not (signed and block.min() < 0)):
+        return None
+    bad = (block >= v) | (block < 0) if signed else block >= v
+    r, c = divmod(int(np.argmax(bad)), block.shape[1])
+    return r, c
+
+
+def _bad_id_error(name: str, token: int, offset: int, v: int) -> PosdiagError:
+    return PosdiagError(
+        f"{name}: token id {token} at offset {offset:,} is outside [0, --vocab-size={v})"
+    )
+
+
+def _pipelined_count(
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]],
+    acc: CountAccumulator,
+    v: int,
+    name: str,
+    progress: ProgressFn | None,
+) -> tuple[int, int]:
+    """Count ``blocks`` into the dense ``acc``; returns (windows, tokens) counted.
+
+    Two stages: a helper thread reads, checks and transposes block k+1 while this thread counts
+    block k (``np.add.at`` holds the GIL; the copies release it).
+    """
+    buffers: list[np.ndarray | None] = [None, None]
+
+    def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+        block, offsets = item
+        bad = _first_bad_id(block, v)
+        if bad is not None:
+            r, c = bad
+            raise _bad_id_error(name, int(block[r, c]), int(offsets[r]) + c, v)
+        cols = acc.columns(block, buffers[k])
+        buffers[k] = cols
+        return cols
+
+    seqs = toks = 0
+    with ThreadPoolExecutor(1) as pool:
+        first = next(blocks, None)
+        pending = None if first is None else pool.submit(prepare, first, 0)
+        k = 0
+        while pending is not None:
+            cols = pending.result()
+            nxt = next(blocks, None)
+            k ^= 1
+            pending = None if nxt is None else pool.submit(prepare, nxt, k)
+            toks += acc.add_columns(cols) if cols.size else 0
+            seqs += cols.shape[1]
+            if progress is not None:
+                progress(seqs, seqs, toks)
+    return seqs, toks
+
+
+def count_ids(
+    source: Source,
+    *,
+    max_len: int = 512,
+    vocab_size: int,
+    tokenizer: str = "ids",
+    fingerprint: str | None = None,
+    progress: ProgressFn | None = None,
+    block_tokens: int = 1 << 24,
+    dense_limit: int = DENSE_LIMIT,
+    workers: int | None = None,
+    parallel_min_tokens: int = 1 << 24,
+) -> Counts:
+    """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
+
+    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
+    window may be shorter. ``source.limit`` / ``source.sample``
+    select windows; ``documents`` in the metadata counts windows (documents are not delimited).
+
+    With a dense count block, at least ``parallel_min_tokens`` tokens and ``workers > 1``
+    (default: the CPU count, at most 4) on a system with ``fork``, the positions are split
+    between forked worker processes that share the block (``np.add.at`` holds the GIL, so
+    threads cannot run it in parallel); otherwise one process counts, with a helper thread.
+
+    Raises
+    ------
+    PosdiagError
+        When an id is negative or ``>= vocab_size`` (naming the first offending offset).
+    """
+    n = check_max_len(max_len)
+    v = check_int("vocab_size", vocab_size, 1)
+    # Per-column arrays (token totals, the geometry's column selections) of the vocabulary.
+    require(f"a vocabulary of {v:,} ids (--vocab-size)", 24 * v)
+    arr = source.token_ids()
+    sel = _select_windows(int(arr.size), n, source)
+    acc = CountAccumulator(n, vocab_size=v, dense_limit=dense_limit)
+    per_block = max(1, block_tokens // n)
+    _start(progress, sel.tokens, "tokens")
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4)
+    if (
+        acc.dense
+        and workers > 1
+        and n >= 2
+        and sel.tokens >= parallel_min_tokens
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        big = sel.sequences > CountAccumulator._INT32_MAX
+        acc._dense = _forked_count(
+            lambda: _id_blocks(arr, sel, per_block),
+            n,
+            v,
+            min(workers, n),
+            np.int64 if big else np.int32,
+            source.name,
+            progress,
+        )
+        seqs, toks = sel.sequences, sel.tokens
+    else:
+        seqs, toks = _pipelined_count(
+            _id_blocks(arr, sel, per_block), acc, v, source.name, progress
+        )
+    if toks == 0:
+        raise PosdiagError(f"{source.name}: no tokens to count")
+    meta = _meta(source.name, tokenizer, fingerprint or tokenizer, "packed", n, v, seqs, seqs, toks)
+    meta.update(_selection_meta(source))
+    return Counts(acc.matrix(v), meta)
+
+
+def _shared(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zeroed array in anonymous shared memory: forked children write into the same pages."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = mmap.mmap(-1, max(size, 1))
+    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked worker: die when the parent does, and leave signals to the parent.
+
+    SIGTERM gets its default action back (the parent's handler would turn it into an exception
+    in the worker) and SIGINT is ignored (Ctrl-C reaches the whole process group; the parent
+    stops its workers). On Linux the kernel also sends SIGKILL when the parent dies, however
+    it dies, so no worker outlives an interrupted ``count``.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while forking
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's finally-block still terminates its workers
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+
+def _forked_count(
+    blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+    n: int,
+    v: int,
+    workers: int,
+    dtype: Any,
+    name: str,
+    progress: ProgressFn | None,
+) -> np.ndarray:
+    """Count ``blocks()`` into a shared dense (n, v) block, positions split over processes.
+
+    Worker ``k`` reads every block but only its positions ``[lo_k, hi_k)``: it checks them,
+    copies them to contiguous columns and runs one ``np.add.at`` per position. Each worker
+    stops at its first id outside ``[0, v)``; the smallest offset over workers is the first
+    in the file.
+    """
+    dense = _shared((n, v), dtype)
+    status = _shared((workers, 3), np.int64)  # (state, offset, id); state 1 = bad id, 2 = crash
+    done = _shared((workers,), np.int64)
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+
+    parent = os.getpid()
+
+    def work(k: int) -> None:
+        _die_with_parent(parent)
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        one = dense.dtype.type(1)
+        buf: np.ndarray | None = None
+        try:
+            for block, offsets in blocks():
+                part = block[:, lo:hi]
+                w, m = part.shape
+                if w == 0 or m == 0:
+                    continue
+                bad = _first_bad_id(part, v)
+                if bad is not None:
+                    r, c = bad
+                    status[k] = (1, int(offsets[r]) + lo + c, int(part[r, c]))
+                    return
+                if buf is None or buf.dtype != part.dtype or buf.size < w * m:
+                    buf = np.empty(w * m, dtype=part.dtype)
+                cols = buf[: w * m].reshape(m, w)
+                rows = max(1, (1 << 18) // m)
+                for r0 in range(0, w, rows):
+                    np.copyto(cols[:, r0 : r0 + rows], part[r0 : r0 + rows].T)
+                for i in range(m):
+                    np.add.at(dense[lo + i], cols[i], one)
+                done[k] += w * m
+        except BaseException:  # reported to the parent, which raises
+            status[k, 0] = 2
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=work, args=(k,), daemon=True) for k in range(workers)]
+    try:
+        # Signals wait while the workers are forked: one arriving inside fork's bookkeeping
+        # would be swallowed ("Exception ignored") and the parent would wait for ever.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        while any(p.is_alive() for p in procs):
+            procs[0].join(0.1)
+            if progress is not None:
+                toks = int(done.sum())
+                progress(toks // n, toks // n, toks)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    failed = [k for k in range(workers) if status[k, 0] == 2 or procs[k].exitcode != 0]
+    if failed:
+        raise RuntimeError(f"{name}: counting worker {failed[0]} failed")
+    bad = [k for k in range(workers) if status[k, 0] == 1]
+    if bad:
+        k = min(bad, key=lambda j: int(status[j, 1]))
+        raise _bad_id_error(name, int(status[k, 2]), int(status[k, 1]), v)
+    return dense
+
+
+def _selection_meta(source: Source) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if source.column is not None:
+        out["column"] = source.column
+    if source.limit is not None:
+        out["limit"] = source.limit
+    if source.sample is not None:
+        out["sample"] = source.sample
+        out["seed"] = source.seed
+    return out
+
+
+def count_source(
+    source: Source,
+    tokenizer: Tokenizer,
+    *,
+    view_name: str = "text",
+    max_len: int = 512,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    dense_limit: int = DENSE_LIMIT,
+    shards: int = 0,
+    shard_seed: int = 0,
+) -> Counts:
+    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name.
+
+    With shards (and a view that does not carry windows across texts), the source is read
+    piece by piece (:func:`posdiag.counts.distributed.selected_units`: its files, parquet row
+    groups,
+    stream shards) and a sequence's shard is a function of its piece and its index in it, so
+    counting the pieces on a Dask cluster gives the same shards.
+    """
+    _start(progress, source.expected, "documents")
+    if shards and view_name != "packed" and source.name != "-":
+        from .distributed import selected_units
+
+        counts = count_text_units(
+            selected_units(source, max_len),
+            tokenizer,
+            view_name=view_name,
+            max_len=max_len,
+            batch_size=batch_size,
+            progress=progress,
+            source=source.name,
+            dense_limit=dense_limit,
+            shards=shards,
+            shard_seed=shard_seed,
+        )
+        extra = _selection_meta(source)
+        return dataclasses.replace(counts, meta={**counts.meta, **extra}) if extra else counts
+    counts = count_texts(
+        source.texts(),
+        tokenizer,
+        view_name=view_name,
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        source=source.name,
+        dense_limit=dense_limit,
+        shards=shards,
+        shard_seed=shard_seed,
+    )
+    extra = _selection_meta(source)
+    if extra:
+        return dataclasses.replace(counts, meta={**counts.meta, **extra})
+    return counts
+
+
+def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
+    first = counts[0].meta
+    for c, name in zip(counts[1:], names[1:], strict=True):
+        for key in ("tokenizer_fingerprint", "view", "max_len", "vocab_size"):
+            if key == "vocab_size" and first.get("tokenizer_fingerprint") == "run":
+                continue  # per-run vocabularies are aligned through their tokens
+            if key == "tokenizer_fingerprint" and key not in first and key not in c.meta:
+                key = "tokenizer"
+            a, b = first.get(key), c.meta.get(key)
+            if a != b:
+                label = "tokenizer" if key == "tokenizer_fingerprint" else key
+                if label == "tokenizer":
+                    a = f"{first.get('tokenizer')} ({a})"
+                    b = f"{c.meta.get('tokenizer')} ({b})"
+                raise PosdiagError(
+                    f"{name}: cannot merge counts with a different {label} "
+                    f"({names[0]}: {a}; {name}: {b})"
+                )
+
+
+def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -> Counts:
+    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity).
+
+    Counts whose tokenizer assigns ids per run (``whitespace``) are aligned through their
+    stored vocabularies: ids are remapped onto the union vocabulary, in order of first
+    appearance across the inputs (so merging one file is the identity).
+
+    Raises
+    ------
+    PosdiagError
+        When the inputs differ in tokenizer, view, max_len or vocabulary size, or a per-run
+        vocabulary is missing.
+    """
+    if not counts:
+        raise PosdiagError("merge: no counts given")
+    labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
+    _check_same(counts, labels)
+    meta = dict(counts[0].meta)
+    for key in ("documents", "sequences", "tokens"):
+        meta[key] = sum(int(c.meta.get(key, 0)) for c in counts)
+    meta["source"] = " + ".join(str(c.meta.get("source", "?")) for c in counts)
+    meta["merged_from"] = labels
+    for key in ("limit", "sample", "seed"):
+        meta.pop(key, None)
+    if meta.get("tokenizer_fingerprint") != "run":
+        total = counts[0].matrix.copy()
+        for c in counts[1:]:
+            total = total + c.matrix
+        return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
+    aligned = align_vocabularies(counts, labels)
+    total = aligned[0].matrix
+    for c in aligned[1:]:
+        total = total + c.matrix
+    meta["vocab_size"] = aligned[0].vocab_size
+    return Counts(sp.csr_matrix(total), meta, aligned[0].vocab)
+
+
+def align_vocabularies(
+    counts: Sequence[Counts], names: Sequence[str] | None = None
+) -> list[Counts]:
+    """Renumber per-run (``whitespace``) ids onto one shared vocabulary.
+
+    The union vocabulary lists tokens in order of first appearance across ``counts`` (so one
+    input keeps its ids). Counts of a fixed vocabulary are returned unchanged.
+
+    Raises
+    ------
+    PosdiagError
+        When a per-run vocabulary is not stored (counts files of older versions).
+    """
+    if not counts or counts[0].meta.get("tokenizer_fingerprint") != "run":
+        return list(counts)
+    labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
+    index: dict[str, int] = {}
+    for c, name in zip(counts, labels, strict=True):
+        if c.vocab is None:
+            raise PosdiagError(
+                f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
+                "count the corpus again with this version to align it"
+            )
+        for tok in c.vocab:
+            index.setdefault(tok, len(index))
+    v = len(index)
+    vocab = tuple(index)
+    out = []
+    for c in counts:
+        remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
+        m = c.matrix.tocoo()
+        matrix = sp.csr_matrix((m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64)
+        out.append(Counts(matrix, {**c.meta, "vocab_size": v}, vocab))
+    return out
+
+
+def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:
+    """Write ``counts`` atomically as an ``.npz`` readable by ``scipy.sparse.load_npz``."""
+    if not str(path).endswith(".npz"):
+        raise PosdiagError(f"'output' must end with .npz; got {str(path)!r}")
+    m = sp.csr_matrix(counts.matrix)
+    m.sort_indices()
+    with atomic_outputs([path], force) as (tmp,), open(tmp, "wb") as fh:
+        arrays: dict[str, Any] = {
+            "format": np.array("csr"),
+            "shape": np.array(m.shape),
+            "data": m.data,
+            "indices": m.indices,
+            "indptr": m.indptr,
+            "posdiag_meta": np.array(json.dumps(dict(counts.meta), sort_keys=True)),
+        }
+        if counts.vocab is not None:
+            arrays["vocab"] = np.array(counts.vocab, dtype=str)
+        np.savez_compressed(fh, **arrays)
+    return Path(path)
+
+
+def is_counts_file(path: str | Path) -> bool:
+    """Whether ``path`` names a counts archive (by its ``.npz`` suffix)."""
+    return str(path).endswith(".npz")
+
+
+def load_counts(path: str | Path) -> Counts:
+    """Read a counts file written by :func:`save_counts`, validating all of it first.
+
+    Member sizes are checked against the memory budget before anything is decompressed, and the
+    CSR structure and metadata are checked before any computation (see :mod:`posdiag.counts._npz`).
+
+    Raises
+    ------
+    PosdiagError
+        When the file is missing, damaged, inconsistent, or would not fit in memory.
+    """
+    from ._npz import read_counts_arrays, validate_csr
+
+    p = Path(path)
+    if not os.path.lexists(p):
+        raise PosdiagError(f"{path}: no such file")
+    if not p.is_file():
+        raise PosdiagError(f"{path}: not a regular file")
+    try:
+        arrays, _ = read_counts_arrays(p)
+    except PermissionError:
+        raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
+    rows, cols, meta = validate_csr(str(path), arrays)
+    m = sp.csr_matrix(
+        (
+            arrays["data"].astype(np.int64),
+            arrays["indices"].astype(np.int32 if cols < 2**31 else np.int64),
+            arrays["indptr"].astype(np.int64),
+        ),
+        shape=(rows, cols),
+    )
+    m.sum_duplicates()  # a row listing a column twice (valid CSR) means their sum
+    vocab = tuple(str(t) for t in arrays["vocab"].tolist()) if "vocab" in arrays else None
+    return Counts(m, meta, vocab)
+
+
+def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
+    """What to do when an option asks a counts file for another reading than it was counted
+    with: drop the option, or count the corpus again with it."""
+    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
+        key, key.replace("_", "-")
+    )
+    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
+    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
+    if key == "column":
+        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
+    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
+
+
+def corpus_counts(
+    corpus: str,
+    *,
+    column: str | None = None,
+    tokenizer: str | None = None,
+    view_name: str | None = None,
+    max_len: int | None = None,
+    pad_token: str | None = None,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    limit: int | None = None,
+    sample: float | None = None,
+    seed: int = 0,
+    data_dir: str | None = None,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
+    shards: int = 0,
+    shard_seed: int = 0,
+    engine: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+) -> Counts:
+    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
+
+    ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
+    the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
+    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md).
+
+    ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
+    :func:`count_texts`); counts files and token id files are read without shards.
+
+    For a counts file, options given explicitly (not None) must match how it was counted;
+    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
+    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
+    (default: the vocabulary size of ``tokenizer`` when one is given).
+    See :func:`posdiag.corpus.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
+    and ``dtype``.
+    """
+    from .distributed import engine_from_options
+
+    where = engine_from_options(engine or "local", scheduler, workers)
+    if is_counts_file(corpus):
+        counts = load_counts(corpus)
+        asked = {
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view_name,
+            "max_len": max_len,
+            "vocab_size": vocab_size,
+            "limit": limit,
+            "sample": sample,
+        }
+        for key, value in asked.items():
+            if value is not None and counts.meta.get(key) != value:
+                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
+        return counts
+    from ..corpus.sources import open_source
+    from ..corpus.tokenizers import load_tokenizer
+
+    source = open_source(
+        corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+    )
+    max_len = check_max_len(512 if max_len is None else max_len)
+    if source.is_ids:
+        if view_name not in (None, "packed"):
+            raise PosdiagError(
+                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
+            )
+        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
+        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
+            raise PosdiagError(
+                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
+                "vocabulary)"
+            )
+        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+        if where.is_dask:
+            return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
+        return count_ids(
+            source,
+            max_len=max_len,
+            vocab_size=v,
+            tokenizer=tok.name if tok else "ids",
+            fingerprint=tok.fingerprint if tok else None,
+            progress=progress,
+        )
+    if vocab_size is not None:
+        raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
+    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
+    if where.is_dask:
+        return _on_dask(
+            source,
+            tok,
+            where,
+            progress,
+            view_name=view_name or "text",
+            max_len=max_len,
+            pad_token=pad_token,
+            shards=shards,
+            seed=shard_seed,
+            batch_size=batch_size,
+        )
+    return count_source(
+        source,
+        tok,
+        view_name=view_name or "text",
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        shards=shards,
+        shard_seed=shard_seed,
+    )
+
+
+def _on_dask(
+    source: Source,
+    tok: Tokenizer | None,
+    engine: Engine,
+    progress: ProgressFn | None,
+    **job: Any,
+) -> Counts:
+    from .distributed import count_on_dask, job_for
+
+    if not source.is_ids:
+        job.setdefault("view_name", "text")
+    else:
+        job["view_name"] = "packed"
+    return count_on_dask(
+        source,
+        job_for(source, tok, **job),
+        engine,
+        tokenizer_name=tok.name if tok is not None else "ids",
+        progress=progress,
+    )

@@ -1,0 +1,1024 @@
+"""Counting on a Dask cluster: a map over the pieces of a corpus and a tree sum of their counts.
+
+Counts are additive, so a corpus is counted by splitting it into pieces, counting every piece
+on a ``dask.distributed`` worker and summing. Dask schedules, retries and moves the results;
+nothing here is a scheduler of its own.
+
+Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never the data):
+
+- text files of a folder or glob: one piece per file (``.txt``, ``.jsonl``, ``.json``, ``.csv``,
+  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl`` longer
+  than :data:`BYTES_PER_PIECE` is cut into byte ranges (a line belongs to the range where it
+  starts); a ``.parquet`` file: one piece per row group;
+- a Hugging Face data set streamed with ``datasets``: one piece per stream shard
+  (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
+  folder: one piece per :data:`ROWS_PER_PIECE` rows;
+- a ``.bin`` / ``.npy`` token id file: ranges of whole windows of ``max_len`` tokens, each
+  cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
+  position range, and its count matrix holds only its positions.
+
+Bit-identical to one process. Every piece is also a *unit* of the shard address: the ``i``-th
+sequence of unit ``u`` belongs to bootstrap / cross-fit shard
+``posdiag.corpus._shardkey.shard_of(seed, u, i)``, in the single-process pass too
+(:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
+reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
+the order of first appearance in the corpus, the order one process assigns. (Id pieces are
+added in one tree per position range and the client appends the rows of those sums in
+position order as they arrive: :class:`_RowStack`.) The
+packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
+is refused (pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a
+text corpus, which select documents in reading order across pieces.
+
+Robustness: a worker that dies loses the results it held; the scheduler recomputes exactly
+those pieces (every piece is a pure function of its descriptor, and each result is summed once,
+by the one sum task that depends on it). A piece that fails for a data reason fails the
+run with the file and the offset (line, row group and byte offset, token offset).
+
+Memory per worker: one count matrix (``max_len x V``; with ``K`` shards, ``K`` sparse ones)
+plus one batch of texts (id files: a dense block of its positions, at most
+:data:`PIECE_BLOCK_BYTES`, plus one block of :data:`BLOCK_TOKENS` ids); a tree-sum task holds
+two partial sums and their total.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._util.validate import check_choice, check_int
+from ..corpus.sources import DATASETS_FORMATS, Source
+from ..corpus.tokenizers import Tokenizer, load_tokenizer
+from ..errors import PosdiagError
+from .core import (
+    DENSE_LIMIT,
+    CountAccumulator,
+    Counts,
+    ProgressFn,
+    _count_text_units,
+    _meta,
+    _selection_meta,
+    _start,
+)
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "Job",
+    "Partial",
+    "Piece",
+    "add_partials",
+    "count_on_dask",
+    "count_piece",
+    "engine_from_options",
+    "job_for",
+    "plan_pieces",
+    "run_pieces",
+    "selected_units",
+]
+
+ENGINES = ("local", "dask")
+# Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
+# the cluster size, because pieces are also shard-address units and must not depend on it.
+ROWS_PER_PIECE = 1 << 16
+# Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
+# line belongs to the range where it starts). Fixed for the same reason: ranges are units.
+BYTES_PER_PIECE = 1 << 23
+# Formats whose records are single lines, so that a byte range can start at any line.
+LINE_FORMATS = ("txt", "jsonl")
+# Id files. Every piece ends by turning its dense (positions x V) block into a sparse matrix, a
+# scan of the whole block whatever the piece's length: a window range is made at least
+# RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
+# a small fraction of the counting, and the ranges are cut into position ranges for
+# parallelism (at least MIN_PIECES in all, so results stream to the client while others are
+# counted, and MIN_PIECES_PER_WORKER per worker thread) and memory (a piece's block at most
+# PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster size without
+# changing the result.
+TOKENS_PER_PIECE = 1 << 24
+RANGE_PER_CELL = 8
+MIN_PIECES_PER_WORKER = 2
+MIN_PIECES = 8
+PIECE_BLOCK_BYTES = 1 << 26
+# Ids read, checked and counted at a time inside a piece (of which it copies its positions):
+# as count_ids reads them. Blocks of 4 M cost ~15% more CPU (more, shorter np.add.at calls).
+BLOCK_TOKENS = 1 << 24
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where counting runs.
+
+    Attributes
+    ----------
+    name : str
+        ``local`` (this process) or ``dask``.
+    scheduler : str or None
+        Address of a running Dask scheduler (``tcp://host:8786``); None starts a
+        ``LocalCluster`` for the run.
+    workers : int or None
+        Worker processes of that ``LocalCluster`` (one thread each); None: the CPU count.
+    """
+
+    name: str = "local"
+    scheduler: str | None = None
+    workers: int | None = None
+
+    @property
+    def is_dask(self) -> bool:
+        return self.name == "dask"
+
+
+def engine_from_options(
+    engine: str = "local", scheduler: str | None = None, workers: int | None = None
+) -> Engine:
+    """Check ``--engine``, ``--scheduler`` and ``--workers`` together, before any counting."""
+    check_choice("engine", engine, ENGINES)
+    if engine != "dask" and (scheduler is not None or workers is not None):
+        given = "--scheduler" if scheduler is not None else "--workers"
+        raise PosdiagError(f"{given} applies to --engine dask; got --engine {engine}")
+    if scheduler is not None and workers is not None:
+        raise PosdiagError(
+            "--workers sizes the LocalCluster started without --scheduler; a cluster at "
+            f"--scheduler {scheduler} has its own workers"
+        )
+    if workers is not None:
+        workers = check_int("workers", workers, 1)
+    if scheduler is not None and not scheduler.strip():
+        raise PosdiagError("'scheduler' must be an address such as tcp://host:8786; got ''")
+    return Engine(engine, scheduler, workers)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What a worker is sent: where one piece of the corpus is, never its contents.
+
+    Attributes
+    ----------
+    index : int
+        Position in reading order; also the shard-address unit of its sequences.
+    kind : str
+        ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
+        (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
+        ``lines`` (the lines starting in a byte range of a ``.txt`` / ``.jsonl`` file),
+        ``ids`` (a window-aligned token range of an id file).
+    path : str
+        Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
+    start, stop : int
+        Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
+        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
+        ``[start, stop)`` (``ids``).
+    format : str
+        The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
+    offset : int
+        ``rowgroup``: byte offset of the row group in the file (for error messages).
+    positions : (int, int)
+        ``ids``: the positions ``[lo, hi)`` this piece counts.
+    """
+
+    index: int
+    kind: str
+    path: str
+    start: int = 0
+    stop: int = 0
+    format: str = ""
+    offset: int = 0
+    positions: tuple[int, int] = (0, 0)
+
+    def describe(self) -> str:
+        """Where the piece is, as error messages name it."""
+        if self.kind == "rowgroup":
+            return f"{self.path}: row group {self.start} (byte offset {self.offset:,})"
+        if self.kind == "stream":
+            return f"{self.path}: stream shard {self.start} of {self.stop}"
+        if self.kind == "rows":
+            return f"{self.path}: rows {self.start:,} to {self.stop:,}"
+        if self.kind == "lines":
+            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
+        if self.kind == "ids":
+            lo, hi = self.positions
+            return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
+        return self.path
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every piece of one run shares: how to read, tokenize and count.
+
+    Attributes
+    ----------
+    source : Source
+        The corpus as opened on the client (paths made absolute).
+    tokenizer : str or None
+        Tokenizer spec as ``load_tokenizer`` takes it (a ``tokenizer.json`` path made
+        absolute); None for id files counted without one.
+    fingerprint : str or None
+        The client's tokenizer fingerprint: a worker whose copy differs refuses to count.
+    pad_token : str or None
+    view_name : str
+    max_len : int
+    vocab_size : int or None
+        Id files: the vocabulary size.
+    shards, seed : int
+        Bootstrap / cross-fit shards (0: none) and their seed.
+    batch_size : int
+    dense_limit : int
+    """
+
+    source: Source
+    tokenizer: str | None
+    fingerprint: str | None
+    pad_token: str | None = None
+    view_name: str = "text"
+    max_len: int = 512
+    vocab_size: int | None = None
+    shards: int = 0
+    seed: int = 0
+    batch_size: int = 1024
+    dense_limit: int = DENSE_LIMIT
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Counts of some consecutive pieces: what a worker returns and the tree sum adds.
+
+    Attributes
+    ----------
+    matrix : csr_matrix of shape (max_len, vocab_size)
+        int64 as counted; as received from a worker, the smallest unsigned type that holds
+        its counts (:func:`add_partials` and the final stacking widen them to int64).
+    shards : tuple of csr_matrix of the same shape
+        Empty without shards.
+    documents, sequences, tokens : int
+    vocab : tuple of str or None
+        Per-run vocabularies (``whitespace``): the tokens of the ids, in first-appearance order.
+    """
+
+    matrix: sp.csr_matrix
+    shards: tuple[sp.csr_matrix, ...]
+    documents: int
+    sequences: int
+    tokens: int
+    vocab: tuple[str, ...] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
+        # scipy matrix was ~3x slower to move between processes).
+        return (
+            _partial_from,
+            (
+                _csr_parts(self.matrix),
+                tuple(_csr_parts(s) for s in self.shards),
+                self.documents,
+                self.sequences,
+                self.tokens,
+                self.vocab,
+            ),
+        )
+
+
+_CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
+
+
+def _narrow(a: np.ndarray, top: int) -> np.ndarray:
+    """``a`` (values in ``[0, top]``) in the smallest unsigned integer type that holds ``top``."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dt).max:
+            return a if a.dtype == dt else a.astype(dt)
+    return a
+
+
+def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
+    # On the wire, counts and column ids travel in the smallest unsigned type that holds them
+    # (counts of a piece are mostly below 65,536, and so are most vocabularies): half the bytes
+    # of int32, and moving bytes is what a cluster adds to counting.
+    data, indices = m.data, m.indices
+    if data.size:
+        data = _narrow(data, int(data.max()))
+        indices = _narrow(indices, int(m.shape[1]) - 1)
+    return (data, indices, m.indptr, (int(m.shape[0]), int(m.shape[1])))
+
+
+def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
+    # Arrived counts stay in their wire type (the one that holds them) until they are added or
+    # stacked: the sums widen them to int64 once, into their own output.
+    data, indices, indptr, shape = parts
+    return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+
+
+def _partial_from(
+    matrix: _CsrParts,
+    shards: tuple[_CsrParts, ...],
+    documents: int,
+    sequences: int,
+    tokens: int,
+    vocab: tuple[str, ...] | None,
+) -> Partial:
+    return Partial(
+        _csr_from(matrix),
+        tuple(_csr_from(s) for s in shards),
+        documents,
+        sequences,
+        tokens,
+        vocab,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: the pieces of a source
+
+
+def plan_pieces(
+    source: Source, max_len: int = 512, vocab_size: int | None = None, workers: int = 2
+) -> list[Piece]:
+    """The pieces of ``source`` in reading order (see the module docstring).
+
+    ``vocab_size`` and ``workers`` (worker threads of the cluster) size the pieces of an id
+    file; text pieces follow the files alone.
+
+    Raises
+    ------
+    PosdiagError
+        For stdin (a worker cannot read the client's stdin).
+    """
+    if source.name == "-":
+        raise PosdiagError("stdin cannot be cut into pieces; give the corpus files instead")
+    if source.is_ids:
+        n = check_int("max_len", max_len, 1)
+        return _id_pieces(source, n, vocab_size or 1, max(1, workers))
+    if source.format in ("hf", "disk"):
+        return _dataset_pieces(source)
+    from ..corpus.sources import _format_of
+
+    pieces: list[Piece] = []
+    for f in source.files:
+        path = os.path.abspath(f)
+        fmt = _format_of(f)
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(path).metadata
+            for g in range(meta.num_row_groups):
+                col = meta.row_group(g).column(0)
+                offset = col.dictionary_page_offset or col.data_page_offset
+                pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
+        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
+            size = os.path.getsize(path)
+            if size <= BYTES_PER_PIECE:
+                pieces.append(Piece(len(pieces), "file", path, format=fmt))
+                continue
+            for a in range(0, size, BYTES_PER_PIECE):
+                b = min(a + BYTES_PER_PIECE, size)
+                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
+        else:
+            pieces.append(Piece(len(pieces), "file", path, format=fmt))
+    return pieces
+
+
+def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
+    total = int(source.length if source.length is not None else source.token_ids().size)
+    if source.limit is not None and source.sample is None:
+        total = min(total, source.limit * n)
+    step = max(TOKENS_PER_PIECE, RANGE_PER_CELL * n * v) // n * n or n
+    ranges = [(a, min(a + step, total)) for a in range(0, total, step)]
+    cuts = max(
+        -(-n * v * 4 // PIECE_BLOCK_BYTES),
+        -(-max(MIN_PIECES, MIN_PIECES_PER_WORKER * workers) // max(len(ranges), 1)),
+    )
+    bounds = np.linspace(0, n, min(n, cuts) + 1).astype(int)
+    path = os.path.abspath(source.files[0])
+    return [
+        Piece(i, "ids", path, a, b, source.format, positions=(int(lo), int(hi)))
+        for i, ((a, b), (lo, hi)) in enumerate(
+            itertools.product(ranges, zip(bounds[:-1], bounds[1:], strict=True))
+        )
+    ]
+
+
+def _dataset_pieces(source: Source) -> list[Piece]:
+    from ..corpus.sources import _load_disk, _load_hf
+
+    if source.format == "disk":
+        ds = _load_disk(source.name, str(source.dataset), source.split)
+    else:
+        ds = _load_hf(source)
+    name = str(source.dataset)
+    shards = getattr(ds, "n_shards", None) if not hasattr(ds, "__len__") else None
+    if shards is not None:
+        return [Piece(i, "stream", name, i, int(shards)) for i in range(int(shards))]
+    rows = len(ds)
+    return [
+        Piece(i, "rows", name, r, min(r + ROWS_PER_PIECE, rows))
+        for i, r in enumerate(range(0, rows, ROWS_PER_PIECE))
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading one piece
+
+
+def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
+    """The texts of one text piece, in order, as the single-process reader yields them."""
+    from ..corpus import sources as S
+
+    column = source.column or S.DEFAULT_COLUMN
+    if piece.kind == "file":
+        if piece.format in DATASETS_FORMATS:
+            yield from S._datafile_texts((piece.path,), piece.format, source.column, piece.path)
+        else:
+            yield from S._file_texts(piece.path, piece.format, source.column)
+    elif piece.kind == "lines":
+        yield from _range_texts(piece, column)
+    elif piece.kind == "rowgroup":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.ParquetFile(piece.path).read_row_group(piece.start, columns=[column])
+            values = table.column(column).to_pylist()
+        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+            raise PosdiagError(
+                f"{piece.describe()}: cannot read the parquet file ({S._first_line(exc)})"
+            ) from None
+        yield from S._column_texts([{column: values}], column, piece.path)
+    elif piece.kind == "stream":
+        ds = S._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
+
+        def unreadable(exc: Exception) -> PosdiagError:
+            return PosdiagError(f"{piece.describe()}: reading failed ({S._first_line(exc)})")
+
+        yield from S._streamed_texts(ds, column, source.name, unreadable)
+    elif piece.kind == "rows":
+        if source.format == "disk":
+            ds = S._load_disk(source.name, str(source.dataset), source.split)
+        else:
+            ds = S._load_hf(source)
+        part = ds.select(range(piece.start, piece.stop)).select_columns([column])
+        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name)
+    else:
+        raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
+
+
+def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``.
+
+    A range that starts inside a line skips to the next line start: that line belongs to the
+    range where it starts, which reads it to its end past its own stop. So every line of the
+    file is read by exactly one range, whatever the cut.
+    """
+    from ..corpus import sources as S
+
+    with S._open_binary(piece.path) as fh:
+        at = piece.start
+        if at > 0:
+            # Past the rest of the line holding byte at - 1 (in bounded reads: it may be long).
+            fh.seek(at - 1)
+            at -= 1
+            while chunk := fh.readline(1 << 20):
+                at += len(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+        for raw in S._bounded_lines(fh, piece.path):
+            if at >= piece.stop:
+                return
+            yield at, raw
+            at += len(raw)
+
+
+def _range_texts(piece: Piece, column: str) -> Iterator[str]:
+    """The texts of a byte-range piece, as :func:`posdiag.corpus.sources._file_texts` reads them;
+    errors name the line by its byte offset (its number would need the lines before)."""
+    from ..corpus import sources as S
+
+    name = piece.path
+    for at, raw in _range_lines(piece):
+        if at == 0 and raw.startswith(S._BOM):
+            raw = raw[len(S._BOM) :]
+        where = f"line at byte offset {at:,}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PosdiagError(
+                f"{name}: {where} is not valid UTF-8 "
+                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+        if piece.format == "txt":
+            text = line.strip()
+            if text:
+                yield text
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
+        value = S._record_text(record, name, where, column)
+        if value is not None:
+            yield value
+
+
+def selected_units(source: Source, max_len: int = 512) -> Iterator[tuple[int, Iterator[str]]]:
+    """``(unit, texts)`` of ``source`` for one process: the pieces' texts after ``limit`` and
+    ``sample`` (applied across pieces, in reading order, as :meth:`Source.texts` does)."""
+    from ..corpus.sources import _select
+
+    def tagged() -> Iterator[tuple[int, str]]:
+        for piece in plan_pieces(source, max_len):
+            for text in piece_texts(piece, source):
+                yield piece.index, text
+
+    kept: Iterator[Any] = _select(tagged(), source.limit, source.sample, source.seed)  # type: ignore[arg-type]
+    for unit, group in itertools.groupby(kept, key=lambda item: item[0]):
+        yield unit, (text for _, text in group)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the worker
+
+_LOCAL = threading.local()
+
+
+def _tokenizer(job: Job) -> Tokenizer:
+    """The job's tokenizer: a fresh one for per-run ids, else one cached per worker thread."""
+    assert job.tokenizer is not None
+    if job.fingerprint == "run":
+        return load_tokenizer(job.tokenizer, pad_token=job.pad_token)
+    cache: dict[tuple[str, str | None], Tokenizer] = getattr(_LOCAL, "tokenizers", {})
+    _LOCAL.tokenizers = cache
+    key = (job.tokenizer, job.pad_token)
+    if key not in cache:
+        tok = load_tokenizer(job.tokenizer, pad_token=job.pad_token)
+        if tok.fingerprint != job.fingerprint:
+            raise PosdiagError(
+                f"tokenizer {job.tokenizer}: the worker's copy differs from the client's "
+                f"(fingerprint {tok.fingerprint}, expected {job.fingerprint})"
+            )
+        cache[key] = tok
+    return cache[key]
+
+
+def count_piece(piece: Piece, job: Job) -> Partial:
+    """Count one piece (runs on a worker; also usable in-process)."""
+    if piece.kind == "ids":
+        return _count_id_piece(piece, job)
+    tok = _tokenizer(job)
+    mats, docs, seqs, toks = _count_text_units(
+        [(piece.index, piece_texts(piece, job.source))],
+        tok,
+        view_name=job.view_name,
+        max_len=job.max_len,
+        batch_size=job.batch_size,
+        progress=None,
+        dense_limit=job.dense_limit,
+        shards=job.shards,
+        shard_seed=job.seed,
+    )
+    vocab = tok.vocabulary()
+    total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
+    return Partial(
+        total,
+        mats if job.shards else (),
+        docs,
+        seqs,
+        toks,
+        None if vocab is None else tuple(vocab),
+    )
+
+
+def _id_array(piece: Piece, source: Source) -> np.ndarray:
+    if piece.format == "npy":
+        return np.load(piece.path, mmap_mode="r", allow_pickle=False).reshape(-1)
+    return np.memmap(piece.path, dtype=np.dtype(source.dtype or "uint16"), mode="r")
+
+
+def _count_id_piece(piece: Piece, job: Job) -> Partial:
+    """Count positions ``piece.positions`` of the windows in ``[piece.start, piece.stop)``."""
+    n, v = job.max_len, int(job.vocab_size or 0)
+    lo, hi = piece.positions
+    src = job.source
+    arr = _id_array(piece, src)
+    total = int(arr.size)
+    n_full = total // n
+    windows = -(-total // n)
+    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
+    w0, w1 = piece.start // n, -(-piece.stop // n)
+    if src.sample is not None:
+        # The same seeded draw over all windows as count_ids, restricted to this piece.
+        chosen = np.flatnonzero(np.random.default_rng(src.seed).random(windows) < src.sample)
+        if src.limit is not None:
+            chosen = chosen[: src.limit]
+        rows = chosen[(chosen >= w0) & (chosen < w1)]
+    else:
+        rows = np.arange(w0, w1, dtype=np.int64)
+    seqs = toks = 0
+    per_block = max(1, BLOCK_TOKENS // n)
+    buf: np.ndarray | None = None
+    grid = arr[: n_full * n].reshape(n_full, n)
+    for b0 in range(0, rows.size, per_block):
+        part = rows[b0 : b0 + per_block]
+        full = part[part < n_full]
+        if full.size and full[-1] - full[0] + 1 == full.size:
+            block = grid[full[0] : full[-1] + 1, lo:hi]  # a view: read once, while transposing
+        else:
+            block = np.asarray(grid[full, lo:hi])
+        if block.size:
+            buf = acc.columns(block, buf)
+            _check_cols(buf, full * n + lo, v, src.name)
+            toks += acc.add_columns(buf)
+        seqs += full.size
+        if full.size < part.size:  # the last, shorter window
+            tail = np.asarray(arr[n_full * n + lo : n_full * n + hi]).reshape(1, -1)
+            _check_cols(tail.T, np.array([n_full * n + lo]), v, src.name)
+            toks += acc.add_block(tail)
+            seqs += 1
+    m = acc.matrix(v)
+    # Rows lo..hi of the full (n x V) matrix: pad the row pointer, the counts stay in place.
+    indptr = np.concatenate(
+        [np.zeros(lo, dtype=m.indptr.dtype), m.indptr, np.full(n - hi, m.indptr[-1])]
+    )
+    matrix = sp.csr_matrix((m.data, m.indices, indptr), shape=(n, v))
+    # Windows are counted once, by the pieces holding their first position.
+    return Partial(matrix, (), seqs if lo == 0 else 0, seqs if lo == 0 else 0, toks)
+
+
+def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
+    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``."""
+    signed = cols.dtype.kind == "i"
+    if cols.size and (cols.max() >= v or (signed and cols.min() < 0)):
+        bad = (cols >= v) | (cols < 0) if signed else cols >= v
+        # The first bad id in file order: the smallest offset among the bad entries.
+        cs, rs = np.nonzero(bad)
+        k = int(np.argmin(offsets[rs] + cs))
+        c, r = int(cs[k]), int(rs[k])
+        raise PosdiagError(
+            f"{name}: token id {int(cols[c, r])} at offset {int(offsets[r]) + c:,} "
+            f"is outside [0, --vocab-size={v})"
+        )
+
+
+def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
+    """``m`` as int64 with columns appended up to ``width`` (ids past its vocabulary: no
+    counts)."""
+    data = m.data.astype(np.int64, copy=False)
+    return sp.csr_matrix((data, m.indices, m.indptr), shape=(m.shape[0], width), copy=False)
+
+
+def add_partials(a: Partial, b: Partial) -> Partial:
+    """``a + b`` for consecutive pieces (``a`` read first): a node of the tree sum.
+
+    Per-run vocabularies are merged in first-appearance order (``a``'s tokens, then ``b``'s new
+    ones) and ``b``'s ids renumbered; this concatenation is associative, so any tree over the
+    pieces in reading order gives the vocabulary one process assigns.
+    """
+    if a.vocab is None or b.vocab is None:
+        width = max(a.matrix.shape[1], b.matrix.shape[1])
+        remap = None
+        vocab = None
+    else:
+        index = {tok: i for i, tok in enumerate(a.vocab)}
+        for tok in b.vocab:
+            index.setdefault(tok, len(index))
+        vocab = tuple(index)
+        width = len(vocab)
+        remap = np.fromiter((index[t] for t in b.vocab), dtype=np.int64, count=len(b.vocab))
+
+    def move(m: sp.csr_matrix) -> sp.csr_matrix:
+        if remap is None:
+            return _widen(m, width)
+        coo = m.tocoo()
+        data = coo.data.astype(np.int64, copy=False)
+        return sp.csr_matrix((data, (coo.row, remap[coo.col])), shape=(m.shape[0], width))
+
+    def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
+        return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
+
+    return Partial(
+        add(a.matrix, b.matrix),
+        tuple(add(x, y) for x, y in zip(a.shards, b.shards, strict=True)),
+        a.documents + b.documents,
+        a.sequences + b.sequences,
+        a.tokens + b.tokens,
+        vocab,
+    )
+
+
+def _stats(p: Partial) -> tuple[int, int, int]:
+    return p.documents, p.sequences, p.tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# On the client
+
+
+@contextlib.contextmanager
+def _client(engine: Engine) -> Iterator[Any]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise PosdiagError(
+            "--engine dask needs dask.distributed: pip install 'posdiag[dask]'"
+        ) from None
+    if engine.scheduler is not None:
+        try:
+            client = Client(engine.scheduler, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise PosdiagError(f"--scheduler {engine.scheduler}: cannot connect ({exc})") from None
+        with client:
+            yield client
+        return
+    with local_cluster(engine.workers or os.cpu_count() or 1) as cluster, Client(cluster) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int) -> Iterator[Any]:
+    """A ``LocalCluster`` of ``workers`` single-threaded processes, closed without noise."""
+    from distributed import LocalCluster
+
+    from ._dask_quiet import QuietShutdown
+
+    # One single-threaded process per worker: counting holds the GIL (np.add.at, tokenizing
+    # in Python), so threads in one process would not count in parallel.
+    with LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: 8787 may be taken
+        silence_logs=logging.ERROR,
+        # One thread per worker includes the tokenizers library's own thread pool.
+        env={"TOKENIZERS_PARALLELISM": "false"},
+        plugins={QuietShutdown()},
+    ) as cluster:
+        yield cluster
+
+
+def _direct(client: Any) -> bool | None:
+    """Whether to fetch results straight from the workers rather than through the scheduler.
+
+    Through the scheduler every result crosses the network twice; straight needs the client to
+    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
+    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
+    default, through the scheduler).
+    """
+    import dask
+    from distributed.comm import get_address_host
+
+    setting = dask.config.get("distributed.client.direct-to-workers", None)
+    if setting is not None:
+        return bool(setting)
+    try:
+        host = get_address_host(client.scheduler.address)
+    except (AttributeError, ValueError):
+        return None
+    return True if host in ("127.0.0.1", "localhost", "::1") else None
+
+
+def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
+    """One future for the sum of ``futures``, added pairwise in order (left before right)."""
+    level = list(futures)
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            nxt.append(client.submit(add_partials, level[i], level[i + 1], pure=False))
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def run_pieces(
+    client: Any,
+    pieces: Sequence[Piece],
+    job: Job,
+    *,
+    progress: ProgressFn | None = None,
+    task_fn: Callable[[Piece, Job], Partial] = count_piece,
+    direct: bool | None = None,
+) -> Partial:
+    """Count ``pieces`` on the cluster of ``client`` and return their sum.
+
+    Text pieces are added in one tree. Id pieces are added in one tree per position range (the
+    pieces of the same positions in successive window ranges); the client appends those sums,
+    which hold disjoint rows, in position order (:class:`_RowStack`), so no partial moves
+    between workers only to be copied next to another. Each sum is fetched as soon as it is
+    complete, while the other pieces are still counted (``direct``: straight from its worker,
+    as ``Client.gather`` takes it).
+    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
+    run and its error is raised here (a worker's death is not a failure: Dask reruns the
+    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    """
+    from distributed import as_completed
+
+    futures = client.map(task_fn, pieces, job=job, pure=False)
+    stats = [client.submit(_stats, f, pure=False) for f in futures]
+    groups: dict[tuple[int, int], list[Any]] = {}
+    for piece, fut in zip(pieces, futures, strict=True):
+        groups.setdefault(piece.positions if piece.kind == "ids" else (0, 0), []).append(fut)
+    tree = [_tree_sum(client, fs) for fs in groups.values()]
+    where = {f.key: k for k, f in enumerate(tree)}
+    rows = _RowStack(len(tree))
+    pending = [*stats, *tree]
+    del futures, groups  # the sums hold what they still need; finished pieces can be freed
+    docs = seqs = toks = 0
+    try:
+        for fut in as_completed(pending):
+            if fut.key in where:
+                rows.add(where[fut.key], client.gather(fut, direct=direct))
+                fut.release()  # its worker may drop it now
+                continue
+            d, s, t = fut.result()
+            docs, seqs, toks = docs + d, seqs + s, toks + t
+            if progress is not None:
+                progress(docs, seqs, toks)
+    except BaseException:
+        client.cancel(pending)
+        raise
+    return rows.total()
+
+
+class _RowStack:
+    """The sum of partials whose non-empty rows are disjoint and come in order (the sums of
+    successive id position ranges), built as they arrive.
+
+    A sum is appended as soon as those before it are: the output arrays grow in place
+    (``ndarray.resize``: ``realloc``, which remaps large blocks without copying) and each part
+    is widened to int64 once, straight into them, then dropped. So the client holds the output
+    and the parts still out of order, and little copying is left once the last part arrives.
+    A single partial (text pieces: one tree) is returned as it came.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.parts: list[Partial | None] = [None] * count
+        self.next = 0
+        self.first: Partial | None = None
+        self.data = np.empty(0, dtype=np.int64)
+        self.indices = np.empty(0, dtype=np.int32)
+        self.indptr: np.ndarray | None = None
+        self.width = 0
+        self.stats = [0, 0, 0]
+
+    def add(self, k: int, part: Partial) -> None:
+        if len(self.parts) == 1:
+            self.first = part
+            return
+        self.parts[k] = part
+        while self.next < len(self.parts) and (ready := self.parts[self.next]) is not None:
+            self.parts[self.next] = None
+            self._append(ready)
+            self.next += 1
+
+    def _append(self, part: Partial) -> None:
+        m = part.matrix
+        n, width = m.shape
+        if self.indptr is None:
+            self.indptr = np.zeros(n + 1, dtype=np.int64)
+            self.width = width
+            if width > np.iinfo(np.int32).max:
+                self.indices = self.indices.astype(np.int64)
+        self.stats = [x + y for x, y in zip(self.stats, _stats(part), strict=True)]
+        rows = np.flatnonzero(np.diff(m.indptr))
+        if rows.size == 0:
+            return
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        a, b = int(m.indptr[lo]), int(m.indptr[hi])
+        at = self.data.size
+        self.data.resize(at + b - a, refcheck=False)  # ours alone: no other view exists
+        self.indices.resize(at + b - a, refcheck=False)
+        self.data[at:] = m.data[a:b]
+        self.indices[at:] = m.indices[a:b]
+        self.indptr[lo + 1 : hi + 1] = m.indptr[lo + 1 : hi + 1] - a + at
+        self.indptr[hi + 1 :] = at + b - a
+
+    def total(self) -> Partial:
+        if self.first is not None:
+            return self.first
+        assert self.indptr is not None and self.next == len(self.parts)
+        n = self.indptr.size - 1
+        matrix = sp.csr_matrix(
+            (self.data, self.indices, self.indptr), shape=(n, self.width), copy=False
+        )
+        docs, seqs, toks = self.stats
+        return Partial(matrix, (), docs, seqs, toks)
+
+
+def count_on_dask(
+    source: Source,
+    job: Job,
+    engine: Engine,
+    *,
+    tokenizer_name: str = "ids",
+    progress: ProgressFn | None = None,
+    client: Any = None,
+    task_fn: Callable[[Piece, Job], Partial] = count_piece,
+) -> Counts:
+    """Count ``source`` piece by piece on Dask; the same :class:`Counts` as one process.
+
+    ``client``: an already connected ``distributed.Client`` (else one is made from
+    ``engine``). ``task_fn`` replaces :func:`count_piece` (tests kill a worker through it).
+    """
+    if not source.is_ids:
+        if job.view_name == "packed":
+            raise PosdiagError(
+                f"{source.name}: --view packed carries windows across files, so a text corpus "
+                "cannot be cut into pieces; pre-tokenize it into a .bin, or use --engine local"
+            )
+        if source.limit is not None or source.sample is not None:
+            given = "--limit" if source.limit is not None else "--sample"
+            raise PosdiagError(
+                f"{given} selects documents in reading order across files; it is not available "
+                "with --engine dask for a text corpus (use --engine local)"
+            )
+    pieces = [] if source.is_ids else plan_pieces(source, job.max_len)
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(_client(engine))
+        if source.is_ids:
+            threads = sum(client.nthreads().values())
+            pieces = plan_pieces(source, job.max_len, job.vocab_size, threads)
+            _start(progress, sum(p.stop - p.start for p in pieces if p.positions[0] == 0), "tokens")
+        else:
+            _start(progress, source.expected, "documents")
+        if not pieces:
+            raise PosdiagError(f"{source.name}: no tokens to count")
+        part = run_pieces(
+            client, pieces, job, progress=progress, task_fn=task_fn, direct=_direct(client)
+        )
+    if part.tokens == 0:
+        if source.is_ids:
+            raise PosdiagError(f"{source.name}: no tokens to count")
+        raise PosdiagError(f"{source.name}: the corpus is empty (no tokens after tokenization)")
+    n = job.max_len
+    if source.is_ids:
+        v = int(job.vocab_size or 0)
+        fp = job.fingerprint or tokenizer_name
+        meta = _meta(
+            source.name, tokenizer_name, fp, "packed", n, v, part.sequences, part.sequences,
+            part.tokens,
+        )  # fmt: skip
+        meta.update(_selection_meta(source))
+        return Counts(_widen(part.matrix, v), meta)
+    v = len(part.vocab) if part.vocab is not None else int(part.matrix.shape[1])
+    meta = _meta(
+        source.name, tokenizer_name, str(job.fingerprint), job.view_name, n, v,
+        part.documents, part.sequences, part.tokens,
+    )  # fmt: skip
+    meta.update(_selection_meta(source))
+    if job.view_name == "model":
+        # Which id is padding, as count_texts records it (Counts.real_supports).
+        from ..corpus.tokenizers import load_tokenizer
+
+        meta["pad_id"] = load_tokenizer(
+            job.tokenizer or "whitespace", pad_token=job.pad_token
+        ).pad_id()
+    if not job.shards:
+        return Counts(_widen(part.matrix, v), meta, part.vocab)
+    meta.update(shards=job.shards, shard_seed=job.seed)
+    shards = tuple(_widen(s, v) for s in part.shards)
+    return Counts(_widen(part.matrix, v), meta, part.vocab, shards)
+
+
+def job_for(
+    source: Source,
+    tokenizer: Tokenizer | None,
+    *,
+    view_name: str,
+    max_len: int,
+    pad_token: str | None = None,
+    vocab_size: int | None = None,
+    shards: int = 0,
+    seed: int = 0,
+    batch_size: int = 1024,
+) -> Job:
+    """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec."""
+    spec = None
+    if tokenizer is not None:
+        spec = tokenizer.name
+        if Path(spec).exists():
+            spec = os.path.abspath(spec)
+    dataset = source.dataset
+    if dataset is not None and Path(dataset).exists():
+        dataset = os.path.abspath(dataset)
+    # Pieces carry their own paths: the file list would be sent again with every piece.
+    src = dataclasses.replace(source, files=(), dataset=dataset)
+    return Job(
+        src,
+        spec,
+        None if tokenizer is None else tokenizer.fingerprint,
+        pad_token=pad_token,
+        view_name=view_name,
+        max_len=max_len,
+        vocab_size=vocab_size,
+        shards=shards,
+        seed=seed,
+        batch_size=batch_size,
+    )

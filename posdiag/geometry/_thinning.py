@@ -1,0 +1,291 @@
+"""Thinning at long contexts: its exact expectation, and fast seeded draws (issue 13).
+
+Counts without shards are cross-fitted by *thinning*: position ``i``'s ``N_i`` tokens are split
+into ``h_i = floor(N_i / 2)`` for half ``A`` and ``g_i = N_i - h_i`` for half ``B`` by a
+multivariate hypergeometric draw, and ``X = R^A (R^B)^T`` with ``R^A = sqrt(C^A / h)``.
+
+**The expectation over every thinning.** Rows are thinned independently, so for ``i != j`` the
+entries ``A_iv`` and ``B_jv`` are independent and
+
+    E X_ij = sum_v E sqrt(A_iv / h_i) E sqrt(B_jv / g_j) = <m^A_i, m^B_j>,
+
+where, with ``H ~ Hypergeometric(c_iv successes, N_i - c_iv failures, h_i draws)`` (the marginal
+law of one token's share of half ``A``), ``m^A_iv = E sqrt(H / h_i)`` and
+``m^B_iv = E sqrt((c_iv - H) / g_i)``. On the diagonal ``E X_ii = sum_v E sqrt(H (c_iv - H)) /
+sqrt(h_i g_i)`` (expectation of a sum: the joint law does not matter). So the average over
+*infinitely many* thinnings, which ``S`` seeded draws only approach with a split-to-split noise
+of order ``1/S``, is one product ``M^A (M^B)^T`` of two matrices with the sparsity of ``C``, plus
+a diagonal. Each expectation is a sum over the hypergeometric pmf, evaluated from its mode
+outwards (log-gamma at the mode, then the ratio recurrence) until the terms fall below
+``1e-17`` of the mode's: exact to rounding.
+
+**Draws.** Where an actual random half is needed (the held-out halves ``P`` and ``Q``), each
+row's ``floor(N_i/2)`` tokens are chosen by selection sampling (Knuth's Algorithm S: token unit
+``t`` is taken with probability ``still needed / still left``), which draws a uniformly random
+subset of the row's token units, i.e. exactly the multivariate hypergeometric law. Rows run in
+parallel, each with its own splitmix64 stream seeded from the caller's generator, so the result
+does not depend on the thread schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._util.jit import load_numba
+
+__all__ = ["draw_half", "expected_halves"]
+
+_KERNELS: dict[str, Callable[..., None]] = {}
+# Counts below this have their moments computed once per distinct row total (a table).
+_MEMO = 256
+
+
+# The compiled moments and entries, module globals (set by _kernels): as closure variables of
+# `expected` they went into numba's cache key as pickled dispatchers, which differ from process
+# to process, so `expected` was recompiled (~1 s) in every fresh process and its cache grew by
+# one file per run.
+_moments: Callable[..., tuple[float, float, float]] | None = None
+_scaled: Callable[..., tuple[float, float, float]] | None = None
+
+
+def _kernels() -> dict[str, Callable[..., None]]:
+    global _moments, _scaled
+    if _KERNELS:
+        return _KERNELS
+    import math
+
+    numba = load_numba()
+
+    @numba.njit(cache=True, nogil=True)
+    def moments(c, total, h):  # pragma: no cover - compiled
+        """(E sqrt(H), E sqrt(c - H), E sqrt(H (c - H))) for H ~ Hypergeom(c, total - c, h)."""
+        lo = max(0, h - (total - c))
+        hi = min(c, h)
+        if c <= 64 and lo == 0:
+            # Few successes (most tokens of a row): pmf(0) = prod_t (total - h - t) / (total - t)
+            # (at most 2^-64, no underflow), then the ratio recurrence over the whole support.
+            p = 1.0
+            for t in range(c):
+                p *= (total - h - t) / (total - t)
+            sa = 0.0
+            sb = p * math.sqrt(c)
+            sd = 0.0
+            mass = p
+            for k in range(hi):
+                p *= (c - k) * (h - k) / ((k + 1.0) * (total - c - h + k + 1.0))
+                sa += p * math.sqrt(k + 1)
+                sb += p * math.sqrt(c - k - 1)
+                sd += p * math.sqrt((k + 1) * (c - k - 1))
+                mass += p
+            return sa / mass, sb / mass, sd / mass
+        mode = ((h + 1) * (c + 1)) // (total + 2)
+        mode = min(max(mode, lo), hi)
+        # log pmf at the mode: C(c, k) C(total - c, h - k) / C(total, h).
+        lp = (
+            math.lgamma(c + 1.0)
+            - math.lgamma(mode + 1.0)
+            - math.lgamma(c - mode + 1.0)
+            + math.lgamma(total - c + 1.0)
+            - math.lgamma(h - mode + 1.0)
+            - math.lgamma(total - c - h + mode + 1.0)
+            - math.lgamma(total + 1.0)
+            + math.lgamma(h + 1.0)
+            + math.lgamma(total - h + 1.0)
+        )
+        p0 = math.exp(lp)
+        sa = p0 * math.sqrt(mode)
+        sb = p0 * math.sqrt(c - mode)
+        sd = p0 * math.sqrt(mode * (c - mode))
+        mass = p0
+        # Upwards: pmf(k+1) / pmf(k) = (c - k)(h - k) / ((k + 1)(total - c - h + k + 1)).
+        p = p0
+        k = mode
+        while k < hi:
+            p *= (c - k) * (h - k) / ((k + 1.0) * (total - c - h + k + 1.0))
+            k += 1
+            if p < 1e-17 * p0:
+                break
+            sa += p * math.sqrt(k)
+            sb += p * math.sqrt(c - k)
+            sd += p * math.sqrt(k * (c - k))
+            mass += p
+        p = p0
+        k = mode
+        while k > lo:
+            p *= k * (total - c - h + k) / ((c - k + 1.0) * (h - k + 1.0))
+            k -= 1
+            if p < 1e-17 * p0:
+                break
+            sa += p * math.sqrt(k)
+            sb += p * math.sqrt(c - k)
+            sd += p * math.sqrt(k * (c - k))
+            mass += p
+        # Renormalise: removes the rounding of the log-gamma sum at the mode (~1e-13 relative).
+        return sa / mass, sb / mass, sd / mass
+
+    _moments = moments
+
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def scaled(c, total):  # pragma: no cover - compiled
+        """The entries of ``M^A`` and ``M^B`` for a count ``c`` in a row of ``total`` tokens,
+        and ``E sqrt(H (c - H))``."""
+        h = total // 2
+        g = total - h
+        ea, eb, ed = _moments(c, total, h)
+        va = ea / math.sqrt(h)
+        # An even N_i: both halves have the same law, so the same numbers (the two sums
+        # differ in rounding only), and fastgram.symmetric_product skips the row.
+        return va, va if h == g else eb / math.sqrt(g), ed
+
+    _scaled = scaled
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def expected(indptr, data, out_a, out_b, diag):  # pragma: no cover - compiled
+        n = indptr.size - 1
+        totals = np.empty(n, np.int64)
+        for i in numba.prange(n):
+            total = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                total += data[p]
+            totals[i] = total
+        # The entries depend on (c, N_i) only, and most counts are small and repeat, within a
+        # row and across the rows of equal N_i (every position of a packed corpus): each small
+        # count's entries are computed once per distinct N_i, by the same operations, so the
+        # same numbers as computed per entry (once per row took 0.2 s a call at n = 4,096).
+        sizes = np.unique(totals)
+        group = np.searchsorted(sizes, totals)
+        # slot[s, c]: the row of `table` for count c at N_i = sizes[s]; -1 where not needed.
+        slot = np.full((sizes.size, _MEMO), -1, np.int64)
+        if sizes.size * _MEMO * _MEMO <= indptr[n]:
+            # Few distinct N_i: every count up to N_i, cheaper than a pass finding those seen.
+            for s in range(sizes.size):
+                slot[s, : min(_MEMO, sizes[s] + 1)] = 0
+        else:
+            for i in range(n):
+                for p in range(indptr[i], indptr[i + 1]):
+                    if data[p] < _MEMO:
+                        slot[group[i], data[p]] = 0
+        need = 0
+        for s in range(sizes.size):
+            for c in range(_MEMO):
+                if slot[s, c] == 0:
+                    slot[s, c] = need
+                    need += 1
+        table = np.empty((need, 3))
+        for s in numba.prange(sizes.size):
+            for c in range(_MEMO):
+                k = slot[s, c]
+                if k >= 0:
+                    table[k, 0], table[k, 1], table[k, 2] = _scaled(c, sizes[s])
+        for i in numba.prange(n):
+            total = totals[i]
+            row = slot[group[i]]
+            acc = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                c = data[p]
+                if c < _MEMO:
+                    k = row[c]
+                    va, vb, ed = table[k, 0], table[k, 1], table[k, 2]
+                else:
+                    va, vb, ed = _scaled(c, total)
+                out_a[p] = va
+                out_b[p] = vb
+                acc += ed
+            h = total // 2
+            diag[i] = acc / (math.sqrt(h) * math.sqrt(total - h))
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def draw(indptr, data, seeds, out):  # pragma: no cover - compiled
+        for i in numba.prange(indptr.size - 1):
+            left = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                left += data[p]
+            need = left // 2
+            state = np.uint64(seeds[i])
+            for p in range(indptr[i], indptr[i + 1]):
+                taken = 0
+                for _ in range(data[p]):
+                    if need == 0:
+                        break
+                    # splitmix64, then 53 random bits as a uniform in [0, 1).
+                    state += np.uint64(0x9E3779B97F4A7C15)
+                    z = state
+                    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+                    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+                    z = z ^ (z >> np.uint64(31))
+                    u = float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+                    if u * left < need:
+                        taken += 1
+                        need -= 1
+                    left -= 1
+                out[p] = taken
+
+    _KERNELS.update(expected=expected, draw=draw)
+    return _KERNELS
+
+
+def _int_csr(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
+    c = sp.csr_matrix(counts)
+    c = sp.csr_matrix(c, dtype=np.int64)
+    c.sum_duplicates()
+    c.sort_indices()
+    return c
+
+
+def expected_halves(
+    counts: sp.spmatrix | sp.sparray | np.ndarray,
+) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
+    """``M^A``, ``M^B`` and the diagonal ``E X_ii`` of the expected thinning (module docstring).
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n, V)
+        Integer counts, every row with ``N_i >= 2`` tokens (the caller checks).
+
+    Returns
+    -------
+    (csr_matrix (n, V), csr_matrix (n, V), ndarray (n,))
+        Both matrices have the sparsity pattern of ``counts`` (every expectation of a stored
+        entry is positive); ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2`` off the diagonal.
+        They share the index arrays of ``counts`` (when it is a canonical int64 csr matrix,
+        else of its converted copy), as scipy's constructors do: read-only, like ``counts``.
+    """
+    c = _int_csr(counts)
+    a = np.empty(c.data.size)
+    b = np.empty(c.data.size)
+    diag = np.empty(c.shape[0])
+    _kernels()["expected"](c.indptr, c.data, a, b, diag)
+    # No copies of the index arrays (~50 MB each at n = 4,096): nobody writes to them, and
+    # fresh memory costs here (two copies took 0.04-0.24 s a call at n = 4,096).
+    ma = sp.csr_matrix((a, c.indices, c.indptr), shape=c.shape)
+    mb = sp.csr_matrix((b, c.indices, c.indptr), shape=c.shape)
+    return ma, mb, diag
+
+
+def draw_half(
+    counts: sp.spmatrix | sp.sparray | np.ndarray, rng: np.random.Generator
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """One seeded thinning: ``(C^A, C^B)`` with ``floor(N_i/2)`` tokens of row ``i`` in ``C^A``.
+
+    Parameters
+    ----------
+    counts : sparse matrix or ndarray of shape (n, V), integer counts
+    rng : numpy Generator
+        Seeds one splitmix64 stream per row (one draw of ``n`` integers from it).
+
+    Returns
+    -------
+    (csr_matrix, csr_matrix), each of shape (n, V), int64, explicit zeros removed
+    """
+    c = _int_csr(counts)
+    seeds = rng.integers(0, np.iinfo(np.int64).max, size=c.shape[0], dtype=np.int64)
+    taken = np.zeros(c.data.size, dtype=np.int64)
+    _kernels()["draw"](c.indptr, c.data, seeds, taken)
+    a = sp.csr_matrix((taken, c.indices.copy(), c.indptr.copy()), shape=c.shape)
+    b = sp.csr_matrix((c.data - taken, c.indices.copy(), c.indptr.copy()), shape=c.shape)
+    a.eliminate_zeros()
+    b.eliminate_zeros()
+    return a, b

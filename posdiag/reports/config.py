@@ -1,0 +1,125 @@
+"""Finding and reading posdiag's config file (``posdiag.toml``, or ``[tool.posdiag]`` in
+``pyproject.toml``), as ruff and pytest do: from the working directory upward to the
+repository root.
+
+A config file that cannot be read is an error, never a silent skip: ``posdiag check`` takes its
+rules from it, so skipping a broken file would let the gate pass on the command-line rules alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import PosdiagError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["CONFIG_FILES", "find_config", "read_toml", "search_dirs"]
+
+CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
+
+# tomllib reports positions only in its message: "Cannot overwrite a value (at line 3, column 4)".
+_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_END = re.compile(r"\s*\(at end of document\)\s*$")
+# A pyproject.toml that mentions posdiag would be used if it parsed; one that does not is not
+# ours to judge (a broken unrelated pyproject is skipped, as before).
+_MENTIONS_POSDIAG = re.compile(r"posdiag")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; errors name the file, line and column.
+
+    Raises
+    ------
+    PosdiagError
+        ``"<path>:<line>:<column>: not valid TOML (<reason>)"`` for syntax errors and duplicate
+        keys (line and column are 1-based; at the end of the document they are the last line's
+        end); ``"<path>: not UTF-8 text"``.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise PosdiagError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise PosdiagError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, col, reason = _position(str(exc), text)
+        raise PosdiagError(f"{path}:{line}:{col}: not valid TOML ({reason})") from None
+
+
+def _position(message: str, text: str) -> tuple[int, int, str]:
+    m = _WHERE.search(message)
+    if m:
+        return int(m.group(1)), int(m.group(2)), message[: m.start()]
+    m = _END.search(message)
+    reason = message[: m.start()] if m else message
+    lines = text.splitlines() or [""]
+    return len(lines), len(lines[-1]) + 1, reason
+
+
+def _is_repo_root(d: Path) -> bool:
+    return (d / ".git").exists() or (d / ".hg").exists()
+
+
+def search_dirs(start: str | Path = ".") -> list[Path]:
+    """``start`` and its parents up to the repository root (the first folder holding ``.git``
+    or ``.hg``), or up to the file-system root outside a repository; nearest first."""
+    here = Path(start).resolve()
+    out = []
+    for d in (here, *here.parents):
+        out.append(d)
+        if _is_repo_root(d):
+            break
+    return out
+
+
+def _shown(path: Path, start: Path) -> Path:
+    """``path`` relative to ``start`` when ``start`` is relative (``./x`` reads as ``x``)."""
+    if start.is_absolute():
+        return path
+    return Path(os.path.relpath(path, Path.cwd()))
+
+
+def find_config(start: str | Path = ".") -> Path | None:
+    """The config file that applies in ``start``: in each folder from ``start`` up to the
+    repository root, ``posdiag.toml``, else a ``pyproject.toml`` with a ``[tool.posdiag]``
+    table; the nearest wins. None when there is none.
+
+    Raises
+    ------
+    PosdiagError
+        When a ``posdiag.toml``, or a ``pyproject.toml`` that mentions posdiag, on the way is not
+        valid TOML (see :func:`read_toml`): the gate must not pass without the rules it holds.
+    """
+    start_p = Path(start)
+    for d in search_dirs(start_p):
+        own = d / "posdiag.toml"
+        if own.is_file():
+            return _shown(own, start_p)
+        py = d / "pyproject.toml"
+        if not py.is_file():
+            continue
+        try:
+            data = read_toml(_shown(py, start_p))
+        except PosdiagError:
+            try:
+                mentions = bool(_MENTIONS_POSDIAG.search(py.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError):
+                mentions = True
+            if mentions:
+                raise
+            continue
+        tool = data.get("tool")
+        if isinstance(tool, dict) and "posdiag" in tool:
+            return _shown(py, start_p)
+    return None

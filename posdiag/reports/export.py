@@ -1,0 +1,157 @@
+"""The low-rank MDS encoding ``P = A B^T`` and its files (docs/geometry.md section 7).
+
+``A = X_r`` (n x r) are the rank-r MDS coordinates, ``B`` (d x r) has orthonormal columns, so
+``P`` (n x d) has exactly the pairwise distances of ``X_r`` with ``r(n+d)`` parameters instead of
+``n d``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from .._util.atomic import atomic_outputs
+from .._util.memory import require
+from .._util.validate import check_int
+from ..errors import PosdiagError
+from .analysis import CorpusGeometry
+
+__all__ = ["LowRankEncoding", "low_rank_encoding", "write_encoding", "FILE_SUFFIXES"]
+
+FILE_SUFFIXES = (".safetensors", ".npy")
+# How many leading eigenvalues the file's metadata records.
+N_LEADING = 10
+
+
+@dataclass(frozen=True)
+class LowRankEncoding:
+    """The rank-r MDS encoding in its minimal parametrisation.
+
+    Attributes
+    ----------
+    A : ndarray of shape (n, r)
+    B : ndarray of shape (d, r), orthonormal columns
+    stress : float
+        Stress of the rank-r MDS encoding (the eigenvalue tail).
+    meta : mapping
+        String-valued metadata written into the file.
+    """
+
+    A: np.ndarray
+    B: np.ndarray
+    stress: float
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def encoding(self) -> np.ndarray:
+        """``P = A B^T``, of shape (n, d)."""
+        return self.A @ self.B.T
+
+    @property
+    def n(self) -> int:
+        return int(self.A.shape[0])
+
+    @property
+    def rank(self) -> int:
+        return int(self.A.shape[1])
+
+    @property
+    def dim(self) -> int:
+        return int(self.B.shape[0])
+
+    @property
+    def n_params(self) -> int:
+        return self.rank * (self.n + self.dim)
+
+    @property
+    def dense_params(self) -> int:
+        return self.n * self.dim
+
+
+def _orthonormal(d: int, r: int, seed: int) -> np.ndarray:
+    """A seeded (d, r) matrix with orthonormal columns and deterministic signs."""
+    q, rr = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, r)))
+    # QR is unique up to column signs; fixing diag(R) > 0 makes the result depend on the seed only.
+    return q * np.where(np.diag(rr) < 0, -1.0, 1.0)[None, :]
+
+
+def low_rank_encoding(
+    geometry: CorpusGeometry, rank: int, dim: int, *, seed: int = 0
+) -> LowRankEncoding:
+    """Build ``P = A B^T`` from the corpus MDS.
+
+    Parameters
+    ----------
+    rank : int
+        In [1, n_eff-1].
+    dim : int
+        Model dimension ``d``, at least ``rank``.
+    seed : int
+        Seed of the orthonormal ``B``; the same seed gives the same file.
+    """
+    n_eff = geometry.n_eff
+    rank = check_int("rank", rank, 1, n_eff - 1, hi_label="n_eff-1")
+    dim = check_int("dim", dim, rank, lo_label="rank")
+    seed = check_int("seed", seed, 0)
+    # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
+    require(f"an encoding of dimension {dim:,} (--dim)", 8 * dim * (4 * rank + 2 * n_eff))
+    stress = float(geometry.mds.stress_by_rank()[rank - 1])
+    s = geometry.summary
+    meta = {
+        "corpus": s.source,
+        "tokenizer": s.tokenizer,
+        "view": s.view,
+        "max_len": str(s.max_len),
+        "min_count": str(s.min_count),
+        "n": str(n_eff),
+        "r": str(rank),
+        "d": str(dim),
+        "seed": str(seed),
+        "stress": repr(stress),
+        "eigenvalues": json.dumps([float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]),
+        "posdiag_version": __version__,
+    }
+    return LowRankEncoding(
+        geometry.mds.coordinates(rank), _orthonormal(dim, rank, seed), stress, meta
+    )
+
+
+def write_encoding(enc: LowRankEncoding, path: str | Path, *, force: bool = False) -> list[Path]:
+    """Write ``enc`` atomically as ``.safetensors`` or ``.npy`` (+ ``.json`` metadata beside it).
+
+    Returns
+    -------
+    list of Path
+        The files written.
+    """
+    p = Path(path)
+    if p.suffix not in FILE_SUFFIXES:
+        raise PosdiagError(
+            f"'output' must end with {' or '.join(FILE_SUFFIXES)}; got {str(path)!r}"
+        )
+    if p.suffix == ".safetensors":
+        from safetensors.numpy import save
+
+        blob = save(
+            {
+                "encoding": np.ascontiguousarray(enc.encoding, dtype=np.float32),
+                "A": np.ascontiguousarray(enc.A, dtype=np.float32),
+                "B": np.ascontiguousarray(enc.B, dtype=np.float32),
+            },
+            metadata=dict(enc.meta),
+        )
+        with atomic_outputs([p], force) as (tmp,):
+            tmp.write_bytes(blob)
+        return [p]
+    side = p.with_suffix(".json")
+    with atomic_outputs([p, side], force) as (tmp, tmp_side):
+        with open(tmp, "wb") as fh:
+            np.save(fh, enc.encoding.astype(np.float32))
+        tmp_side.write_text(json.dumps(dict(enc.meta), indent=2, sort_keys=True) + "\n")
+    return [p, side]

@@ -1,0 +1,601 @@
+"""The CI gate behind ``posdiag check``: rules, the config file, measurement and evaluation.
+
+A rule is a threshold on one figure posdiag measures:
+
+``max-stress``
+    the stress of an encoding must not exceed a threshold (with ``strict``, the upper bound of
+    its confidence interval, where one was computed);
+``max-rank-for-stress``
+    the MDS rank needed to reach a stress ``eps`` (the effective rank) must not exceed a rank;
+``min-positional-info``
+    ``I(position; token)`` over the analysed positions, in bits, must reach a minimum;
+``min-support``
+    every counted position ``0..max_len-1`` (the model's context, not only the analysed prefix)
+    must have at least this many sequences (in the model view: real, non-pad tokens).
+
+Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
+top level of ``posdiag.toml``, searched from the working directory up to the repository root, see
+:mod:`posdiag.reports.config`); options override the file key by key. Evaluation is split from
+measurement (:func:`measure` then :func:`evaluate`) so the verdicts are a pure function of the
+figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._util.validate import check_float, check_int
+from ..counts.core import Counts
+from ..encodings import make_encoding, parse_encoding
+from ..errors import PosdiagError
+from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
+from ..geometry.estimator import DEFAULT_ESTIMATOR
+from ..geometry.spectral import partial_spectrum
+from ..uncertainty.bootstrap import DEFAULT_LEVEL, ShardedCounts
+from .analysis import (
+    DEFAULT_MIN_COUNT,
+    CorpusSummary,
+    corpus_geometry,
+    corpus_summary,
+    interval_scores,
+    score_encodings,
+    spectrum,
+)
+from .config import CONFIG_FILES, find_config, read_toml
+
+__all__ = [
+    "CONFIG_FILES",
+    "READING_KEYS",
+    "GateConfig",
+    "GateFacts",
+    "GateReport",
+    "RuleResult",
+    "build_config",
+    "evaluate",
+    "find_config",
+    "load_config",
+    "measure",
+    "run_gate",
+]
+
+# Keys of the config table; reading options use the CLI's option names.
+_RULE_KEYS = ("max-stress", "max-rank-for-stress", "min-positional-info", "min-support", "strict")
+_READ_KEYS = ("column", "tokenizer", "view", "max-len", "min-count", "pad-token")
+# The same keys as GateConfig.reading and build_config's ``reading`` spell them.
+READING_KEYS = tuple(k.replace("-", "_") for k in _READ_KEYS)
+
+
+def _encoding_key(spec: str) -> str:
+    """Canonical text of an encoding spec, so ``rope`` and ``rope:`` are one rule."""
+    name, params = parse_encoding(spec)
+    if name == "mds" and set(params) == {"rank"}:
+        return f"mds-{params['rank']}"
+    if not params:
+        return name
+    return name + ":" + ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Every rule of one ``posdiag check`` run, plus how to read the corpus.
+
+    Attributes
+    ----------
+    max_stress : mapping of str to float
+        Canonical encoding spec -> largest acceptable stress, in [0, 1].
+    max_rank_for_stress : mapping of float to int
+        Stress tolerance ``eps`` -> largest acceptable effective rank at ``eps``.
+    min_positional_info : float or None
+        Smallest acceptable ``I(position; token)``, in bits.
+    min_support : int or None
+        Smallest acceptable support ``N_i`` over positions ``0..max_len-1``.
+    strict : bool
+        Judge max-stress rules by the upper confidence bound where one exists.
+    reading : mapping
+        Corpus reading options from the config file (``tokenizer``, ``view``, ``max_len``,
+        ``min_count``, ``column``, ``pad_token``), overridden by options.
+    source : str or None
+        The config file the rules came from, if any.
+    """
+
+    max_stress: Mapping[str, float] = field(default_factory=dict)
+    max_rank_for_stress: Mapping[float, int] = field(default_factory=dict)
+    min_positional_info: float | None = None
+    min_support: int | None = None
+    strict: bool = False
+    reading: Mapping[str, Any] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def n_rules(self) -> int:
+        return (
+            len(self.max_stress)
+            + len(self.max_rank_for_stress)
+            + (self.min_positional_info is not None)
+            + (self.min_support is not None)
+        )
+
+
+def _parse_rank_rule(text: str) -> tuple[float, int]:
+    eps_s, colon, rank_s = str(text).partition(":")
+    if not colon:
+        raise PosdiagError(
+            f"'max-rank-for-stress' must look like EPS:RANK (e.g. 0.1:8); got {text!r}"
+        )
+    try:
+        eps_v: Any = float(eps_s)
+    except ValueError:
+        eps_v = eps_s
+    try:
+        rank_v: Any = int(rank_s)
+    except ValueError:
+        rank_v = rank_s
+    eps = check_float("max-rank-for-stress stress", eps_v, 0.0, 1.0)
+    rank = check_int("max-rank-for-stress rank", rank_v, 1)
+    return eps, rank
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """The posdiag table of a config file, keys checked, values not yet validated.
+
+    ``pyproject.toml`` contributes its ``[tool.posdiag]`` table; any other file its top level.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PosdiagError(f"{path}: no such config file")
+    data = read_toml(p)
+    if p.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        table = tool.get("posdiag") if isinstance(tool, dict) else None
+        if not isinstance(table, dict):
+            raise PosdiagError(f"{path}: has no [tool.posdiag] table")
+        data = table
+    known = (*_RULE_KEYS, *_READ_KEYS)
+    for key in data:
+        if key not in known:
+            raise PosdiagError(f"{path}: unknown key {key!r}; keys: {', '.join(known)}")
+    return dict(data)
+
+
+def _file_rules(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated values of a config table, keyed like :func:`build_config`'s arguments."""
+    table = raw.get("max-stress", {})
+    if not isinstance(table, dict):
+        raise PosdiagError(
+            "'max-stress' must be a table of encoding = threshold "
+            f"(e.g. max-stress = {{ rope = 0.5 }}); got {table!r}"
+        )
+    stress_rules = {
+        _encoding_key(spec): check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+        for spec, thr in table.items()
+    }
+    ranks = raw.get("max-rank-for-stress", {})
+    if isinstance(ranks, dict):
+        items = [f"{eps}:{rank}" for eps, rank in ranks.items()]
+    elif isinstance(ranks, list):
+        items = [str(x) for x in ranks]
+    else:
+        raise PosdiagError(
+            "'max-rank-for-stress' must be a table (e.g. { \"0.1\" = 8 }) or a list of "
+            f'"EPS:RANK" strings; got {ranks!r}'
+        )
+    out: dict[str, Any] = {
+        "max_stress": stress_rules,
+        "max_rank_for_stress": dict(_parse_rank_rule(x) for x in items),
+    }
+    if "min-positional-info" in raw:
+        out["min_positional_info"] = check_float(
+            "min-positional-info", raw["min-positional-info"], 0.0
+        )
+    if "min-support" in raw:
+        out["min_support"] = check_int("min-support", raw["min-support"], 1)
+    if "strict" in raw:
+        if not isinstance(raw["strict"], bool):
+            raise PosdiagError(f"'strict' must be true or false; got {raw['strict']!r}")
+        out["strict"] = raw["strict"]
+    read: dict[str, Any] = {}
+    for k in _READ_KEYS:
+        if k not in raw:
+            continue
+        v = raw[k]
+        if k in ("max-len", "min-count"):
+            v = check_int(k, v, 1)
+        elif not isinstance(v, str):
+            raise PosdiagError(f"{k!r} must be a string; got {v!r}")
+        read[k.replace("-", "_")] = v
+    out["reading"] = read
+    return out
+
+
+def build_config(
+    *,
+    file: str | Path | None = None,
+    encodings: Sequence[str] = (),
+    max_stress: Sequence[float] = (),
+    max_rank_for_stress: Sequence[str] = (),
+    min_positional_info: float | None = None,
+    min_support: int | None = None,
+    strict: bool | None = None,
+    reading: Mapping[str, Any] | None = None,
+) -> GateConfig:
+    """Merge the rules of a config file with options; options win key by key.
+
+    ``encodings`` and ``max_stress`` pair up in order (``-e rope --max-stress 0.5``); a single
+    ``max_stress`` applies to every encoding. A max-stress option overrides the file's threshold
+    for the same encoding and keeps the file's other encodings; likewise per tolerance for
+    max-rank-for-stress. ``reading`` holds options given explicitly (None values are ignored).
+    Errors in the file name the file.
+    """
+    base: dict[str, Any] = {}
+    if file is not None:
+        raw = load_config(file)
+        try:
+            base = _file_rules(raw)
+        except PosdiagError as exc:
+            raise PosdiagError(f"{file}: {exc}") from None
+
+    if max_stress and not encodings:
+        raise PosdiagError("'--max-stress' needs the encoding it applies to: add --encoding NAME")
+    if encodings and not max_stress:
+        raise PosdiagError(
+            f"'--encoding {encodings[0]}' needs a threshold: add --max-stress (one per --encoding)"
+        )
+    stress_rules: dict[str, float] = dict(base.get("max_stress", {}))
+    if encodings:
+        if len(max_stress) not in (1, len(encodings)):
+            raise PosdiagError(
+                f"'--max-stress' must be given once or once per --encoding "
+                f"({len(encodings)}); got {len(max_stress)}"
+            )
+        thresholds = list(max_stress) * len(encodings) if len(max_stress) == 1 else max_stress
+        for spec, thr in zip(encodings, thresholds, strict=True):
+            stress_rules[_encoding_key(spec)] = check_float(f"max-stress {spec}", thr, 0.0, 1.0)
+
+    rank_rules: dict[float, int] = dict(base.get("max_rank_for_stress", {}))
+    rank_rules.update(_parse_rank_rule(item) for item in max_rank_for_stress)
+
+    info = min_positional_info
+    if info is not None:
+        info = check_float("min-positional-info", info, 0.0)
+    else:
+        info = base.get("min_positional_info")
+    support = min_support
+    if support is not None:
+        support = check_int("min-support", support, 1)
+    else:
+        support = base.get("min_support")
+    strict_v = strict if strict is not None else base.get("strict", False)
+    read = dict(base.get("reading", {}))
+    read.update({k: v for k, v in (reading or {}).items() if v is not None})
+
+    cfg = GateConfig(
+        max_stress=stress_rules,
+        max_rank_for_stress=dict(sorted(rank_rules.items(), reverse=True)),
+        min_positional_info=info,
+        min_support=support,
+        strict=bool(strict_v),
+        reading=read,
+        source=str(file) if file is not None else None,
+    )
+    if cfg.n_rules == 0:
+        raise PosdiagError(
+            "no rules to check: give --encoding NAME --max-stress X, --max-rank-for-stress "
+            "EPS:RANK, --min-positional-info BITS or --min-support N, or a config file "
+            "([tool.posdiag] in pyproject.toml, or posdiag.toml)"
+        )
+    return cfg
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """The figures the rules are judged on.
+
+    Attributes
+    ----------
+    corpus : CorpusSummary
+    scores : mapping of str to EncodingScore
+        Canonical encoding spec -> its score (possibly with ``ci_low``/``ci_high``).
+    eigenvalues : tuple of float
+        MDS eigenvalues of ``B_H``, descending.
+    positional_info : float
+        ``I(position; token)`` over positions ``0..n_eff-1``, in bits.
+    stress_by_rank : tuple of float
+        Long contexts (a partial spectrum, ``eigenvalues`` the top ``k`` only): the exact stress
+        of ranks ``1..k`` from ``||B_H||_F^2``, grown for the max-rank-for-stress rules; empty
+        when ``eigenvalues`` is the whole spectrum.
+    floor : float or None
+        The stress floor of a partial spectrum when known (every positive eigenvalue computed).
+    """
+
+    corpus: CorpusSummary
+    scores: Mapping[str, Any]
+    eigenvalues: tuple[float, ...]
+    positional_info: float
+    stress_by_rank: tuple[float, ...] = ()
+    floor: float | None = None
+
+
+def measure(
+    counts: Counts | ShardedCounts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+    level: float = DEFAULT_LEVEL,
+    replicates: int | None = None,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
+) -> GateFacts:
+    """Compute exactly the figures ``config``'s rules need, on ``counts``.
+
+    ``min_count`` defaults to the config file's ``min-count``, else
+    :data:`~posdiag.reports.analysis.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
+    :class:`~posdiag.reports.analysis.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
+    counts (>= 2 shards) those get bootstrap intervals of coverage ``level`` too, on the same
+    geometry (``progress(done, replicates)`` follows the bootstrap).
+    """
+    sharded = counts if isinstance(counts, ShardedCounts) else None
+    total_counts = sharded.counts if sharded is not None else counts
+    assert isinstance(total_counts, Counts)
+    if min_count is None:
+        min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
+    min_count = check_int("min_count", min_count, 1)
+    if not (config.max_stress or config.max_rank_for_stress):
+        # Support and information rules need no geometry, so they can judge a corpus too thin
+        # for one (the case --min-support exists to catch).
+        summary = corpus_summary(total_counts, min_count)
+        n = summary.n_eff
+        total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
+        return GateFacts(summary, {}, (), total)
+    geo = corpus_geometry(
+        sharded if sharded is not None else total_counts,
+        min_count,
+        estimator=estimator,
+        seed=seed,
+        plain=False,  # no verdict and no output uses the plug-in figure
+    )
+    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
+    # One encoding at a time, so each score stays keyed by the spec it was asked as.
+    fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
+    if fresh and sharded is not None and sharded.k >= 2:
+        pairs = []
+        for key, score in fresh.items():
+            name, params = parse_encoding(key)
+            pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
+        with_ci, _ = interval_scores(
+            sharded,
+            geo.n_eff,
+            pairs,
+            level,
+            replicates,
+            seed,
+            progress,
+            estimator=geo.estimator,
+            # The MDS, not its eigenvalues: at long n they are only the top ones, and the MDS
+            # also warm-starts the replicates' partial eigensolver.
+            full_mds=geo.mds,
+        )
+        fresh = dict(zip(fresh, with_ci, strict=True))
+    by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
+    total, _ = positional_information(total_counts.matrix[: geo.n_eff])
+    if geo.mds.total is not None and config.max_rank_for_stress:
+        return _partial_facts(geo.summary, by_key, geo.mds, config, total)
+    return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
+
+
+def _partial_facts(
+    summary: CorpusSummary,
+    scores: Mapping[str, Any],
+    mds: MDS,
+    config: GateConfig,
+    bits: float,
+) -> GateFacts:
+    """Facts of a partial spectrum: its top eigenpairs grown (warm-started) until each
+    max-rank-for-stress tolerance is reached, shown unreachable, or needs more than the rule's
+    rank (then the rule fails whatever the exact rank is)."""
+    k = int(mds.eigenvalues.size)
+    by_rank = mds.stress_by_rank()
+    # A rule is settled by the headline's pairs when its tolerance is reached within them, or
+    # when they already pass its rank (not reached by rank + 1: the rule fails either way).
+    settled = all(
+        bool(np.any(by_rank[:k] <= eps)) or k > rank
+        for eps, rank in config.max_rank_for_stress.items()
+    )
+    if settled:
+        return GateFacts(
+            summary,
+            scores,
+            tuple(float(x) for x in mds.eigenvalues),
+            bits,
+            tuple(float(x) for x in by_rank),
+            None,
+        )
+    from ..geometry.spectral import FULL_EIGH_MAX  # read when called, as mds_of_gram does
+
+    cap = max(config.max_rank_for_stress.values()) + 1
+    spec = partial_spectrum(
+        mds.gram,
+        tuple(config.max_rank_for_stress),
+        max_rank=max(cap, k),
+        start=mds.vectors,
+        full_max=FULL_EIGH_MAX,
+    )
+    return GateFacts(
+        summary,
+        scores,
+        tuple(float(x) for x in spec.eigenvalues),
+        bits,
+        tuple(float(x) for x in spec.stress_by_rank()),
+        spec.floor(),
+    )
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """The verdict on one rule.
+
+    ``figure`` is the measured value the verdict used (the upper confidence bound under
+    ``strict`` when one exists); ``comparison`` is ``<=`` or ``>=`` (what passing means).
+    """
+
+    rule: str
+    target: str
+    figure: float
+    threshold: float
+    comparison: str
+    passed: bool
+    measure: str
+    note: str = ""
+    unit: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}[{self.target}]" if self.target else self.rule
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Every rule's verdict; ``passed`` when all pass."""
+
+    corpus: CorpusSummary
+    results: tuple[RuleResult, ...]
+    strict: bool
+    config_file: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.passed for r in self.results)
+
+
+def _support_figure(supports: Sequence[int]) -> tuple[int, int]:
+    i = min(range(len(supports)), key=lambda k: (supports[k], k))
+    return int(supports[i]), i
+
+
+def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
+    """Judge every rule of ``config`` on ``facts``, in a fixed order."""
+    out: list[RuleResult] = []
+    for key, thr in config.max_stress.items():
+        s = facts.scores[key]
+        ci_high = float(getattr(s, "ci_high", float("nan")))
+        ci_low = float(getattr(s, "ci_low", float("nan")))
+        figure, measure_name = float(s.stress), "stress"
+        interval = "" if math.isnan(ci_high) else f"interval [{ci_low:.4f}, {ci_high:.4f}]"
+        note = interval
+        if config.strict:
+            if math.isnan(ci_high):
+                note = "strict: no confidence interval was available; judged on the stress"
+            else:
+                figure, measure_name = ci_high, "stress upper bound"
+                note = f"strict; stress {s.stress:.4f}, {interval}"
+        out.append(
+            RuleResult("max-stress", key, figure, thr, "<=", figure <= thr, measure_name, note)
+        )
+    lam = facts.eigenvalues
+    for eps, max_rank in config.max_rank_for_stress.items():
+        note = f"smallest rank whose MDS encoding has stress <= {eps:g}"
+        if facts.stress_by_rank:
+            r, note = _partial_rank(facts, eps, note)
+        else:
+            hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
+            if hit is None:
+                # Below the floor the negative eigenvalues of the estimate leave: no rank
+                # reaches it.
+                note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
+            r = math.inf if hit is None else float(hit)
+        out.append(
+            RuleResult(
+                "max-rank-for-stress",
+                f"{eps:g}",
+                r,
+                float(max_rank),
+                "<=",
+                r <= max_rank,
+                "MDS rank",
+                note,
+            )
+        )
+    if config.min_positional_info is not None:
+        bits = facts.positional_info
+        out.append(
+            RuleResult(
+                "min-positional-info",
+                "",
+                bits,
+                config.min_positional_info,
+                ">=",
+                bits >= config.min_positional_info,
+                "I(position; token)",
+                f"positions 0..{facts.corpus.n_eff - 1}",
+                " bits",
+            )
+        )
+    if config.min_support is not None:
+        # Model view: real (non-pad) tokens, since every sequence is padded to every position.
+        low, pos = _support_figure(facts.corpus.counted_supports)
+        out.append(
+            RuleResult(
+                "min-support",
+                "",
+                float(low),
+                float(config.min_support),
+                ">=",
+                low >= config.min_support,
+                "smallest support",
+                f"at position {pos} of 0..{facts.corpus.max_len - 1}",
+                f" {facts.corpus.support_unit}",
+            )
+        )
+    return GateReport(facts.corpus, tuple(out), config.strict, config.source)
+
+
+def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:
+    """The rank figure of a partial spectrum: the effective rank among the computed ones,
+    infinity below a known floor, else ``k + 1`` ("more than k", a lower bound)."""
+    by_rank = np.asarray(facts.stress_by_rank)
+    hits = np.flatnonzero(by_rank <= eps)
+    if hits.size:
+        return float(hits[0] + 1), note
+    if facts.floor is not None and facts.floor > eps:
+        return math.inf, note + f": not reached (floor {facts.floor:.3f})"
+    k = by_rank.size
+    return float(k + 1), note + f": more than {k} (only the top {k} eigenvalues were computed)"
+
+
+def run_gate(
+    counts: Counts | ShardedCounts,
+    config: GateConfig,
+    *,
+    min_count: int | None = None,
+    scores: Mapping[str, Any] | None = None,
+    level: float = DEFAULT_LEVEL,
+    replicates: int | None = None,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
+) -> GateReport:
+    """:func:`measure` then :func:`evaluate`."""
+    facts = measure(
+        counts,
+        config,
+        min_count=min_count,
+        scores=scores,
+        level=level,
+        replicates=replicates,
+        seed=seed,
+        progress=progress,
+        estimator=estimator,
+    )
+    return evaluate(config, facts)

@@ -1,0 +1,81 @@
+"""Padding in the model view: which positions hold mostly the pad token, and the warning.
+
+In the model view every sequence is padded to ``max_len``, so every position has the same
+number of sequences and the supports ``N_i`` cannot show that a position is mostly padding. A
+position whose tokens are mostly ``[PAD]`` has a distribution dominated by one token: its
+distances to other padded positions shrink towards 0 and to real positions grow, so padding, not
+language, shapes that part of the geometry. posdiag therefore counts real (non-pad) tokens for
+``min_count`` in the model view (see :class:`posdiag.reports.analysis.CorpusSummary`) and warns
+here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["NEARLY_PAD_SHARE", "mostly_padding", "padding_warnings"]
+
+# A position whose real-token share is below this is "nearly pad-only": at 5% real tokens the
+# pad token holds 95% of its distribution.
+NEARLY_PAD_SHARE = 0.05
+
+
+class CorpusSummary(Protocol):
+    """What the padding check reads of :class:`posdiag.reports.analysis.CorpusSummary` (a protocol,
+    so this module needs no import of the analysis that calls it)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def n_eff(self) -> int: ...
+    @property
+    def supports(self) -> Sequence[int]: ...
+    @property
+    def real_supports(self) -> Sequence[int]: ...
+
+
+def _ranges(positions: Sequence[int]) -> str:
+    parts: list[str] = []
+    for p in positions:
+        if parts and p == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{p}"
+        else:
+            parts.append(str(p))
+    return ", ".join(parts)
+
+
+def mostly_padding(
+    summary: CorpusSummary, share: float = NEARLY_PAD_SHARE
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(pad_only, nearly)``: positions of ``0..max_len-1`` holding only padding, and analysed
+    positions (``0..n_eff-1``) whose real-token share is below ``share`` but above 0."""
+    if not summary.real_supports:
+        return (), ()
+    real, seqs = summary.real_supports, summary.supports
+    pad_only = tuple(i for i, (r, s) in enumerate(zip(real, seqs, strict=True)) if s and r == 0)
+    nearly = tuple(i for i in range(summary.n_eff) if seqs[i] and 0 < real[i] < share * seqs[i])
+    return pad_only, nearly
+
+
+def padding_warnings(summary: CorpusSummary) -> list[str]:
+    """One warning naming the pad-only and nearly pad-only positions, or none."""
+    pad_only, nearly = mostly_padding(summary)
+    if not pad_only and not nearly:
+        return []
+    parts = []
+    if pad_only:
+        parts.append(
+            f"positions {_ranges(pad_only)} hold only padding in every sequence (not analysed: "
+            "min_count counts real tokens in the model view)"
+        )
+    if nearly:
+        parts.append(
+            f"positions {_ranges(nearly)} are analysed but over "
+            f"{1 - NEARLY_PAD_SHARE:.0%} padding, so the pad token shapes their geometry"
+        )
+    first = min((*pad_only, *nearly))
+    return [
+        f"{summary.source}: {'; '.join(parts)}; use --max-len {max(first, 2)} or a higher "
+        "--min-count to analyse real tokens only"
+    ]

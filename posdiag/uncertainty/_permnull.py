@@ -1,0 +1,180 @@
+"""The permutation null of ``I(position; token)`` by one shuffle of the token list (long contexts).
+
+:func:`posdiag.uncertainty.bootstrap.information_null` draws a permuted table row by row, each row a
+multivariate hypergeometric sample of ``N_i`` tokens from those not yet placed. That chain is
+exactly a uniformly random permutation of the corpus's token list cut into consecutive segments
+of sizes ``N_0, N_1, ...``: the same law. Drawn row by row it costs ``O(V)`` per row (numpy's
+sampler walks every token type), ``n V`` per table: 47 s for 5 tables at n = 1,024 and
+V = 50,257 under load, growing as n. Drawn as a shuffle it costs ``O(T)`` per table
+(``T = sum N_i`` tokens), and each segment's ``KL(mu_i || mu_bar)`` is read off it without
+building the table (one compiled pass with a scratch count per token type).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._util.jit import load_numba
+
+__all__ = ["PERMUTED_NULL_FROM", "permuted_kl", "shuffle_segments", "shuffled_null"]
+
+# From this many (position, token type) cells the null is drawn by shuffling (same law, another
+# random stream): below, the row-by-row draw is cheap and its numbers stay as they were.
+PERMUTED_NULL_FROM = 1 << 22
+
+_KERNEL: dict[str, Any] = {}
+
+
+def _kernel() -> Any:
+    if "segments" not in _KERNEL:
+        numba = load_numba()
+
+        @numba.njit(cache=True, nogil=True)
+        def segments(tokens, starts, log_pooled, scratch):  # pragma: no cover - compiled
+            """For each segment ``[starts[r], starts[r+1])``: sum of ``x log2 x`` over its
+            token counts ``x``, and sum of ``log2 pooled[v]`` over its tokens."""
+            m = starts.size - 1
+            xlogx = np.zeros(m)
+            logp = np.zeros(m)
+            for r in range(m):
+                lo, hi = starts[r], starts[r + 1]
+                for t in range(lo, hi):
+                    scratch[tokens[t]] += 1
+                a = 0.0
+                b = 0.0
+                for t in range(lo, hi):
+                    v = tokens[t]
+                    x = scratch[v]
+                    if x > 0:  # the first occurrence of v in the segment takes its count
+                        a += x * np.log2(x)
+                        b += x * log_pooled[v]
+                        scratch[v] = 0
+                xlogx[r] = a
+                logp[r] = b
+            return xlogx, logp
+
+        _KERNEL["segments"] = segments
+    return _KERNEL["segments"]
+
+
+def permuted_kl(tokens: np.ndarray, supports: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """``KL(mu_i || mu_bar)`` in bits of the table whose row ``i`` holds the next ``N_i`` tokens.
+
+    Parameters
+    ----------
+    tokens : ndarray of shape (T,), integer
+        Token type of every token (``0..S-1``), in the order the rows take them.
+    supports : ndarray of shape (n,), integer
+        ``N_i``; they sum to ``T``. Rows with ``N_i = 0`` get 0.
+    totals : ndarray of shape (S,), integer
+        Count of every token type in ``tokens`` (the pooled margin, kept by any permutation).
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        ``(1/N_i) sum_v x_iv log2 x_iv - log2 N_i - (1/N_i) sum_v x_iv log2 p_v``, the same
+        quantity :func:`posdiag.geometry.core.positional_information` sums, clipped at 0 as there.
+    """
+    n_tot = float(np.sum(totals))
+    log_pooled = np.log2(np.asarray(totals, dtype=np.float64) / n_tot)
+    starts = np.zeros(supports.size + 1, dtype=np.int64)
+    np.cumsum(supports, out=starts[1:])
+    scratch = np.zeros(totals.size, dtype=np.int64)
+    xlogx, logp = _kernel()(tokens, starts, log_pooled, scratch)
+    sup = np.asarray(supports, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(sup > 0, (xlogx - logp) / sup - np.log2(np.where(sup > 0, sup, 1.0)), 0.0)
+    return np.clip(kl, 0.0, None)
+
+
+def _scatter_kernel() -> Any:
+    if "scatter" not in _KERNEL:
+        numba = load_numba()
+
+        @numba.njit(cache=True, nogil=True)
+        def scatter(pooled, bucket, n_buckets, out):  # pragma: no cover - compiled
+            """Token types ``0, 0, ..., 1, ...`` (``pooled[v]`` copies of ``v``) into ``out``,
+            grouped by ``bucket`` (stable); returns the bucket offsets (n_buckets + 1,)."""
+            offsets = np.zeros(n_buckets + 1, np.int64)
+            for t in range(bucket.size):
+                offsets[bucket[t] + 1] += 1
+            for b in range(n_buckets):
+                offsets[b + 1] += offsets[b]
+            pos = offsets[:-1].copy()
+            t = 0
+            for v in range(pooled.size):
+                for _ in range(pooled[v]):
+                    b = bucket[t]
+                    out[pos[b]] = v
+                    pos[b] += 1
+                    t += 1
+            return offsets
+
+        _KERNEL["scatter"] = scatter
+    return _KERNEL["scatter"]
+
+
+# Buckets of the shuffle: many more than positions, so that most buckets lie inside one segment
+# (their order is then irrelevant) and the few that straddle a boundary are small to shuffle.
+_BUCKETS = 1 << 16
+
+
+def shuffle_segments(
+    pooled: np.ndarray, supports: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """The token list (``pooled[v]`` copies of type ``v``) in an order whose consecutive
+    segments of sizes ``supports`` hold the tokens a uniformly random permutation puts there.
+
+    A uniform permutation is the order of iid uniform keys. The high part of each key is a
+    uniform bucket (``rng.integers``); tokens are grouped by bucket, and the low parts order
+    each bucket uniformly. A bucket inside one segment needs no order (a segment's counts do not
+    depend on it), so only the buckets a segment boundary cuts are shuffled: a cache-friendly
+    scatter and a few small shuffles instead of a shuffle of the whole list (4.6 s for 37 M
+    tokens; the random accesses miss the cache).
+
+    Returns
+    -------
+    ndarray of shape (sum(pooled),), int32 (int64 beyond 2**31 types)
+    """
+    pooled = np.asarray(pooled, dtype=np.int64)
+    total = int(pooled.sum())
+    bucket = rng.integers(0, _BUCKETS, size=total, dtype=np.uint16)
+    out = np.empty(total, dtype=np.int32 if pooled.size < 2**31 else np.int64)
+    offsets = _scatter_kernel()(pooled, bucket, _BUCKETS, out)
+    del bucket
+    bounds = np.cumsum(np.asarray(supports, dtype=np.int64))[:-1]
+    # Bucket b covers out[offsets[b]:offsets[b+1]]; it is cut where a boundary falls inside.
+    cut = np.unique(np.searchsorted(offsets, bounds, side="right") - 1)
+    for b in cut:
+        rng.shuffle(out[int(offsets[b]) : int(offsets[b + 1])])
+    return out
+
+
+def shuffled_null(
+    supports: np.ndarray, pooled: np.ndarray, repeats: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``repeats`` permuted tables (:func:`shuffle_segments`), and their ``I`` and ``KL``.
+
+    Parameters
+    ----------
+    supports : ndarray of shape (n,), integer
+    pooled : ndarray of shape (S,), integer, all > 0
+        Count of every token type seen (sums to ``sum(supports)``).
+
+    Returns
+    -------
+    (ndarray of shape (repeats,), ndarray of shape (n,))
+        ``I`` of each table in bits, and each position's mean ``KL`` over them.
+    """
+    sup = np.asarray(supports, dtype=np.int64)
+    pooled = np.asarray(pooled, dtype=np.int64)
+    weights = sup / float(sup.sum())
+    bits = np.empty(repeats)
+    per = np.zeros(sup.size)
+    for r in range(repeats):
+        kl = permuted_kl(shuffle_segments(pooled, sup, rng), sup, pooled)
+        bits[r] = float(np.sum(weights * kl))
+        per += kl
+    return bits, per / repeats
