@@ -31,10 +31,9 @@ from posdiag._util.atomic import atomic_outputs
 from posdiag._util.memory import parse_size
 from posdiag.counts.core import load_counts, save_counts
 from posdiag.errors import PosdiagError
+from tests.conftest import BUNDLED
 
-from .conftest import BUNDLED
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POSDIAG = [sys.executable, "-m", "posdiag.cli.app"]
 GiB = 1 << 30
 

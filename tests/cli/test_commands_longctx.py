@@ -41,7 +41,7 @@ from posdiag.uncertainty import _permnull
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._permnull import permuted_kl, shuffle_segments, shuffled_null
 from posdiag.uncertainty.bootstrap import ShardedCounts
-from tests.test_longctx_paths import zipf_counts
+from tests.geometry.test_longctx_paths import zipf_counts
 
 
 def _table(tokens: np.ndarray, supports: np.ndarray, n_types: int) -> np.ndarray:
@@ -98,8 +98,8 @@ def test_permuted_kl_is_the_information_of_the_built_table() -> None:
 def test_information_null_switches_to_the_shuffle_with_the_same_law(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The table of tests/test_uncertainty.py's permutation-null test; the shuffle's mean and
-    # spread against explicit permutations of the token list.
+    # The table of tests/uncertainty/test_bootstrap.py's permutation-null test; the shuffle's mean
+    # and spread against explicit permutations of the token list.
     rng = np.random.default_rng(5)
     sizes = [60, 40, 25]
     tokens = np.concatenate([rng.integers(0, 6 + 3 * i, size=s) for i, s in enumerate(sizes)])

@@ -31,7 +31,7 @@ def _console(width: int) -> tuple[Console, io.StringIO]:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    lines = (Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt").read_text()
+    lines = (Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt").read_text()
     path = tmp_path_factory.mktemp("c") / "c.txt"
     path.write_text("\n".join(lines.splitlines()[:600]) + "\n")
     specs = [
@@ -178,7 +178,7 @@ def test_corpus_rows_say_which_positions_no_sequence_reaches() -> None:
 def test_equal_spearman_of_encodings_monotone_in_the_lag_as_the_legend_says() -> None:
     # alibi (|i-j|) and alibi-kernel (sqrt(|i-j|)) only grow with the lag: the same order of
     # pairs, so the same Spearman to the last digit; rope's distance is not monotone in |i-j|.
-    path = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt"
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt"
     counted = corpus_counts_sharded(str(path), shards=0, seed=0, max_len=64)
     rep = stress_report(counted, min_count=100, details=False)
     by = {s.name: s.spearman for s in rep.encodings}

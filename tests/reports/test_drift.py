@@ -20,8 +20,7 @@ from posdiag.geometry.core import stress
 from posdiag.reports.analysis import corpus_geometry, score_encodings
 from posdiag.reports.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.synthetic import drift_distributions, sample_texts
-
-from .test_render_plots import PIXELS, png_size
+from tests.render.test_plots import PIXELS, png_size
 
 
 def _corpus(path: Path, n: int, seed: int, sequences: int = 500) -> Path:

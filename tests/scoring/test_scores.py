@@ -220,7 +220,7 @@ def test_the_default_stress_run_never_imports_scipy_stats_or_numba(extra: list[s
         "assert r.exit_code == 0, r.output\n"
         "print('scipy.stats' in sys.modules, 'numba' in sys.modules)\n"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )

@@ -271,7 +271,7 @@ def test_accumulator_compaction_is_exact(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_two_shards_sum_to_whole_corpus() -> None:
-    lines = Path(__file__).resolve().parents[1].joinpath("fixtures/corpus_en.txt").read_text()
+    lines = Path(__file__).resolve().parents[2].joinpath("fixtures/corpus_en.txt").read_text()
     texts = lines.splitlines()[:300]
     whole = count_texts(texts, WhitespaceTokenizer(), max_len=64)
     tok = WhitespaceTokenizer()  # one tokenizer for both shards, so ids agree

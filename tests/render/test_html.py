@@ -15,8 +15,7 @@ from posdiag.counts.core import corpus_counts
 from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
 from posdiag.reports.analysis import stress_report
-
-from .test_render_plots import PIXELS, png_size
+from tests.render.test_plots import PIXELS, png_size
 
 
 def _stress_rows(page: str) -> list[list[str]]:

@@ -19,7 +19,7 @@ from posdiag.render.plots import FAMILY_COLOURS, plot_spectrum, plot_stress, plo
 from posdiag.reports.analysis import corpus_geometry, stress_report
 
 runner = CliRunner()
-BUNDLED = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_en.txt"
+BUNDLED = Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt"
 
 
 def test_report_carries_what_diagnose_says(small_corpus: Path, tmp_path: Path) -> None:

@@ -45,8 +45,9 @@ def test_bar_is_silent_when_piped_or_quiet(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_bar_says_compiling_while_numba_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
-    # posdiag._util.jit calls the watchers when numba starts and ends compiling (tests/test_jit.py);
-    # here those two calls are made by hand, so the test does not depend on numba's cache.
+    # posdiag._util.jit calls the watchers when numba starts and ends compiling
+    # (tests/util/test_jit.py); here those two calls are made by hand, so the test does not
+    # depend on numba's cache.
     buf = _terminal(monkeypatch, True)
     with options.bootstrap_progress(False) as bar:
         assert bar is not None

@@ -132,7 +132,7 @@ def test_stdin_and_counts_file_give_same_report(
     assert r.stdout.startswith(f"wrote {out}: 600 sequences, 7,200 tokens, 12 x ")
     assert sp.load_npz(out).shape[0] == 12
     # The plug-in reads the same counts either way; the cross-fit splits a counts file by
-    # thinning instead of by sequence (tests/test_estimator.py checks how close that is).
+    # thinning instead of by sequence (tests/geometry/test_estimator.py checks how close that is).
     plugin = ("--estimator", "plugin")
     a = json.loads(run(cli, "stress", str(out), "--min-count", "50", "--json", *plugin).stdout)
     b = json.loads(

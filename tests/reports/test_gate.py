@@ -296,7 +296,7 @@ def test_junit_xml_one_case_per_rule_with_failures(
     failed = [c.get("name") for c in cases if c.find("failure") is not None]
     assert failed == ["max-stress[nope]", "min-support"]
     assert suite.get("tests") == "4" and suite.get("failures") == "2"
-    # An existing report is replaced, as pytest's --junitxml does (tests/test_ci_outputs.py).
+    # An existing report is replaced, as pytest's --junitxml does (tests/render/test_ci_outputs.py).
     code, _, _ = _run(
         cli,
         str(synth_corpus),

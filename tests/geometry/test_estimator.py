@@ -164,7 +164,7 @@ def test_thinning_splits_each_position_exactly() -> None:
 
 @pytest.fixture(scope="module")
 def bundled_sharded() -> Counts:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return corpus_counts_sharded(str(root / "fixtures" / "corpus_en.txt"), shards=20).counts
 
 
