@@ -274,7 +274,7 @@ def bench_memory(tmp: Path) -> None:
 def blas_line() -> str:
     """Which BLAS kernels the dense products run on: the figures of the long-context sections
     move with them (on an AVX-512 machine whose environment pins ``OPENBLAS_CORETYPE=Haswell``,
-    OpenBLAS's own SkylakeX kernels ran a float32 Gram 1.7x faster; docs/scale.md)."""
+    OpenBLAS's own SkylakeX kernels ran a float32 Gram 1.7x faster; benchmarks/NOTES.md)."""
     from threadpoolctl import threadpool_info
 
     libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]

@@ -9,7 +9,7 @@ position), each token to one of 20 shards uniformly. For each sample, ``stress_r
 positions with 20 shards; 50: the random ones drawn before) and
 ``--splits`` cross-fit splits a replicate; then per encoding the mean interval width against
 ``3.92`` times the sd of the estimate across samples (1.0 = calibrated) and the coverage of
-the samples' mean estimate. docs/scale.md ("Seventh pass"; "Ninth pass" for n = 512 with 100
+the samples' mean estimate. benchmarks/NOTES.md ("Seventh pass"; "Ninth pass" for n = 512 with 100
 samples) has the figures.
 """
 

@@ -110,7 +110,7 @@ def child_posdiag(path: Path) -> dict[str, object]:
     return {
         "time": t_stress,
         # The kernel's share: zeroing (and compacting) the fresh pages of every large array,
-        # 23-31 s of CPU at n = 16,384 (docs/scale.md, "Twelfth pass"); it moves between runs.
+        # 23-31 s of CPU at n = 16,384 (benchmarks/NOTES.md, "Twelfth pass"); it moves between runs.
         "user": cpu.ru_utime - cpu0.ru_utime,
         "system": cpu.ru_stime - cpu0.ru_stime,
         "rss": rss,

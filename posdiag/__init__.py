@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
     from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
 # Imported on first use (PEP 562): `posdiag --version` and `--help` must not pay for numpy and
-# scipy (~2 s), so `import posdiag` loads nothing until a name is asked for.
+# scipy's imports, so `import posdiag` loads nothing until a name is asked for.
 _LAZY = {
     "DEFAULT_MIN_COUNT": "reports.analysis",
     "CorpusGeometry": "reports.analysis",

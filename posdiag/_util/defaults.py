@@ -20,7 +20,7 @@ __all__ = [
 
 # Why 100: the split-half noise floor of d_H at a position falls roughly like 1/sqrt(N_i); below
 # ~100 sequences a word-level distribution is mostly singletons and its distances to every other
-# position saturate near 1, which would masquerade as geometry (README, "min-count").
+# position saturate near 1, which would masquerade as geometry (docs/cli.md, "min-count").
 DEFAULT_MIN_COUNT = 100
 # Why 20 shards: the bootstrap resamples shards, so K bounds how many distinct replicate corpora
 # exist (C(2K-1, K) ~ 7e10 for K = 20) and how finely the interval's tails are resolved; more
@@ -30,21 +30,15 @@ DEFAULT_REPLICATES = 200
 # From LONG_CONTEXT_FROM positions the default is LONG_CONTEXT_REPLICATES replicates and a t
 # interval from their standard deviation (posdiag.uncertainty.bootstrap.PERCENTILE_FROM): a
 # replicate costs
-# two full products R^A (R^B)^T there (3.4 s at n = 4,096), and 50 replicates keep the
-# calibration of 200 percentile ones. On 300 independent synthetic samples (n = 32, 20 shards):
-# coverage 0.93-0.95 against 0.92-0.95 for the fixed encodings, mean width / (3.92 sd) 1.04-1.06
-# against 0.98-1.01, the widths' coefficient of variation 0.16-0.18 against 0.15-0.16: with 20
-# shards the spread's own precision is bounded by the shards (19 degrees of freedom), not by
-# the replicates (docs/scale.md, "Seventh pass").
+# two full products R^A (R^B)^T there, and with 20 shards the spread's own precision is bounded
+# by the shards (19 degrees of freedom), not by the replicates, so 50 keep the calibration of 200
+# percentile ones (benchmarks/NOTES.md, "Seventh pass").
 #
 # Where a Hadamard matrix of the shard count is built (20 shards: yes), the default is instead
 # min(LONG_CONTEXT_REPLICATES, 2 (k - 1)) balanced half-samples in complementary pairs
 # (posdiag.uncertainty.bootstrap.replicate_halves): 38 for 20 shards, every row of the matrix and
 # its
-# complement. On 240 independent samples of that corpus the fixed encodings' intervals from
-# them spread their widths less (coefficient of variation 0.15-0.16) than the 50 random
-# replicates' (0.17-0.19), with coverage 0.95 against 0.93-0.96 and mean width / (3.92 sd)
-# 1.04-1.06 against 1.02-1.04, at 76% of their cost (docs/theory.md, "Balanced half-samples").
+# complement, calibrated as well at lower cost (docs/theory.md, "Balanced half-samples").
 LONG_CONTEXT_FROM = 1024
 LONG_CONTEXT_REPLICATES = 50
 DEFAULT_LEVEL = 0.95

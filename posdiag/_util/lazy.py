@@ -1,6 +1,6 @@
 """A module imported on first attribute access.
 
-``scipy.stats`` costs ~0.3-0.4 s of import (it pulls ``scipy.spatial`` and the distribution
+``scipy.stats`` is slow to import (it pulls ``scipy.spatial`` and the distribution
 tables) and only the rank correlations of ``compare`` and ``violation_rate`` need it; the
 default ``stress`` run scores every built-in encoding through ``fastscore`` and never does.
 """

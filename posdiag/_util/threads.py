@@ -2,9 +2,7 @@
 
 Small dense work (the bundled corpus's 76 x 76 eigenproblems, products of a few hundred rows,
 the block Lanczos' skinny products) spends more on waking and syncing OpenBLAS's threads than
-on the arithmetic, badly so on a loaded machine: a (76 x 1,332) @ (1,332 x 76) product took
-7.4 ms with 2 threads and 0.39 ms with one, a (20 x 40k) matrix-vector product 9.8 ms against
-0.19 ms (load 6 on 2 cores); ``eigh`` of 608 x 608 83-580 ms against 38-48 ms.
+on the arithmetic, badly so on a loaded machine (benchmarks/NOTES.md has the figures).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ _CONTROLLER: list[object] = []
 
 def one_blas_thread() -> AbstractContextManager[object]:
     """One BLAS thread inside the ``with`` block. One controller for the process:
-    ``threadpool_limits`` looks the libraries up on every call (3 ms)."""
+    ``threadpool_limits`` looks the libraries up on every call."""
     from threadpoolctl import ThreadpoolController
 
     if not _CONTROLLER:

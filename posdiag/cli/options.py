@@ -426,8 +426,8 @@ def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | Non
     """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
     corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
     replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once).
-    While numba compiles the long-context kernels (the first such run after an install, ~40 s
-    at 1,024 positions) the stage reads :data:`COMPILING` instead."""
+    While numba compiles the long-context kernels (the first such run after an install, tens
+    of seconds) the stage reads :data:`COMPILING` instead."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None

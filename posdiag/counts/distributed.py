@@ -273,7 +273,7 @@ class Partial:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
-        # scipy matrix was ~3x slower to move between processes).
+        # scipy matrix is slower to move between processes).
         return (
             _partial_from,
             (

@@ -1,4 +1,4 @@
-"""Gram products of square-root probability rows at long contexts (issue 13).
+"""Gram products of square-root probability rows at long contexts.
 
 The Hellinger geometry needs ``BC = R^A (R^B)^T`` (cross-fitted: two independent halves) or
 ``S S^T`` (plug-in), where each row is ``sqrt(C_i / N_i)`` over the vocabulary. A sparse-sparse
@@ -18,12 +18,11 @@ common level (:func:`_level`): float32 accumulation errs in proportion to the ab
 sums, so only the deviations from the level are multiplied in float32 and the level's terms
 are added back in float64. An entry of ``BC`` then errs by a few 1e-8, the top eigenvalues of
 ``B_H`` by 2.4e-7 at n = 4,096 (1.5e-5 uncentred), and stress by less than 1e-8
-(tests/test_fastgram.py, tests/test_longctx_paths.py measure it).
+(tests/geometry/test_gram.py, tests/geometry/test_longctx_paths.py measure it).
 
 The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
 computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),
-two Grams of which only the upper triangles are computed: at n = 4,096 of the long benchmark
-corpus 2.3 s against 4.7 s (float64 block) and 1.7-2.1 s against 3.9 s (float32), same process.
+two Grams of which only the upper triangles are computed: about half the work of the product.
 """
 
 from __future__ import annotations
@@ -52,23 +51,14 @@ __all__ = [
     "unpack_upper",
 ]
 
-# Break-even column density: a dense column costs 2 n_A n_B float32 flops (~1e-11 s each with
-# BLAS here), a sparse one nnz_A * nnz_B multiply-adds in the compiled kernel (~1.5e-9 s each),
-# so a column pays off dense once both sides hold it in more than ~10% of rows (measured at
-# n = 2,048: 0.06 -> 5.4 s, 0.1 -> 3.8 s, 0.15 -> 5.2 s under load). The upper-triangle Grams of
-# symmetric_product have the same break-even (both sides halve): cpu at n = 4,096, same
-# process, float64 5.06 / 4.58 / 4.33 / 4.44 / 4.78 s with 0.07 / 0.1 / 0.12 / 0.15 / 0.2
-# (0.1 against 0.13: 4.13 against 4.23 s), float32 1.77 / 1.74 / 1.99 s with 0.07 / 0.1 /
-# 0.12; n = 8,192 float64 17.97 s with 0.1 against 18.49 s with 0.13.
+# Break-even column density: a BLAS flop is far cheaper than a sparse multiply-add, so a column
+# pays off dense once both sides hold it in more than ~10% of rows (docs/performance.md).
 DENSE_FRACTION = 0.1
 # Working memory per row block (besides the result): the block's dense product and its
 # sparse part, both of shape (block_rows, n_B).
 BLOCK_BYTES = 64 << 20
 # Row blocks of symmetric_product: its dense block rows are thinner than a product's (the rows
-# from the block on), so taller blocks pay: float64 product of the expected halves, same
-# process, n = 8,192: 12.4 / 10.5 / 10.0 / 9.3 s with 256 / 512 / 1,024 / 2,048 rows;
-# n = 16,384: 39.7 / 35.4 / 38.9 s with 256 / 1,024 / 2,048; n = 4,096 alike from 1,024 to 4,096.
-# One block row's float64 result is at most UPPER_BLOCK_BYTES (128 MB).
+# from the block on), so taller blocks pay, up to UPPER_BLOCK_BYTES of float64 result a block row.
 UPPER_BLOCK_BYTES = 128 << 20
 UPPER_BLOCK_ROWS = 2048
 # Up to this many rows the Gram's token lists store each row as a uint16 gap (rows < 2^16).
@@ -95,10 +85,9 @@ class ProductPlan:
     bytes_bound : int
         Upper bound of the working memory besides the result and the inputs: the two dense
         column blocks, two ``block_rows x n_B`` float64 temporaries and the two rare parts
-        (12 bytes an entry plus pointers). At n = 4,096 on /tmp/long-4096.npz (6,809 dense
-        columns, 5.0 M rare entries a factor): 0.41 GB float32, 0.63 GB float64, besides the
-        0.13 GB result; it grows as ``n k`` (dense) and ``nnz`` (rare), i.e. linearly in n at
-        a fixed number of distinct tokens per position, the result as ``n^2``.
+        (12 bytes an entry plus pointers). It grows as ``n k`` (dense) and ``nnz`` (rare),
+        i.e. linearly in n at a fixed number of distinct tokens per position, the result as
+        ``n^2``.
     """
 
     dense_columns: int
@@ -243,8 +232,8 @@ def cross_product(
                 out[lo:hi] = (a[lo:hi] @ bt).toarray()
         return out
     # One compiled pass per factor scatters its dense columns into the BLAS block and keeps
-    # the rest sparse (B's rare part transposed: row j lists the rows of B holding token j);
-    # numpy fancy indexing took 0.75 s per product at n = 4,096 (/tmp/long-4096.npz).
+    # the rest sparse (B's rare part transposed: row j lists the rows of B holding token j),
+    # in place of numpy fancy indexing's copies.
     # Canonical rows (sorted, no duplicates): the kernel adds a row's terms in column order.
     a.sum_duplicates()
     b.sum_duplicates()
@@ -315,7 +304,7 @@ def symmetric_product(
         Typically the expected square-root halves of the counts.
     block_rows, dtype, dense_fraction
         As for :func:`cross_product` (the dense block's precision; float32, centred on
-        the level, errs by a few 1e-8 per entry, tests/test_fastgram.py). With float32 the
+        the level, errs by a few 1e-8 per entry, tests/geometry/test_gram.py). With float32 the
         rare tokens' part runs in float32 as well (half the bytes of the kernel's list walk
         and of the row it adds into), and errs by at most ``(K + 2) 2^-24`` of itself, ``K``
         the rare tokens two positions share (:func:`_upper_kernel`).
@@ -416,13 +405,10 @@ def _level(blocks: tuple[np.ndarray, ...], dense: np.ndarray) -> np.ndarray:
     Why: the float32 BLAS block errs in proportion to the sum of the absolute terms of each
     entry, and a frequent token's column is mostly its common level, which the centring
     ``J BC J`` of the geometry removes anyway. Multiplying the deviations from the level
-    (:func:`_centre`) and adding the level's terms back in float64 cut the error of ``B_H``
-    at n = 4,096 (/tmp/long-4096.npz, 6,809 dense columns): top-10 eigenvalues 1.5e-5 off
-    the float64 ones without it, 1.8e-7 with it (whole Gram, float32 rare tokens),
-    ``||B_H||_F^2`` 5.8e-7 against 1.3e-8 relative; at n = 8,192 4.1e-7 and 5.4e-8. Any
-    level keeps the identity of :func:`_centre` exact (the blocks' own rounded entries give
-    one in 0.08 s at n = 16,384, a bincount of the sparse entries took 0.66 s); rounded to
-    float32, the blocks subtract it as is.
+    (:func:`_centre`) and adding the level's terms back in float64 cuts the error of ``B_H``'s
+    top eigenvalues by almost two orders of magnitude (tests/geometry/test_gram.py bounds it). Any
+    level keeps the identity of :func:`_centre` exact, so the mean of the blocks' own rounded
+    entries serves; rounded to float32, the blocks subtract it as is.
     """
     sums = sum(b.sum(axis=0, dtype=np.float64) for b in blocks)
     rows = max(sum(b.shape[0] for b in blocks), 1)
@@ -460,8 +446,7 @@ def _gram_blocks(
     for lo in range(0, m, block_rows):
         hi = min(lo + block_rows, m)
         # The diagonal tile as a block times its own transpose, which numpy hands to BLAS syrk
-        # (half the flops; 0.053 s against 0.076 s for a 1,024-row float32 tile at k = 6,809),
-        # the rest of the block row by gemm.
+        # (half the flops), the rest of the block row by gemm.
         # Column c of target is output column c + col0 (out's own block row, or a compact
         # block subtracted from out[rows][:, rows] below).
         col0 = 0 if rows is None else lo
@@ -535,7 +520,7 @@ def _split_gram(
     position = (np.cumsum(dense) - 1).astype(np.int64)
     position[~dense] = -1
     total = int(t_ptr[-1])
-    # int32 while the lists fit (49 M rare entries at n = 16,384: 0.4 GB less than int64).
+    # int32 while the lists fit: half the bytes of int64 for the longest arrays here.
     index = np.int32 if total < 2**31 else np.int64
     value = (
         np.float32 if np.dtype(dtype if values is None else values) == np.float32 else np.float64
@@ -580,9 +565,8 @@ def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
     """``m[j, i] = m[i, j]`` for ``j > i``, in place; returns ``m``.
 
     From :data:`COMPILED_FROM_ROWS` rows one compiled pass over square tiles (the kernel of
-    :func:`symmetrize`): numpy's strided block copies below took 2.2-2.6 s at n = 16,384, where
-    each copied column strip spans 64 rows of 128 KB (a TLB miss per element written), against
-    0.4-0.5 s for the tiles. Smaller arrays: each block row's strip right of the diagonal is
+    :func:`symmetrize`): numpy's strided block copies below cost a TLB miss per element
+    written on large arrays. Smaller arrays: each block row's strip right of the diagonal is
     copied, transposed, below it, by blocks of ``block`` rows. Copies only: the same numbers.
 
     Parameters
@@ -638,8 +622,7 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
         )
     out = np.empty((n, n), dtype=np.float64)
     if n >= COMPILED_FROM_ROWS:
-        # One tile pass writing both triangles: a row loop then mirror_upper took 3.1-5.9 s at
-        # n = 16,384.
+        # One tile pass writing both triangles, not a row loop then a mirror.
         zeros = np.zeros(n)
         packed = np.ascontiguousarray(packed)
         _square_kernels()["pairs"](out, zeros, zeros, 0.0, 1.0, zeros, _UPPER, packed, out, _TILE)
@@ -829,15 +812,13 @@ def _rare_kernel() -> Callable[..., None] | None:
     (:func:`cross_product`), or None.
 
     scipy's sparse product builds a csr result, which for these inputs is dense (every pair of
-    positions shares some rare token): ~10-25 ns per multiply-add on this machine. Accumulating
-    straight into the dense block costs ~1-2 ns, in parallel over rows (each row writes only its
-    own output row). None when numba is not installed: the scipy product is used.
+    positions shares some rare token); accumulating straight into the dense block, in parallel
+    over rows (each row writes only its own output row), skips that. None when numba is not
+    installed: the scipy product is used.
 
-    Most of the kernel's time is the cache miss at the start of each token's list (5 M list
-    visits of ~170 entries at n = 4,096), so the list of the token after next is prefetched
-    (LLVM's prefetch intrinsic): cpu time 3.6-3.9 -> 2.8-3.0 s over the four row blocks of a
-    product, same process, under load. The same additions in the same order; if the intrinsic
-    does not compile, the kernel runs without it.
+    Most of the kernel's time is the cache miss at the start of each token's list, so the list
+    of the token after next is prefetched (LLVM's prefetch intrinsic). The same additions in
+    the same order; if the intrinsic does not compile, the kernel runs without it.
     """
     kernels = _kernels()
     return kernels[0] if kernels else None
@@ -855,15 +836,13 @@ def _upper_kernel() -> Callable[..., None] | None:
     to ``out`` once, so an entry's rare part whose two rows share ``K`` rare tokens errs by at
     most ``(K + 2) 2^-24`` of itself (values rounded once, ``K`` float32 operations on
     non-negative terms), the bound of the float32 BLAS block over its ``k`` dense columns
-    with ``K << k``; the diagonal is summed in float64. At n = 8,192 (float32 lists of a
-    split half) that kernel takes 2.08 s of cpu against 2.84 s adding each term into the
-    float64 row, same process (0.44 against 0.57 s at n = 4,096).
+    with ``K << k``; the diagonal is summed in float64. A float32 row halves the bytes the
+    terms scatter into.
 
     Called with numba's ``parallel_chunksize`` set to :data:`UPPER_CHUNK_ROWS`, rows go to the
     threads in chunks as they finish: a row's work falls with its index (the lists' remainders
-    shrink), and the static halves of a row block split the work 1.16 : 1 and 1.46 : 1 at n = 4,096
-    (/tmp/long-4096.npz, 2,048-row blocks), so one core idled for a sixth to a third of the
-    kernel. Each row adds the same terms in the same order whichever thread runs it.
+    shrink), so static halves of a row block would leave one core idle part of the time. Each
+    row adds the same terms in the same order whichever thread runs it.
     """
     return _run_upper if _kernels() else None
 
@@ -908,11 +887,7 @@ def _kernels() -> list[Any]:
     return _KERNEL
 
 
-# Tokens ahead whose list the rare kernels prefetch: the Gram kernel's cpu time at n = 4,096
-# (lists of int32 rows and float64 values), same process, under load: 1.91 s without
-# prefetch, 1.38 / 1.37 / 1.49 / 1.59 s with 1 / 2 / 4 / 8 tokens ahead; without prefetching
-# the values 1.77 s; a second cache line of each list as well 1.41 s; rows and values
-# interleaved in one array (one stream to prefetch) 2.00 s.
+# Tokens ahead whose list the rare kernels prefetch (1 and 2 were fastest; benchmarks/NOTES.md).
 PREFETCH_AHEAD = 2
 # Rows a thread of the Gram kernel takes at a time (_upper_kernel).
 UPPER_CHUNK_ROWS = 16
@@ -982,8 +957,8 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                     row[j - col0] += si + shift[j]
 
     # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
-    # float32 row of its own, half the bytes of the float64 row the terms scatter into (at
-    # n = 8,192 a float64 row, 64 KB, no longer fits L1), and added to it once with the
+    # float32 row of its own, half the bytes of the float64 row the terms scatter into (it
+    # stays in L1 longer), and added to it once with the
     # dense block's level terms shift[i] + shift[j] + level (_centre); the diagonal is summed
     # in float64.
     @numba.njit(parallel=True, cache=True, nogil=True)
@@ -1105,7 +1080,7 @@ def symmetrize(m: np.ndarray) -> np.ndarray:
     """``m <- (m + m^T) / 2`` in place (compiled, tile by tile, rows in parallel); returns ``m``.
 
     The same arithmetic as :func:`posdiag.geometry.core.symmetrize` (``(a + b) / 2`` per pair, so
-    the same numbers) in one pass over the matrix (0.14 s per call at n = 4,096 under load).
+    the same numbers) in one pass over the matrix.
 
     Parameters
     ----------
@@ -1171,9 +1146,9 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, as a new
     array: :func:`posdiag.geometry.estimator.implied_distances`' six numpy passes (outer sum,
     halving,
-    subtraction, clip, sqrt, symmetrisation; 5.1 s at n = 16,384 under load) in one compiled
+    subtraction, clip, sqrt, symmetrisation) in one compiled
     pass with the same operations in the same order, so the same numbers bit for bit
-    (tests/test_implied_distances.py).
+    (tests/geometry/test_implied_distances.py).
 
     Parameters
     ----------
@@ -1250,7 +1225,7 @@ def _distances_to_first_numpy(
 
 # Below these sizes the n x n passes, the column counts and the distances to row 0 run in numpy
 # (the same arithmetic): the bundled corpus (76 positions, 3,600 stored counts) then never
-# imports numba, whose import and cache load were ~0.5 s of `make run`'s 2.5 s.
+# imports numba, whose import and cache load would be a large share of `make run`.
 COMPILED_FROM_ROWS = 256
 COMPILED_FROM_NNZ = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Thinning at long contexts: its exact expectation, and fast seeded draws (issue 13).
+"""Thinning at long contexts: its exact expectation, and fast seeded draws.
 
 Counts without shards are cross-fitted by *thinning*: position ``i``'s ``N_i`` tokens are split
 into ``h_i = floor(N_i / 2)`` for half ``A`` and ``g_i = N_i - h_i`` for half ``B`` by a
@@ -45,7 +45,7 @@ _MEMO = 256
 
 # The compiled moments and entries, module globals (set by _kernels): as closure variables of
 # `expected` they went into numba's cache key as pickled dispatchers, which differ from process
-# to process, so `expected` was recompiled (~1 s) in every fresh process and its cache grew by
+# to process, so `expected` was recompiled in every fresh process and its cache grew by
 # one file per run.
 _moments: Callable[..., tuple[float, float, float]] | None = None
 _scaled: Callable[..., tuple[float, float, float]] | None = None
@@ -154,7 +154,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
         # The entries depend on (c, N_i) only, and most counts are small and repeat, within a
         # row and across the rows of equal N_i (every position of a packed corpus): each small
         # count's entries are computed once per distinct N_i, by the same operations, so the
-        # same numbers as computed per entry (once per row took 0.2 s a call at n = 4,096).
+        # same numbers as computed per entry, without a pass per row.
         sizes = np.unique(totals)
         group = np.searchsorted(sizes, totals)
         # slot[s, c]: the row of `table` for count c at N_i = sizes[s]; -1 where not needed.
@@ -258,8 +258,7 @@ def expected_halves(
     b = np.empty(c.data.size)
     diag = np.empty(c.shape[0])
     _kernels()["expected"](c.indptr, c.data, a, b, diag)
-    # No copies of the index arrays (~50 MB each at n = 4,096): nobody writes to them, and
-    # fresh memory costs here (two copies took 0.04-0.24 s a call at n = 4,096).
+    # No copies of the index arrays: nobody writes to them, and fresh memory costs time here.
     ma = sp.csr_matrix((a, c.indices, c.indptr), shape=c.shape)
     mb = sp.csr_matrix((b, c.indices, c.indptr), shape=c.shape)
     return ma, mb, diag

@@ -329,11 +329,10 @@ def mds_of_gram(
     if n <= limit:
         return mds_from_gram(b)
     if n <= eigvalsh_max:
-        # Every eigenvalue without the vectors (LAPACK's tridiagonal path, ~5x cheaper than
-        # eigh: 2 s at n = 2,048 under load), so the tail, the floor, every effective rank and
-        # the signal rank stay exact; the top eigenvectors by Lanczos. The smallest eigenvalue
-        # alone by Lanczos was slower still: the bottom of an estimated B_H is a dense cluster
-        # of noise eigenvalues (1,000-5,000 products at n = 2,048).
+        # Every eigenvalue without the vectors (LAPACK's tridiagonal path, several times cheaper
+        # than eigh), so the tail, the floor, every effective rank and the signal rank stay
+        # exact; the top eigenvectors by Lanczos. The smallest eigenvalue alone by Lanczos is
+        # slower still: the bottom of an estimated B_H is a dense cluster of noise eigenvalues.
         lam = np.linalg.eigvalsh(b)[::-1]
         vectors = _fix_signs(top_vectors(b, min(n - 1, START_RANK)))
         return MDS(eigenvalues=lam, vectors=vectors, gram=b)

@@ -167,7 +167,7 @@ def sqrt_rows(counts: Matrix) -> sp.csr_matrix:
     supports = np.asarray(c.sum(axis=1)).ravel()
     inv = np.divide(1.0, supports, out=np.zeros_like(supports), where=supports > 0)
     # inv_i * C_ij entry by entry, as the diagonal product computed it (the same numbers),
-    # without its sparse product (0.036 s a call at n = 4,096, 4 calls a replicate).
+    # without its sparse product, which is paid several times a replicate.
     s = sp.csr_matrix((c.data * np.repeat(inv, np.diff(c.indptr)), c.indices, c.indptr), c.shape)
     s.eliminate_zeros()
     s.data = np.sqrt(s.data)
@@ -180,7 +180,7 @@ def cross_product(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:
     The one place the cross-fit multiplies: :func:`posdiag.geometry._gram.cross_product`, the
     blocked hybrid product (dense float64 BLAS block for tokens in > 10% of rows, a compiled
     kernel accumulating the rare ones), the same numbers as the plain sparse product to ~1e-15
-    and several times faster at long contexts (benchmarks/longctx.py).
+    and faster at long contexts (docs/performance.md).
 
     Parameters
     ----------
@@ -200,8 +200,8 @@ def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
     ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` summed over the union of the two supports
     (:func:`posdiag.geometry._gram.distances_to_first`): no cancellation, so a position identical to
     position 0 is at distance exactly 0 (``sqrt(1 - BC)`` leaves ~1e-7 of rounding there), and
-    no ``sqrt(C / N)`` matrix (building it and multiplying by row 0 took 1.2 s at n = 4,096;
-    this ~0.05 s). Rows without tokens are at distance 1, as with :func:`sqrt_rows`.
+    no ``sqrt(C / N)`` matrix is built. Rows without tokens are at distance 1, as with
+    :func:`sqrt_rows`.
 
     Parameters
     ----------
@@ -295,7 +295,7 @@ def expected_thinning_bc(
         (:func:`posdiag.geometry._gram.symmetric_product`).
         The estimator passes float32 (the block centred on its columns' level) with float64
         ``rare`` tokens: every printed number within 1e-6 of float64
-        (tests/test_longctx_paths.py), the top eigenvalues within 2e-7 at n = 4,096 and
+        (tests/geometry/test_longctx_paths.py), the top eigenvalues within 2e-7 at n = 4,096 and
         5.8e-8 at 16,384.
     rare : numpy float type, optional
         Precision of the rare tokens' part (default ``dtype``;
@@ -345,7 +345,7 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     """
     bc = np.asarray(bc, dtype=np.float64)
     if bc.shape[0] >= COMPILED_FROM_ROWS and bc.ndim == 2 and bc.shape[0] == bc.shape[1]:
-        # One compiled pass, the same numbers (the numpy passes below took 5.1 s at n = 16,384).
+        # One compiled pass, the same numbers as the numpy passes below, without their temporaries.
         return fast_implied_distances(np.ascontiguousarray(bc))
     diag = np.diag(bc)
     # In place on one n x n array (no temporaries: 2 GB each at n = 16,384).
@@ -388,7 +388,8 @@ def shard_halves(
 
 
 # From this many stored counts in a stack, its halves are summed on the shards' union pattern
-# (posdiag.uncertainty._shardsum): 8x faster at n = 4,096, but compiled code costs ~0.5 s to load.
+# (posdiag.uncertainty._shardsum): faster at long contexts, but not worth loading compiled code
+# below.
 SHARD_SUMS_FROM_NNZ = 1 << 20
 
 
@@ -409,9 +410,9 @@ def stacked_halves(
     Lets the bootstrap split each replicate's shards without restacking them. A stack of at
     least :data:`SHARD_SUMS_FROM_NNZ` stored counts, or a
     :class:`~posdiag.uncertainty._shardsum.ShardStack`
-    made once for many calls, sums its halves on the shards' union pattern (0.04 s against
-    0.31 s per sum at n = 4,096); below, by a sparse selection product (no compiled code for
-    the bundled corpus). The same draws and the same counts either way.
+    made once for many calls, sums its halves on the shards' union pattern; below, by a
+    sparse selection product (no compiled code for the bundled corpus). The same draws and
+    the same counts either way.
     """
     if not isinstance(stack, ShardStack) and stack.nnz >= SHARD_SUMS_FROM_NNZ:
         stack = ShardStack(stack, n)
@@ -443,9 +444,8 @@ def split_picks(k: int, splits: int, rng: np.random.Generator) -> Iterator[np.nd
 
     A split drawn again, or its mirror, is drawn anew. Drawn independently, a replicate's 2
     splits of 10 shards were the same split 1 time in 126: that replicate was then a 1-split
-    cross-fit, whose stress sits higher by the split noise the second split removes (5 sds
-    for ``sinusoidal`` on the long corpus at n = 256, the whole right tail of its replicate
-    distribution; docs/scale.md, "Seventh pass").
+    cross-fit, whose stress sits higher by the split noise the second split removes (an
+    outlier of several sds; benchmarks/NOTES.md, "Distinct splits").
     """
     seen: set[bytes] = set()
     everything = np.arange(k)
@@ -528,8 +528,7 @@ def thinned_halves(
     for _ in range(splits):
         if n >= VECTORISED_FLOOR_FROM:
             # All rows at once, same multivariate hypergeometric law (posdiag.geometry._thinning: a
-            # compiled selection sampler; the per-row numpy loop cost ~18 s for 7 splits at
-            # n = 1,024 under load, the vectorised chain of hypergeometrics 0.5 s per split).
+            # compiled selection sampler), where a per-row loop costs O(n V).
             a, b = draw_half(c, rng)
             out.append((a, b))
             continue
@@ -552,7 +551,7 @@ def thinned_halves(
 def _first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
     """Rows ``0..n-1`` of ``c``: ``c`` itself when that is all of it and in canonical format
     (so the callers' in-place ``sum_duplicates`` and ``sort_indices`` leave it as it is), else
-    a copy (slicing copies every row: 0.1 s per call at n = 4,096)."""
+    a copy (slicing copies every row)."""
     if n == c.shape[0] and c.has_canonical_format:
         return c
     return sp.csr_matrix(c[:n])
@@ -561,7 +560,7 @@ def _first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
 def _check_thinnable(counts: sp.csr_matrix, n: int) -> None:
     """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
     has the 2 tokens its own inner thinning needs."""
-    # Row sums of all rows, then the first n: no copy of the rows (0.2-0.3 s at n = 4,096).
+    # Row sums of all rows, then the first n: no copy of the rows.
     supports = np.asarray(counts.sum(axis=1)).ravel()[:n]
     if np.any(supports < 4):
         i = int(np.flatnonzero(supports < 4)[0])
@@ -600,8 +599,8 @@ def _from_gram(
     # Every eigenpair up to posdiag.geometry.spectral.FULL_EIGH_MAX positions, the top ones beyond
     # (the
     # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
-    # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: minutes on the noise
-    # cluster at the bottom of B_H (62 s at n = 2,048 under load); the report says so.
+    # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: it converges slowly on the
+    # noise cluster at the bottom of B_H; the report says so.
     mds = (
         mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False)
         if spectrum
@@ -685,7 +684,7 @@ def estimate_hellinger(
         # float64
         # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at
         # 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
-        # (tests/test_longctx_paths.py bounds the printed numbers).
+        # (tests/geometry/test_longctx_paths.py bounds the printed numbers).
         bc = expected_thinning_bc(c, n, dtype=np.float32, rare=np.float64)
         return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
 
@@ -727,8 +726,8 @@ class SplitHalf:
 # Outer splits of the split-half grams (outer_splits): 4 below FOUR_OUTER_SPLITS_BELOW
 # positions, 2 up to ONE_OUTER_SPLIT_ABOVE, 1 above. Which shards fall in which half moves a
 # held-out mds-r figure: on the bundled corpus mds-2 by sd 0.0167 across seeds with 2 outer
-# splits, 0.0068 with 4 (docs/geometry.md, "mds-r is scored held-out"), for 0.09 s CPU; at
-# 4,096 positions two halves cost as much as the whole cross-fit, and the seeds agree to 1e-4.
+# splits, 0.0068 with 4 (docs/geometry.md, "mds-r is scored held-out"), cheaply; at long
+# contexts two halves cost as much as the whole cross-fit, and the seeds agree to 1e-4.
 FOUR_OUTER_SPLITS_BELOW = 512
 ONE_OUTER_SPLIT_ABOVE = 2048
 
@@ -819,8 +818,9 @@ def _half_gram(source: _HalfSource) -> np.ndarray:
     """The cross-fitted ``B_H`` of one half of the data; shape (n, n)."""
     kind, data = source
     # Float32 dense blocks: these grams feed the held-out mds-r scores and the noise bounds
-    # only; the effect on them stays below 1e-6 (tests/test_longctx_paths.py). By shards that
-    # is S / 2 products a half, each ~1.6x faster than float64 at long contexts.
+    # only; the effect on them stays below 1e-6 (tests/geometry/test_longctx_paths.py). By shards
+    # that
+    # is S / 2 products a half, each faster in float32 than in float64 at long contexts.
     if kind == "shards":
         return _gram_over_bc(crossfit_bc(data, dtype=np.float32))
     return _gram_over_bc(expected_thinning_bc(data, dtype=np.float32))
@@ -948,11 +948,8 @@ def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, no
 
 # From this n the held-out fits compute only the top eigenpairs they use (Lanczos), not all.
 TOP_MDS_FROM = 512
-# Block of the held-out fits' Lanczos (3 pairs). The four warm-started fits took 34 passes of
-# 8 vectors, 29 of 16, 53 of 4 (n = 4,096); a pass of 8 costs less than one of 16 (1.1 against
-# 1.6 s at n = 16,384 under load, compute-bound) and the four fits were fastest with 8 at both
-# sizes (n = 4,096: 2.3 s against 2.6 s with 16, 2.9 s with 4, ARPACK 4.2 s; n = 16,384, one
-# cold fit: 11.5 s against 13.1 s with 16 and 13.9 s with 4).
+# Block of the held-out fits' Lanczos (3 pairs): 8 vectors were fastest against 4, 16 and ARPACK
+# at 4,096 and 16,384 positions (benchmarks/NOTES.md).
 HELDOUT_BLOCK = 8
 # Residual of the held-out fits, relative to ||B||_F. The scores are sums over the fitted
 # vectors, so an error e in them moves a score by ~e^2: on the n = 4,096 halves 1e-8 moved the
@@ -964,8 +961,7 @@ def _top_mds(gram: np.ndarray, k: int, start: np.ndarray | None = None) -> MDS:
     """The MDS of ``gram`` as far as rank ``k`` needs: every pair below :data:`TOP_MDS_FROM`
     positions, else the ``k`` largest by block Lanczos (:func:`posdiag.geometry.spectral.top_pairs`,
     residuals within :data:`HELDOUT_TOL` of ``||gram||_F``, warm-started from ``start``
-    (n, m) if given; 4 of the 6 full ``eigh`` of a stress report at n = 1,024 were these fits,
-    20 s under load)."""
+    (n, m) if given; full ``eigh`` calls here were most of a long report's eigensolves)."""
     n = gram.shape[0]
     if n < TOP_MDS_FROM:
         return mds_from_gram(gram)
@@ -1043,9 +1039,9 @@ def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) 
 
 
 # From this many positions the summary's element-wise passes are compiled
-# (posdiag.geometry._summary:
-# the pass took 0.82 s at n = 8,192 against 1.08 s in numpy); below, numpy does the same
-# operations (the bundled corpus never imports numba).
+# (posdiag.geometry._summary,
+# faster at long contexts); below, numpy does the same operations (the bundled corpus never
+# imports numba).
 SUMMARY_COMPILED_FROM = COMPILED_FROM_ROWS
 # Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size, so
 # the pass adds ~0.1 of an n x n array at n = 16,384 (each is 2.1 GB there).
@@ -1091,8 +1087,8 @@ class _Rows:
         return self.gram[lo:hi]
 
 
-# Columns per strip of a transposed copy: numpy's strided copy of a whole (rows, n) strip went
-# through memory column by column (0.014 s for 1,024 x 2,048 against 0.006 s by 64 columns).
+# Columns per strip of a transposed copy: numpy's strided copy of a whole (rows, n) strip goes
+# through memory column by column, 64 columns at a time stay in cache.
 _STRIP = 64
 
 
@@ -1188,7 +1184,7 @@ def split_half_summary(
     Every entry of every block equals the whole grams' (copies only), so ``energy_rows``,
     ``partners``, ``within`` and ``first_pairs`` are bit for bit those of the whole-matrix
     functions; the held-out stresses differ only in the summation order of ``<B_P, B_Q>`` and
-    ``B_P X`` over row blocks (~1e-16 relative; tests/test_split_half_summary.py).
+    ``B_P X`` over row blocks (~1e-16 relative; tests/geometry/test_split_half_summary.py).
 
     Parameters
     ----------
@@ -1274,8 +1270,7 @@ def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
     forming any ``G_r``.
 
     ``<B, X X^T> = sum((B X) o X)`` (one pass over ``B`` for every rank: the columns add up) and
-    ``||X X^T||_F = ||X^T X||_F`` (an r x r matrix): an n x n product per rank per fit cost 1.0 s
-    of a report at n = 4,096.
+    ``||X X^T||_F = ||X^T X||_F`` (an r x r matrix): no n x n product per rank per fit.
 
     Returns
     -------

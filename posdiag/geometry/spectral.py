@@ -1,4 +1,4 @@
-"""Only the eigen-information a report needs, at long contexts (issue 13).
+"""Only the eigen-information a report needs, at long contexts.
 
 The stress of the rank-r MDS encoding is an eigenvalue tail,
 ``sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``, and ``sum_k l_k^2 = ||B||_F^2`` needs no eigenvalue at
@@ -49,27 +49,22 @@ __all__ = [
 
 # Up to this n a full eigh costs about as much as the partial solver with its growth steps.
 FULL_EIGH_MAX = 1024
-# Up to this n every eigenvalue is computed (eigvalsh, no vectors: 2 s at n = 2,048 but 45 s at
-# n = 4,096 under load, growing as n^3), beyond it only the top ones: the bottom of an estimated
-# B_H is a dense cluster that Lanczos resolves slowly (1,000-5,000 products at n = 2,048).
+# Up to this n every eigenvalue is computed (eigvalsh, no vectors, growing as n^3), beyond it only
+# the top ones: the bottom of an estimated B_H is a dense cluster that Lanczos resolves slowly.
 EIGVALSH_MAX = 2048
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs
-# more than it saves; effective ranks beyond are reported as "> k" (measured: at n = 2,048 the
-# plug-in spectrum needs ~1,500 ranks for stress 0.1, and growing to 512 took > 10 min under load).
+# more than it saves; effective ranks beyond are reported as "> k" (a noisy plug-in spectrum can
+# need ~1,500 ranks for stress 0.1).
 DEFAULT_MAX_RANK = 128
 DEFAULT_TOL = 1e-7
 # Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
 # residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
 VECTOR_TOL = 1e-10
-# Vectors per block. A pass B Q reads B once whatever the block; in OpenBLAS it cost 5-7
-# matrix-vector products for any block of 2 to 32 vectors at n = 4,096 (packing B dominates),
-# 6-8 at n = 16,384, so fewer passes win until the extra vectors cost more. For the top 128
-# pairs: n = 4,096 (B_H of the long corpus) 31 passes of 16, 23 of 24, 19 of 32, 15 of 48,
-# 14 of 64, best of 3 under load 3.97 / 4.06 / 4.36 / 6.0 s for 24 / 32 / 48 / 64; n = 16,384
-# (synthetic) 38 passes of 16, 28 of 24, 22 of 32: 62.4 / 52.9 / 47.5 s, same process. Single-
-# vector ARPACK grown 16 -> 128 needed 648 products at 4,096 (44 s) and 747 at 16,384 (437 s).
+# Vectors per block. A pass B Q reads B once whatever the block (packing B dominates), so fewer
+# passes win until the extra vectors cost more: 32 was fastest for the top 128 pairs at 16,384
+# positions (benchmarks/NOTES.md), and far faster than single-vector ARPACK.
 BLOCK = 32
 # Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
 # could stall it); what was reached is returned with its residual.
@@ -147,8 +142,8 @@ class PartialSpectrum:
 def _orthonormal(m: np.ndarray) -> np.ndarray:
     """Orthonormal basis of the columns of ``m`` (n, p) by Cholesky QR, twice (CholeskyQR2).
 
-    Two BLAS-3 products instead of Householder QR: LAPACK's QR ran 60x slower than this on the
-    loaded 2-core machine (1.3 s for 2,048 x 96, its level-2 steps fighting for the cores).
+    Two BLAS-3 products instead of Householder QR, whose level-2 steps fight for the cores of a
+    loaded machine.
     The Ritz vectors times ``B`` are nearly orthogonal already, so the Gram matrix is well
     conditioned; Householder QR remains the fallback for a singular one.
     """
@@ -243,8 +238,8 @@ def _next_block(
 
     ``r`` is orthogonal to the rows of ``basis`` already, up to rounding of order
     ``eps * scale`` (``scale = ||B||_F``). When every singular value of ``r`` exceeds
-    ``1e-6 scale``: Cholesky QR twice, a few BLAS-3 products (LAPACK's Householder QR ran 60x
-    slower on the loaded 2-core machine). Otherwise -- an invariant subspace was found, ``B`` has
+    ``1e-6 scale``: Cholesky QR twice, a few BLAS-3 products (cheaper than LAPACK's Householder
+    QR). Otherwise -- an invariant subspace was found, ``B`` has
     low rank, or the basis is about to span everything -- normalising a small direction would
     magnify its rounding: the singular directions of ``r`` above ``1e-13 scale`` (SVD) are
     made orthogonal to ``basis`` once more and completed by random rows orthogonal to it,
@@ -257,8 +252,8 @@ def _next_block(
             # The singular values of r are those of its Cholesky factor (resolved down to
             # ~1e-8 of the largest, enough for the 1e-6 asked for here).
             if float(scipy.linalg.svdvals(g1)[-1]) > 1e-6 * scale:
-                # The small triangular inverses times r: a GEMM each, where solve_triangular
-                # took 4 ms per call on 16 x 4,096.
+                # The small triangular inverses times r: a GEMM each, cheaper than
+                # solve_triangular's per-call overhead.
                 q = _lower_inverse(g1) @ r
                 g2 = np.linalg.cholesky(q @ q.T)
                 q = _lower_inverse(g2) @ q
@@ -345,14 +340,13 @@ class _BlockLanczos:
             self._restart()
         q, m = self.q, self.m
         j = q.shape[0]
-        # B q^T (B symmetric): one pass over B, all BLAS threads. This orientation ran 2x
-        # faster than q @ B in OpenBLAS (40 against 88 ms for 24 vectors at n = 4,096).
+        # B q^T (B symmetric): one pass over B, all BLAS threads. This orientation ran faster
+        # than q @ B in OpenBLAS.
         z = np.ascontiguousarray((self.b @ q.T).T)
         self.passes += 1
         self.columns += j
-        # Everything else one thread: the skinny products with the basis (24 x 4,096 times
-        # 4,096 x 500) and the small eigenproblems ran 5-15x slower with two threads on the
-        # loaded 2-core machine (the orthogonalisation of one solve 5.2 s against 0.87 s).
+        # Everything else one thread: the skinny products with the basis and the small
+        # eigenproblems ran several times slower with two threads on a loaded machine.
         with one_blas_thread():
             self.v[m : m + j] = q
             self.w[m : m + j] = z
@@ -427,10 +421,8 @@ class _BlockLanczos:
 
 def _basis_limit(n: int, k: int, block: int) -> int:
     """Rows of the Krylov basis before a restart: 4 per pair wanted plus 8 blocks, at least 24
-    blocks. With the default blocks no restart happens on B_H: the top 128 pairs converged
-    within 608 of the 768 rows allowed at n = 4,096 (704 at n = 16,384: ``v`` and ``w`` then
-    hold 200 MB, a tenth of ``B``), the top 3 of a split-half B_H within 80 of 192 (blocks
-    of 8)."""
+    blocks: enough that the default blocks converge on B_H without a restart, while ``v`` and
+    ``w`` stay a small fraction of ``B``."""
     return min(n, max(4 * k + 8 * block, 24 * block))
 
 

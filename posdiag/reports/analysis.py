@@ -433,7 +433,7 @@ def _maybe_identical(matrix: Any, n: int) -> bool:
     instead of the whole plug-in geometry. True means "check with the full plug-in"."""
     # A few positions first (the last, the middle, position 1): on any real corpus one of them
     # is far from position 0, and their rows cost O(row) instead of the O(nnz) merge of every
-    # row (0.14 s at n = 4,096). Their distances are those of the full pass up to rounding
+    # row. Their distances are those of the full pass up to rounding
     # (another summation order for small inputs), so twice the tolerance decides for sure.
     c = sp.csr_matrix(matrix)
     probes = sorted({min(n - 1, max(1, int(f * (n - 1)))) for f in _PROBES})
@@ -793,7 +793,7 @@ def _gram_sq_distances(gram: np.ndarray) -> np.ndarray:
 
 
 # Rows per block of the noise bounds: each block holds a few (rows, n) float64 arrays, so the
-# bounds need no n x n temporary (2.1 GB each at n = 16,384, three of them before).
+# bounds need no n x n temporary (2.1 GB each at n = 16,384).
 NOISE_BLOCK_BYTES = 64 << 20
 
 
@@ -968,8 +968,8 @@ def _with_intervals(
     # Plain counts that were counted with shards still get their intervals.
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     # A cross-fit's unstable positions come from the split-half grams; without details the
-    # per-position floor would only fill the JSON's noise_floor (not asked for): 8.8 s at
-    # n = 4,096.
+    # per-position floor would only fill the JSON's noise_floor (not asked for), at the cost of
+    # a draw per position.
     floor = None
     if details or geometry.estimator != "crossfit":
         floor = noise_floor(sharded.counts.matrix[:n], seed=seed)

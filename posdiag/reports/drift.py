@@ -215,7 +215,7 @@ def no_drift_reference(
     pooled = sp.csr_matrix(ma + mb)
     rng = np.random.default_rng(seed)
     out = np.zeros(n)
-    # Rows read off indptr (getrow builds a sparse matrix per call: 4 s of 4.2 at n = 1,024).
+    # Rows read off indptr (getrow builds a sparse matrix per call, most of this loop's time).
     sup_a = np.asarray(ma.sum(axis=1)).ravel()
     ptr, data = pooled.indptr, pooled.data
     for i in range(n):

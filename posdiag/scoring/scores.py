@@ -1,4 +1,4 @@
-"""Encoding scores without an ``n x n`` matrix per encoding (issue 13).
+"""Encoding scores without an ``n x n`` matrix per encoding.
 
 Every measure of :func:`posdiag.geometry.core.compare` is an inner product or a rank correlation
 between the corpus side (``B_H``, ``d_H``) and the encoding side (``B_E``, ``delta_E``). The
@@ -62,8 +62,8 @@ __all__ = [
 
 
 # From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does (numba's
-# import and first compilation would cost more than the whole small score). At n = 4,096
-# (8.4 M pairs) ranking by argsort took 1.0-1.6 s per encoding, the bucket sort ~0.15 s.
+# import and first compilation would cost more than the whole small score; beyond, the bucket
+# sort is several times faster than an argsort).
 COMPILED_FROM_PAIRS = 1 << 17
 # numpy's integer rank sums are exact while m^3 < 2^63: at and above this many pairs the
 # compiled path (two-limb sums) is taken whatever COMPILED_FROM_PAIRS says.
@@ -82,12 +82,8 @@ DIRECT_MAX_DIM = 16
 # pairs (56 B each: keys, payloads, scratch, 4 sub-bucket counts: 7.3 MB); a larger bucket (a
 # crowded value range, e.g. below one outlier) is sorted in place, so no distribution of the
 # values costs memory beyond the scattered pairs.
-# Single thread, n = 8,192 (33.5 M pairs): 2,048 / 8,192 / 16,384 buckets took 0.30 / 0.35 /
-# 0.39 s to scatter and 0.43 / 0.39 / 0.38 s to sort an encoding (corpus side 0.88 / 0.64 /
-# 0.64 s: its value range is crowded); 2,048 or 4,096 pairs a bucket at n = 4,096 within noise.
-# The corpus side's values crowd (at n = 8,192 the fullest of 8,192 buckets held 18x the mean,
-# so the fullest outgrew the buffers): it takes smaller buckets, 16,384 instead of 4,096 at
-# n = 8,192 sorting in 0.63 s instead of 0.95 s (scatter +0.02 s).
+# The corpus side's values crowd (its fullest buckets outgrow the buffers), so it takes smaller
+# buckets than an encoding's sort (benchmarks/NOTES.md has the bucket-size measurements).
 CORPUS_BUCKET_SIZE = 2048
 CORPUS_MAX_BUCKETS = 1 << 16
 SORT_BUCKET_SIZE = 4096
@@ -503,8 +499,8 @@ def score_vectors_many(
     On the compiled path, tables that are the leading columns of one another (the ``mds-r``
     family: ``mds-1`` is the first column of ``mds-3``) are scanned three at a time in one
     pass (``_fastrank.nested_scan``): ``d_H`` and ``B_H`` read once, each pair's coordinate
-    differences formed once, the sums in registers (n = 4,096: 0.08 s for mds-1..3 where
-    three passes took 0.20 s). Their sorts stay one at a time, in the same memory (``12 m``
+    differences formed once, the sums in registers, instead of three passes. Their sorts stay
+    one at a time, in the same memory (``12 m``
     bytes, as :func:`score_vectors`).
     """
     ps = [np.asarray(p, dtype=np.float64) for p in vectors]
@@ -715,12 +711,12 @@ def score_encoding(
     return compare(d_h, b_h, enc.delta, enc.gram())
 
 
-# Up to this n a table's dense B_E (<= 32 MB) is kept: one vdot per replicate, where the small
-# product B JP cost ~7 ms at n = 76 on the loaded machine (BLAS threads spinning).
+# Up to this n a table's dense B_E (<= 32 MB) is kept: one vdot per replicate, where even the
+# small product B JP costs more (BLAS threads spinning on a loaded machine).
 DENSE_SCORER_MAX = 2048
 # Up to this n a table's B_E = (JP)(JP)^T is kept dense (one GEMM, <= 128 MiB; the bootstrap
-# reserves it): a replicate's <B, B_E> is then one vdot, 0.008 s at n = 4,096 and d = 768,
-# where B JP cost 0.26-0.31 s (n^2 d multiply-adds).
+# reserves it): a replicate's <B, B_E> is then one vdot (n^2) instead of B JP (n^2 d
+# multiply-adds).
 DENSE_TABLE_MAX = 4096
 
 

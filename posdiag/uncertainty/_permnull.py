@@ -4,8 +4,8 @@
 multivariate hypergeometric sample of ``N_i`` tokens from those not yet placed. That chain is
 exactly a uniformly random permutation of the corpus's token list cut into consecutive segments
 of sizes ``N_0, N_1, ...``: the same law. Drawn row by row it costs ``O(V)`` per row (numpy's
-sampler walks every token type), ``n V`` per table: 47 s for 5 tables at n = 1,024 and
-V = 50,257 under load, growing as n. Drawn as a shuffle it costs ``O(T)`` per table
+sampler walks every token type), ``n V`` per table, growing as n. Drawn as a shuffle it
+costs ``O(T)`` per table
 (``T = sum N_i`` tokens), and each segment's ``KL(mu_i || mu_bar)`` is read off it without
 building the table (one compiled pass with a scratch count per token type).
 """
@@ -131,8 +131,8 @@ def shuffle_segments(
     uniform bucket (``rng.integers``); tokens are grouped by bucket, and the low parts order
     each bucket uniformly. A bucket inside one segment needs no order (a segment's counts do not
     depend on it), so only the buckets a segment boundary cuts are shuffled: a cache-friendly
-    scatter and a few small shuffles instead of a shuffle of the whole list (4.6 s for 37 M
-    tokens; the random accesses miss the cache).
+    scatter and a few small shuffles instead of a shuffle of the whole list, whose random
+    accesses miss the cache.
 
     Returns
     -------

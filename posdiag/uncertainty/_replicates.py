@@ -1,12 +1,11 @@
-"""Bootstrap replicates of the cross-fitted geometry without per-replicate sparse bookkeeping
-(issue 13, intervals).
+"""Bootstrap replicates of the cross-fitted geometry without per-replicate sparse bookkeeping.
 
 A replicate of :func:`posdiag.uncertainty.bootstrap.bootstrap_stress` keeps half of the ``K``
 shards and
 cross-fits them: each split sums a quarter of the shards into ``C^A`` and ``C^B``, takes
 ``R = sqrt(C / N)`` row-wise and multiplies ``R^A (R^B)^T``. Done with scipy objects that is
-~10 sparse constructions and products per split, whose fixed overhead (~0.2 ms each) dominated
-the bundled corpus (n = 76: 5.3 s CPU for 200 replicates).
+~10 sparse constructions and products per split, whose fixed overhead dominates small inputs
+such as the bundled corpus.
 
 Every shard's counts on positions ``0..n-1`` sit inside the support of the total, so
 :class:`ShardPattern` lays them out once on that fixed pattern: a dense ``(K, nnz)`` array.
@@ -78,7 +77,7 @@ class ShardPattern:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
         # The union holds at least the largest shard's cells, and as many as the total's
         # (``cells``, when the caller has it): too large is then known before summing the
-        # shards (0.65-0.8 s at n = 4,096, 20 shards of 1.1 M cells).
+        # shards, itself a cost at long contexts.
         _check_table(len(parts), max(cells or 0, *(p.nnz for p in parts)))
         total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
         for p in parts[1:]:
@@ -115,7 +114,7 @@ class ShardPattern:
         r_cols = self.indices[rare]
         # The rare part as a list of entry pairs sharing a column: sum_v nnz_v^2 pairs (~40k
         # on the bundled corpus), each adding ra[e] rb[f] to cell (row e, row f). One
-        # bincount per split, where a csr product cost ~1.3 ms of fixed overhead.
+        # bincount per split, without a csr product's fixed overhead.
         order = rare[np.argsort(r_cols, kind="stable")]
         per_col = np.bincount(r_cols, minlength=v)
         m = per_col[self.indices[order]]  # column size, per entry in column order

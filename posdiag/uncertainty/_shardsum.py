@@ -1,11 +1,10 @@
-"""Sums of subsets of shards, on the union of their sparsity patterns (issue 13, intervals).
+"""Sums of subsets of shards, on the union of their sparsity patterns.
 
 A split by sequence (:func:`posdiag.geometry.estimator.stacked_halves`) sums half of the shards into
 ``C^A`` and the rest into ``C^B``; the shards headline does it for 10 splits and every
 bootstrap replicate for 2 splits of its own half of the shards. As a sparse selection
-product, ``(n, K n) @ stack``, each sum took ~0.4 s at n = 4,096 on the long synthetic corpus
-of benchmarks/longctx.py (20 shards, 1.1 M stored counts each): scipy's product hashes and
-sorts every output row. :class:`ShardStack` places every stored count of the stack once at its
+product, ``(n, K n) @ stack``, scipy's product hashes and sorts every output row, a cost at
+long contexts. :class:`ShardStack` places every stored count of the stack once at its
 cell of the shards' union pattern (rows sorted by column); a sum then adds each chosen
 shard's counts into its row's slice of that pattern and keeps the non-zero cells in order: two
 linear passes, canonical output, no sort. Counts are integers, so the sums are exact and equal

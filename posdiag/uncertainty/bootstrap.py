@@ -275,7 +275,7 @@ def _interval(
     ``extra = (sd, dof)``, with ``dof > 0``: a second, independent source of spread (a held-out
     figure's outer splits), added to each side in quadrature as ``t_dof * sd``.
     """
-    from scipy.special import stdtrit  # the Student quantile: scipy.stats adds 0.4 s
+    from scipy.special import stdtrit  # the Student quantile, without importing scipy.stats
 
     samples = np.asarray(samples, dtype=np.float64)
     alpha = (1.0 - level) / 2.0
@@ -317,21 +317,19 @@ def _tail_stress(lam: np.ndarray) -> np.ndarray:
 # t interval from their sd (_interval).
 PERCENTILE_FROM = 100
 # Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
-# the interval. With 2, mean width / (3.92 sd over 30 independent synthetic samples) was
-# 0.91-0.98 for fixed encodings, 0.93 for mds-2, 1.39 for learned-random (benchmarks/estimator.py).
+# the interval, and 2 keep it calibrated (benchmarks/estimator.py measures it).
 REPLICATE_SPLITS = 2
 # Replicate Grams whose eigenvalues are computed in one stacked call (bytes of the stack).
 EIG_BATCH_BYTES = 32 << 20
 ENGINES = ("auto", "pattern", "scipy")
 # From this n a replicate's rank stresses come from its top REPLICATE_RANKS eigenpairs (block
 # subspace iteration warm-started from the full-data eigenvectors) and ||B||_F^2, not a full
-# eigvalsh (4.6 s per replicate at n = 1,024 under load, 19 s at 4,096). The rank intervals
+# eigvalsh (O(n^3) per replicate). The rank intervals
 # then cover ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
 PARTIAL_EIG_FROM = 512
 REPLICATE_RANKS = 10
-# Residual bound of the replicates' Ritz pairs, relative to ||B||_F. Measured on a replicate
-# of the long synthetic corpus at n = 1,024 (top 10, warm start): 6 passes, 0.4 s, largest
-# error of a rank stress 1e-7 against eigvalsh (1e-3: 5e-6; 1e-5: 6e-10 in 10 passes).
+# Residual bound of the replicates' Ritz pairs, relative to ||B||_F: a rank stress then errs by
+# ~1e-7 against eigvalsh, far below an interval's width.
 REPLICATE_EIG_TOL = 1e-4
 REPLICATE_EIG_ITER = 200
 
@@ -463,7 +461,7 @@ def bootstrap_stress(
             f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "
             f"shards is split again); got {k}"
         )
-    # Each fixed encoding's side once (issue 13): Toeplitz encodings share one diagonal-sum
+    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum
     # pass per replicate, tables a vdot (or B JP past fastscore.DENSE_TABLE_MAX positions);
     # no n x n Gram per Toeplitz encoding.
     scorers = [
@@ -641,7 +639,7 @@ def _exact_replicates(
     # The first replicate of a pair (index, B, MDS coordinates) until its complement comes.
     waiting: tuple[int, np.ndarray, np.ndarray] | None = None
     # The spread of each distance: two n x n sums, and each cross-fitted replicate's implied
-    # distances (0.7 s a replicate at n = 4,096), only when asked for.
+    # distances (an n x n pass a replicate), only when asked for.
     d_sum = np.zeros((n, n)) if distances else None
     d_sq = np.zeros((n, n)) if distances else None
     used = 0
@@ -677,7 +675,7 @@ def _exact_replicates(
     top = min(n - 1, max([REPLICATE_RANKS, *(r for r in ranks_of if r is not None)]))
     # Every full-data eigenvector there is, not only the ``top`` wanted: the solver's block
     # holds ``top`` + 8 (oversampling), and warm oversampled vectors converge in 5-6 passes
-    # where random ones took 8-9 (n = 4,096, 0.30 s against 0.40 s a replicate).
+    # where random ones took 8-9.
     start = None if full is None else full.vectors
     batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
     pending: list[np.ndarray] = []
@@ -818,7 +816,7 @@ def _scipy_replicates(
     reference of tests and `make bench`).
 
     ``dense_dtype=np.float32`` (long contexts, where the pattern does not fit): the products'
-    dense BLAS block in float32, ~1.6x faster at n = 1,024; a replicate's ``B_H`` then moves by
+    dense BLAS block in float32, faster; a replicate's ``B_H`` then moves by
     ~1e-6 relative (BC entries by 2e-7), three orders below the interval widths.
     """
     k = sharded.k

@@ -1,4 +1,4 @@
-"""The README documents every command and the two set-up commands."""
+"""The README documents every command and the two set-up commands; docs/cli.md every option."""
 
 from __future__ import annotations
 
@@ -16,6 +16,43 @@ def test_every_command_is_documented_in_the_readme(repo_root: Path) -> None:
     commands = sorted(get_command(app).commands)  # type: ignore[attr-defined]
     assert "stress" in commands
     missing = [c for c in commands if not re.search(rf"`posdiag {re.escape(c)}\b", readme)]
+    assert missing == []
+
+
+def _cli_md_sections(repo_root: Path) -> dict[str, str]:
+    """docs/cli.md cut at its ``## `` headings: heading line -> that section's text."""
+    text = (repo_root / "docs" / "cli.md").read_text()
+    parts = re.split(r"^## ", text, flags=re.M)
+    return {part.split("\n", 1)[0]: part for part in parts[1:]}
+
+
+def test_every_command_and_option_is_documented_in_docs_cli(repo_root: Path) -> None:
+    """The option reference (moved out of the README): every command has its own section in
+    docs/cli.md, and every option `--help` shows is named in that section or in the shared
+    options' section (hidden options excepted), as are the options before the command."""
+    sections = _cli_md_sections(repo_root)
+    shared = sections["Options shared by the commands that read a corpus"]
+    whole = (repo_root / "docs" / "cli.md").read_text()
+    root = get_command(app)
+    commands = root.commands  # type: ignore[attr-defined]
+    assert len(commands) >= 13
+    missing = []
+    for name, cmd in sorted(commands.items()):
+        own = [s for h, s in sections.items() if re.match(rf"`posdiag {re.escape(name)}\b", h)]
+        if len(own) != 1:
+            missing.append(f"section of {name} ({len(own)} found)")
+            continue
+        options = [p for p in cmd.params if p.param_type_name == "option" and not p.hidden]
+        assert options, name
+        for param in options:
+            for flag in param.opts + param.secondary_opts:
+                named = re.compile(rf"`{re.escape(flag)}(?![\w-])")
+                if not (named.search(own[0]) or named.search(shared)):
+                    missing.append(f"{name} {flag}")
+    for param in root.params:
+        for flag in param.opts:
+            if not re.search(rf"`{re.escape(flag)}(?![\w-])", whole):
+                missing.append(f"posdiag {flag}")
     assert missing == []
 
 

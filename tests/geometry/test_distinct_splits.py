@@ -1,5 +1,5 @@
 """Cross-fit splits are distinct: a split drawn again (or its mirror) is drawn anew, so a
-bootstrap replicate's 2 splits never collapse into a 1-split cross-fit (docs/scale.md,
+bootstrap replicate's 2 splits never collapse into a 1-split cross-fit (benchmarks/NOTES.md,
 "Seventh pass")."""
 
 from __future__ import annotations
