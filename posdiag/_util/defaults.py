@@ -37,8 +37,7 @@ DEFAULT_REPLICATES = 200
 # Where a Hadamard matrix of the shard count is built (20 shards: yes), the default is instead
 # min(LONG_CONTEXT_REPLICATES, 2 (k - 1)) balanced half-samples in complementary pairs
 # (posdiag.uncertainty.bootstrap.replicate_halves): 38 for 20 shards, every row of the matrix and
-# its
-# complement, calibrated as well at lower cost (docs/theory.md, "Balanced half-samples").
+# its complement, calibrated as well at lower cost (docs/theory.md, "Balanced half-samples").
 LONG_CONTEXT_FROM = 1024
 LONG_CONTEXT_REPLICATES = 50
 DEFAULT_LEVEL = 0.95

@@ -1246,8 +1246,7 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
         #   after row, diagonal included; packed.size > 0) its entry (a mirror, copies only);
         # - _IMPLIED: the distances sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal,
         #   symmetrised (posdiag.geometry.estimator.implied_distances' numpy order: clip (NaN
-        # passes),
-        #   sqrt, and the symmetrisation's x - 0 - 0 + 0 turning a -0.0 into 0.0);
+        # passes), sqrt, and the symmetrisation's x - 0 - 0 + 0 turning a -0.0 into 0.0);
         # - _CENTRED: out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and
         #   scale 1 it is the plain symmetrisation (x - 0 - 0 + 0) * 1 == x.
         # Tile row I owns the tiles (I, J >= I) and their mirrors; rows I and nt - 1 - I go to

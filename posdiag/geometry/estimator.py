@@ -597,8 +597,7 @@ def _from_gram(
     spectrum: bool = True,
 ) -> HellingerEstimate:
     # Every eigenpair up to posdiag.geometry.spectral.FULL_EIGH_MAX positions, the top ones beyond
-    # (the
-    # stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
+    # (the stress tail stays exact from ||B_H||_F^2; docs/geometry.md, "Long contexts").
     # No Lanczos for the smallest eigenvalue beyond EIGVALSH_MAX: it converges slowly on the
     # noise cluster at the bottom of B_H; the report says so.
     mds = (
@@ -681,9 +680,8 @@ def estimate_hellinger(
                 return _estimate("crossfit", "shards", len(halves), seed, bc, spectrum)
         # Thinning: the exact average over every thinning, one product (no split noise, no seed).
         # Float32 dense block, centred on its columns' level (posdiag.geometry._gram._level),
-        # float64
-        # rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8 at
-        # 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
+        # float64 rare tokens: the top-10 eigenvalues within 2e-7 of float64 at n = 4,096 and 5.8e-8
+        # at 16,384 (float32 rare tokens: 9.5e-6 there), in ~0.6 of the time
         # (tests/geometry/test_longctx_paths.py bounds the printed numbers).
         bc = expected_thinning_bc(c, n, dtype=np.float32, rare=np.float64)
         return _estimate("crossfit", "thinning", splits, seed, bc, spectrum)
@@ -819,8 +817,7 @@ def _half_gram(source: _HalfSource) -> np.ndarray:
     kind, data = source
     # Float32 dense blocks: these grams feed the held-out mds-r scores and the noise bounds
     # only; the effect on them stays below 1e-6 (tests/geometry/test_longctx_paths.py). By shards
-    # that
-    # is S / 2 products a half, each faster in float32 than in float64 at long contexts.
+    # that is S / 2 products a half, each faster in float32 than in float64 at long contexts.
     if kind == "shards":
         return _gram_over_bc(crossfit_bc(data, dtype=np.float32))
     return _gram_over_bc(expected_thinning_bc(data, dtype=np.float32))

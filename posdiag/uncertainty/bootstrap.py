@@ -825,8 +825,7 @@ def _scipy_replicates(
     rows = np.tile(np.arange(n), k)
     cols = np.arange(k * n)
     # Long contexts: every sum of shards on their union pattern (posdiag.uncertainty._shardsum),
-    # made once;
-    # the reference loop (float64) keeps the selection products it had.
+    # made once; the reference loop (float64) keeps the selection products it had.
     lists = ShardStack(stack, n) if dense_dtype is not np.float64 else None
     for done, w in enumerate(weights, 1):
         j = done - 1

@@ -401,8 +401,7 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
 
 def test_expected_halves_per_row_table_equals_the_direct_moments() -> None:
     # Counts below posdiag.geometry._thinning._MEMO come from a per-row table, larger ones are
-    # computed
-    # each time: both agree with scipy's hypergeometric law, and repeats are bit-identical.
+    # computed each time: both agree with scipy's hypergeometric law, and repeats are bit-identical.
     from posdiag.geometry import _thinning
 
     row = [7, 7, 3, 7, _thinning._MEMO - 1, _thinning._MEMO + 5, _thinning._MEMO + 5, 1]
