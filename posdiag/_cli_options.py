@@ -60,7 +60,7 @@ ColumnOpt = Annotated[
     typer.Option(
         "--column",
         help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
-        "(default: text; presets: their own).",
+        "\\[default: text; presets: their own].",
         rich_help_panel=READING,
     ),
 ]
@@ -70,18 +70,20 @@ TokenizerOpt = Annotated[
         "--tokenizer",
         "-t",
         help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
-        "(default: whitespace).",
+        "\\[default: whitespace].",
         rich_help_panel=READING,
     ),
 ]
 ViewOpt = Annotated[
     str | None,
-    typer.Option("--view", help="text | model | packed (default: text).", rich_help_panel=READING),
+    typer.Option(
+        "--view", help="text | model | packed \\[default: text].", rich_help_panel=READING
+    ),
 ]
 MaxLenOpt = Annotated[
     int | None,
     typer.Option(
-        "--max-len", "-n", help="Positions counted, n (default: 512).", rich_help_panel=READING
+        "--max-len", "-n", help="Positions counted, n \\[default: 512].", rich_help_panel=READING
     ),
 ]
 PadOpt = Annotated[
@@ -118,7 +120,7 @@ DtypeOpt = Annotated[
     str | None,
     typer.Option(
         "--dtype",
-        help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16).",
+        help="Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
         rich_help_panel=READING,
     ),
 ]
@@ -126,7 +128,7 @@ VocabSizeOpt = Annotated[
     int | None,
     typer.Option(
         "--vocab-size",
-        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+        help="Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
         rich_help_panel=READING,
     ),
 ]
@@ -135,7 +137,7 @@ EngineOpt = Annotated[
     typer.Option(
         "--engine",
         help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
-        "cluster; needs posdiag\\[dask]; see docs/scale.md) (default: local).",
+        "cluster; needs posdiag\\[dask]; see docs/scale.md) \\[default: local].",
         rich_help_panel=ENGINE,
     ),
 ]
@@ -212,9 +214,9 @@ ReplicatesOpt = Annotated[
     typer.Option(
         "--replicates",
         help=(
-            "Bootstrap replicates (each recomputes the geometry) [default: 200; from 1,024 "
+            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 1,024 "
             "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
-            "interval is a t interval from their sd]"
+            "interval is a t interval from their sd]."
         ),
         show_default=False,
         rich_help_panel=UNCERTAINTY,

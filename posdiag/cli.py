@@ -122,11 +122,11 @@ class _Group(TyperGroup):
 
 
 def _bare_flags(params: list[Any]) -> list[Any]:
-    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help."""
-    for p in params:
-        if getattr(p, "is_flag", False) and p.metavar is None:
-            p.metavar = ""
-    return params
+    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help; every other
+    parameter shows one plain placeholder (posdiag._help)."""
+    from ._help import tidy_params
+
+    return tidy_params(params)
 
 
 def _annotate(ctx: Any, message: str) -> None:
@@ -197,7 +197,8 @@ def stress(
     encoding: Annotated[
         Names,
         encoding_option(
-            "NAME[:key=value,...], repeatable (see 'posdiag encodings'); default: a standard set."
+            "NAME[:key=value,...], repeatable (see 'posdiag encodings') "
+            "\\[default: a standard set]."
         ),
     ] = None,
     model_preset: Annotated[
@@ -512,7 +513,7 @@ def diff(
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
     reading: Reading,
     encoding: Annotated[
-        Names, encoding_option("Encodings to rank, repeatable; default: a standard set.")
+        Names, encoding_option("Encodings to rank, repeatable \\[default: a standard set].")
     ] = None,
     rank: Annotated[
         int | None,
@@ -581,7 +582,8 @@ def plot_cmd(
     reading: Reading,
     output: Annotated[Path, output_option("Folder for the PNGs (created if missing).")],
     encoding: Annotated[
-        Names, encoding_option("Encodings of the stress chart, repeatable.")
+        Names,
+        encoding_option("Encodings of the stress chart, repeatable \\[default: a standard set]."),
     ] = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     force: PlotForceOpt = False,
@@ -634,7 +636,8 @@ def report_cmd(
     reading: Reading,
     output: Annotated[Path, output_option("HTML file to write.")],
     encoding: Annotated[
-        Names, encoding_option("Encodings of the stress table, repeatable.")
+        Names,
+        encoding_option("Encodings of the stress table, repeatable \\[default: a standard set]."),
     ] = None,
     no_plots: Annotated[
         bool, typer.Option("--no-plots", help="Leave the plots out.", rich_help_panel=OUTPUT)
@@ -694,7 +697,7 @@ def diagnose(
     corpus: CorpusArg,
     reading: Reading,
     encoding: Annotated[
-        Names, encoding_option("NAME[:key=value,...], repeatable; default set.")
+        Names, encoding_option("NAME[:key=value,...], repeatable \\[default: a standard set].")
     ] = None,
     target: Annotated[
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
