@@ -320,10 +320,20 @@ def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# Width of piped output when $COLUMNS does not say: wider than rich's 80, so rows stay on one line.
+PIPED_WIDTH = 160
+
+
 def stdout() -> Console:
-    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
+    """Standard output: a terminal's own width; piped, $COLUMNS if set, else :data:`PIPED_WIDTH`."""
+    import os
+
     console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=160)
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(highlight=False, width=width)
 
 
 def emit(as_json: bool, document: Any, text: str | Callable[[Console], None]) -> None:
