@@ -21,11 +21,13 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from ._defaults import DEFAULT_SHARDS
 from ._jit import watch
@@ -388,6 +390,23 @@ def write_plots(plot: Path | None, force: bool, **what: Any) -> None:
     typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
+class CountColumn(MofNCompleteColumn):
+    """``done/total``, and nothing while the total is unknown (rich's ``0/?`` says nothing)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.total is None else super().render(task)
+
+
+class EtaColumn(TimeRemainingColumn):
+    """``ETA h:mm:ss`` while a known total is being worked through; nothing while the total is
+    unknown (rich's ``-:--:--``) or once it is done (``0:00:00 ETA`` at the end of counting)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None or task.finished or task.time_remaining is None:
+            return Text("")
+        return Text.assemble("ETA ", super().render(task))
+
+
 class CountingBar:
     """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
 
@@ -416,8 +435,7 @@ def counting_columns() -> tuple[Any, ...]:
         TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
         TextColumn("{task.fields[rate]:,.0f} tok/s"),
         TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
+        EtaColumn(),
     )
 
 
@@ -447,9 +465,9 @@ def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | Non
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        CountColumn(),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        EtaColumn(),
     )
     with Progress(*columns, console=err, transient=True) as prog:
         task = prog.add_task("geometry", total=None)
