@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
-from ..export import LowRankEncoding
+from ..export import LowRankEncoding, typed_meta
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
 from .takeaway import takeaway
@@ -173,7 +173,7 @@ def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
             "n_params": enc.n_params,
             "dense_params": enc.dense_params,
             "saving": 1.0 - enc.n_params / enc.dense_params,
-            "meta": dict(enc.meta),
+            "meta": typed_meta(enc.meta),
         }
     )
 
