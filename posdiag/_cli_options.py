@@ -33,6 +33,7 @@ from ._defaults import DEFAULT_SHARDS
 from ._jit import watch
 from ._validate import check_choice
 from .reading import READING_FIELDS, Reading
+from .userdocs import doc_ref
 
 if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
     from .counts import Counts
@@ -139,7 +140,7 @@ EngineOpt = Annotated[
     typer.Option(
         "--engine",
         help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
-        "cluster; needs posdiag\\[dask]; see docs/scale.md) \\[default: local].",
+        f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
         rich_help_panel=ENGINE,
     ),
 ]
@@ -239,7 +240,7 @@ EstimatorOpt = Annotated[
         "--estimator",
         callback=_estimator_choice,
         help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
-        "(the biased plug-in of earlier versions); see docs/geometry.md.",
+        f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
         rich_help_panel=UNCERTAINTY,
     ),
 ]

@@ -63,6 +63,7 @@ from .uncertainty import (
     noise_floor,
     pair_floor,
 )
+from .userdocs import doc_ref
 
 __all__ = [
     "DEFAULT_MIN_COUNT",
@@ -520,7 +521,8 @@ def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> 
             negative_eigenvalue_note(np.append(lam, low), partial=True) or ""
             if known
             else f"only the top {k} eigenvalues were computed at n_eff = {geometry.n_eff:,} "
-            "(the smallest, and so the stress floor, are not: docs/geometry.md, Long contexts)"
+            "(the smallest, and so the stress floor, are not: "
+            f"{doc_ref('geometry', 'Long contexts')})"
         ),
         estimator=geometry.estimator,
         computed=k,

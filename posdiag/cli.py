@@ -935,6 +935,49 @@ def corpora(as_json: JsonOpt = False) -> None:
     emit(as_json, rows, lambda out: print_corpora(rows, out))
 
 
+@app.command()
+def docs(
+    topic: Annotated[
+        str | None,
+        typer.Argument(
+            help="Page to print, e.g. geometry (what every number means) or encodings; none: "
+            "list the pages.",
+            show_default=False,
+        ),
+    ] = None,
+    path: Annotated[
+        bool, typer.Option("--path", help="Print where the page (or the pages) are installed.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a documentation page installed with posdiag (Markdown), or list them."""
+    from .userdocs import page, pages
+
+    if topic is not None:
+        found = page(topic)
+        emit(
+            as_json,
+            lambda: {
+                "topic": found.topic,
+                "title": found.title,
+                "path": str(found.path),
+                "text": found.text(),
+            },
+            str(found.path) if path else found.text().rstrip("\n"),
+        )
+        return
+    rows = pages()
+    folder = str(rows[0].path.parent)
+    lines = [f"{p.topic:<14}{p.title}" for p in rows]
+    emit(
+        as_json,
+        lambda: [{"topic": p.topic, "title": p.title, "path": str(p.path)} for p in rows],
+        folder
+        if path
+        else "\n".join([*lines, f"(posdiag docs TOPIC prints one; installed in {folder})"]),
+    )
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"posdiag {__version__}")

@@ -125,7 +125,7 @@ def test_reading_lines_follow_the_table(report) -> None:  # type: ignore[no-unty
     if unstable:
         assert f"noise matters: {len(unstable)} of {report.corpus.n_eff} positions" in reading
     assert nxt.startswith(f"Next: posdiag diagnose {report.corpus.source} ")
-    assert "docs/geometry.md" in nxt
+    assert "'posdiag docs geometry' defines stress and rank" in nxt
     console, buf = _console(80)
     print_stress(report, console)
     text = " ".join(buf.getvalue().split())

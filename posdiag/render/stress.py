@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
 from ..export import LowRankEncoding, typed_meta
+from ..userdocs import doc_ref
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
 from .takeaway import takeaway
@@ -107,7 +108,7 @@ COLUMNS_LEGEND = (
 # The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
 SPECTRUM_STRESS = "in-sample stress"
 SPECTRUM_LEGEND = (
-    "in-sample stress: the eigenvalue tail past rank r (docs/geometry.md); the mds-r rows of "
+    f"in-sample stress: the eigenvalue tail past rank r ({doc_ref('geometry')}); the mds-r rows of "
     "the table above are scored held-out, so they differ"
 )
 
@@ -126,7 +127,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         console.print(
-            "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
+            f"geometry: cross-fitted (noise bias removed; {doc_ref('geometry')}); mds-r scored "
             "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
         )
     unc = report.uncertainty

@@ -12,6 +12,7 @@ import math
 import shlex
 
 from ..analysis import EncodingScore, StressReport
+from ..userdocs import doc_ref
 
 __all__ = ["takeaway"]
 
@@ -67,6 +68,6 @@ def takeaway(report: StressReport) -> list[str]:
         parts.append("noise not assessed (--shards 0)")
     return [
         "Reading: " + "; ".join(parts) + ".",
-        f"Next: posdiag diagnose {shlex.quote(c.source)} explains it; docs/geometry.md "
+        f"Next: posdiag diagnose {shlex.quote(c.source)} explains it; {doc_ref('geometry')} "
         "defines stress and rank.",
     ]
