@@ -34,6 +34,8 @@ from .estimator import (
     split_half_summary,
     unpack_upper,
 )
+from .families import family as family_of
+from .families import is_relative
 from .fastscore import (
     GramScorer,
     corpus_side,
@@ -1100,7 +1102,6 @@ NOISY_FRACTION = 0.5
 NOISY_SHARE = 0.25
 # Pairs listed in the report (the count is always complete).
 MAX_PAIRS_LISTED = 100
-RELATIVE = ("rope", "alibi", "alibi-kernel", "t5")
 
 
 @dataclass(frozen=True)
@@ -1391,20 +1392,20 @@ def _recommend(
         )
     top = best
     if not math.isnan(shift.r2) and shift.r2 >= SHIFT_R2:
-        rel = [s for s in standard if s.name in RELATIVE]
+        rel = [s for s in standard if is_relative(s.name)]
         if rel:
             best = rel[0]
         why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
     elif math.isnan(shift.r2):
         why = "it has the lowest stress (shift-equivariance is undefined: all distances are equal)"
-    elif best.name in RELATIVE:
+    elif is_relative(best.name):
         why = (
             f"it has the lowest stress, although D_H is not shift-equivariant "
             f"(R^2 = {shift.r2:.2f})"
         )
     else:
         why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
-    family = "relative" if best.name in RELATIVE else "absolute"
+    family = family_of(best.name)
     if best is top:
         runner = next((s for s in standard if s is not best), None)
         text = (

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -44,7 +44,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
             "noise": asdict(d.noise),
             "shift": asdict(d.shift),
             "rank": rank,
-            "encodings": [asdict(e) for e in d.encodings],
+            "encodings": [score_json(e) for e in d.encodings],
             "recommendation": asdict(d.recommendation),
             "uncertainty": uncertainty_json(d.uncertainty),
             "warnings": d.warnings,

@@ -13,8 +13,18 @@ from ..analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_
 from ..export import LowRankEncoding, typed_meta
 from ..userdocs import doc_ref
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
-from .takeaway import takeaway
+from ._format import (
+    SHOWN_RANKS,
+    ci_text,
+    corpus_json,
+    fmt,
+    jsonable,
+    params,
+    ranges,
+    score_json,
+    summary_rows,
+)
+from .takeaway import IN_SHORT, takeaway
 
 __all__ = [
     "encoding_json",
@@ -48,7 +58,7 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 # 0: every eigenvalue; k: only the top k were computed (long contexts).
                 "computed": sp.computed,
             },
-            "encodings": [asdict(e) for e in report.encodings],
+            "encodings": [score_json(e) for e in report.encodings],
             "warnings": report.warnings,
             "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,
         }
@@ -148,7 +158,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(SPECTRUM_LEGEND)
     console.print(spectrum_line(sp))
     for text in takeaway(report):
-        console.print(escape(text), style="bold" if text.startswith("Reading") else None)
+        console.print(escape(text), style="bold" if text.startswith(IN_SHORT) else None)
 
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
