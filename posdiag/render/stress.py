@@ -115,6 +115,12 @@ COLUMNS_LEGEND = (
     "alike); params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors "
     "A and B of P = A B^T)"
 )
+# The raw column (--verbose, the HTML report): a number far above 1 must not look like an error.
+RAW_LEGEND = (
+    "raw: ||B_H - B_E||_F / ||B_H||_F with no fit of the encoding's scale, so it follows the "
+    "encoding's absolute size and can far exceed 1 (the paper's figures are of this kind); "
+    "stress is the same with the best scale"
+)
 # The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
 SPECTRUM_STRESS = "in-sample stress"
 SPECTRUM_LEGEND = (
@@ -134,7 +140,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(t)
     if dropped:
         console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
-    console.print(COLUMNS_LEGEND)
+    console.print(f"{RAW_LEGEND}; {COLUMNS_LEGEND}" if verbose else COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         console.print(
             f"geometry: cross-fitted (noise bias removed; {doc_ref('geometry')}); mds-r scored "
