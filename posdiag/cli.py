@@ -951,31 +951,16 @@ def docs(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a documentation page installed with posdiag (Markdown), or list them."""
-    from .userdocs import page, pages
+    from .userdocs import listing, page, pages
 
     if topic is not None:
         found = page(topic)
-        emit(
-            as_json,
-            lambda: {
-                "topic": found.topic,
-                "title": found.title,
-                "path": str(found.path),
-                "text": found.text(),
-            },
-            str(found.path) if path else found.text().rstrip("\n"),
-        )
+        text = str(found.path) if path else found.text().rstrip("\n")
+        emit(as_json, found.json, text)
         return
     rows = pages()
-    folder = str(rows[0].path.parent)
-    lines = [f"{p.topic:<14}{p.title}" for p in rows]
-    emit(
-        as_json,
-        lambda: [{"topic": p.topic, "title": p.title, "path": str(p.path)} for p in rows],
-        folder
-        if path
-        else "\n".join([*lines, f"(posdiag docs TOPIC prints one; installed in {folder})"]),
-    )
+    text = str(rows[0].path.parent) if path else listing(rows)
+    emit(as_json, lambda: [p.json(text=False) for p in rows], text)
 
 
 def _version(value: bool) -> None:

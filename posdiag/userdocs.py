@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import PosdiagError
 
-__all__ = ["Page", "doc_ref", "page", "pages"]
+__all__ = ["Page", "doc_ref", "listing", "page", "pages"]
 
 
 def doc_ref(topic: str, section: str | None = None) -> str:
@@ -31,6 +31,18 @@ class Page:
 
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
+
+    def json(self, text: bool = True) -> dict[str, str]:
+        """``posdiag docs --json``: topic, title, path (and the page's text)."""
+        out = {"topic": self.topic, "title": self.title, "path": str(self.path)}
+        return {**out, "text": self.text()} if text else out
+
+
+def listing(rows: list[Page]) -> str:
+    """``posdiag docs``: one line per page, then where they are installed."""
+    lines = [f"{p.topic:<14}{p.title}" for p in rows]
+    folder = rows[0].path.parent if rows else "?"
+    return "\n".join([*lines, f"(posdiag docs TOPIC prints one; installed in {folder})"])
 
 
 def _folder() -> Path:
