@@ -61,3 +61,10 @@ def small_corpus(tmp_path: Path) -> Path:
     path = tmp_path / "small.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped output is $COLUMNS wide when set (issue 34): tests get the unset default unless one
+    sets it, whatever the shell that runs them exports."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -123,11 +123,11 @@ class _Group(TyperGroup):
 
 
 def _bare_flags(params: list[Any]) -> list[Any]:
-    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help."""
-    for p in params:
-        if getattr(p, "is_flag", False) and p.metavar is None:
-            p.metavar = ""
-    return params
+    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help; every other
+    parameter shows one plain placeholder (posdiag.cli._help)."""
+    from ._help import tidy_params
+
+    return tidy_params(params)
 
 
 def _annotate(ctx: Any, message: str) -> None:
@@ -198,7 +198,8 @@ def stress(
     encoding: Annotated[
         Names,
         encoding_option(
-            "NAME[:key=value,...], repeatable (see 'posdiag encodings'); default: a standard set."
+            "NAME[:key=value,...], repeatable (see 'posdiag encodings') "
+            "\\[default: a standard set]."
         ),
     ] = None,
     model_preset: Annotated[
@@ -513,7 +514,7 @@ def diff(
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
     reading: Reading,
     encoding: Annotated[
-        Names, encoding_option("Encodings to rank, repeatable; default: a standard set.")
+        Names, encoding_option("Encodings to rank, repeatable \\[default: a standard set].")
     ] = None,
     rank: Annotated[
         int | None,
@@ -582,7 +583,8 @@ def plot_cmd(
     reading: Reading,
     output: Annotated[Path, output_option("Folder for the PNGs (created if missing).")],
     encoding: Annotated[
-        Names, encoding_option("Encodings of the stress chart, repeatable.")
+        Names,
+        encoding_option("Encodings of the stress chart, repeatable \\[default: a standard set]."),
     ] = None,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     force: PlotForceOpt = False,
@@ -635,7 +637,8 @@ def report_cmd(
     reading: Reading,
     output: Annotated[Path, output_option("HTML file to write.")],
     encoding: Annotated[
-        Names, encoding_option("Encodings of the stress table, repeatable.")
+        Names,
+        encoding_option("Encodings of the stress table, repeatable \\[default: a standard set]."),
     ] = None,
     no_plots: Annotated[
         bool, typer.Option("--no-plots", help="Leave the plots out.", rich_help_panel=OUTPUT)
@@ -695,7 +698,7 @@ def diagnose(
     corpus: CorpusArg,
     reading: Reading,
     encoding: Annotated[
-        Names, encoding_option("NAME[:key=value,...], repeatable; default set.")
+        Names, encoding_option("NAME[:key=value,...], repeatable \\[default: a standard set].")
     ] = None,
     target: Annotated[
         float, typer.Option("--target", help="Stress the recommended MDS rank must reach.")
@@ -931,6 +934,34 @@ def corpora(as_json: JsonOpt = False) -> None:
 
     rows = corpora_json()
     emit(as_json, rows, lambda out: print_corpora(rows, out))
+
+
+@app.command()
+def docs(
+    topic: Annotated[
+        str | None,
+        typer.Argument(
+            help="Page to print, e.g. geometry (what every number means) or encodings; none: "
+            "list the pages.",
+            show_default=False,
+        ),
+    ] = None,
+    path: Annotated[
+        bool, typer.Option("--path", help="Print where the page (or the pages) are installed.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a documentation page installed with posdiag (Markdown), or list them."""
+    from .._util.userdocs import listing, page, pages
+
+    if topic is not None:
+        found = page(topic)
+        text = str(found.path) if path else found.text().rstrip("\n")
+        emit(as_json, found.json, text)
+        return
+    rows = pages()
+    text = str(rows[0].path.parent) if path else listing(rows)
+    emit(as_json, lambda: [p.json(text=False) for p in rows], text)
 
 
 def _version(value: bool) -> None:

@@ -22,14 +22,17 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from .._util.defaults import DEFAULT_SHARDS
 from .._util.jit import watch
+from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
 from ..corpus.reading import READING_FIELDS, Reading
 
@@ -61,7 +64,7 @@ ColumnOpt = Annotated[
     typer.Option(
         "--column",
         help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
-        "(default: text; presets: their own).",
+        "\\[default: text; presets: their own].",
         rich_help_panel=READING,
     ),
 ]
@@ -71,18 +74,20 @@ TokenizerOpt = Annotated[
         "--tokenizer",
         "-t",
         help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
-        "(default: whitespace).",
+        "\\[default: whitespace].",
         rich_help_panel=READING,
     ),
 ]
 ViewOpt = Annotated[
     str | None,
-    typer.Option("--view", help="text | model | packed (default: text).", rich_help_panel=READING),
+    typer.Option(
+        "--view", help="text | model | packed \\[default: text].", rich_help_panel=READING
+    ),
 ]
 MaxLenOpt = Annotated[
     int | None,
     typer.Option(
-        "--max-len", "-n", help="Positions counted, n (default: 512).", rich_help_panel=READING
+        "--max-len", "-n", help="Positions counted, n \\[default: 512].", rich_help_panel=READING
     ),
 ]
 PadOpt = Annotated[
@@ -119,7 +124,7 @@ DtypeOpt = Annotated[
     str | None,
     typer.Option(
         "--dtype",
-        help="Id type of a raw .bin token file: uint16 | uint32 (default: uint16).",
+        help="Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
         rich_help_panel=READING,
     ),
 ]
@@ -127,7 +132,7 @@ VocabSizeOpt = Annotated[
     int | None,
     typer.Option(
         "--vocab-size",
-        help="Vocabulary size V of a .npy/.bin token id file (default: the tokenizer's).",
+        help="Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
         rich_help_panel=READING,
     ),
 ]
@@ -136,7 +141,7 @@ EngineOpt = Annotated[
     typer.Option(
         "--engine",
         help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
-        "cluster; needs posdiag\\[dask]; see docs/scale.md) (default: local).",
+        f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
         rich_help_panel=ENGINE,
     ),
 ]
@@ -213,9 +218,9 @@ ReplicatesOpt = Annotated[
     typer.Option(
         "--replicates",
         help=(
-            "Bootstrap replicates (each recomputes the geometry) [default: 200; from 1,024 "
+            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 1,024 "
             "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
-            "interval is a t interval from their sd]"
+            "interval is a t interval from their sd]."
         ),
         show_default=False,
         rich_help_panel=UNCERTAINTY,
@@ -236,7 +241,7 @@ EstimatorOpt = Annotated[
         "--estimator",
         callback=_estimator_choice,
         help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
-        "(the biased plug-in of earlier versions); see docs/geometry.md.",
+        f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
         rich_help_panel=UNCERTAINTY,
     ),
 ]
@@ -319,10 +324,20 @@ def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# Width of piped output when $COLUMNS does not say: wider than rich's 80, so rows stay on one line.
+PIPED_WIDTH = 160
+
+
 def stdout() -> Console:
-    # Piped output gets a fixed wide layout instead of rich's 80 columns, so rows stay on one line.
+    """Standard output: a terminal's own width; piped, $COLUMNS if set, else :data:`PIPED_WIDTH`."""
+    import os
+
     console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=160)
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(highlight=False, width=width)
 
 
 def emit(as_json: bool, document: Any, text: str | Callable[[Console], None]) -> None:
@@ -377,6 +392,23 @@ def write_plots(plot: Path | None, force: bool, **what: Any) -> None:
     typer.echo(f"wrote {len(written.files)} plots: {', '.join(written.files)}", err=True)
 
 
+class CountColumn(MofNCompleteColumn):
+    """``done/total``, and nothing while the total is unknown (rich's ``0/?`` says nothing)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.total is None else super().render(task)
+
+
+class EtaColumn(TimeRemainingColumn):
+    """``ETA h:mm:ss`` while a known total is being worked through; nothing while the total is
+    unknown (rich's ``-:--:--``) or once it is done (``0:00:00 ETA`` at the end of counting)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None or task.finished or task.time_remaining is None:
+            return Text("")
+        return Text.assemble("ETA ", super().render(task))
+
+
 class CountingBar:
     """Progress callback for the library: sequences, tokens, tokens/s, and ETA when known."""
 
@@ -405,8 +437,7 @@ def counting_columns() -> tuple[Any, ...]:
         TextColumn("{task.fields[seqs]:,} seqs  {task.fields[toks]:,} tokens"),
         TextColumn("{task.fields[rate]:,.0f} tok/s"),
         TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
+        EtaColumn(),
     )
 
 
@@ -436,9 +467,9 @@ def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | Non
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        CountColumn(),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        EtaColumn(),
     )
     with Progress(*columns, console=err, transient=True) as prog:
         task = prog.add_task("geometry", total=None)

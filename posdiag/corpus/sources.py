@@ -76,15 +76,31 @@ class Preset:
     split: str
     column: str
     summary: str
+    # The data set's splits (those of its config), checked before the Hub is asked.
+    splits: tuple[str, ...] = ()
 
 
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         Preset(
-            "sst2", "stanfordnlp/sst2", None, "train", "sentence", "SST-2 movie-review sentences"
+            "sst2",
+            "stanfordnlp/sst2",
+            None,
+            "train",
+            "sentence",
+            "SST-2 movie-review sentences",
+            ("train", "validation", "test"),
         ),
-        Preset("imdb", "stanfordnlp/imdb", None, "train", "text", "IMDb movie reviews"),
+        Preset(
+            "imdb",
+            "stanfordnlp/imdb",
+            None,
+            "train",
+            "text",
+            "IMDb movie reviews",
+            ("train", "test", "unsupervised"),
+        ),
         Preset(
             "wikitext-2",
             "Salesforce/wikitext",
@@ -92,6 +108,7 @@ PRESETS: dict[str, Preset] = {
             "train",
             "text",
             "WikiText-2 (raw), one line per row",
+            ("train", "validation", "test"),
         ),
         Preset(
             "wikitext-103",
@@ -100,9 +117,26 @@ PRESETS: dict[str, Preset] = {
             "train",
             "text",
             "WikiText-103 (raw), one line per row",
+            ("train", "validation", "test"),
         ),
-        Preset("tinystories", "roneneldan/TinyStories", None, "train", "text", "TinyStories"),
-        Preset("c4-en", "allenai/c4", "en", "validation", "text", "C4 English, validation split"),
+        Preset(
+            "tinystories",
+            "roneneldan/TinyStories",
+            None,
+            "train",
+            "text",
+            "TinyStories",
+            ("train", "validation"),
+        ),
+        Preset(
+            "c4-en",
+            "allenai/c4",
+            "en",
+            "validation",
+            "text",
+            "C4 English, validation split",
+            ("train", "validation"),
+        ),
     )
 }
 
@@ -834,6 +868,13 @@ def _preset_source(
     data_dir_opt: str | None,
     common: dict[str, Any],
 ) -> Source:
+    if split is not None and preset.splits and split not in preset.splits:
+        from ..encodings._core import did_you_mean
+
+        raise PosdiagError(
+            f"{name}: preset {preset.name} has no split {split!r}; "
+            f"{did_you_mean(split, preset.splits)}splits: {', '.join(preset.splits)}"
+        )
     return _hf_source(
         name,
         preset.dataset,

@@ -370,6 +370,15 @@ def load_tokenizer(spec: str = "whitespace", *, pad_token: str | None = None) ->
         return BytesTokenizer(pad_token)
     if Path(spec).exists() or spec.endswith(".json") or spec.count("/") > 1:
         return FileTokenizer(spec, pad_token=pad_token)
+    from ..encodings._core import did_you_mean
+
+    # A typo of a built-in name is not sent to the Hub (where it fails offline, or loads another).
+    hint = did_you_mean(spec, BUILTIN)
+    if hint:
+        raise PosdiagError(
+            f"tokenizer {spec!r}: not a built-in tokenizer or a file; {hint}"
+            f"built-in tokenizers: {', '.join(BUILTIN)} (else a tokenizer.json path or a hub name)"
+        )
     return FileTokenizer(spec, pad_token=pad_token, loaded=_from_hub(spec))
 
 

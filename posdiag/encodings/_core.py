@@ -383,10 +383,12 @@ def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
 def describe(name: str | None = None) -> list[dict[str, Any]]:
     """The registry as plain data (what ``posdiag encodings`` prints), one dict per encoding.
 
-    Keys: ``name``, ``kind``, ``summary``, ``n_params`` (formula), ``params`` (parameter ->
-    default, ``None`` = required), ``types`` (parameter -> type name), ``docs`` (parameter -> one
-    line).
+    Keys: ``name``, ``kind`` (the registry's), ``family`` (posdiag.encodings.families), ``summary``,
+    ``n_params`` (formula), ``params`` (parameter -> default, ``None`` = required), ``types``
+    (parameter -> type name), ``docs`` (parameter -> one line).
     """
+    from .families import family
+
     if name is not None and name not in REGISTRY:
         raise _unknown(name)
     specs = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
@@ -394,6 +396,7 @@ def describe(name: str | None = None) -> list[dict[str, Any]]:
         {
             "name": s.name,
             "kind": s.kind,
+            "family": family(s.name),
             "summary": s.summary,
             "n_params": s.n_params_formula,
             "params": dict(s.defaults),

@@ -41,7 +41,8 @@ def read_encoding_meta(path: str | Path) -> dict[str, str]:
         return {}
     if not isinstance(meta, Mapping) or "posdiag_version" not in meta:
         return {}
-    return {str(k): str(v) for k, v in meta.items()}
+    # A sidecar before issue 34 held strings; since then numbers and lists (JSON text again here).
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
 
 
 def _typed(key: str, value: str) -> Any:

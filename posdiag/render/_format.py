@@ -6,10 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..reports.analysis import CorpusSummary
+from ..reports.analysis import CorpusSummary, EncodingScore
 
 __all__ = [
     "SHOWN_RANKS",
+    "score_json",
     "ci_text",
     "corpus_json",
     "fmt",
@@ -81,6 +82,15 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     if c.real_supports:
         out["real_share"] = list(c.real_share)
     return out
+
+
+def score_json(e: EncodingScore) -> dict[str, Any]:
+    """One row of a stress table as JSON: its fields and its family (posdiag.encodings.families)."""
+    from dataclasses import asdict
+
+    from ..encodings.families import family
+
+    return {**asdict(e), "family": family(e.name)}
 
 
 def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:

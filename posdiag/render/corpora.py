@@ -20,6 +20,7 @@ def corpora_json() -> list[dict[str, Any]]:
             "dataset": p.dataset,
             "config": p.config,
             "split": p.split,
+            "splits": list(p.splits),
             "column": p.column,
             "summary": p.summary,
         }

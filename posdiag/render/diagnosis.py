@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..reports.analysis import Diagnosis, Uncertainty
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -44,12 +44,30 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
             "noise": asdict(d.noise),
             "shift": asdict(d.shift),
             "rank": rank,
-            "encodings": [asdict(e) for e in d.encodings],
+            "encodings": [score_json(e) for e in d.encodings],
             "recommendation": asdict(d.recommendation),
             "uncertainty": uncertainty_json(d.uncertainty),
             "warnings": d.warnings,
         }
     )
+
+
+# What each column of the per-position table measures (its headers are short).
+PER_POSITION_LEGEND = (
+    "  KL to pooled: how far position i's token distribution is from all positions pooled; "
+    "KL if shuffled: the KL that sampling noise alone gives N_i tokens when the position says "
+    "nothing (tokens shuffled across positions), so only the excess is positional information; "
+    "noise floor: the Hellinger distance between two halves of position i's own sample; "
+    "noise share: the part of position i's geometry that is sampling noise"
+)
+
+
+def per_position_title(n: int, step: int) -> str:
+    """The per-position table's title: which of the ``n`` positions it shows."""
+    if step == 1:
+        return f"Per position (all {n})"
+    nth = {2: "2nd", 3: "3rd"}.get(step, f"{step}th")
+    return f"Per position (every {nth} of 0..{n - 1}, and the last; --json has all {n})"
 
 
 def _uncertainty_line(u: Uncertainty) -> str:
@@ -80,7 +98,9 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         console.print(f"  pairs: {shown}" + (f" ... (+{more})" if more > 0 else ""))
     if nz.unstable:
         console.print(f"  unstable positions ({len(nz.unstable)}): {ranges(nz.unstable)}")
-    t = Table(title="Per position", title_justify="left")
+    n = d.corpus.n_eff
+    step = max(1, n // 16)
+    t = Table(title=per_position_title(n, step), title_justify="left")
     cols = (
         "position",
         "N_i",
@@ -91,8 +111,6 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     )
     for col in cols:
         t.add_column(col, justify="right")
-    n = d.corpus.n_eff
-    step = max(1, n // 16)
     for i in sorted(set(range(0, n, step)) | {n - 1}):
         t.add_row(
             str(i),
@@ -103,6 +121,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
             f"{nz.position_share[i]:.0%}",
         )
     console.print(t)
+    console.print(PER_POSITION_LEGEND)
     console.print(f"  -> {nz.reading}")
     sh = d.shift
     console.print("\n[bold]Shift-equivariance and smoothness[/bold]")

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..encodings import MODEL_PRESETS
+from ..encodings.families import FAMILY_LEGEND
 from ._fit import Column, fitted_table
 
 __all__ = ["presets_json", "print_encoding_detail", "print_encodings", "print_presets"]
@@ -56,7 +57,7 @@ def _dropped(headers: list[str], console: Console) -> None:
 
 def print_encoding_detail(r: dict[str, Any], console: Console) -> None:
     """One encoding (a row of :func:`posdiag.encodings.describe`): each parameter explained."""
-    console.print(f"[bold]{r['name']}[/bold] ({r['kind']}): {escape(r['summary'])}")
+    console.print(f"[bold]{r['name']}[/bold] ({r['family']}): {escape(r['summary'])}")
     console.print(f"trainable parameters: {r['n_params']}")
     ps = r["params"]
     t, dropped = fitted_table(
@@ -79,7 +80,7 @@ def print_encodings(rows: list[dict[str, Any]], console: Console) -> None:
         "Encodings (use as --encoding NAME\\[:key=value,...])",
         [
             Column("name", [r["name"] for r in rows]),
-            Column("kind", [r["kind"] for r in rows], keep=20),
+            Column("family", [r["family"] for r in rows], keep=20),
             Column(
                 "parameters [defaults]",
                 [
@@ -96,6 +97,7 @@ def print_encodings(rows: list[dict[str, Any]], console: Console) -> None:
     )
     console.print(t)
     _dropped(dropped, console)
+    console.print(FAMILY_LEGEND)
     console.print(
         "One encoding's parameters: posdiag encodings NAME; "
         f"model presets ({', '.join(MODEL_PRESETS)}): posdiag encodings --presets"

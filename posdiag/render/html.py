@@ -29,6 +29,7 @@ from ..counts.core import Counts
 from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
 from ..uncertainty.bootstrap import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, ranges, summary_rows
+from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
 
@@ -38,7 +39,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; }
 th { background: #eee; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 ul.warnings li { color: #8a4b00; } p.recommendation { font-weight: 600; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #ddd; }
 figcaption, .note { color: #555; font-size: 0.9em; }
@@ -192,6 +193,7 @@ def render_html(
             summary,
             "<h2>Stress per encoding (best first)</h2>",
             stress_table,
+            f'<p class="note legend">{escape(f"{RAW_LEGEND}; {COLUMNS_LEGEND}")}</p>',
             f'<p class="note">{escape(_interval_note(report))}</p>',
             "<h2>MDS spectrum</h2>",
             spec_table,

@@ -69,12 +69,15 @@ OKABE_ITO = (
     "#000000",
 )
 CMAP = "viridis"
-# One colour per encoding family, whatever order the encodings come in (legend order too).
+# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come in
+# (legend
+# order too).
 FAMILY_COLOURS = {
     "absolute": OKABE_ITO[0],
-    "relative": OKABE_ITO[1],
-    "bias": OKABE_ITO[2],
-    "optimal": OKABE_ITO[3],
+    "relative: rotary": OKABE_ITO[1],
+    "relative: attention bias": OKABE_ITO[2],
+    "optimal: MDS": OKABE_ITO[3],
+    "none": OKABE_ITO[4],
     "other": OKABE_ITO[7],
 }
 
@@ -201,23 +204,22 @@ def _interval(score: Any) -> tuple[float, float]:
     )
 
 
-def _kind(name: str, registry: Mapping[str, Any]) -> str:
-    base = "mds" if name.startswith("mds-") else name
-    kind = str(registry[base].kind) if base in registry else "other"
-    return kind if kind in FAMILY_COLOURS else "other"
+def _family(name: str) -> str:
+    from ..encodings.families import family
+
+    found = family(name)
+    return found if found in FAMILY_COLOURS else "other"
 
 
 def plot_stress(report: StressReport) -> Figure:
     """Horizontal bars of each encoding's stress, best on top, with confidence intervals
     where they were computed (``ci_low``/``ci_high`` on the scores)."""
-    from ..encodings import REGISTRY
-
     scores = list(report.encodings)
     names = [s.label for s in scores]
     values = np.array([s.stress for s in scores])
     lo_hi = np.array([_interval(s) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
-    kinds = [_kind(s.name, REGISTRY) for s in scores]
+    kinds = [_family(s.name) for s in scores]
     palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
     fig = _figure()
     ax = fig.add_subplot()
@@ -236,7 +238,9 @@ def plot_stress(report: StressReport) -> Figure:
     from matplotlib.patches import Patch
 
     handles = [Patch(color=c, label=k) for k, c in palette.items()]
-    ax.legend(handles=handles, title="kind", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.legend(
+        handles=handles, title="family", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
     note = (
         "bars: stress; whiskers: confidence interval"
         if has_ci.any()

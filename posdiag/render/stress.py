@@ -9,11 +9,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .._util.userdocs import doc_ref
 from ..reports.analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
-from ..reports.export import LowRankEncoding
+from ..reports.export import LowRankEncoding, typed_meta
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, summary_rows
-from .takeaway import takeaway
+from ._format import (
+    SHOWN_RANKS,
+    ci_text,
+    corpus_json,
+    fmt,
+    jsonable,
+    params,
+    ranges,
+    score_json,
+    summary_rows,
+)
+from .takeaway import IN_SHORT, takeaway
 
 __all__ = [
     "encoding_json",
@@ -47,7 +58,7 @@ def stress_json(report: StressReport) -> dict[str, Any]:
                 # 0: every eigenvalue; k: only the top k were computed (long contexts).
                 "computed": sp.computed,
             },
-            "encodings": [asdict(e) for e in report.encodings],
+            "encodings": [score_json(e) for e in report.encodings],
             "warnings": report.warnings,
             "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,
         }
@@ -104,10 +115,16 @@ COLUMNS_LEGEND = (
     "alike); params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors "
     "A and B of P = A B^T)"
 )
+# The raw column (--verbose, the HTML report): a number far above 1 must not look like an error.
+RAW_LEGEND = (
+    "raw: ||B_H - B_E||_F / ||B_H||_F with no fit of the encoding's scale, so it follows the "
+    "encoding's absolute size and can far exceed 1 (the paper's figures are of this kind); "
+    "stress is the same with the best scale"
+)
 # The spectrum's tail is the in-sample fit of rank r, not the held-out mds-r of the table above.
 SPECTRUM_STRESS = "in-sample stress"
 SPECTRUM_LEGEND = (
-    "in-sample stress: the eigenvalue tail past rank r (docs/geometry.md); the mds-r rows of "
+    f"in-sample stress: the eigenvalue tail past rank r ({doc_ref('geometry')}); the mds-r rows of "
     "the table above are scored held-out, so they differ"
 )
 
@@ -123,10 +140,10 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(t)
     if dropped:
         console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
-    console.print(COLUMNS_LEGEND)
+    console.print(f"{RAW_LEGEND}; {COLUMNS_LEGEND}" if verbose else COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         console.print(
-            "geometry: cross-fitted (noise bias removed; docs/geometry.md); mds-r scored "
+            f"geometry: cross-fitted (noise bias removed; {doc_ref('geometry')}); mds-r scored "
             "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
         )
     unc = report.uncertainty
@@ -147,7 +164,7 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
     console.print(SPECTRUM_LEGEND)
     console.print(spectrum_line(sp))
     for text in takeaway(report):
-        console.print(escape(text), style="bold" if text.startswith("Reading") else None)
+        console.print(escape(text), style="bold" if text.startswith(IN_SHORT) else None)
 
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
@@ -173,7 +190,7 @@ def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
             "n_params": enc.n_params,
             "dense_params": enc.dense_params,
             "saving": 1.0 - enc.n_params / enc.dense_params,
-            "meta": dict(enc.meta),
+            "meta": typed_meta(enc.meta),
         }
     )
 

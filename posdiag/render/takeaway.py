@@ -1,9 +1,10 @@
 """The two lines printed under the stress table: what the table says, and where to go next.
 
-A first-time user sees a table of numbers; these lines read it for them: which standard family
-fits best, how many MDS dimensions the corpus geometry needs (its effective rank), whether
-sampling noise is large enough to reorder the table, and which command and document explain
-more. Computed from the :class:`~posdiag.reports.analysis.StressReport` alone.
+A first-time user sees a table of numbers; these lines read it for them in plain words: which
+standard encoding fits best and its family (posdiag.encodings.families), how many MDS dimensions the
+corpus geometry needs (its effective rank), whether sampling noise is large enough to reorder
+the table, and which command and document explain more. Computed from the
+:class:`~posdiag.reports.analysis.StressReport` alone.
 """
 
 from __future__ import annotations
@@ -11,18 +12,14 @@ from __future__ import annotations
 import math
 import shlex
 
+from .._util.userdocs import doc_ref
+from ..encodings.families import family
 from ..reports.analysis import EncodingScore, StressReport
 
-__all__ = ["takeaway"]
+__all__ = ["IN_SHORT", "takeaway"]
 
-_FAMILY = {"absolute": "absolute", "relative": "relative", "bias": "relative bias"}
-
-
-def _family(name: str) -> str:
-    from ..encodings import REGISTRY
-
-    spec = REGISTRY.get(name)
-    return _FAMILY.get(spec.kind, spec.kind) if spec is not None else "?"
+# The line that reads the table starts with this (printed in bold).
+IN_SHORT = "In short: "
 
 
 def _ci(s: EncodingScore) -> str:
@@ -34,7 +31,9 @@ def _overlap(a: EncodingScore, b: EncodingScore) -> bool:
 
 
 def takeaway(report: StressReport) -> list[str]:
-    """Two lines: the reading (best family, effective rank, noise), and the next step."""
+    """Two lines: what the table says in plain words (the best standard encoding and its family,
+    how many MDS dimensions the geometry needs, whether sampling noise matters), and the next
+    step."""
     scores = report.encodings
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     sp, c = report.spectrum, report.corpus
@@ -43,30 +42,38 @@ def takeaway(report: StressReport) -> list[str]:
         best = standard[0]
         why = " (a random table: mostly noise)" if best.name == "learned-random" else ""
         parts.append(
-            f"best fixed encoding {best.label} {best.stress:.3f}{_ci(best)} "
-            f"({_family(best.name)} family){why}"
+            f"of the standard encodings {best.label} fits best, stress {best.stress:.3f}"
+            f"{_ci(best)} (family {family(best.name)}){why}"
         )
     if sp.effective_rank:
         eps, r = next(iter(sp.effective_rank.items()))
         if r is None:
             # Below the floor the negative eigenvalues leave, no rank reaches eps.
             parts.append(
-                f"signal rank {sp.signal_rank} (stress {eps:g} is below the floor {sp.floor:.3f})"
+                f"no number of MDS dimensions reaches stress <= {eps:g} (the estimate's floor "
+                f"is {sp.floor:.3f}; {sp.signal_rank} dimensions stand above the noise)"
             )
         else:
-            shape = "low-rank" if r <= 8 else "no low-rank shape"
-            parts.append(f"effective rank {r}/{c.n_eff - 1} at stress <= {eps:g} ({shape})")
+            shape = "a low-rank geometry" if r <= 8 else "no low-rank shape"
+            parts.append(
+                f"{r} MDS dimensions (of at most {c.n_eff - 1}) reach stress <= {eps:g}: {shape}"
+            )
     unc = report.uncertainty
     if unc is not None and unc.unstable:
-        parts.append(f"noise matters: {len(unc.unstable)} of {c.n_eff} positions are mostly noise")
+        parts.append(
+            f"sampling noise matters: {len(unc.unstable)} of {c.n_eff} positions are mostly noise"
+        )
     elif len(standard) >= 2 and _overlap(standard[0], standard[1]):
-        parts.append(f"noise matters: the top two overlap ({standard[1].label})")
+        parts.append(
+            f"sampling noise matters: the intervals of {standard[0].label} and "
+            f"{standard[1].label} overlap"
+        )
     elif unc is not None and unc.shards:
-        parts.append("noise does not reorder the top (intervals apart)")
+        parts.append("sampling noise does not reorder the top two (their intervals are apart)")
     else:
-        parts.append("noise not assessed (--shards 0)")
+        parts.append("sampling noise not assessed (--shards 0)")
     return [
-        "Reading: " + "; ".join(parts) + ".",
-        f"Next: posdiag diagnose {shlex.quote(c.source)} explains it; docs/geometry.md "
+        IN_SHORT + "; ".join(parts) + ".",
+        f"Next: posdiag diagnose {shlex.quote(c.source)} explains it; {doc_ref('geometry')} "
         "defines stress and rank.",
     ]

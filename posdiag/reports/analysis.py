@@ -15,9 +15,12 @@ import scipy.sparse as sp
 from .._util.defaults import DEFAULT_MIN_COUNT  # why 100: see there
 from .._util.memory import require
 from .._util.threads import small_blas
+from .._util.userdocs import doc_ref
 from .._util.validate import check_float, check_int
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
+from ..encodings.families import family as family_of
+from ..encodings.families import is_relative
 from ..errors import PosdiagError
 from ..geometry import estimator as estimator_module
 from ..geometry.core import (
@@ -522,7 +525,8 @@ def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> 
             negative_eigenvalue_note(np.append(lam, low), partial=True) or ""
             if known
             else f"only the top {k} eigenvalues were computed at n_eff = {geometry.n_eff:,} "
-            "(the smallest, and so the stress floor, are not: docs/geometry.md, Long contexts)"
+            "(the smallest, and so the stress floor, are not: "
+            f"{doc_ref('geometry', 'Long contexts')})"
         ),
         estimator=geometry.estimator,
         computed=k,
@@ -1103,7 +1107,6 @@ NOISY_FRACTION = 0.5
 NOISY_SHARE = 0.25
 # Pairs listed in the report (the count is always complete).
 MAX_PAIRS_LISTED = 100
-RELATIVE = ("rope", "alibi", "alibi-kernel", "t5")
 
 
 @dataclass(frozen=True)
@@ -1394,20 +1397,20 @@ def _recommend(
         )
     top = best
     if not math.isnan(shift.r2) and shift.r2 >= SHIFT_R2:
-        rel = [s for s in standard if s.name in RELATIVE]
+        rel = [s for s in standard if is_relative(s.name)]
         if rel:
             best = rel[0]
         why = f"D_H is nearly a function of |i-j| (R^2 = {shift.r2:.2f})"
     elif math.isnan(shift.r2):
         why = "it has the lowest stress (shift-equivariance is undefined: all distances are equal)"
-    elif best.name in RELATIVE:
+    elif is_relative(best.name):
         why = (
             f"it has the lowest stress, although D_H is not shift-equivariant "
             f"(R^2 = {shift.r2:.2f})"
         )
     else:
         why = f"D_H is not shift-equivariant (R^2 = {shift.r2:.2f}), so absolute position matters"
-    family = "relative" if best.name in RELATIVE else "absolute"
+    family = family_of(best.name)
     if best is top:
         runner = next((s for s in standard if s is not best), None)
         text = (

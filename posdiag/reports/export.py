@@ -122,6 +122,16 @@ def low_rank_encoding(
     )
 
 
+# Metadata keys whose string (safetensors metadata holds strings only) is a JSON number or list.
+TYPED_META = ("max_len", "min_count", "n", "r", "d", "seed", "stress", "eigenvalues")
+
+
+def typed_meta(meta: Mapping[str, str]) -> dict[str, Any]:
+    """``meta`` with JSON types: numbers and the eigenvalue list as themselves, not strings
+    (the ``.npy`` sidecar and ``build-encoding --json``)."""
+    return {k: json.loads(v) if k in TYPED_META else v for k, v in meta.items()}
+
+
 def write_encoding(enc: LowRankEncoding, path: str | Path, *, force: bool = False) -> list[Path]:
     """Write ``enc`` atomically as ``.safetensors`` or ``.npy`` (+ ``.json`` metadata beside it).
 
@@ -153,5 +163,5 @@ def write_encoding(enc: LowRankEncoding, path: str | Path, *, force: bool = Fals
     with atomic_outputs([p, side], force) as (tmp, tmp_side):
         with open(tmp, "wb") as fh:
             np.save(fh, enc.encoding.astype(np.float32))
-        tmp_side.write_text(json.dumps(dict(enc.meta), indent=2, sort_keys=True) + "\n")
+        tmp_side.write_text(json.dumps(typed_meta(enc.meta), indent=2, sort_keys=True) + "\n")
     return [p, side]

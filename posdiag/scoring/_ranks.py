@@ -7,7 +7,7 @@ should not pay.
 Exactness: Spearman's rho is the Pearson correlation of average ranks. Twice an average rank
 is an integer (``start + end + 1`` of its tie group), so every sum the correlation needs is an
 integer sum; the kernels accumulate them exactly in two int64 limbs (:func:`_mac`), and the one
-rounding left is the final division (tests/test_fastscore_ranks.py checks it against
+rounding left is the final division (tests/scoring/test_ranks.py checks it against
 ``scipy.stats.spearmanr``).
 """
 

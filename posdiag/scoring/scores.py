@@ -26,8 +26,8 @@ corpus ranks carried along, each bucket is sorted in a cache-sized buffer
 ``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels run; below, numpy does the
 same sums (bundled corpora never import numba).
 
-Results equal :func:`~posdiag.geometry.core.compare` to rounding (tests/test_fastscore.py,
-tests/test_fastscore_ranks.py).
+Results equal :func:`~posdiag.geometry.core.compare` to rounding (tests/scoring/test_scores.py,
+tests/scoring/test_ranks.py).
 """
 
 from __future__ import annotations

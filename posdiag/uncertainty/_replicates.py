@@ -14,7 +14,8 @@ elementwise ``sqrt`` on the pattern, and the product is split once by column: th
 tokens as a dense BLAS block (the rule of :mod:`posdiag.geometry._gram`), the rare ones as a
 precomputed list of entry pairs sharing a column, summed by one ``bincount``. A cell a half
 does not hold is an explicit 0, which adds nothing to any sum, so the numbers are those of the
-scipy path up to the order of floating-point additions (~1e-14; tests/test_replicates.py).
+scipy path up to the order of floating-point additions (~1e-14;
+tests/uncertainty/test_replicates.py).
 """
 
 from __future__ import annotations

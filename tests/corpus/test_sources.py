@@ -230,6 +230,7 @@ def test_corpora_lists_the_presets(cli: Callable[..., Result]) -> None:
         "split": "train",
         "column": "sentence",
         "summary": "SST-2 movie-review sentences",
+        "splits": ["train", "validation", "test"],
     }
     assert rows[-1]["dataset"] == "allenai/c4" and rows[-1]["split"] == "validation"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -87,14 +88,20 @@ def test_hub_tokenizer_offline_fails_fast(
 def test_progress_bar_shows_sequences_tokens_rate_and_eta() -> None:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=200)
-    with Progress(*counting_columns(), console=console, auto_refresh=False) as prog:
+    clock = [0.0]
+    with Progress(
+        *counting_columns(), console=console, auto_refresh=False, get_time=lambda: clock[0]
+    ) as prog:
         bar = CountingBar(prog)
         bar.start(100, "documents")
-        bar(50, 60, 1234)
+        clock[0] = 5.0
+        bar(25, 30, 617)
+        clock[0] = 10.0
+        bar(50, 60, 1234)  # 25 documents in 5 s: the other 50 take 10 s
         prog.refresh()
     text = buf.getvalue()
-    assert "50%" in text and "60 seqs" in text and "1,234 tokens" in text and "tok/s" in text
-    assert "ETA" in text
+    assert "50%" in text and "60 seqs" in text and "1,234 tokens" in text and "123 tok/s" in text
+    assert "ETA 0:00:10" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
 @pytest.fixture

@@ -102,3 +102,41 @@ def test_stress_table_shows_intervals_when_scores_have_them(synth_corpus: Path) 
     rows = _stress_rows(page)
     assert "<th>interval</th>" in page
     assert rows[0][3] == "[0.2500, 0.5000]" and rows[1][3] == "[n/a, n/a]"
+
+
+def test_stress_table_columns_are_explained_and_intervals_do_not_wrap(synth_corpus: Path) -> None:
+    """Issue 34, item 13: raw (e.g. alibi 26731.236), kruskal and spearman are explained under
+    the table, and an interval cell stays on one line."""
+    from dataclasses import replace
+
+    from posdiag.render.html import render_html
+
+    report = stress_report(corpus_counts(str(synth_corpus)), ["alibi", "rope", "nope"])
+    alibi = replace(report.encodings[0], ci_low=0.25, ci_high=0.5)
+    page = render_html(replace(report, encodings=(alibi, *report.encodings[1:])))
+    headers = re.findall(r"<th>(.*?)</th>", page.split('<table class="stress">')[1])[:8]
+    assert headers == [
+        "encoding",
+        "parameters",
+        "stress",
+        "interval",
+        "raw",
+        "kruskal",
+        "spearman",
+        "params",
+    ]
+    legend = re.search(r'<p class="note legend">(.*?)</p>', page)
+    assert legend is not None
+    assert legend.group(1) == (
+        "raw: ||B_H - B_E||_F / ||B_H||_F with no fit of the encoding&#x27;s scale, so it "
+        "follows the encoding&#x27;s absolute size and can far exceed 1 (the paper&#x27;s "
+        "figures are of this kind); stress is the same with the best scale; kruskal: Kruskal "
+        "stress-1 of the distances; spearman: rank correlation of the distances (one value for "
+        "every encoding whose distance only grows with |i-j|: they order the pairs alike); "
+        "params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors A "
+        "and B of P = A B^T)"
+    )
+    # Every interval cell is a numeric cell, and numeric cells never wrap.
+    assert '<td class="num">[0.2500, 0.5000]</td>' in page
+    css = re.search(r"td\.num \{([^}]*)\}", page)
+    assert css is not None and "white-space: nowrap" in css.group(1)

@@ -109,23 +109,32 @@ def test_reading_lines_follow_the_table(report) -> None:  # type: ignore[no-unty
     reading, nxt = takeaway(report)
     standard = [e for e in report.encodings if e.name not in ("nope",) and e.name != "mds-3"]
     best = standard[0]
-    kind = {"bias": "relative bias"}.get(REGISTRY[best.name].kind, REGISTRY[best.name].kind)
-    assert reading.startswith(f"Reading: best fixed encoding {best.label} {best.stress:.3f}")
-    assert f"({kind} family)" in reading
+    fam = {"bias": "relative: attention bias", "relative": "relative: rotary"}.get(
+        REGISTRY[best.name].kind, REGISTRY[best.name].kind
+    )
+    assert reading.startswith(
+        f"In short: of the standard encodings {best.label} fits best, stress {best.stress:.3f}"
+    )
+    assert f"(family {fam})" in reading
     eps, rank = next(iter(report.spectrum.effective_rank.items()))
     if rank is None:  # below the cross-fit's floor
         sp = report.spectrum
         assert (
-            f"signal rank {sp.signal_rank} (stress {eps:g} is below the floor {sp.floor:.3f})"
-            in (reading)
-        )
+            f"no number of MDS dimensions reaches stress <= {eps:g} (the estimate's floor is "
+            f"{sp.floor:.3f}; {sp.signal_rank} dimensions stand above the noise)"
+        ) in reading
     else:
-        assert f"effective rank {rank}/{report.corpus.n_eff - 1} at stress <= {eps:g}" in reading
+        assert (
+            f"{rank} MDS dimensions (of at most {report.corpus.n_eff - 1}) reach stress <= {eps:g}"
+            in reading
+        )
     unstable = report.uncertainty.unstable
     if unstable:
-        assert f"noise matters: {len(unstable)} of {report.corpus.n_eff} positions" in reading
+        assert (
+            f"sampling noise matters: {len(unstable)} of {report.corpus.n_eff} positions" in reading
+        )
     assert nxt.startswith(f"Next: posdiag diagnose {report.corpus.source} ")
-    assert "docs/geometry.md" in nxt
+    assert "'posdiag docs geometry' defines stress and rank" in nxt
     console, buf = _console(80)
     print_stress(report, console)
     text = " ".join(buf.getvalue().split())

@@ -159,7 +159,7 @@ def test_diagnose_on_the_shift_corpus_recommends_a_relative_encoding() -> None:
     sc = count_texts_sharded(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
     d = diagnose(sc, min_count=10, dim=128)
     assert d.shift.r2 > 0.95
-    assert d.recommendation.family == "relative"
+    assert d.recommendation.family == "relative: attention bias"
     assert d.recommendation.encoding == "alibi"
     assert "|i-j|" in d.recommendation.text
     for e in d.encodings:
@@ -268,7 +268,8 @@ def test_recommendation_reason_fits_a_relative_winner(
     )
     assert res.exit_code == 0, res.stderr
     rec = json.loads(res.stdout)["recommendation"]
-    assert rec["family"] == "relative"  # the case the review found
+    assert rec["family"].startswith("relative: ")  # the case the review found
+    assert f"{rec['encoding']} ({rec['family']}) fits best" in rec["text"]
     assert "absolute position matters" not in rec["text"]
     assert "it has the lowest stress, although D_H is not shift-equivariant" in rec["text"]
 

@@ -15,7 +15,7 @@ from posdiag.counts.core import count_texts
 from posdiag.errors import PosdiagError
 from posdiag.geometry.core import stress_by_rank
 from posdiag.reports.analysis import corpus_geometry
-from posdiag.reports.export import low_rank_encoding, write_encoding
+from posdiag.reports.export import N_LEADING, low_rank_encoding, write_encoding
 from posdiag.synthetic import drift_distributions, sample_texts
 
 
@@ -49,7 +49,7 @@ def test_npy_file_with_json_metadata_is_deterministic(geometry, tmp_path: Path) 
     b = write_encoding(low_rank_encoding(geometry, 2, 8, seed=1), tmp_path / "b.npy")
     assert [p.name for p in a] == ["a.npy", "a.json"]
     assert a[0].read_bytes() == b[0].read_bytes()
-    assert json.loads(a[1].read_text())["r"] == "2"
+    assert json.loads(a[1].read_text())["r"] == 2
     c = low_rank_encoding(geometry, 2, 8, seed=2).encoding
     assert not np.allclose(np.load(a[0]), c)  # another seed, another B ...
     np.testing.assert_allclose(pdist(np.load(a[0])), pdist(c), atol=1e-5)  # ... same geometry
@@ -80,3 +80,31 @@ def test_interrupt_leaves_no_partial_file(
     with pytest.raises(KeyboardInterrupt):
         write_encoding(low_rank_encoding(geometry, 2, 8), tmp_path / "e.npy")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_npy_sidecar_holds_json_numbers_and_lists(geometry, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from posdiag.encodings.file_meta import read_encoding_meta
+
+    enc = low_rank_encoding(geometry, 2, 8, seed=1)
+    npy, side = write_encoding(enc, tmp_path / "a.npy")
+    meta = json.loads(side.read_text())
+    # Before issue 34: "d": "8", "stress": "0.0123...", "eigenvalues": "[1.2, ...]".
+    assert {k: meta[k] for k in ("max_len", "min_count", "n", "r", "d", "seed")} == {
+        "max_len": 10,
+        "min_count": 50,
+        "n": 10,
+        "r": 2,
+        "d": 8,
+        "seed": 1,
+    }
+    assert meta["stress"] == enc.stress == stress_by_rank(geometry.mds.eigenvalues)[1]
+    assert meta["eigenvalues"] == [float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]
+    assert meta["view"] == "text" and isinstance(meta["posdiag_version"], str)
+    # The safetensors metadata stays strings (the format allows no other); both read the same,
+    # and so does a sidecar written as strings by earlier versions.
+    (st,) = write_encoding(enc, tmp_path / "a.safetensors")
+    old = tmp_path / "old.npy"
+    old.write_bytes(npy.read_bytes())
+    old.with_suffix(".json").write_text(json.dumps(dict(enc.meta)))
+    assert read_encoding_meta(npy) == read_encoding_meta(st) == read_encoding_meta(old)
+    assert read_encoding_meta(npy)["d"] == "8"

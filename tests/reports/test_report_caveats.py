@@ -96,10 +96,10 @@ def test_each_family_keeps_its_colour(small_corpus: Path) -> None:
     a = colours(["rope", "sinusoidal", "alibi", "mds-2"])
     b = colours(["alibi", "mds-2", "sinusoidal", "rope"])
     assert a == b  # before: colours followed the order of appearance
-    assert a["rope"] == FAMILY_COLOURS["relative"].lower()
+    assert a["rope"] == FAMILY_COLOURS["relative: rotary"].lower()
     assert a["sinusoidal"] == FAMILY_COLOURS["absolute"].lower()
-    assert a["alibi"] == FAMILY_COLOURS["bias"].lower()
-    assert a["mds-2"] == FAMILY_COLOURS["optimal"].lower()
+    assert a["alibi"] == FAMILY_COLOURS["relative: attention bias"].lower()
+    assert a["mds-2"] == FAMILY_COLOURS["optimal: MDS"].lower()
 
 
 def test_support_plot_shows_real_tokens_in_the_model_view() -> None:
