@@ -12,6 +12,8 @@ models to them. Definitions, sources and the dissimilarity each is scored by:
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import absolute, bias, optimal, rope  # noqa: F401  (they register their encodings)
 from ._core import (
     DEFAULT_DIM,
@@ -21,13 +23,14 @@ from ._core import (
     Context,
     Encoding,
     EncodingSpec,
-    describe,
     make_encoding,
     parse_encoding,
+    unknown_encoding,
     with_dim,
 )
 from .bias import alibi_slopes, t5_bucket
 from .checkpoint import POSITION_TENSOR_NAMES, PositionTable, load_table, read_position_table
+from .families import family
 from .presets import MODEL_PRESETS, ModelPreset, expand_preset, preset_specs
 
 # List by family (absolute, relative, bias, optimal), registration order within a family: the
@@ -35,6 +38,32 @@ from .presets import MODEL_PRESETS, ModelPreset, expand_preset, preset_specs
 _FAMILIES = ("absolute", "relative", "bias", "optimal")
 for _spec in sorted(REGISTRY.values(), key=lambda s: _FAMILIES.index(s.kind)):
     REGISTRY[_spec.name] = REGISTRY.pop(_spec.name)
+
+
+def describe(name: str | None = None) -> list[dict[str, Any]]:
+    """The registry as plain data (what ``posdiag encodings`` prints), one dict per encoding.
+
+    Keys: ``name``, ``kind`` (the registry's), ``family`` (:mod:`posdiag.encodings.families`),
+    ``summary``, ``n_params`` (formula), ``params`` (parameter -> default, ``None`` = required),
+    ``types`` (parameter -> type name), ``docs`` (parameter -> one line).
+    """
+    if name is not None and name not in REGISTRY:
+        raise unknown_encoding(name)
+    specs = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
+    return [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "family": family(s.name),
+            "summary": s.summary,
+            "n_params": s.n_params_formula,
+            "params": dict(s.defaults),
+            "types": {k: t.__name__ for k, t in s.types.items()},
+            "docs": {k: s.docs.get(k, "") for k in s.defaults},
+        }
+        for s in specs
+    ]
+
 
 __all__ = [
     "DEFAULT_DIM",

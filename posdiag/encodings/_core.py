@@ -32,7 +32,6 @@ __all__ = [
     "Encoding",
     "EncodingSpec",
     "REGISTRY",
-    "describe",
     "did_you_mean",
     "lag_profile",
     "make_encoding",
@@ -276,7 +275,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f"did you mean {lower[close[0]]!r}? " if close else ""
 
 
-def _unknown(name: str) -> PosdiagError:
+def unknown_encoding(name: str) -> PosdiagError:
     hint = did_you_mean(name, [*REGISTRY, *(f"mds-{r}" for r in (1, 2, 3))])
     return PosdiagError(f"unknown encoding {name!r}; {hint}encodings: {', '.join(REGISTRY)}")
 
@@ -290,7 +289,7 @@ def parse_encoding(text: str) -> tuple[str, dict[str, Any]]:
         name, params["rank"] = "mds", int(alias.group(1))
     spec = REGISTRY.get(name)
     if spec is None:
-        raise _unknown(name)
+        raise unknown_encoding(name)
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, raw = item.partition("=")
         key = key.strip()
@@ -338,7 +337,7 @@ def make_encoding(
                 f"unknown encoding {name!r}: 'mds-R' is a spec for parse_encoding; "
                 f"make_encoding takes 'mds' with params {{'rank': {int(alias.group(1))}}}"
             )
-        raise _unknown(name)
+        raise unknown_encoding(name)
     given = dict(params or {})
     unknown = sorted(set(given) - set(spec.defaults))
     if unknown:
@@ -378,30 +377,3 @@ def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
     need = 8 * (4 * n * width + 4 * heads + dense)
     shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))
     require(f"encoding {name!r} on {n:,} positions ({shown})", need)
-
-
-def describe(name: str | None = None) -> list[dict[str, Any]]:
-    """The registry as plain data (what ``posdiag encodings`` prints), one dict per encoding.
-
-    Keys: ``name``, ``kind`` (the registry's), ``family`` (posdiag.encodings.families), ``summary``,
-    ``n_params`` (formula), ``params`` (parameter -> default, ``None`` = required), ``types``
-    (parameter -> type name), ``docs`` (parameter -> one line).
-    """
-    from .families import family
-
-    if name is not None and name not in REGISTRY:
-        raise _unknown(name)
-    specs = [REGISTRY[name]] if name is not None else list(REGISTRY.values())
-    return [
-        {
-            "name": s.name,
-            "kind": s.kind,
-            "family": family(s.name),
-            "summary": s.summary,
-            "n_params": s.n_params_formula,
-            "params": dict(s.defaults),
-            "types": {k: t.__name__ for k, t in s.types.items()},
-            "docs": {k: s.docs.get(k, "") for k in s.defaults},
-        }
-        for s in specs
-    ]

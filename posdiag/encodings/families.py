@@ -31,7 +31,8 @@ FAMILY_LEGEND = (
 
 def family(name: str) -> str:
     """The family of encoding ``name`` (a registry name, or ``mds-r``); ``other`` if unknown."""
-    from . import REGISTRY
+    # Importing this module ran the package's __init__, so every encoding is registered.
+    from ._core import REGISTRY
 
     if name == "nope":
         return NONE
