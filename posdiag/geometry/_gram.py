@@ -817,8 +817,8 @@ def _rare_kernel() -> Callable[..., None] | None:
     installed: the scipy product is used.
 
     Most of the kernel's time is the cache miss at the start of each token's list, so the list
-    of the token after next is prefetched (LLVM's prefetch intrinsic). The same additions in
-    the same order; if the intrinsic does not compile, the kernel runs without it.
+    of the token after next is prefetched (LLVM's prefetch intrinsic, a hint with no effect on
+    the additions or their order).
     """
     kernels = _kernels()
     return kernels[0] if kernels else None
@@ -920,17 +920,6 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                 for q in range(t_ptr[j], t_ptr[j + 1]):
                     row[t_idx[q]] += x * t_val[q]
 
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def plain(a_ptr, a_idx, a_val, lo, hi, t_ptr, t_idx, t_val, out):
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            row = out[r]
-            for p in range(a_ptr[i], a_ptr[i + 1]):
-                j = a_idx[p]
-                x = a_val[p]
-                for q in range(t_ptr[j], t_ptr[j + 1]):
-                    row[t_idx[q]] += x * t_val[q]
-
     # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
     # from its own place in the token's list on (columns >= i), written at column - col0.
     @numba.njit(parallel=True, cache=True, nogil=True)
@@ -987,61 +976,17 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
             for c in range(1, acc.size):
                 row[i - col0 + c] += acc[c] + (si + shift[i + c])
 
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper32_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
-        width = out.shape[1] + col0
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            acc = np.zeros(width - i, dtype=np.float32)
-            diag = 0.0
-            for p in range(r_ptr[i], r_ptr[i + 1]):
-                first = slot[p]
-                x = t_val[first]
-                diag += np.float64(x) * np.float64(x)
-                col = 0
-                for q in range(first + 1, stop[p]):
-                    col += t_gap[q]
-                    acc[col] += x * t_val[q]
-            row = out[r]
-            si = shift[i] + level
-            row[i - col0] += diag + (si + shift[i])
-            for c in range(1, acc.size):
-                row[i - col0 + c] += acc[c] + (si + shift[i + c])
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper_plain(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            row = out[r]
-            for p in range(r_ptr[i], r_ptr[i + 1]):
-                first = slot[p]
-                x = np.float64(t_val[first])
-                row[i - col0] += x * x
-                col = i
-                for q in range(first + 1, stop[p]):
-                    col += t_gap[q]
-                    row[col - col0] += x * np.float64(t_val[q])
-            if shift.size > 0:
-                si = shift[i] + level
-                for j in range(i, out.shape[1] + col0):
-                    row[j - col0] += si + shift[j]
-
-    try:
-        # Compile (or load) now, with the array types the callers pass: _split's csr for the
-        # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
-        one = sp.csr_matrix(
-            (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
-        )
-        ptr, idx, val = one.indptr, one.indices, one.data
-        out = np.zeros((1, 1))
-        rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
-        at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
-        upper(ptr, at, end, gaps, val, 0, 1, out, 0, _NO_SHIFT, 0.0)
-        upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
-        if out[0, 0] != 3.0:
-            raise RuntimeError("prefetching kernels gave a wrong sum")
-    except Exception:  # an LLVM without the intrinsic: the same kernels without prefetch
-        return [plain, upper_plain, upper32_plain]
+    # Compile (or load) now, with the array types the callers pass: _split's csr for the
+    # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
+    one = sp.csr_matrix(
+        (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
+    )
+    ptr, idx, val = one.indptr, one.indices, one.data
+    out = np.zeros((1, 1))
+    rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
+    at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
+    upper(ptr, at, end, gaps, val, 0, 1, out, 0, _NO_SHIFT, 0.0)
+    upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
     return [rare, upper, upper32]
 
 
