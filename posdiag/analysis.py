@@ -61,8 +61,10 @@ from .uncertainty import (
     bootstrap_stress,
     information_null,
     noise_floor,
+    noise_floor_by_shards,
     pair_floor,
 )
+from .units import UnitTally, duplicate_warning
 
 __all__ = [
     "DEFAULT_MIN_COUNT",
@@ -105,6 +107,10 @@ class CorpusSummary:
     ``max_len``, so ``supports`` is flat and ``min_count`` counts ``real_supports`` instead
     (``support_unit`` says which: ``"sequences"`` or ``"real tokens"``). ``dropped`` lists
     positions at or after ``n_eff`` that have any such support (reported, never mixed in).
+    ``units`` is the duplicate and sampling-unit tally of a counted text corpus (None for token
+    id files and older counts files); when present, ``min_count`` counts the distinct sampling
+    units reaching each position (``units.unit_supports``, docs/geometry.md section 2b), so copies
+    of a sequence do not make a position look better supported than it is.
     """
 
     source: str
@@ -122,11 +128,17 @@ class CorpusSummary:
     dropped: tuple[int, ...]
     real_supports: tuple[int, ...] = ()
     support_unit: str = "sequences"
+    units: UnitTally | None = None
 
     @property
     def counted_supports(self) -> tuple[int, ...]:
-        """What ``min_count`` (and ``check --min-support``) count at each position."""
-        return self.real_supports or self.supports
+        """What ``min_count`` (and ``check --min-support``) count at each position: the
+        distinct sampling units reaching it when known, else sequences (model view: real
+        tokens)."""
+        base = self.real_supports or self.supports
+        if self.units is None or len(self.units.unit_supports) != len(base):
+            return base
+        return tuple(min(a, b) for a, b in zip(base, self.units.unit_supports, strict=True))
 
     @property
     def real_share(self) -> tuple[float, ...]:
@@ -134,7 +146,7 @@ class CorpusSummary:
         padding; NaN where no sequence reaches)."""
         return tuple(
             r / s if s else math.nan
-            for r, s in zip(self.counted_supports, self.supports, strict=True)
+            for r, s in zip(self.real_supports or self.supports, self.supports, strict=True)
         )
 
 
@@ -294,9 +306,14 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     padded = counts.pad_id is not None
     # In the model view every sequence reaches every position: count real tokens instead.
     counted = counts.real_supports if padded else supports
-    n_eff = supported_prefix(counted, min_count)
+    units = counts.units
+    if units is not None and len(units.unit_supports) != counts.n:
+        units = None  # not this matrix's positions (a hand-edited counts file): ignored
+    # Copies of a sequence are one sampling unit: min_count counts units (docs/geometry.md 2b).
+    by_unit = counted if units is None else np.minimum(counted, units.unit_supports)
+    n_eff = supported_prefix(by_unit, min_count)
     meta = counts.meta
-    nonzero = np.flatnonzero(counted > 0)
+    nonzero = np.flatnonzero(by_unit > 0)
     last = int(nonzero[-1]) if nonzero.size else -1
     return CorpusSummary(
         source=str(meta.get("source", "<counts>")),
@@ -314,6 +331,7 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
         dropped=tuple(range(n_eff, last + 1)),
         real_supports=tuple(int(s) for s in counted) if padded else (),
         support_unit="real tokens" if padded else "sequences",
+        units=units,
     )
 
 
@@ -412,6 +430,9 @@ def corpus_geometry(
                 "fewer --shards or a larger --min-count keep the split by sequence"
             )
     notes += padding_warnings(summary)
+    dup = duplicate_warning(summary.units, sharded=bool(shards) or estimator == "plugin")
+    if dup is not None:
+        notes.append(f"{source}: {dup}")
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
         notes.append(
@@ -969,7 +990,13 @@ def _with_intervals(
     # n = 4,096.
     floor = None
     if details or geometry.estimator != "crossfit":
-        floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
+        # Halves of the shards when there are any: copies of a sequence then stay on one side.
+        own = sharded.counts.shards
+        floor = (
+            noise_floor_by_shards(own, n, seed=seed)
+            if len(own) >= 2
+            else noise_floor(sharded.counts.matrix[:n], seed=seed)
+        )
     probe = np.full(n, np.nan) if floor is None else floor
     unstable = _unstable(_noise_pairs(geometry, probe)[0], _noise_shares(geometry, probe)[1])
     floors = () if floor is None else tuple(float(x) for x in floor)

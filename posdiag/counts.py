@@ -6,6 +6,7 @@ matrix; posdiag's metadata sits in the same archive as a JSON string under ``pos
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -25,11 +26,18 @@ import scipy.sparse as sp
 from . import __version__
 from ._io import atomic_outputs
 from ._memory import require
-from ._shardkey import shard_of
 from ._validate import check_int
 from .errors import PosdiagError
 from .sources import Source
-from .tokenize import Tokenizer, view
+from .tokenize import Tokenizer, packed_windows, view
+from .units import (
+    DEFAULT_GROUP_PREFIX,
+    UnitKeyer,
+    UnitState,
+    UnitTally,
+    check_group_options,
+    tally_of,
+)
 
 if TYPE_CHECKING:
     from .distributed import Engine
@@ -135,6 +143,12 @@ class Counts:
         if pad is None or pad >= self.vocab_size:
             return sup
         return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
+
+    @property
+    def units(self) -> UnitTally | None:
+        """Duplicates and sampling units of the counted corpus (:mod:`posdiag.units`), from the
+        metadata; None for token id files, merged counts and counts files of older versions."""
+        return UnitTally.from_meta(self.meta.get("units"))
 
     @property
     def vocab_seen(self) -> int:
@@ -388,14 +402,20 @@ def count_texts(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """Tokenize, apply a view and count.
 
     Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
     the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
     ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
-    same single pass: shard :func:`~posdiag._shardkey.shard_of` ``(shard_seed, 0, i)`` for the
-    ``i``-th sequence (uniform, and a function of ``i`` alone, whatever the batch size).
+    same single pass: the shard of its sampling unit (:mod:`posdiag.units`: a hash of its
+    content, or of its first ``group_prefix`` tokens, or of its ``group_by`` value, and the
+    seed), so copies of a sequence share a shard wherever they sit. ``dedup`` drops exact
+    duplicates before counting. The metadata's ``units`` holds the duplicate tally and the
+    units reaching each position (:class:`~posdiag.units.UnitTally`).
 
     Returns
     -------
@@ -415,6 +435,9 @@ def count_texts(
         dense_limit=dense_limit,
         shards=shards,
         shard_seed=shard_seed,
+        group_by=group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
 
 
@@ -430,15 +453,18 @@ def count_text_units(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """:func:`count_texts` of a corpus given as ``(unit, texts)`` pieces in reading order.
 
-    The ``i``-th sequence of ``unit`` goes to shard ``shard_of(shard_seed, unit, i)``; that is
-    how a corpus counted piece by piece (:mod:`posdiag.distributed`) and in one pass get the
-    same shards. The packed view carries windows across texts: give it a single unit.
+    A sequence's shard depends on its content and the seed, not on its piece, so a corpus
+    counted piece by piece (:mod:`posdiag.distributed`) and in one pass get the same shards.
+    The packed view carries windows across texts: give it a single unit.
     """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    mats, docs, seqs, toks = _count_text_units(
+    mats, docs, seqs, toks, state = _count_text_units(
         units,
         tokenizer,
         view_name=view_name,
@@ -448,6 +474,9 @@ def count_text_units(
         dense_limit=dense_limit,
         shards=k,
         shard_seed=shard_seed,
+        group_by=group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
     if toks == 0:
         raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
@@ -455,6 +484,7 @@ def count_text_units(
     meta = _meta(
         source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
     )
+    meta.update(units_meta(state, max_len, view_name, group_prefix, group_by, dedup))
     if view_name == "model":
         # Which id is padding, so supports can count real tokens (Counts.real_supports).
         meta["pad_id"] = tokenizer.pad_id()
@@ -464,6 +494,19 @@ def count_text_units(
     meta.update(shards=k, shard_seed=shard_seed)
     total = sp.csr_matrix(sum(mats[1:], mats[0]))
     return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+
+
+def units_meta(
+    state: UnitState,
+    max_len: int,
+    view_name: str,
+    prefix: int,
+    group_by: str | None,
+    dedup: bool = False,
+) -> dict[str, Any]:
+    """The metadata key of a counting pass's sampling units: ``units`` (the tally)."""
+    item = "documents" if view_name == "packed" else "sequences"
+    return {"units": tally_of(state, max_len, item, prefix, group_by, dedup=dedup).to_meta()}
 
 
 def _count_text_units(
@@ -477,17 +520,21 @@ def _count_text_units(
     dense_limit: int,
     shards: int,
     shard_seed: int,
-) -> tuple[tuple[sp.csr_matrix, ...], int, int, int]:
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
+) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
 
-    The shard of a sequence is :func:`~posdiag._shardkey.shard_of` of its unit and its ordinal
-    within the unit, so splitting a corpus into units and counting them anywhere gives the same
-    shards. The packed view carries windows across texts: give it a single unit.
+    The shard of a sequence is a function of its content (or its ``group_by`` value) and the
+    seed alone (:mod:`posdiag.units`), so counting the pieces of a corpus anywhere, in any order,
+    gives the same shards. The packed view carries windows across texts: give it a single unit.
 
     Returns
     -------
-    (matrices, documents, sequences, tokens)
-        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
+    (matrices, documents, sequences, tokens, units)
+        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``;
+        ``units``: what the pass saw of its sampling units (:class:`~posdiag.units.UnitState`).
     """
     k = shards
     if k:
@@ -506,26 +553,71 @@ def _count_text_units(
                 dense_limit=dense_limit,
             )
         ]
+    keyer = UnitKeyer(
+        tokenizer,
+        seed=shard_seed,
+        prefix=group_prefix,
+        group_by=group_by,
+        dedup=dedup,
+        item="documents" if view_name == "packed" else "sequences",
+        pad_id=tokenizer.pad_id() if view_name == "model" else None,
+    )
     docs = seqs = toks = 0
-    for unit, texts in units:
-        ordinal = 0
-        for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
+    for _unit, texts in units:
+        for batch, consumed, keys in _keyed_view(
+            texts, tokenizer, view_name, max_len, batch_size, keyer
+        ):
             if k:
-                ords = np.arange(ordinal, ordinal + len(batch), dtype=np.int64)
-                which = shard_of(shard_seed, unit, ords, k)
+                which = keyer.shards(keys, k)
                 for s, acc in enumerate(accs):
                     idx = np.flatnonzero(which == s)
                     if idx.size:
                         toks += acc.add_sequences([batch[j] for j in idx])
             else:
                 toks += accs[0].add_sequences(batch)
-            ordinal += len(batch)
             seqs += len(batch)
             docs += consumed
             if progress is not None:
                 progress(docs, seqs, toks)
     v = tokenizer.vocab_size
-    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks
+    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks, keyer.state()
+
+
+def _keyed_view(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    view_name: str,
+    max_len: int,
+    batch_size: int,
+    keyer: UnitKeyer,
+) -> Iterator[tuple[list[list[int]], int, np.ndarray]]:
+    """:func:`~posdiag.tokenize.view` with each sequence's unit key, exact duplicates left out
+    with ``--dedup`` and each unit's reach recorded: (sequences, documents, keys)."""
+    if view_name == "packed":
+        for windows, consumed, keys in packed_windows(
+            texts, tokenizer, max_len, batch_size=batch_size, keyer=keyer
+        ):
+            assert keys is not None
+            keyer.reach(windows, keys)
+            yield windows, consumed, keys
+        return
+    read: collections.deque[str] = collections.deque()
+
+    def tee() -> Iterator[str]:
+        for t in texts:
+            read.append(t)
+            yield t
+
+    # view() asks for one batch of texts at a time and yields it before reading on, so the
+    # texts of a batch are the first `consumed` of `read`.
+    for batch, consumed in view(tee(), tokenizer, view_name, max_len, batch_size=batch_size):
+        own = [read.popleft() for _ in range(consumed)]
+        keys, keep = keyer.keys(batch, own)
+        if not keep.all():
+            batch = [s for s, kept in zip(batch, keep.tolist(), strict=True) if kept]
+            keys = keys[keep]
+        keyer.reach(batch, keys)
+        yield batch, consumed, keys
 
 
 @dataclass(frozen=True)
@@ -847,32 +939,16 @@ def count_source(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """:func:`count_texts` over a :class:`~posdiag.sources.Source`, recording its name.
 
-    With shards (and a view that does not carry windows across texts), the source is read
-    piece by piece (:func:`posdiag.distributed.selected_units`: its files, parquet row groups,
-    stream shards) and a sequence's shard is a function of its piece and its index in it, so
-    counting the pieces on a Dask cluster gives the same shards.
+    A sequence's shard is a function of its content (or of the source's ``group_by`` field)
+    and the seed, so the file order, the pieces and counting on a Dask cluster do not change
+    the shards.
     """
     _start(progress, source.expected, "documents")
-    if shards and view_name != "packed" and source.name != "-":
-        from .distributed import selected_units
-
-        counts = count_text_units(
-            selected_units(source, max_len),
-            tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            batch_size=batch_size,
-            progress=progress,
-            source=source.name,
-            dense_limit=dense_limit,
-            shards=shards,
-            shard_seed=shard_seed,
-        )
-        extra = _selection_meta(source)
-        return dataclasses.replace(counts, meta={**counts.meta, **extra}) if extra else counts
     counts = count_texts(
         source.texts(),
         tokenizer,
@@ -884,6 +960,9 @@ def count_source(
         dense_limit=dense_limit,
         shards=shards,
         shard_seed=shard_seed,
+        group_by=source.group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
     extra = _selection_meta(source)
     if extra:
@@ -1080,8 +1159,15 @@ def corpus_counts(
     engine: str | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
+    group_by: str | None = None,
+    group_prefix: int | None = None,
+    dedup: bool | None = None,
 ) -> Counts:
     """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
+
+    ``group_by`` (a field of the records), ``group_prefix`` (tokens; default
+    :data:`~posdiag.units.DEFAULT_GROUP_PREFIX`) and ``dedup`` say what a sampling unit is and
+    whether exact duplicates are dropped (:mod:`posdiag.units`, docs/geometry.md section 2b).
 
     ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
     the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
@@ -1111,18 +1197,43 @@ def corpus_counts(
             "limit": limit,
             "sample": sample,
         }
+        tally = counts.meta.get("units")
+        tally = tally if isinstance(tally, dict) else {}
+        units_asked = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
+        units_counted = {
+            "group_by": tally.get("group_by"),
+            "group_prefix": tally.get("prefix"),
+            "dedup": bool(tally.get("dedup", False)) if tally else None,
+        }
         for key, value in asked.items():
             if value is not None and counts.meta.get(key) != value:
                 raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
+        for key, value in units_asked.items():
+            if value is not None and units_counted[key] != value:
+                raise PosdiagError(_counted_otherwise(corpus, key, units_counted[key], value))
         return counts
     from .sources import open_source
     from .tokenize import load_tokenizer
 
+    group_by, prefix, dedup = check_group_options(group_by, group_prefix, dedup)
     source = open_source(
-        corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
+        corpus,
+        column,
+        limit=limit,
+        sample=sample,
+        seed=seed,
+        data_dir=data_dir,
+        dtype=dtype,
+        group_by=group_by,
     )
     max_len = check_max_len(512 if max_len is None else max_len)
     if source.is_ids:
+        if dedup or group_prefix is not None:
+            flag = "--dedup" if dedup else "--group-prefix"
+            raise PosdiagError(
+                f"{corpus}: {flag} needs documents, and token id files do not delimit them "
+                "(they are counted without shards, split by thinning)"
+            )
         if view_name not in (None, "packed"):
             raise PosdiagError(
                 f"{corpus}: token id files are read in the packed view; got --view {view_name}"
@@ -1159,6 +1270,8 @@ def corpus_counts(
             shards=shards,
             seed=shard_seed,
             batch_size=batch_size,
+            group_prefix=prefix,
+            dedup=dedup,
         )
     return count_source(
         source,
@@ -1169,6 +1282,8 @@ def corpus_counts(
         progress=progress,
         shards=shards,
         shard_seed=shard_seed,
+        group_prefix=prefix,
+        dedup=dedup,
     )
 
 

@@ -67,10 +67,12 @@ from .counts import (
     _meta,
     _selection_meta,
     _start,
+    units_meta,
 )
 from .errors import PosdiagError
 from .sources import DATASETS_FORMATS, Source
 from .tokenize import Tokenizer, load_tokenizer
+from .units import DEFAULT_GROUP_PREFIX, UnitState
 
 __all__ = [
     "ENGINES",
@@ -233,6 +235,9 @@ class Job:
         Bootstrap / cross-fit shards (0: none) and their seed.
     batch_size : int
     dense_limit : int
+    group_prefix : int
+        Sequences sharing their first ``group_prefix`` tokens are one sampling unit
+        (:mod:`posdiag.units`).
     """
 
     source: Source
@@ -246,6 +251,7 @@ class Job:
     seed: int = 0
     batch_size: int = 1024
     dense_limit: int = DENSE_LIMIT
+    group_prefix: int = DEFAULT_GROUP_PREFIX
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,8 @@ class Partial:
     documents, sequences, tokens : int
     vocab : tuple of str or None
         Per-run vocabularies (``whitespace``): the tokens of the ids, in first-appearance order.
+    units : UnitState or None
+        Text pieces: the hashes of their sampling units (they add up, :mod:`posdiag.units`).
     """
 
     matrix: sp.csr_matrix
@@ -270,6 +278,7 @@ class Partial:
     sequences: int
     tokens: int
     vocab: tuple[str, ...] | None = None
+    units: UnitState | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
@@ -283,6 +292,7 @@ class Partial:
                 self.sequences,
                 self.tokens,
                 self.vocab,
+                self.units,
             ),
         )
 
@@ -323,6 +333,7 @@ def _partial_from(
     sequences: int,
     tokens: int,
     vocab: tuple[str, ...] | None,
+    units: UnitState | None = None,
 ) -> Partial:
     return Partial(
         _csr_from(matrix),
@@ -331,6 +342,7 @@ def _partial_from(
         sequences,
         tokens,
         vocab,
+        units,
     )
 
 
@@ -432,38 +444,56 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
     from . import sources as S
 
     column = source.column or S.DEFAULT_COLUMN
+    group = source.group_by
     if piece.kind == "file":
         if piece.format in DATASETS_FORMATS:
-            yield from S._datafile_texts((piece.path,), piece.format, source.column, piece.path)
+            yield from S._datafile_texts(
+                (piece.path,), piece.format, source.column, piece.path, group
+            )
         else:
-            yield from S._file_texts(piece.path, piece.format, source.column)
+            yield from S._file_texts(piece.path, piece.format, source.column, group)
     elif piece.kind == "lines":
-        yield from _range_texts(piece, column)
+        yield from _range_texts(piece, column, group)
     elif piece.kind == "rowgroup":
         import pyarrow.parquet as pq
 
+        cols = [column] if group is None else [column, group]
         try:
-            table = pq.ParquetFile(piece.path).read_row_group(piece.start, columns=[column])
-            values = table.column(column).to_pylist()
+            pf = pq.ParquetFile(piece.path)
+            if group is not None and group not in pf.schema_arrow.names:
+                raise PosdiagError(
+                    f"{piece.path}: no field {group!r} (--group-by); "
+                    f"columns: {', '.join(pf.schema_arrow.names)}"
+                )
+            table = pf.read_row_group(piece.start, columns=cols)
+            values = {c: table.column(c).to_pylist() for c in cols}
+        except PosdiagError:
+            raise
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise PosdiagError(
                 f"{piece.describe()}: cannot read the parquet file ({S._first_line(exc)})"
             ) from None
-        yield from S._column_texts([{column: values}], column, piece.path)
+        yield from S._column_texts([values], column, piece.path, group)
     elif piece.kind == "stream":
         ds = S._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
 
         def unreadable(exc: Exception) -> PosdiagError:
             return PosdiagError(f"{piece.describe()}: reading failed ({S._first_line(exc)})")
 
-        yield from S._streamed_texts(ds, column, source.name, unreadable)
+        yield from S._streamed_texts(ds, column, source.name, unreadable, group)
     elif piece.kind == "rows":
         if source.format == "disk":
             ds = S._load_disk(source.name, str(source.dataset), source.split)
         else:
             ds = S._load_hf(source)
-        part = ds.select(range(piece.start, piece.stop)).select_columns([column])
-        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name)
+        cols = [column] if group is None else [column, group]
+        if group is not None and group not in ds.column_names:
+            raise PosdiagError(
+                f"{source.name}: no field {group!r} (--group-by); "
+                f"columns: {', '.join(ds.column_names)}"
+            )
+        part = ds.select(range(piece.start, piece.stop)).select_columns(cols)
+        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name, group)
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
 
@@ -494,7 +524,7 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
             at += len(raw)
 
 
-def _range_texts(piece: Piece, column: str) -> Iterator[str]:
+def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterator[str]:
     """The texts of a byte-range piece, as :func:`posdiag.sources._file_texts` reads them;
     errors name the line by its byte offset (its number would need the lines before)."""
     from . import sources as S
@@ -522,7 +552,7 @@ def _range_texts(piece: Piece, column: str) -> Iterator[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
-        value = S._record_text(record, name, where, column)
+        value = S._record_text(record, name, where, column, group)
         if value is not None:
             yield value
 
@@ -572,7 +602,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
     if piece.kind == "ids":
         return _count_id_piece(piece, job)
     tok = _tokenizer(job)
-    mats, docs, seqs, toks = _count_text_units(
+    mats, docs, seqs, toks, units = _count_text_units(
         [(piece.index, piece_texts(piece, job.source))],
         tok,
         view_name=job.view_name,
@@ -582,6 +612,8 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         dense_limit=job.dense_limit,
         shards=job.shards,
         shard_seed=job.seed,
+        group_by=job.source.group_by,
+        group_prefix=job.group_prefix,
     )
     vocab = tok.vocabulary()
     total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
@@ -592,6 +624,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         seqs,
         toks,
         None if vocab is None else tuple(vocab),
+        units,
     )
 
 
@@ -709,6 +742,7 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         a.sequences + b.sequences,
         a.tokens + b.tokens,
         vocab,
+        None if a.units is None or b.units is None else a.units + b.units,
     )
 
 
@@ -973,6 +1007,8 @@ def count_on_dask(
         part.documents, part.sequences, part.tokens,
     )  # fmt: skip
     meta.update(_selection_meta(source))
+    if part.units is not None:
+        meta.update(units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by))
     if job.view_name == "model":
         # Which id is padding, as count_texts records it (Counts.real_supports).
         from .tokenize import load_tokenizer
@@ -998,6 +1034,8 @@ def job_for(
     shards: int = 0,
     seed: int = 0,
     batch_size: int = 1024,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Job:
     """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec."""
     spec = None
@@ -1008,6 +1046,11 @@ def job_for(
     dataset = source.dataset
     if dataset is not None and Path(dataset).exists():
         dataset = os.path.abspath(dataset)
+    if dedup:
+        raise PosdiagError(
+            f"{source.name}: --dedup keeps the first copy in reading order across pieces; it is "
+            "not available with --engine dask (use --engine local)"
+        )
     # Pieces carry their own paths: the file list would be sent again with every piece.
     src = dataclasses.replace(source, files=(), dataset=dataset)
     return Job(
@@ -1021,4 +1064,5 @@ def job_for(
         shards=shards,
         seed=seed,
         batch_size=batch_size,
+        group_prefix=group_prefix,
     )

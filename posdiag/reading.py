@@ -50,6 +50,13 @@ class Reading:
     workers : int or None
         ``dask`` without ``scheduler``: the ``LocalCluster``'s worker processes (default: the
         CPU count).
+    group_by : str or None
+        Field naming each record's sampling unit (a document, book or source id).
+    group_prefix : int or None
+        Sequences sharing their first this many tokens are one sampling unit (default 8; 0:
+        exact copies only).
+    dedup : bool or None
+        Drop exact duplicate sequences (packed view: documents) before counting.
     """
 
     column: str | None = None
@@ -65,6 +72,9 @@ class Reading:
     engine: str | None = None
     scheduler: str | None = None
     workers: int | None = None
+    group_by: str | None = None
+    group_prefix: int | None = None
+    dedup: bool | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`posdiag.counts.corpus_counts` (``view`` is

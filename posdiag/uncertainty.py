@@ -80,6 +80,7 @@ __all__ = [
     "information_null",
     "interval_method",
     "noise_floor",
+    "noise_floor_by_shards",
     "pair_floor",
     "paired_halves",
     "replicate_halves",
@@ -904,6 +905,49 @@ def noise_floor(
         bc = np.bincount(pos, weights=terms, minlength=rows.size)
         acc += np.sqrt(np.clip(1.0 - bc, 0.0, None))
     out[rows] = acc / repeats
+    return out
+
+
+def noise_floor_by_shards(
+    shards: Sequence[sp.csr_matrix], n: int, *, repeats: int = 3, seed: int = 0
+) -> np.ndarray:
+    """:func:`noise_floor` with halves made of whole shards, i.e. of sampling units.
+
+    Copies of a sequence share a shard (:mod:`posdiag.units`), so the two halves are
+    independent samples even when the corpus repeats itself; a split of each position's tokens
+    would put copies on both sides and understate the noise. ``repeats`` distinct random
+    halves of the ``K`` shards (``floor(K/2)`` and the rest), seeded, are averaged.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        NaN where a half has no token at the position in every repeat.
+    """
+    from .estimator import split_picks
+
+    repeats = check_int("repeats", repeats, 1)
+    k = len(shards)
+    rows = [sp.csr_matrix(m[:n], dtype=np.float64) for m in shards]
+    total = rows[0].copy()
+    for m in rows[1:]:
+        total = total + m
+    rng = np.random.default_rng([seed, 3])
+    acc = np.zeros(n)
+    seen = np.zeros(n)
+    for pick in split_picks(k, repeats, rng):
+        a = rows[int(pick[0])].copy()
+        for j in pick[1:]:
+            a = a + rows[int(j)]
+        b = sp.csr_matrix(total - a)
+        na = np.asarray(a.sum(axis=1)).ravel()
+        nb = np.asarray(b.sum(axis=1)).ravel()
+        bc = np.asarray(a.multiply(b).sqrt().sum(axis=1)).ravel()
+        ok = (na > 0) & (nb > 0)
+        bc[ok] /= np.sqrt(na[ok] * nb[ok])
+        acc[ok] += np.sqrt(np.clip(1.0 - bc[ok], 0.0, None))
+        seen[ok] += 1
+    out = np.full(n, np.nan)
+    out[seen > 0] = acc[seen > 0] / seen[seen > 0]
     return out
 
 
