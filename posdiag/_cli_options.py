@@ -172,7 +172,7 @@ GroupPrefixOpt = Annotated[
     typer.Option(
         "--group-prefix",
         help="Sequences sharing their first K tokens are one sampling unit (0: exact copies "
-        "only) (default: 8).",
+        "only) (default: 6).",
         rich_help_panel=READING,
     ),
 ]

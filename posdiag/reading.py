@@ -53,7 +53,7 @@ class Reading:
     group_by : str or None
         Field naming each record's sampling unit (a document, book or source id).
     group_prefix : int or None
-        Sequences sharing their first this many tokens are one sampling unit (default 8; 0:
+        Sequences sharing their first this many tokens are one sampling unit (default 6; 0:
         exact copies only).
     dedup : bool or None
         Drop exact duplicate sequences (packed view: documents) before counting.

@@ -44,10 +44,11 @@ __all__ = [
     "shard_of_keys",
 ]
 
-# Sequences sharing their first 8 tokens are one unit: on the bundled corpus (5,780 independent
-# sentences) no two distinct lines share 8 leading words, 0.2% share 6 and 4.3% share 4
-# (docs/geometry.md section 2b), so 8 tokens are specific to one source sentence.
-DEFAULT_GROUP_PREFIX = 8
+# Sequences sharing their first 6 tokens are one unit: the shortest prefix that independent
+# sentences rarely share (bundled corpus, 5,780 sentences: 4.3% share their first 4 words with
+# another, 1.1% 5, 0.2% 6, none 8), while it catches most prefix families (on the synthetic
+# corpus of sentences plus their prefixes, benchmarks/units.py, docs/geometry.md section 2b).
+DEFAULT_GROUP_PREFIX = 6
 # Above this share of exact duplicate sequences the reports warn (docs/geometry.md section 2b).
 DUPLICATE_WARN_SHARE = 0.01
 

@@ -20,7 +20,6 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from posdiag._shardkey import shard_of
 from posdiag.cli import app
 from posdiag.counts import Counts, corpus_counts, count_texts, load_counts
 from posdiag.distributed import (
@@ -38,6 +37,8 @@ from posdiag.errors import PosdiagError
 from posdiag.sources import open_source
 from posdiag.tokenize import load_tokenizer
 from posdiag.uncertainty import DEFAULT_SHARDS
+
+from ._unit_oracle import words_shard
 
 distributed = pytest.importorskip("distributed")
 
@@ -108,17 +109,19 @@ def text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _brute_force(
     units: list[list[str]], n: int, k: int, seed: int
 ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
-    """Whitespace counts by hand: ids by first appearance after 3 specials, shard by address."""
+    """Whitespace counts by hand: ids by first appearance after 3 specials, shard by content
+    (the scalar oracle of docs/geometry.md section 2b)."""
     vocab: dict[str, int] = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2}
     seqs = []
     for u, texts in enumerate(units):
         for i, text in enumerate(texts):
             ids = [vocab.setdefault(w, len(vocab)) for w in text.split()][:n]
             seqs.append((u, i, ids))
+    vocab_words = list(vocab)
     total = np.zeros((n, len(vocab)), dtype=np.int64)
     shards = [np.zeros_like(total) for _ in range(k)]
-    for u, i, ids in seqs:
-        s = int(shard_of(seed, u, np.array([i]), k)[0])
+    for _u, _i, ids in seqs:
+        s = words_shard([vocab_words[t] for t in ids], seed, k)
         for pos, t in enumerate(ids):
             total[pos, t] += 1
             shards[s][pos, t] += 1
