@@ -78,6 +78,7 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     from dataclasses import asdict
 
     out = asdict(c)
+    out["units"] = None if c.units is None else c.units.to_meta()
     if c.real_supports:
         out["real_share"] = list(c.real_share)
     return out
