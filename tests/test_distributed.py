@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from posdiag.cli import app
 from posdiag.counts import Counts, corpus_counts, count_texts, load_counts
 from posdiag.distributed import (
+    BYTES_PER_PIECE,
     Engine,
     Job,
     Partial,
@@ -597,3 +598,74 @@ def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
     assert total.matrix.dtype == np.int64
     assert np.array_equal(total.matrix.toarray(), dense)
     assert (total.documents, total.sequences, total.tokens) == (6, 10, 60)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same records in every layout: shards follow content (posdiag.units), not where a line sits
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """1,500 sentences of the bundled corpus as .txt, .jsonl, one .json array, .csv, a parquet
+    file of 4 row groups, a folder of three pieces (reversed order inside each), and a .jsonl
+    over BYTES_PER_PIECE (each record padded by an unused field) that Dask cuts into ranges."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .conftest import BUNDLED
+
+    d = tmp_path_factory.mktemp("layouts")
+    lines = [t for t in BUNDLED.read_text(encoding="utf-8").splitlines() if t.strip()][:1500]
+    rows = [{"text": t} for t in lines]
+    out = {"txt": d / "c.txt", "jsonl": d / "c.jsonl", "json": d / "c.json", "csv": d / "c.csv"}
+    out["txt"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out["json"].write_text(json.dumps(rows), encoding="utf-8")
+    with open(out["csv"], "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, ["id", "text"])
+        w.writeheader()
+        w.writerows({"id": i, "text": t} for i, t in enumerate(lines))
+    out["parquet"] = d / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), out["parquet"], row_group_size=400)
+    folder = d / "pieces"
+    folder.mkdir()
+    (folder / "1.txt").write_text("\n".join(lines[:500][::-1]) + "\n", encoding="utf-8")
+    (folder / "2.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows[500:1000][::-1]), encoding="utf-8"
+    )
+    pq.write_table(pa.Table.from_pylist(rows[1000:][::-1]), folder / "3.parquet")
+    out["folder"] = folder
+    pad = "x" * (BYTES_PER_PIECE // len(rows) + 64)
+    out["big"] = d / "big.jsonl"
+    out["big"].write_text(
+        "".join(json.dumps({"text": t, "pad": pad}) + "\n" for t in lines), encoding="utf-8"
+    )
+    assert out["big"].stat().st_size > BYTES_PER_PIECE
+    return out
+
+
+def _layout_figures(args: list[str]) -> dict[str, Any]:
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    doc["corpus"].pop("source")
+    # Per-run word ids follow the reading order, so sums run in another order: the last bits.
+    return json.loads(json.dumps(doc), parse_float=lambda x: round(float(x), 10) + 0.0)
+
+
+def test_same_records_in_every_layout_and_on_dask_give_identical_figures(
+    layouts: dict[str, Path], cluster: Any
+) -> None:
+    opts = ["--json", "--quiet", "--max-len", "24", "--min-count", "50", "--replicates", "20"]
+    want = _layout_figures(["stress", str(layouts["txt"]), *opts])
+    assert want["corpus"]["units"]["items"] == 1500
+    for name in ("jsonl", "json", "csv", "parquet", "folder", "big"):
+        assert _layout_figures(["stress", str(layouts[name]), *opts]) == want, name
+    source = open_source(str(layouts["big"]))
+    assert [p.kind for p in plan_pieces(source)] == ["lines", "lines"]
+    dask = ["--engine", "dask", "--scheduler", cluster.scheduler_address]
+    for name in ("big", "folder", "parquet"):
+        got = _layout_figures(["stress", str(layouts[name]), *opts, *dask])
+        assert got == want, name
