@@ -17,12 +17,11 @@ Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never 
   cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
   position range, and its count matrix holds only its positions.
 
-Bit-identical to one process. Every piece is also a *unit* of the shard address: the ``i``-th
-sequence of unit ``u`` belongs to bootstrap / cross-fit shard
-``posdiag._shardkey.shard_of(seed, u, i)``, in the single-process pass too
-(:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
-reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
-the order of first appearance in the corpus, the order one process assigns. (Id pieces are
+Bit-identical to one process. A sequence's bootstrap / cross-fit shard is a hash of its content
+(or its ``--group-by`` value) and the seed (:mod:`posdiag.units`), so who counts a piece does
+not matter, and each piece returns the hashes of its units for the duplicate tally. The tree sum
+adds pieces in reading order (left before right), so per-run vocabularies (``whitespace``) are
+aligned into the order one process assigns. (Id pieces are
 added in one tree per position range and the client appends the rows of those sums in
 position order as they arrive: :class:`_RowStack`.) The
 packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
@@ -87,12 +86,11 @@ __all__ = [
     "job_for",
     "plan_pieces",
     "run_pieces",
-    "selected_units",
 ]
 
 ENGINES = ("local", "dask")
 # Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
-# the cluster size, because pieces are also shard-address units and must not depend on it.
+# the cluster size, so that the pieces of a corpus do not depend on it.
 ROWS_PER_PIECE = 1 << 16
 # Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
 # line belongs to the range where it starts). Fixed for the same reason: ranges are units.
@@ -168,7 +166,7 @@ class Piece:
     Attributes
     ----------
     index : int
-        Position in reading order; also the shard-address unit of its sequences.
+        Position in reading order.
     kind : str
         ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
         (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
@@ -555,21 +553,6 @@ def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterato
         value = S._record_text(record, name, where, column, group)
         if value is not None:
             yield value
-
-
-def selected_units(source: Source, max_len: int = 512) -> Iterator[tuple[int, Iterator[str]]]:
-    """``(unit, texts)`` of ``source`` for one process: the pieces' texts after ``limit`` and
-    ``sample`` (applied across pieces, in reading order, as :meth:`Source.texts` does)."""
-    from .sources import _select
-
-    def tagged() -> Iterator[tuple[int, str]]:
-        for piece in plan_pieces(source, max_len):
-            for text in piece_texts(piece, source):
-                yield piece.index, text
-
-    kept: Iterator[Any] = _select(tagged(), source.limit, source.sample, source.seed)  # type: ignore[arg-type]
-    for unit, group in itertools.groupby(kept, key=lambda item: item[0]):
-        yield unit, (text for _, text in group)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -484,3 +484,80 @@ def test_token_id_files_refuse_unit_options(cli: Callable[..., Result], tmp_path
 def test_group_prefix_must_be_a_non_negative_int() -> None:
     with pytest.raises(PosdiagError, match=r"'group_prefix' must be an int in \[0, inf\]; got -2"):
         UnitKeyer(load_tokenizer(), prefix=-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# A corpus with a known geometry, copied, grouped and cut into prefixes
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """800 independent sentences of a rank-3 drift geometry (n = 16), and variants whose every
+    position has the same distribution, so the same geometry: +40% exact copies plus one copy of
+    every sentence with its first token redrawn (a dependent record of the same document), and
+    the sentences plus their prefixes of 3, 6, 9, 12 and 15 tokens (SST-2's sub-phrases)."""
+    from posdiag.synthetic import sample_texts, zipf_drift_distributions
+
+    d = tmp_path_factory.mktemp("synthetic")
+    mu = zipf_drift_distributions(16, 500, 3, sharpness=2.0, seed=0)
+    texts = list(sample_texts(mu, 800, seed=1))
+    rng = random.Random(5)
+    base = [(t, i) for i, t in enumerate(texts)]
+    copies = base + [base[rng.randrange(len(base))] for _ in range(320)]
+    copies += [(" ".join([f"t{rng.randrange(500)}", *t.split()[1:]]), i) for t, i in base]
+    prefixes = base + [(" ".join(t.split()[:m]), i) for t, i in base for m in (3, 6, 9, 12, 15)]
+    out = {}
+    for name, rows in (("base", base), ("copies", copies), ("prefixes", prefixes)):
+        rng.shuffle(rows)
+        out[name] = _jsonl(d / f"{name}.jsonl", [{"text": t, "doc": i} for t, i in rows])
+    return out
+
+
+_SYNTH = ["--max-len", "16", "--min-count", "50", "--json", "--quiet", "--replicates", "60"]
+
+
+def _by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in doc["encodings"]}
+
+
+def test_copies_and_grouped_records_stay_within_their_intervals_of_the_truth(
+    cli: Callable[..., Result], synthetic: dict[str, Path]
+) -> None:
+    truth = _by_name(_stress(cli, synthetic["base"], *_SYNTH))
+    grouped = _stress(cli, synthetic["copies"], *_SYNTH, "--group-by", "doc")
+    for name, enc in _by_name(grouped).items():
+        assert enc["ci_low"] <= truth[name]["stress"] <= enc["ci_high"], name
+    assert list(_by_name(grouped)) == list(truth)  # the same ranking
+    # Without --group-by the redrawn copies are dependent records in other shards: the noise
+    # comes back and the untrained table looks better than it is, outside its interval.
+    loose = _by_name(_stress(cli, synthetic["copies"], *_SYNTH))
+    assert loose["learned-random"]["ci_high"] < truth["learned-random"]["stress"] - 0.03
+
+
+def test_sentences_plus_prefixes_are_reported_as_shared_prefix_groups(
+    cli: Callable[..., Result], synthetic: dict[str, Path]
+) -> None:
+    rows = [json.loads(x)["text"].split() for x in synthetic["prefixes"].read_text().splitlines()]
+    distinct = {tuple(r) for r in rows}
+    by_prefix = Counter(r[:6] for r in distinct if len(r) >= 6)
+    shared = {p for p, c in by_prefix.items() if c >= 2}
+    doc = _stress(cli, synthetic["prefixes"], *_SYNTH, "--shards", "0")
+    units = doc["corpus"]["units"]
+    assert units["prefix_groups"] == len(shared) == 800
+    assert units["prefix_grouped"] == sum(1 for r in rows if tuple(r[:6]) in shared)
+    assert units["largest_group"] == 5
+
+
+def test_prefix_grouping_removes_most_of_what_prefixes_add(
+    cli: Callable[..., Result], synthetic: dict[str, Path]
+) -> None:
+    # Measured (docs/geometry.md 2b): learned-random's stress against the independent sentences'
+    # figure, with prefixes unrouped, grouped by their first 6 tokens, and by sentence.
+    truth = _by_name(_stress(cli, synthetic["base"], *_SYNTH))["learned-random"]["stress"]
+
+    def lr(*opts: str) -> dict[str, Any]:
+        return _by_name(_stress(cli, synthetic["prefixes"], *_SYNTH, *opts))["learned-random"]
+
+    none, six, doc = lr("--group-prefix", "0"), lr(), lr("--group-by", "doc")
+    assert truth - none["stress"] > 3 * (truth - six["stress"]) > 0
+    assert doc["ci_low"] <= truth <= doc["ci_high"]
