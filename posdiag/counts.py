@@ -1014,6 +1014,9 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     meta["merged_from"] = labels
     for key in ("limit", "sample", "seed"):
         meta.pop(key, None)
+    # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
+    # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
+    meta.pop("units", None)
     if meta.get("tokenizer_fingerprint") != "run":
         total = counts[0].matrix.copy()
         for c in counts[1:]:

@@ -561,3 +561,17 @@ def test_prefix_grouping_removes_most_of_what_prefixes_add(
     none, six, doc = lr("--group-prefix", "0"), lr(), lr("--group-by", "doc")
     assert truth - none["stress"] > 3 * (truth - six["stress"]) > 0
     assert doc["ci_low"] <= truth <= doc["ci_high"]
+
+
+def test_merged_counts_carry_no_tally_and_count_sequences() -> None:
+    from posdiag.analysis import corpus_summary
+    from posdiag.counts import merge_counts
+
+    tok = load_tokenizer("bytes")
+    a = count_texts(["abc", "abc"], tok, max_len=4)
+    b = count_texts(["abc", "de"], tok, max_len=4)
+    merged = merge_counts([a, b])
+    # "abc" in a and in b: the inputs' tallies (1 and 0 duplicates) cannot see it.
+    assert merged.units is None
+    s = corpus_summary(merged, min_count=1)
+    assert s.units is None and s.counted_supports == (4, 4, 3, 0)

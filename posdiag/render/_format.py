@@ -117,8 +117,9 @@ def _unit_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         dup += f"; --dedup dropped {u.dropped:,}"
     if u.prefix:
         shared = (
-            f"{u.prefix_groups:,} groups of {u.prefix_grouped:,} {item} "
-            f"(largest {u.largest_group:,}) share their first {u.prefix} tokens"
+            f"{u.prefix_groups:,} {'group' if u.prefix_groups == 1 else 'groups'} of "
+            f"{u.prefix_grouped:,} {item} (largest {u.largest_group:,}) share their first "
+            f"{u.prefix} tokens"
         )
     else:
         shared = "not grouped (--group-prefix 0)"
