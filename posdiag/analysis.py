@@ -132,10 +132,15 @@ class CorpusSummary:
 
     @property
     def counted_supports(self) -> tuple[int, ...]:
-        """What ``min_count`` (and ``check --min-support``) count at each position: the
-        distinct sampling units reaching it when known, else sequences (model view: real
-        tokens)."""
-        base = self.real_supports or self.supports
+        """Sequences at each position (model view: real tokens), as ``check --min-support``
+        counts them."""
+        return self.real_supports or self.supports
+
+    @property
+    def unit_supports(self) -> tuple[int, ...]:
+        """What ``min_count`` counts at each position: the distinct sampling units reaching it
+        when known (docs/geometry.md 2b), else :attr:`counted_supports`."""
+        base = self.counted_supports
         if self.units is None or len(self.units.unit_supports) != len(base):
             return base
         return tuple(min(a, b) for a, b in zip(base, self.units.unit_supports, strict=True))
@@ -146,7 +151,7 @@ class CorpusSummary:
         padding; NaN where no sequence reaches)."""
         return tuple(
             r / s if s else math.nan
-            for r, s in zip(self.real_supports or self.supports, self.supports, strict=True)
+            for r, s in zip(self.counted_supports, self.supports, strict=True)
         )
 
 
@@ -374,6 +379,10 @@ def corpus_geometry(
     if n_eff < 2:
         head = ", ".join(str(s) for s in summary.counted_supports[:5])
         what = "supports" if summary.support_unit == "sequences" else "real-token supports"
+        if summary.unit_supports != summary.counted_supports:
+            # Copies share a unit and count once (docs/geometry.md 2b): say so, with the figure.
+            units = ", ".join(str(s) for s in summary.unit_supports[:5])
+            head += f"; distinct sampling units: {units}"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
             f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
