@@ -523,6 +523,7 @@ def _count_text_units(
     group_by: str | None = None,
     group_prefix: int = DEFAULT_GROUP_PREFIX,
     dedup: bool = False,
+    skip: np.ndarray | None = None,
 ) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
 
@@ -535,6 +536,8 @@ def _count_text_units(
     (matrices, documents, sequences, tokens, units)
         ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``;
         ``units``: what the pass saw of its sampling units (:class:`~posdiag.units.UnitState`).
+        ``skip``: with ``dedup``, content hashes whose first copy was counted elsewhere (a Dask
+        piece after the one holding it).
     """
     k = shards
     if k:
@@ -561,6 +564,7 @@ def _count_text_units(
         dedup=dedup,
         item="documents" if view_name == "packed" else "sequences",
         pad_id=tokenizer.pad_id() if view_name == "model" else None,
+        seen=skip,
     )
     docs = seqs = toks = 0
     for _unit, texts in units:

@@ -49,7 +49,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,8 @@ from .counts import (
 )
 from .errors import PosdiagError
 from .sources import DATASETS_FORMATS, Source
-from .tokenize import Tokenizer, load_tokenizer
-from .units import DEFAULT_GROUP_PREFIX, UnitState
+from .tokenize import Tokenizer, load_tokenizer, view
+from .units import DEFAULT_GROUP_PREFIX, UnitKeyer, UnitState
 
 __all__ = [
     "ENGINES",
@@ -82,8 +82,10 @@ __all__ = [
     "add_partials",
     "count_on_dask",
     "count_piece",
+    "dedup_skips",
     "engine_from_options",
     "job_for",
+    "piece_hashes",
     "plan_pieces",
     "run_pieces",
 ]
@@ -236,6 +238,11 @@ class Job:
     group_prefix : int
         Sequences sharing their first ``group_prefix`` tokens are one sampling unit
         (:mod:`posdiag.units`).
+    dedup : bool
+        Drop exact duplicates (the first copy in reading order is kept).
+    skip : ndarray or None
+        ``dedup``, one piece's job: content hashes whose first copy is in an earlier piece
+        (:func:`dedup_skips`).
     """
 
     source: Source
@@ -250,6 +257,8 @@ class Job:
     batch_size: int = 1024
     dense_limit: int = DENSE_LIMIT
     group_prefix: int = DEFAULT_GROUP_PREFIX
+    dedup: bool = False
+    skip: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -597,6 +606,8 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         shard_seed=job.seed,
         group_by=job.source.group_by,
         group_prefix=job.group_prefix,
+        dedup=job.dedup,
+        skip=job.skip,
     )
     vocab = tok.vocabulary()
     total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
@@ -609,6 +620,40 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         None if vocab is None else tuple(vocab),
         units,
     )
+
+
+def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
+    """Distinct content hashes of a text piece's sequences, sorted (the first pass of
+    ``--dedup`` on Dask; runs on a worker)."""
+    tok = _tokenizer(job)
+    keyer = UnitKeyer(tok, prefix=0)
+    found = [np.empty(0, dtype=np.uint64)]
+    texts = piece_texts(piece, job.source)
+    for batch, _ in view(texts, tok, job.view_name, job.max_len, batch_size=job.batch_size):
+        found.append(keyer.hashes(batch)[0])
+    return np.unique(np.concatenate(found))
+
+
+def dedup_skips(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """For each piece (in reading order), the hashes of ``hashes[j]`` that an earlier piece
+    holds too: their first copy is there, so piece ``j`` drops every copy of them.
+
+    Parameters
+    ----------
+    hashes : sequence of ndarray, each of shape (m_j,), uint64, distinct within a piece
+
+    Returns
+    -------
+    list of ndarray, uint64
+    """
+    if not hashes:
+        return []
+    allh = np.concatenate(hashes)
+    owner = np.repeat(np.arange(len(hashes)), [h.size for h in hashes])
+    order = np.lexsort((owner, allh))
+    h, o = allh[order], owner[order]
+    later = np.r_[False, h[1:] == h[:-1]]  # not the first piece holding this hash
+    return [h[later & (o == j)] for j in range(len(hashes))]
 
 
 def _id_array(piece: Piece, source: Source) -> np.ndarray:
@@ -821,8 +866,12 @@ def run_pieces(
     progress: ProgressFn | None = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
     direct: bool | None = None,
+    jobs: Sequence[Job] | None = None,
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
+
+    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``: each with its own
+    hashes to drop).
 
     Text pieces are added in one tree. Id pieces are added in one tree per position range (the
     pieces of the same positions in successive window ranges); the client appends those sums,
@@ -836,7 +885,12 @@ def run_pieces(
     """
     from distributed import as_completed
 
-    futures = client.map(task_fn, pieces, job=job, pure=False)
+    if jobs is None:
+        futures = client.map(task_fn, pieces, job=job, pure=False)
+    else:
+        futures = [
+            client.submit(task_fn, p, job=j, pure=False) for p, j in zip(pieces, jobs, strict=True)
+        ]
     stats = [client.submit(_stats, f, pure=False) for f in futures]
     groups: dict[tuple[int, int], list[Any]] = {}
     for piece, fut in zip(pieces, futures, strict=True):
@@ -967,8 +1021,19 @@ def count_on_dask(
             _start(progress, source.expected, "documents")
         if not pieces:
             raise PosdiagError(f"{source.name}: no tokens to count")
+        jobs: list[Job] | None = None
+        if job.dedup:
+            # A first pass finds which piece holds the first copy of each sequence.
+            found = client.gather(client.map(piece_hashes, pieces, job=job, pure=False))
+            jobs = [dataclasses.replace(job, skip=sk) for sk in dedup_skips(found)]
         part = run_pieces(
-            client, pieces, job, progress=progress, task_fn=task_fn, direct=_direct(client)
+            client,
+            pieces,
+            job,
+            progress=progress,
+            task_fn=task_fn,
+            direct=_direct(client),
+            jobs=jobs,
         )
     if part.tokens == 0:
         if source.is_ids:
@@ -991,7 +1056,9 @@ def count_on_dask(
     )  # fmt: skip
     meta.update(_selection_meta(source))
     if part.units is not None:
-        meta.update(units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by))
+        meta.update(
+            units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by, job.dedup)
+        )
     if job.view_name == "model":
         # Which id is padding, as count_texts records it (Counts.real_supports).
         from .tokenize import load_tokenizer
@@ -1029,11 +1096,6 @@ def job_for(
     dataset = source.dataset
     if dataset is not None and Path(dataset).exists():
         dataset = os.path.abspath(dataset)
-    if dedup:
-        raise PosdiagError(
-            f"{source.name}: --dedup keeps the first copy in reading order across pieces; it is "
-            "not available with --engine dask (use --engine local)"
-        )
     # Pieces carry their own paths: the file list would be sent again with every piece.
     src = dataclasses.replace(source, files=(), dataset=dataset)
     return Job(
@@ -1048,4 +1110,5 @@ def job_for(
         seed=seed,
         batch_size=batch_size,
         group_prefix=group_prefix,
+        dedup=dedup,
     )

@@ -307,6 +307,8 @@ class UnitKeyer:
         ``"sequences"`` or ``"documents"`` (packed view).
     pad_id : int or None
         Model view: the pad id, not counted in the positions a unit reaches.
+    seen : ndarray or None
+        With ``dedup``: content hashes already counted elsewhere (every copy is dropped).
     """
 
     def __init__(
@@ -319,6 +321,7 @@ class UnitKeyer:
         dedup: bool = False,
         item: str = "sequences",
         pad_id: int | None = None,
+        seen: np.ndarray | None = None,
     ) -> None:
         self.seed = seed
         self.prefix = check_int("group_prefix", prefix, 0)
@@ -329,7 +332,7 @@ class UnitKeyer:
         self._run = getattr(tokenizer, "fingerprint", "") == "run"
         self._tok = tokenizer
         self._table = np.empty(0, dtype=np.uint64)
-        self._seen: set[int] = set()
+        self._seen: set[int] = set() if seen is None else set(np.asarray(seen).tolist())
         self._pairs: list[np.ndarray] = []
         self._counts: list[np.ndarray] = []
         self._units: list[np.ndarray] = []

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from posdiag.cli import app
-from posdiag.counts import Counts, corpus_counts, count_texts, load_counts
+from posdiag.counts import Counts, align_vocabularies, corpus_counts, count_texts, load_counts
 from posdiag.distributed import (
     BYTES_PER_PIECE,
     Engine,
@@ -30,6 +30,7 @@ from posdiag.distributed import (
     Piece,
     count_on_dask,
     count_piece,
+    dedup_skips,
     engine_from_options,
     job_for,
     plan_pieces,
@@ -669,3 +670,35 @@ def test_same_records_in_every_layout_and_on_dask_give_identical_figures(
     for name in ("big", "folder", "parquet"):
         got = _layout_figures(["stress", str(layouts[name]), *opts, *dask])
         assert got == want, name
+
+
+def test_dedup_on_dask_keeps_the_first_copy_in_reading_order_like_one_process(
+    tmp_path: Path, cluster: Any
+) -> None:
+    # Copies within a piece and across pieces (a line of 1.txt again in 3.txt, twice).
+    rng = np.random.default_rng(3)
+    lines = _lines(rng, 40)
+    (tmp_path / "1.txt").write_text("\n".join(lines[:20] + lines[:5]) + "\n")
+    (tmp_path / "2.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in lines[20:] + lines[25:27])
+    )
+    (tmp_path / "3.txt").write_text("\n".join(lines[3:8] + lines[3:5] + ["fresh words"]) + "\n")
+    opts = {"max_len": 10, "shards": 4, "shard_seed": 2, "dedup": True}
+    one = corpus_counts(str(tmp_path), **opts)
+    dask = corpus_counts(str(tmp_path), **opts, **_engine(cluster))
+    _same(one, dask)
+    read = lines[:20] + lines[:5] + lines[20:] + lines[25:27] + lines[3:8] + lines[3:5]
+    read.append("fresh words")
+    # Distinct after the view: the first 10 words (max_len) of each line.
+    firsts = list(dict.fromkeys(" ".join(t.split()[:10]) for t in read))
+    plain = count_texts(firsts, load_tokenizer(), max_len=10)
+    mine, theirs = align_vocabularies([one, plain])
+    assert (mine.matrix != theirs.matrix).nnz == 0
+    u = dask.units
+    assert u is not None and (u.items, u.dropped) == (55, 55 - len(firsts))
+
+
+def test_dedup_skips_are_what_earlier_pieces_hold() -> None:
+    u = np.uint64
+    got = dedup_skips([np.array([1, 5], u), np.array([2, 5, 9], u), np.array([1, 2, 3], u)])
+    assert [g.tolist() for g in got] == [[], [5], [1, 2]]
