@@ -22,6 +22,7 @@ units reach it (:class:`UnitTally`), and drops exact duplicates with ``dedup``.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -362,9 +363,7 @@ class UnitKeyer:
         """
         lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
         total = int(lengths.sum())
-        flat = np.fromiter(
-            (t for s in seqs for t in s), dtype=np.int64, count=total
-        )  # ids of every sequence, one after another
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
         starts = np.cumsum(lengths) - lengths
         pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         x = mix(self._token_hashes(flat) ^ mix(pos.astype(np.uint64) + np.uint64(1)))

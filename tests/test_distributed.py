@@ -39,8 +39,7 @@ from posdiag.errors import PosdiagError
 from posdiag.sources import open_source
 from posdiag.tokenize import load_tokenizer
 from posdiag.uncertainty import DEFAULT_SHARDS
-
-from ._unit_oracle import words_shard
+from tests._unit_oracle import words_shard
 
 distributed = pytest.importorskip("distributed")
 
@@ -615,7 +614,7 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .conftest import BUNDLED
+    from tests.conftest import BUNDLED
 
     d = tmp_path_factory.mktemp("layouts")
     lines = [t for t in BUNDLED.read_text(encoding="utf-8").splitlines() if t.strip()][:1500]

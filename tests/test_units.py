@@ -30,9 +30,8 @@ from posdiag.units import (
     UnitTally,
     shard_of_keys,
 )
-
-from . import _unit_oracle as oracle
-from .conftest import BUNDLED
+from tests import _unit_oracle as oracle
+from tests.conftest import BUNDLED
 
 # ---------------------------------------------------------------------------------------------
 # The hash rule against the scalar oracle
