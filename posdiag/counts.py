@@ -1235,8 +1235,8 @@ def corpus_counts(
     )
     max_len = check_max_len(512 if max_len is None else max_len)
     if source.is_ids:
-        if dedup or group_prefix is not None:
-            flag = "--dedup" if dedup else "--group-prefix"
+        if dedup or group_prefix is not None or group_by is not None:
+            flag = "--dedup" if dedup else "--group-by" if group_by else "--group-prefix"
             raise PosdiagError(
                 f"{corpus}: {flag} needs documents, and token id files do not delimit them "
                 "(they are counted without shards, split by thinning)"

@@ -423,7 +423,7 @@ def test_group_by_puts_every_record_of_a_group_in_one_shard(tmp_path: Path) -> N
     assert u is not None and (u.units, u.group_by) == (30, "doc")
 
 
-def test_group_by_reads_csv_and_parquet_columns_alike(tmp_path: Path) -> None:
+def test_group_by_reads_csv_parquet_and_saved_dataset_columns_alike(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -434,9 +434,12 @@ def test_group_by_reads_csv_and_parquet_columns_alike(tmp_path: Path) -> None:
         w.writerows(rows)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "g.parquet")
     jl = _jsonl(tmp_path / "g.jsonl", rows)
+    import datasets
+
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
     got = [
         corpus_counts(str(p), max_len=3, shards=3, group_by="book")
-        for p in (tmp_path / "g.csv", tmp_path / "g.parquet", jl)
+        for p in (tmp_path / "g.csv", tmp_path / "g.parquet", jl, tmp_path / "saved")
     ]
     for c in got[1:]:
         assert _shard_counters(c) == _shard_counters(got[0])
@@ -476,6 +479,12 @@ def test_token_id_files_refuse_unit_options(cli: Callable[..., Result], tmp_path
     assert res.exit_code == 2
     assert res.output.strip() == (
         f"Error: {ids}: --dedup needs documents, and token id files do not delimit them "
+        "(they are counted without shards, split by thinning)"
+    )
+    res = cli(["stress", str(ids), "--vocab-size", "7", "--group-by", "doc", "-q"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        f"Error: {ids}: --group-by needs documents, and token id files do not delimit them "
         "(they are counted without shards, split by thinning)"
     )
 
