@@ -397,7 +397,11 @@ class UnitKeyer:
         """
         full, pkey, _ = self.hashes(seqs)
         if self.group_by is not None:
-            assert texts is not None
+            if texts is None or not all(isinstance(t, Grouped) for t in texts):
+                raise PosdiagError(
+                    f"--group-by {self.group_by}: the texts carry no group values (read them "
+                    "with posdiag.sources.open_source(..., group_by=FIELD))"
+                )
             ukey = np.fromiter(
                 (group_hash(t.group) for t in texts),  # type: ignore[attr-defined]
                 dtype=np.uint64,

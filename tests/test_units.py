@@ -583,3 +583,12 @@ def test_merged_counts_carry_no_tally_and_count_sequences() -> None:
     assert merged.units is None
     s = corpus_summary(merged, min_count=1)
     assert s.units is None and s.counted_supports == (4, 4, 3, 0)
+
+
+def test_group_by_without_group_values_is_a_clear_error() -> None:
+    with pytest.raises(PosdiagError) as err:
+        count_texts(["a b"], load_tokenizer(), max_len=2, group_by="doc")
+    assert str(err.value) == (
+        "--group-by doc: the texts carry no group values (read them with "
+        "posdiag.sources.open_source(..., group_by=FIELD))"
+    )
