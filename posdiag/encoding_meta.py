@@ -21,7 +21,7 @@ from .reading import Reading
 __all__ = ["BUILT_WITH", "InspectReading", "inspect_reading", "read_encoding_meta", "row_notes"]
 
 # Metadata keys that say how the corpus was read, in the order they are reported.
-BUILT_WITH = ("tokenizer", "view", "max_len", "min_count")
+BUILT_WITH = ("tokenizer", "view", "max_len", "min_count", "group_by", "group_prefix", "dedup")
 
 
 def read_encoding_meta(path: str | Path) -> dict[str, str]:
@@ -45,7 +45,9 @@ def read_encoding_meta(path: str | Path) -> dict[str, str]:
 
 
 def _typed(key: str, value: str) -> Any:
-    return int(value) if key in ("max_len", "min_count") else value
+    if key == "dedup":
+        return value == "true"
+    return int(value) if key in ("max_len", "min_count", "group_prefix") else value
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,15 @@ def row_notes(
     ``0..min(rows, n_eff)-1`` are then compared). ``summary`` is the corpus's
     :class:`~posdiag.analysis.CorpusSummary`."""
     out = []
+    units = summary.units
     read = {
         "tokenizer": summary.tokenizer,
         "view": summary.view,
         "max_len": summary.max_len,
         "min_count": summary.min_count,
+        "group_by": None if units is None else units.group_by,
+        "group_prefix": None if units is None else units.prefix,
+        "dedup": None if units is None else units.dedup,
     }
     differ = [
         f"{k}={_typed(k, meta[k])} vs {read[k]}"

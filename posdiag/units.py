@@ -271,8 +271,8 @@ class UnitTally:
 
 def duplicate_warning(tally: UnitTally | None, *, sharded: bool = True) -> str | None:
     """The reports' warning when exact duplicates exceed :data:`DUPLICATE_WARN_SHARE`."""
-    if tally is None or tally.share <= DUPLICATE_WARN_SHARE:
-        return None
+    if tally is None or tally.dedup or tally.share <= DUPLICATE_WARN_SHARE:
+        return None  # with --dedup the counts hold one copy of each
     what = tally.item
     head = (
         f"{tally.duplicates:,} of {tally.items:,} {what} ({tally.share:.1%}) are exact "
