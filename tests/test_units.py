@@ -341,7 +341,7 @@ def test_dedup_of_every_line_twice_is_the_deduplicated_shipped_corpus(
     assert want["corpus"]["units"]["dropped"] == 3
     for d in (got, want):
         d["corpus"].pop("units"), d["corpus"].pop("documents")  # texts read, copies included
-    assert len(got.pop("warnings")) == 1 and want.pop("warnings") == []
+    assert got["warnings"] == []  # the copies were dropped: nothing to warn about
     assert got == want
 
 
