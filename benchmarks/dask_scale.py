@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from posdiag.corpus.sources import open_source
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.counts.distributed import local_cluster, plan_pieces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,14 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time see __getattr__
     from .corpus.sources import open_source
     from .corpus.tokenizers import load_tokenizer
-    from .counts.core import (
-        Counts,
-        corpus_counts,
-        count_texts,
-        load_counts,
-        merge_counts,
-        save_counts,
-    )
+    from .counts.core import Counts, count_texts, load_counts, merge_counts, save_counts
+    from .counts.corpus import corpus_counts
     from .encodings import REGISTRY, Encoding, make_encoding, parse_encoding
     from .errors import PosdiagError, PosdiagWarning
     from .geometry.core import (
@@ -60,7 +54,7 @@ _LAZY = {
     "score_encodings": "reports.analysis",
     "stress_report": "reports.analysis",
     "Counts": "counts.core",
-    "corpus_counts": "counts.core",
+    "corpus_counts": "counts.corpus",
     "count_texts": "counts.core",
     "load_counts": "counts.core",
     "merge_counts": "counts.core",

@@ -163,6 +163,34 @@ WorkersOpt = Annotated[
         rich_help_panel=ENGINE,
     ),
 ]
+GroupByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--group-by",
+        help="Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
+        "record's sampling unit (a document, book or source id): records with one value share a "
+        f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
+        rich_help_panel=READING,
+    ),
+]
+GroupPrefixOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--group-prefix",
+        help="Sequences sharing their first K tokens are one sampling unit (0: exact copies "
+        "only) \\[default: 6].",
+        rich_help_panel=READING,
+    ),
+]
+DedupOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--dedup",
+        help="Drop exact duplicate sequences (--view packed: documents) before counting.",
+        show_default=False,
+        rich_help_panel=READING,
+    ),
+]
 _READING_OPTIONS: dict[str, Any] = {
     "column": ColumnOpt,
     "tokenizer": TokenizerOpt,
@@ -177,6 +205,9 @@ _READING_OPTIONS: dict[str, Any] = {
     "engine": EngineOpt,
     "scheduler": SchedulerOpt,
     "workers": WorkersOpt,
+    "group_by": GroupByOpt,
+    "group_prefix": GroupPrefixOpt,
+    "dedup": DedupOpt,
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 

@@ -2,8 +2,7 @@
 
 The CLI builds one from its options (``posdiag check`` merges it with the config file's reading
 keys); :func:`posdiag.reports.drift.count_pair` takes it as is, and the single-corpus counting
-entry points
-take its :meth:`Reading.kwargs` (:func:`posdiag.counts.core.corpus_counts`,
+entry points take its :meth:`Reading.kwargs` (:func:`posdiag.counts.corpus.corpus_counts`,
 :func:`posdiag.uncertainty.bootstrap.corpus_counts_sharded`). ``None`` everywhere means "the
 default", so a
 Reading only records what was asked for.
@@ -52,6 +51,13 @@ class Reading:
     workers : int or None
         ``dask`` without ``scheduler``: the ``LocalCluster``'s worker processes (default: the
         CPU count).
+    group_by : str or None
+        Field naming each record's sampling unit (a document, book or source id).
+    group_prefix : int or None
+        Sequences sharing their first this many tokens are one sampling unit (default 6; 0:
+        exact copies only).
+    dedup : bool or None
+        Drop exact duplicate sequences (packed view: documents) before counting.
     """
 
     column: str | None = None
@@ -67,9 +73,12 @@ class Reading:
     engine: str | None = None
     scheduler: str | None = None
     workers: int | None = None
+    group_by: str | None = None
+    group_prefix: int | None = None
+    dedup: bool | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`posdiag.counts.core.corpus_counts` (``view`` is
+        """The keyword arguments of :func:`posdiag.counts.corpus.corpus_counts` (``view`` is
         ``view_name`` there)."""
         out = dataclasses.asdict(self)
         out["view_name"] = out.pop("view")

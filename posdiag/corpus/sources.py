@@ -30,7 +30,7 @@ import shlex
 import socket
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -41,6 +41,7 @@ import numpy as np
 from .._util.memory import available_memory, require
 from .._util.validate import check_choice, check_float, check_int
 from ..errors import PosdiagError
+from .units import Grouped
 
 __all__ = [
     "DTYPES",
@@ -234,6 +235,9 @@ class Source:
         For ``hf`` and ``disk``: what ``datasets`` loads (a hub id or a local folder).
     dtype : str or None
         For ``bin``: ``uint16`` or ``uint32``.
+    group_by : str or None
+        Field whose value names each record's sampling unit (``--group-by``): the texts are then
+        :class:`~posdiag.corpus.units.Grouped`, carrying it.
     """
 
     name: str
@@ -249,6 +253,7 @@ class Source:
     config: str | None = None
     split: str | None = None
     dtype: str | None = None
+    group_by: str | None = None
 
     @property
     def is_ids(self) -> bool:
@@ -275,7 +280,7 @@ class Source:
         elif self.format == "disk":
             yield from _disk_texts(self)
         elif self.name == "-":
-            yield from _file_texts("-", self.format, self.column)
+            yield from _file_texts("-", self.format, self.column, self.group_by)
         else:
             # Runs of consecutive parquet/arrow files go to datasets in one call.
             i = 0
@@ -285,10 +290,12 @@ class Source:
                     j = i
                     while j < len(self.files) and _format_of(self.files[j]) == fmt:
                         j += 1
-                    yield from _datafile_texts(self.files[i:j], fmt, self.column, self.name)
+                    yield from _datafile_texts(
+                        self.files[i:j], fmt, self.column, self.name, self.group_by
+                    )
                     i = j
                 else:
-                    yield from _file_texts(self.files[i], fmt, self.column)
+                    yield from _file_texts(self.files[i], fmt, self.column, self.group_by)
                     i += 1
 
     def token_ids(self) -> np.ndarray:
@@ -379,6 +386,7 @@ def open_source(
     seed: int = 0,
     data_dir: str | None = None,
     dtype: str | None = None,
+    group_by: str | None = None,
 ) -> Source:
     """Check that ``name`` can be read and describe how to read it.
 
@@ -401,6 +409,9 @@ def open_source(
         Folder holding local copies of presets and hub data sets (else ``$POSDIAG_DATA_DIR``).
     dtype : str, optional
         ``uint16`` (default) or ``uint32``, for raw ``.bin`` token files.
+    group_by : str, optional
+        Field naming each record's sampling unit (records of ``.jsonl``, ``.json``, ``.csv``,
+        ``.tsv``, ``.parquet`` and data sets).
     """
     if limit is not None:
         limit = check_int("limit", limit, 1)
@@ -412,6 +423,8 @@ def open_source(
     if format is not None:
         check_choice("format", format, FORMATS)
     common: dict[str, Any] = {"limit": limit, "sample": sample, "seed": seed}
+    if group_by is not None:
+        common["group_by"] = group_by
 
     if name == "-":
         fmt = format or "txt"
@@ -420,6 +433,7 @@ def open_source(
                 f"stdin: format must be one of {', '.join(TEXT_FORMATS)}; got {fmt!r}"
             )
         _check_column(name, fmt, column)
+        _check_group(name, fmt, group_by)
         return Source(name=name, format=fmt, column=column, **common)
     if name.startswith("hf:"):
         return _hub_source(name, column, data_dir, common)
@@ -464,6 +478,7 @@ def open_source(
         raise PosdiagError(f"{name}: --dtype applies to .bin token files; this is text")
     for fmt in fmts:
         _check_column(name, fmt, column)
+        _check_group(name, fmt, group_by)
     size = sum(Path(f).stat().st_size for f in files)
     length = None
     if fmts == {"parquet"}:
@@ -482,6 +497,34 @@ def _check_column(name: str, fmt: str, column: str | None) -> None:
             f"{name}: --column applies to .jsonl, .json, .csv, .tsv, .parquet and data sets; "
             f"this is plain text (one sequence per line); got column {column!r}"
         )
+
+
+def _check_group(name: str, fmt: str, group_by: str | None) -> None:
+    if group_by is not None and fmt in ("txt", *ID_FORMATS):
+        what = "plain text (one sequence per line)" if fmt == "txt" else "token ids"
+        raise PosdiagError(
+            f"{name}: --group-by reads a field of .jsonl, .json, .csv, .tsv, .parquet records "
+            f"and data sets; this is {what}; got field {group_by!r}"
+        )
+
+
+def _group_value(value: Any) -> str:
+    """A record's ``--group-by`` value as text (numbers and strings that print alike are one
+    group: ``5`` and ``"5"``)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _grouped(text: str, record: Mapping[str, Any], group: str, name: str, where: str) -> str:
+    """``text`` carrying its record's ``group`` value; a missing or null value is an error."""
+    if group not in record:
+        cols = ", ".join(map(str, record)) or "(none)"
+        raise PosdiagError(f"{name}: {where} has no field {group!r} (--group-by); fields: {cols}")
+    value = record[group]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise PosdiagError(f"{name}: {where}: field {group!r} (--group-by) is empty")
+    return Grouped(text, _group_value(value))
 
 
 def _parquet_rows(path: str, column: str | None) -> int:
@@ -548,11 +591,11 @@ def _open_binary(name: str) -> BinaryIO:
         raise PosdiagError(f"{name}: cannot read the file ({exc.strerror})") from exc
 
 
-def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
+def _file_texts(name: str, fmt: str, column: str | None, group: str | None = None) -> Iterator[str]:
     try:
         with _open_binary(name) as fh:
             if fmt == "json":
-                yield from _json_texts(fh, name, column or DEFAULT_COLUMN)
+                yield from _json_texts(fh, name, column or DEFAULT_COLUMN, group)
                 return
             lines = _decoded_lines(_bounded_lines(fh, name), name)
             if fmt == "txt":
@@ -561,9 +604,9 @@ def _file_texts(name: str, fmt: str, column: str | None) -> Iterator[str]:
                     if text:
                         yield text
             elif fmt == "jsonl":
-                yield from _jsonl_texts(lines, name, column or DEFAULT_COLUMN)
+                yield from _jsonl_texts(lines, name, column or DEFAULT_COLUMN, group)
             else:
-                yield from _csv_texts(lines, name, column or DEFAULT_COLUMN, fmt == "tsv")
+                yield from _csv_texts(lines, name, column or DEFAULT_COLUMN, fmt == "tsv", group)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise PosdiagError(f"{name}: corrupt gzip file ({_first_line(exc)})") from None
 
@@ -610,7 +653,9 @@ def _decoded_lines(fh: Iterable[bytes], name: str) -> Iterator[tuple[int, str]]:
             ) from None
 
 
-def _record_text(record: Any, name: str, where: str, column: str) -> str | None:
+def _record_text(
+    record: Any, name: str, where: str, column: str, group: str | None = None
+) -> str | None:
     if not isinstance(record, dict):
         raise PosdiagError(f"{name}: {where} must be a JSON object; got {type(record).__name__}")
     if column not in record:
@@ -623,10 +668,14 @@ def _record_text(record: Any, name: str, where: str, column: str) -> str | None:
         raise PosdiagError(
             f"{name}: {where}: column {column!r} must hold text; got {type(value).__name__}"
         )
-    return value if value.strip() else None
+    if not value.strip():
+        return None
+    return value if group is None else _grouped(value, record, group, name, where)
 
 
-def _jsonl_texts(lines: Iterator[tuple[int, str]], name: str, column: str) -> Iterator[str]:
+def _jsonl_texts(
+    lines: Iterator[tuple[int, str]], name: str, column: str, group: str | None = None
+) -> Iterator[str]:
     for lineno, line in lines:
         if not line.strip():
             continue
@@ -634,18 +683,18 @@ def _jsonl_texts(lines: Iterator[tuple[int, str]], name: str, column: str) -> It
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PosdiagError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
-        text = _record_text(record, name, f"line {lineno}", column)
+        text = _record_text(record, name, f"line {lineno}", column, group)
         if text is not None:
             yield text
 
 
-def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
+def _json_texts(fh: IO[bytes], name: str, column: str, group: str | None = None) -> Iterator[str]:
     """A ``.json`` file: an array of objects (parsed whole), else JSON Lines."""
     head = fh.read(4096)
     head = head.removeprefix(_BOM)
     if not head.lstrip().startswith(b"["):
         rest = _ChainLines(head, fh)
-        yield from _jsonl_texts(_decoded_lines(rest, name), name, column)
+        yield from _jsonl_texts(_decoded_lines(rest, name), name, column, group)
         return
     cap = _line_cap()
     data = head + fh.read(cap + 1)  # a .json.gz may inflate far beyond its size on disk
@@ -656,7 +705,7 @@ def _json_texts(fh: IO[bytes], name: str, column: str) -> Iterator[str]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PosdiagError(f"{name}: not valid JSON ({_first_line(exc)})") from None
     for k, record in enumerate(records):
-        text = _record_text(record, name, f"item {k}", column)
+        text = _record_text(record, name, f"item {k}", column, group)
         if text is not None:
             yield text
 
@@ -675,7 +724,7 @@ class _ChainLines:
 
 
 def _csv_texts(
-    lines: Iterator[tuple[int, str]], name: str, column: str, tab: bool
+    lines: Iterator[tuple[int, str]], name: str, column: str, tab: bool, group: str | None = None
 ) -> Iterator[str]:
     """The ``column`` of a CSV (quoted fields, strict) or TSV (no quoting) file.
 
@@ -699,10 +748,18 @@ def _csv_texts(
         if column not in header:
             raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(header)}")
         idx = header.index(column)
+        if group is not None and group not in header:
+            raise PosdiagError(
+                f"{name}: no field {group!r} (--group-by); columns: {', '.join(header)}"
+            )
         start = reader.line_num + 1
         for row in reader:
             if idx < len(row) and row[idx].strip():
-                yield row[idx]
+                if group is None:
+                    yield row[idx]
+                else:
+                    record = dict(zip(header, row, strict=False))
+                    yield _grouped(row[idx], record, group, name, f"line {start}")
             start = reader.line_num + 1
     except csv.Error as exc:
         what = str(exc)
@@ -717,9 +774,16 @@ def _csv_texts(
 # Through the datasets library
 
 
-def _column_texts(batches: Iterable[dict[str, list[Any]]], column: str, name: str) -> Iterator[str]:
+def _column_texts(
+    batches: Iterable[dict[str, list[Any]]], column: str, name: str, group: str | None = None
+) -> Iterator[str]:
     for batch in batches:
-        for value in batch[column]:
+        if group is not None and group not in batch:
+            raise PosdiagError(
+                f"{name}: no field {group!r} (--group-by); columns: {', '.join(batch)}"
+            )
+        groups = batch[group] if group is not None else None
+        for k, value in enumerate(batch[column]):
             if value is None:
                 continue
             if not isinstance(value, str):
@@ -727,11 +791,14 @@ def _column_texts(batches: Iterable[dict[str, list[Any]]], column: str, name: st
                     f"{name}: column {column!r} must hold text; got {type(value).__name__}"
                 )
             if value.strip():
-                yield value
+                if group is None or groups is None:
+                    yield value
+                else:
+                    yield _grouped(value, {group: groups[k]}, group, name, "a row")
 
 
 def _datafile_texts(
-    files: tuple[str, ...], fmt: str, column: str | None, name: str
+    files: tuple[str, ...], fmt: str, column: str | None, name: str, group: str | None = None
 ) -> Iterator[str]:
     import datasets
 
@@ -742,11 +809,15 @@ def _datafile_texts(
         bad = _find_corrupt(files, fmt) or ", ".join(files)
         return PosdiagError(f"{bad}: cannot read the {fmt} file ({_first_line(exc)})")
 
-    yield from _streamed_texts(ds, column or DEFAULT_COLUMN, name, unreadable)
+    yield from _streamed_texts(ds, column or DEFAULT_COLUMN, name, unreadable, group)
 
 
 def _streamed_texts(
-    ds: Any, col: str, name: str, unreadable: Callable[[Exception], PosdiagError]
+    ds: Any,
+    col: str,
+    name: str,
+    unreadable: Callable[[Exception], PosdiagError],
+    group: str | None = None,
 ) -> Iterator[str]:
     """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch.
 
@@ -754,7 +825,7 @@ def _streamed_texts(
     the first batch because features may be unknown until read (arrow files, hub data sets).
     """
     with _quiet_datasets(), contextlib.suppress(Exception):
-        ds = ds.select_columns([col])
+        ds = ds.select_columns([col] if group is None else [col, group])
     it = iter(ds.iter(batch_size=_HF_BATCH))
     while True:
         try:
@@ -768,7 +839,7 @@ def _streamed_texts(
             raise unreadable(exc) from None
         if col not in batch:
             raise PosdiagError(f"{name}: no column {col!r}; columns: {', '.join(batch)}")
-        yield from _column_texts([batch], col, name)
+        yield from _column_texts([batch], col, name, group)
 
 
 def _find_corrupt(files: tuple[str, ...], fmt: str) -> str | None:
@@ -848,7 +919,15 @@ def _load_disk(name: str, path: str, split: str | None) -> Any:
 def _disk_texts(src: Source) -> Iterator[str]:
     ds = _load_disk(src.name, str(src.dataset), src.split)
     col = src.column or DEFAULT_COLUMN
-    yield from _column_texts(ds.select_columns([col]).iter(batch_size=_HF_BATCH), col, src.name)
+    cols = [col] if src.group_by is None else [col, src.group_by]
+    if src.group_by is not None and src.group_by not in ds.column_names:
+        raise PosdiagError(
+            f"{src.name}: no field {src.group_by!r} (--group-by); "
+            f"columns: {', '.join(ds.column_names)}"
+        )
+    yield from _column_texts(
+        ds.select_columns(cols).iter(batch_size=_HF_BATCH), col, src.name, src.group_by
+    )
 
 
 def _parse_hub(spec: str) -> tuple[str, str | None, str | None]:
@@ -1045,4 +1124,6 @@ def _hub_texts(src: Source) -> Iterator[str]:
     def unreadable(exc: Exception) -> PosdiagError:
         return PosdiagError(f"{src.name}: reading failed ({_first_line(exc)})")
 
-    yield from _streamed_texts(_load_hf(src), src.column or DEFAULT_COLUMN, src.name, unreadable)
+    yield from _streamed_texts(
+        _load_hf(src), src.column or DEFAULT_COLUMN, src.name, unreadable, src.group_by
+    )

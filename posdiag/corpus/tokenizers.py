@@ -20,7 +20,9 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.pre_tokenizers import Whitespace
 
@@ -461,15 +463,72 @@ def view(
         for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
             yield tokenizer.encode_batch_model(batch, max_len), len(batch)
     else:
-        eot = tokenizer.eot_id()
-        carry: list[int] = []
-        for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
-            for ids in tokenizer.encode_batch(batch):
+        for windows, consumed, _ in packed_windows(
+            texts, tokenizer, max_len, batch_size=batch_size
+        ):
+            yield windows, consumed
+
+
+def packed_windows(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    max_len: int,
+    *,
+    batch_size: int = 1024,
+    keyer: Any = None,
+) -> Iterator[tuple[list[list[int]], int, np.ndarray | None]]:
+    """The packed view: documents joined with the end-of-text token, cut into ``max_len`` windows.
+
+    With ``keyer`` (a :class:`posdiag.corpus.units.UnitKeyer`) each document gets a unit key (and
+    exact duplicates are left out with ``--dedup``) before it is packed, and every window takes
+    the key of the document it starts in (docs/geometry.md section 2b).
+
+    Yields
+    ------
+    (windows, documents, keys)
+        ``keys``: uint64 array of shape (len(windows),), or None without ``keyer``.
+    """
+    eot = tokenizer.eot_id()
+    carry: list[int] = []
+    # (offset in carry, key) of the documents that start in carry; the first covers offset 0.
+    starts: list[int] = []
+    keys: list[int] = []
+    for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
+        docs = tokenizer.encode_batch(batch)
+        if keyer is None:
+            for ids in docs:
                 carry.extend(ids)
                 carry.append(eot)
-            whole = len(carry) // max_len * max_len
-            windows = [carry[i : i + max_len] for i in range(0, whole, max_len)]
-            carry = carry[whole:]
-            yield windows, len(batch)
-        if carry:
-            yield [carry], 0
+        else:
+            doc_keys, keep = keyer.keys(docs, batch)
+            for ids, key, kept in zip(docs, doc_keys.tolist(), keep.tolist(), strict=True):
+                if kept:
+                    starts.append(len(carry))
+                    keys.append(key)
+                    carry.extend(ids)
+                    carry.append(eot)
+        whole = len(carry) // max_len * max_len
+        windows = [carry[i : i + max_len] for i in range(0, whole, max_len)]
+        carry = carry[whole:]
+        yield windows, len(batch), _window_keys(starts, keys, whole, max_len, keyer)
+    if carry:
+        yield [carry], 0, _window_keys(starts, keys, max_len, max_len, keyer)
+
+
+def _window_keys(
+    starts: list[int], keys: list[int], whole: int, max_len: int, keyer: Any
+) -> np.ndarray | None:
+    """Keys of the windows starting at ``0, max_len, .. < whole`` (the document each starts in);
+    drops the documents wholly before ``whole`` from ``starts``/``keys`` (in place) and shifts
+    the rest by ``whole``."""
+    if keyer is None:
+        return None
+    offsets = np.arange(0, whole, max_len, dtype=np.int64)
+    at = np.asarray(starts, dtype=np.int64)
+    which = np.searchsorted(at, offsets, side="right") - 1
+    out = np.asarray(keys, dtype=np.uint64)[which]
+    # The document that covers offset `whole` carries over (it starts there or before).
+    first = max(0, int(np.searchsorted(at, whole, side="right")) - 1)
+    del starts[:first], keys[:first]
+    starts[:] = [max(0, s - whole) for s in starts]
+    return out

@@ -6,6 +6,7 @@ matrix; posdiag's metadata sits in the same archive as a JSON string under ``pos
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,13 +27,16 @@ from .. import __version__
 from .._util.atomic import atomic_outputs
 from .._util.memory import require
 from .._util.validate import check_int
-from ..corpus._shardkey import shard_of
 from ..corpus.sources import Source
-from ..corpus.tokenizers import Tokenizer, view
+from ..corpus.tokenizers import Tokenizer, packed_windows, view
+from ..corpus.units import (
+    DEFAULT_GROUP_PREFIX,
+    UnitKeyer,
+    UnitState,
+    UnitTally,
+    tally_of,
+)
 from ..errors import PosdiagError
-
-if TYPE_CHECKING:
-    from .distributed import Engine
 
 __all__ = [
     "Counts",
@@ -42,7 +46,6 @@ __all__ = [
     "count_texts",
     "count_text_units",
     "count_source",
-    "corpus_counts",
     "load_counts",
     "merge_counts",
     "save_counts",
@@ -135,6 +138,12 @@ class Counts:
         if pad is None or pad >= self.vocab_size:
             return sup
         return sup - np.asarray(self.matrix[:, pad].toarray()).ravel().astype(np.int64)
+
+    @property
+    def units(self) -> UnitTally | None:
+        """Duplicates and sampling units of the counted corpus (:mod:`posdiag.corpus.units`), from
+        the metadata; None for token id files, merged counts and counts files of older versions."""
+        return UnitTally.from_meta(self.meta.get("units"))
 
     @property
     def vocab_seen(self) -> int:
@@ -387,15 +396,20 @@ def count_texts(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """Tokenize, apply a view and count.
 
     Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
     the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
     ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
-    same single pass: shard :func:`~posdiag.corpus._shardkey.shard_of` ``(shard_seed, 0, i)`` for
-    the
-    ``i``-th sequence (uniform, and a function of ``i`` alone, whatever the batch size).
+    same single pass: the shard of its sampling unit (:mod:`posdiag.corpus.units`: a hash of its
+    content, or of its first ``group_prefix`` tokens, or of its ``group_by`` value, and the
+    seed), so copies of a sequence share a shard wherever they sit. ``dedup`` drops exact
+    duplicates before counting. The metadata's ``units`` holds the duplicate tally and the
+    units reaching each position (:class:`~posdiag.corpus.units.UnitTally`).
 
     Returns
     -------
@@ -415,6 +429,9 @@ def count_texts(
         dense_limit=dense_limit,
         shards=shards,
         shard_seed=shard_seed,
+        group_by=group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
 
 
@@ -430,15 +447,18 @@ def count_text_units(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """:func:`count_texts` of a corpus given as ``(unit, texts)`` pieces in reading order.
 
-    The ``i``-th sequence of ``unit`` goes to shard ``shard_of(shard_seed, unit, i)``; that is
-    how a corpus counted piece by piece (:mod:`posdiag.counts.distributed`) and in one pass get the
-    same shards. The packed view carries windows across texts: give it a single unit.
+    A sequence's shard depends on its content and the seed, not on its piece, so a corpus
+    counted piece by piece (:mod:`posdiag.counts.distributed`) and in one pass get the same shards.
+    The packed view carries windows across texts: give it a single unit.
     """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    mats, docs, seqs, toks = _count_text_units(
+    mats, docs, seqs, toks, state = _count_text_units(
         units,
         tokenizer,
         view_name=view_name,
@@ -448,6 +468,9 @@ def count_text_units(
         dense_limit=dense_limit,
         shards=k,
         shard_seed=shard_seed,
+        group_by=group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
     if toks == 0:
         raise PosdiagError(f"{source}: the corpus is empty (no tokens after tokenization)")
@@ -455,6 +478,7 @@ def count_text_units(
     meta = _meta(
         source, tokenizer.name, tokenizer.fingerprint, view_name, max_len, v, docs, seqs, toks
     )
+    meta.update(units_meta(state, max_len, view_name, group_prefix, group_by, dedup))
     if view_name == "model":
         # Which id is padding, so supports can count real tokens (Counts.real_supports).
         meta["pad_id"] = tokenizer.pad_id()
@@ -464,6 +488,19 @@ def count_text_units(
     meta.update(shards=k, shard_seed=shard_seed)
     total = sp.csr_matrix(sum(mats[1:], mats[0]))
     return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+
+
+def units_meta(
+    state: UnitState,
+    max_len: int,
+    view_name: str,
+    prefix: int,
+    group_by: str | None,
+    dedup: bool = False,
+) -> dict[str, Any]:
+    """The metadata key of a counting pass's sampling units: ``units`` (the tally)."""
+    item = "documents" if view_name == "packed" else "sequences"
+    return {"units": tally_of(state, max_len, item, prefix, group_by, dedup=dedup).to_meta()}
 
 
 def _count_text_units(
@@ -477,18 +514,26 @@ def _count_text_units(
     dense_limit: int,
     shards: int,
     shard_seed: int,
-) -> tuple[tuple[sp.csr_matrix, ...], int, int, int]:
+    group_by: str | None = None,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
+    skip: np.ndarray | None = None,
+) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
 
-    The shard of a sequence is :func:`~posdiag.corpus._shardkey.shard_of` of its unit and its
-    ordinal
-    within the unit, so splitting a corpus into units and counting them anywhere gives the same
-    shards. The packed view carries windows across texts: give it a single unit.
+    The shard of a sequence is a function of its content (or its ``group_by`` value) and the
+    seed alone (:mod:`posdiag.corpus.units`), so counting the pieces of a corpus anywhere, in any
+    order, gives the same shards. The packed view carries windows across texts: give it a single
+    unit.
 
     Returns
     -------
-    (matrices, documents, sequences, tokens)
-        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``.
+    (matrices, documents, sequences, tokens, units)
+        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``;
+        ``units``: what the pass saw of its sampling units
+        (:class:`~posdiag.corpus.units.UnitState`).
+        ``skip``: with ``dedup``, content hashes whose first copy was counted elsewhere (a Dask
+        piece after the one holding it).
     """
     k = shards
     if k:
@@ -507,26 +552,73 @@ def _count_text_units(
                 dense_limit=dense_limit,
             )
         ]
+    keyer = UnitKeyer(
+        tokenizer,
+        seed=shard_seed,
+        prefix=group_prefix,
+        group_by=group_by,
+        dedup=dedup,
+        item="documents" if view_name == "packed" else "sequences",
+        pad_id=tokenizer.pad_id() if view_name == "model" else None,
+        seen=skip,
+    )
     docs = seqs = toks = 0
-    for unit, texts in units:
-        ordinal = 0
-        for batch, consumed in view(texts, tokenizer, view_name, max_len, batch_size=batch_size):
+    for _unit, texts in units:
+        for batch, consumed, keys in _keyed_view(
+            texts, tokenizer, view_name, max_len, batch_size, keyer
+        ):
             if k:
-                ords = np.arange(ordinal, ordinal + len(batch), dtype=np.int64)
-                which = shard_of(shard_seed, unit, ords, k)
+                which = keyer.shards(keys, k)
                 for s, acc in enumerate(accs):
                     idx = np.flatnonzero(which == s)
                     if idx.size:
                         toks += acc.add_sequences([batch[j] for j in idx])
             else:
                 toks += accs[0].add_sequences(batch)
-            ordinal += len(batch)
             seqs += len(batch)
             docs += consumed
             if progress is not None:
                 progress(docs, seqs, toks)
     v = tokenizer.vocab_size
-    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks
+    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks, keyer.state()
+
+
+def _keyed_view(
+    texts: Iterable[str],
+    tokenizer: Tokenizer,
+    view_name: str,
+    max_len: int,
+    batch_size: int,
+    keyer: UnitKeyer,
+) -> Iterator[tuple[list[list[int]], int, np.ndarray]]:
+    """:func:`~posdiag.corpus.tokenizers.view` with each sequence's unit key, exact duplicates
+    left out
+    with ``--dedup`` and each unit's reach recorded: (sequences, documents, keys)."""
+    if view_name == "packed":
+        for windows, consumed, keys in packed_windows(
+            texts, tokenizer, max_len, batch_size=batch_size, keyer=keyer
+        ):
+            assert keys is not None
+            keyer.reach(windows, keys)
+            yield windows, consumed, keys
+        return
+    read: collections.deque[str] = collections.deque()
+
+    def tee() -> Iterator[str]:
+        for t in texts:
+            read.append(t)
+            yield t
+
+    # view() asks for one batch of texts at a time and yields it before reading on, so the
+    # texts of a batch are the first `consumed` of `read`.
+    for batch, consumed in view(tee(), tokenizer, view_name, max_len, batch_size=batch_size):
+        own = [read.popleft() for _ in range(consumed)]
+        keys, keep = keyer.keys(batch, own)
+        if not keep.all():
+            batch = [s for s, kept in zip(batch, keep.tolist(), strict=True) if kept]
+            keys = keys[keep]
+        keyer.reach(batch, keys)
+        yield batch, consumed, keys
 
 
 @dataclass(frozen=True)
@@ -848,33 +940,16 @@ def count_source(
     dense_limit: int = DENSE_LIMIT,
     shards: int = 0,
     shard_seed: int = 0,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Counts:
     """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name.
 
-    With shards (and a view that does not carry windows across texts), the source is read
-    piece by piece (:func:`posdiag.counts.distributed.selected_units`: its files, parquet row
-    groups,
-    stream shards) and a sequence's shard is a function of its piece and its index in it, so
-    counting the pieces on a Dask cluster gives the same shards.
+    A sequence's shard is a function of its content (or of the source's ``group_by`` field)
+    and the seed, so the file order, the pieces and counting on a Dask cluster do not change
+    the shards.
     """
     _start(progress, source.expected, "documents")
-    if shards and view_name != "packed" and source.name != "-":
-        from .distributed import selected_units
-
-        counts = count_text_units(
-            selected_units(source, max_len),
-            tokenizer,
-            view_name=view_name,
-            max_len=max_len,
-            batch_size=batch_size,
-            progress=progress,
-            source=source.name,
-            dense_limit=dense_limit,
-            shards=shards,
-            shard_seed=shard_seed,
-        )
-        extra = _selection_meta(source)
-        return dataclasses.replace(counts, meta={**counts.meta, **extra}) if extra else counts
     counts = count_texts(
         source.texts(),
         tokenizer,
@@ -886,6 +961,9 @@ def count_source(
         dense_limit=dense_limit,
         shards=shards,
         shard_seed=shard_seed,
+        group_by=source.group_by,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )
     extra = _selection_meta(source)
     if extra:
@@ -937,6 +1015,9 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     meta["merged_from"] = labels
     for key in ("limit", "sample", "seed"):
         meta.pop(key, None)
+    # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
+    # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
+    meta.pop("units", None)
     if meta.get("tokenizer_fingerprint") != "run":
         total = counts[0].matrix.copy()
         for c in counts[1:]:
@@ -1046,151 +1127,3 @@ def load_counts(path: str | Path) -> Counts:
     m.sum_duplicates()  # a row listing a column twice (valid CSR) means their sum
     vocab = tuple(str(t) for t in arrays["vocab"].tolist()) if "vocab" in arrays else None
     return Counts(m, meta, vocab)
-
-
-def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
-    """What to do when an option asks a counts file for another reading than it was counted
-    with: drop the option, or count the corpus again with it."""
-    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
-        key, key.replace("_", "-")
-    )
-    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
-    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
-    if key == "column":
-        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
-    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
-
-
-def corpus_counts(
-    corpus: str,
-    *,
-    column: str | None = None,
-    tokenizer: str | None = None,
-    view_name: str | None = None,
-    max_len: int | None = None,
-    pad_token: str | None = None,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
-    limit: int | None = None,
-    sample: float | None = None,
-    seed: int = 0,
-    data_dir: str | None = None,
-    dtype: str | None = None,
-    vocab_size: int | None = None,
-    shards: int = 0,
-    shard_seed: int = 0,
-    engine: str | None = None,
-    scheduler: str | None = None,
-    workers: int | None = None,
-) -> Counts:
-    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
-
-    ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
-    the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
-    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md).
-
-    ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
-    :func:`count_texts`); counts files and token id files are read without shards.
-
-    For a counts file, options given explicitly (not None) must match how it was counted;
-    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
-    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
-    (default: the vocabulary size of ``tokenizer`` when one is given).
-    See :func:`posdiag.corpus.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
-    and ``dtype``.
-    """
-    from .distributed import engine_from_options
-
-    where = engine_from_options(engine or "local", scheduler, workers)
-    if is_counts_file(corpus):
-        counts = load_counts(corpus)
-        asked = {
-            "column": column,
-            "tokenizer": tokenizer,
-            "view": view_name,
-            "max_len": max_len,
-            "vocab_size": vocab_size,
-            "limit": limit,
-            "sample": sample,
-        }
-        for key, value in asked.items():
-            if value is not None and counts.meta.get(key) != value:
-                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
-        return counts
-    from ..corpus.sources import open_source
-    from ..corpus.tokenizers import load_tokenizer
-
-    source = open_source(
-        corpus, column, limit=limit, sample=sample, seed=seed, data_dir=data_dir, dtype=dtype
-    )
-    max_len = check_max_len(512 if max_len is None else max_len)
-    if source.is_ids:
-        if view_name not in (None, "packed"):
-            raise PosdiagError(
-                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
-            )
-        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
-        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
-            raise PosdiagError(
-                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
-                "vocabulary)"
-            )
-        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
-        if where.is_dask:
-            return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
-        return count_ids(
-            source,
-            max_len=max_len,
-            vocab_size=v,
-            tokenizer=tok.name if tok else "ids",
-            fingerprint=tok.fingerprint if tok else None,
-            progress=progress,
-        )
-    if vocab_size is not None:
-        raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
-    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
-    if where.is_dask:
-        return _on_dask(
-            source,
-            tok,
-            where,
-            progress,
-            view_name=view_name or "text",
-            max_len=max_len,
-            pad_token=pad_token,
-            shards=shards,
-            seed=shard_seed,
-            batch_size=batch_size,
-        )
-    return count_source(
-        source,
-        tok,
-        view_name=view_name or "text",
-        max_len=max_len,
-        batch_size=batch_size,
-        progress=progress,
-        shards=shards,
-        shard_seed=shard_seed,
-    )
-
-
-def _on_dask(
-    source: Source,
-    tok: Tokenizer | None,
-    engine: Engine,
-    progress: ProgressFn | None,
-    **job: Any,
-) -> Counts:
-    from .distributed import count_on_dask, job_for
-
-    if not source.is_ids:
-        job.setdefault("view_name", "text")
-    else:
-        job["view_name"] = "packed"
-    return count_on_dask(
-        source,
-        job_for(source, tok, **job),
-        engine,
-        tokenizer_name=tok.name if tok is not None else "ids",
-        progress=progress,
-    )

@@ -17,12 +17,11 @@ Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never 
   cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
   position range, and its count matrix holds only its positions.
 
-Bit-identical to one process. Every piece is also a *unit* of the shard address: the ``i``-th
-sequence of unit ``u`` belongs to bootstrap / cross-fit shard
-``posdiag.corpus._shardkey.shard_of(seed, u, i)``, in the single-process pass too
-(:func:`selected_units`), so who counts a piece does not matter. The tree sum adds pieces in
-reading order (left before right), so per-run vocabularies (``whitespace``) are aligned into
-the order of first appearance in the corpus, the order one process assigns. (Id pieces are
+Bit-identical to one process. A sequence's bootstrap / cross-fit shard is a hash of its content
+(or its ``--group-by`` value) and the seed (:mod:`posdiag.corpus.units`), so who counts a piece does
+not matter, and each piece returns the hashes of its units for the duplicate tally. The tree sum
+adds pieces in reading order (left before right), so per-run vocabularies (``whitespace``) are
+aligned into the order one process assigns. (Id pieces are
 added in one tree per position range and the client appends the rows of those sums in
 position order as they arrive: :class:`_RowStack`.) The
 packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
@@ -50,7 +49,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,8 @@ import scipy.sparse as sp
 
 from .._util.validate import check_choice, check_int
 from ..corpus.sources import DATASETS_FORMATS, Source
-from ..corpus.tokenizers import Tokenizer, load_tokenizer
+from ..corpus.tokenizers import Tokenizer, load_tokenizer, view
+from ..corpus.units import DEFAULT_GROUP_PREFIX, UnitKeyer, UnitState
 from ..errors import PosdiagError
 from .core import (
     DENSE_LIMIT,
@@ -70,6 +70,7 @@ from .core import (
     _meta,
     _selection_meta,
     _start,
+    units_meta,
 )
 
 __all__ = [
@@ -81,16 +82,17 @@ __all__ = [
     "add_partials",
     "count_on_dask",
     "count_piece",
+    "dedup_skips",
     "engine_from_options",
     "job_for",
+    "piece_hashes",
     "plan_pieces",
     "run_pieces",
-    "selected_units",
 ]
 
 ENGINES = ("local", "dask")
 # Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
-# the cluster size, because pieces are also shard-address units and must not depend on it.
+# the cluster size, so that the pieces of a corpus do not depend on it.
 ROWS_PER_PIECE = 1 << 16
 # Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
 # line belongs to the range where it starts). Fixed for the same reason: ranges are units.
@@ -166,7 +168,7 @@ class Piece:
     Attributes
     ----------
     index : int
-        Position in reading order; also the shard-address unit of its sequences.
+        Position in reading order.
     kind : str
         ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
         (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
@@ -233,6 +235,14 @@ class Job:
         Bootstrap / cross-fit shards (0: none) and their seed.
     batch_size : int
     dense_limit : int
+    group_prefix : int
+        Sequences sharing their first ``group_prefix`` tokens are one sampling unit
+        (:mod:`posdiag.corpus.units`).
+    dedup : bool
+        Drop exact duplicates (the first copy in reading order is kept).
+    skip : ndarray or None
+        ``dedup``, one piece's job: content hashes whose first copy is in an earlier piece
+        (:func:`dedup_skips`).
     """
 
     source: Source
@@ -246,6 +256,9 @@ class Job:
     seed: int = 0
     batch_size: int = 1024
     dense_limit: int = DENSE_LIMIT
+    group_prefix: int = DEFAULT_GROUP_PREFIX
+    dedup: bool = False
+    skip: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -262,6 +275,8 @@ class Partial:
     documents, sequences, tokens : int
     vocab : tuple of str or None
         Per-run vocabularies (``whitespace``): the tokens of the ids, in first-appearance order.
+    units : UnitState or None
+        Text pieces: the hashes of their sampling units (they add up, :mod:`posdiag.corpus.units`).
     """
 
     matrix: sp.csr_matrix
@@ -270,6 +285,7 @@ class Partial:
     sequences: int
     tokens: int
     vocab: tuple[str, ...] | None = None
+    units: UnitState | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
@@ -283,6 +299,7 @@ class Partial:
                 self.sequences,
                 self.tokens,
                 self.vocab,
+                self.units,
             ),
         )
 
@@ -323,6 +340,7 @@ def _partial_from(
     sequences: int,
     tokens: int,
     vocab: tuple[str, ...] | None,
+    units: UnitState | None = None,
 ) -> Partial:
     return Partial(
         _csr_from(matrix),
@@ -331,6 +349,7 @@ def _partial_from(
         sequences,
         tokens,
         vocab,
+        units,
     )
 
 
@@ -432,38 +451,56 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
     from ..corpus import sources as S
 
     column = source.column or S.DEFAULT_COLUMN
+    group = source.group_by
     if piece.kind == "file":
         if piece.format in DATASETS_FORMATS:
-            yield from S._datafile_texts((piece.path,), piece.format, source.column, piece.path)
+            yield from S._datafile_texts(
+                (piece.path,), piece.format, source.column, piece.path, group
+            )
         else:
-            yield from S._file_texts(piece.path, piece.format, source.column)
+            yield from S._file_texts(piece.path, piece.format, source.column, group)
     elif piece.kind == "lines":
-        yield from _range_texts(piece, column)
+        yield from _range_texts(piece, column, group)
     elif piece.kind == "rowgroup":
         import pyarrow.parquet as pq
 
+        cols = [column] if group is None else [column, group]
         try:
-            table = pq.ParquetFile(piece.path).read_row_group(piece.start, columns=[column])
-            values = table.column(column).to_pylist()
+            pf = pq.ParquetFile(piece.path)
+            if group is not None and group not in pf.schema_arrow.names:
+                raise PosdiagError(
+                    f"{piece.path}: no field {group!r} (--group-by); "
+                    f"columns: {', '.join(pf.schema_arrow.names)}"
+                )
+            table = pf.read_row_group(piece.start, columns=cols)
+            values = {c: table.column(c).to_pylist() for c in cols}
+        except PosdiagError:
+            raise
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise PosdiagError(
                 f"{piece.describe()}: cannot read the parquet file ({S._first_line(exc)})"
             ) from None
-        yield from S._column_texts([{column: values}], column, piece.path)
+        yield from S._column_texts([values], column, piece.path, group)
     elif piece.kind == "stream":
         ds = S._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
 
         def unreadable(exc: Exception) -> PosdiagError:
             return PosdiagError(f"{piece.describe()}: reading failed ({S._first_line(exc)})")
 
-        yield from S._streamed_texts(ds, column, source.name, unreadable)
+        yield from S._streamed_texts(ds, column, source.name, unreadable, group)
     elif piece.kind == "rows":
         if source.format == "disk":
             ds = S._load_disk(source.name, str(source.dataset), source.split)
         else:
             ds = S._load_hf(source)
-        part = ds.select(range(piece.start, piece.stop)).select_columns([column])
-        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name)
+        cols = [column] if group is None else [column, group]
+        if group is not None and group not in ds.column_names:
+            raise PosdiagError(
+                f"{source.name}: no field {group!r} (--group-by); "
+                f"columns: {', '.join(ds.column_names)}"
+            )
+        part = ds.select(range(piece.start, piece.stop)).select_columns(cols)
+        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name, group)
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
 
@@ -494,7 +531,7 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
             at += len(raw)
 
 
-def _range_texts(piece: Piece, column: str) -> Iterator[str]:
+def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterator[str]:
     """The texts of a byte-range piece, as :func:`posdiag.corpus.sources._file_texts` reads them;
     errors name the line by its byte offset (its number would need the lines before)."""
     from ..corpus import sources as S
@@ -522,24 +559,9 @@ def _range_texts(piece: Piece, column: str) -> Iterator[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
-        value = S._record_text(record, name, where, column)
+        value = S._record_text(record, name, where, column, group)
         if value is not None:
             yield value
-
-
-def selected_units(source: Source, max_len: int = 512) -> Iterator[tuple[int, Iterator[str]]]:
-    """``(unit, texts)`` of ``source`` for one process: the pieces' texts after ``limit`` and
-    ``sample`` (applied across pieces, in reading order, as :meth:`Source.texts` does)."""
-    from ..corpus.sources import _select
-
-    def tagged() -> Iterator[tuple[int, str]]:
-        for piece in plan_pieces(source, max_len):
-            for text in piece_texts(piece, source):
-                yield piece.index, text
-
-    kept: Iterator[Any] = _select(tagged(), source.limit, source.sample, source.seed)  # type: ignore[arg-type]
-    for unit, group in itertools.groupby(kept, key=lambda item: item[0]):
-        yield unit, (text for _, text in group)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,7 +594,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
     if piece.kind == "ids":
         return _count_id_piece(piece, job)
     tok = _tokenizer(job)
-    mats, docs, seqs, toks = _count_text_units(
+    mats, docs, seqs, toks, units = _count_text_units(
         [(piece.index, piece_texts(piece, job.source))],
         tok,
         view_name=job.view_name,
@@ -582,6 +604,10 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         dense_limit=job.dense_limit,
         shards=job.shards,
         shard_seed=job.seed,
+        group_by=job.source.group_by,
+        group_prefix=job.group_prefix,
+        dedup=job.dedup,
+        skip=job.skip,
     )
     vocab = tok.vocabulary()
     total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
@@ -592,7 +618,42 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         seqs,
         toks,
         None if vocab is None else tuple(vocab),
+        units,
     )
+
+
+def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
+    """Distinct content hashes of a text piece's sequences, sorted (the first pass of
+    ``--dedup`` on Dask; runs on a worker)."""
+    tok = _tokenizer(job)
+    keyer = UnitKeyer(tok, prefix=0)
+    found = [np.empty(0, dtype=np.uint64)]
+    texts = piece_texts(piece, job.source)
+    for batch, _ in view(texts, tok, job.view_name, job.max_len, batch_size=job.batch_size):
+        found.append(keyer.hashes(batch)[0])
+    return np.unique(np.concatenate(found))
+
+
+def dedup_skips(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """For each piece (in reading order), the hashes of ``hashes[j]`` that an earlier piece
+    holds too: their first copy is there, so piece ``j`` drops every copy of them.
+
+    Parameters
+    ----------
+    hashes : sequence of ndarray, each of shape (m_j,), uint64, distinct within a piece
+
+    Returns
+    -------
+    list of ndarray, uint64
+    """
+    if not hashes:
+        return []
+    allh = np.concatenate(hashes)
+    owner = np.repeat(np.arange(len(hashes)), [h.size for h in hashes])
+    order = np.lexsort((owner, allh))
+    h, o = allh[order], owner[order]
+    later = np.r_[False, h[1:] == h[:-1]]  # not the first piece holding this hash
+    return [h[later & (o == j)] for j in range(len(hashes))]
 
 
 def _id_array(piece: Piece, source: Source) -> np.ndarray:
@@ -709,6 +770,7 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         a.sequences + b.sequences,
         a.tokens + b.tokens,
         vocab,
+        None if a.units is None or b.units is None else a.units + b.units,
     )
 
 
@@ -804,8 +866,12 @@ def run_pieces(
     progress: ProgressFn | None = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
     direct: bool | None = None,
+    jobs: Sequence[Job] | None = None,
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
+
+    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``: each with its own
+    hashes to drop).
 
     Text pieces are added in one tree. Id pieces are added in one tree per position range (the
     pieces of the same positions in successive window ranges); the client appends those sums,
@@ -819,7 +885,12 @@ def run_pieces(
     """
     from distributed import as_completed
 
-    futures = client.map(task_fn, pieces, job=job, pure=False)
+    if jobs is None:
+        futures = client.map(task_fn, pieces, job=job, pure=False)
+    else:
+        futures = [
+            client.submit(task_fn, p, job=j, pure=False) for p, j in zip(pieces, jobs, strict=True)
+        ]
     stats = [client.submit(_stats, f, pure=False) for f in futures]
     groups: dict[tuple[int, int], list[Any]] = {}
     for piece, fut in zip(pieces, futures, strict=True):
@@ -950,8 +1021,19 @@ def count_on_dask(
             _start(progress, source.expected, "documents")
         if not pieces:
             raise PosdiagError(f"{source.name}: no tokens to count")
+        jobs: list[Job] | None = None
+        if job.dedup:
+            # A first pass finds which piece holds the first copy of each sequence.
+            found = client.gather(client.map(piece_hashes, pieces, job=job, pure=False))
+            jobs = [dataclasses.replace(job, skip=sk) for sk in dedup_skips(found)]
         part = run_pieces(
-            client, pieces, job, progress=progress, task_fn=task_fn, direct=_direct(client)
+            client,
+            pieces,
+            job,
+            progress=progress,
+            task_fn=task_fn,
+            direct=_direct(client),
+            jobs=jobs,
         )
     if part.tokens == 0:
         if source.is_ids:
@@ -973,6 +1055,10 @@ def count_on_dask(
         part.documents, part.sequences, part.tokens,
     )  # fmt: skip
     meta.update(_selection_meta(source))
+    if part.units is not None:
+        meta.update(
+            units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by, job.dedup)
+        )
     if job.view_name == "model":
         # Which id is padding, as count_texts records it (Counts.real_supports).
         from ..corpus.tokenizers import load_tokenizer
@@ -998,6 +1084,8 @@ def job_for(
     shards: int = 0,
     seed: int = 0,
     batch_size: int = 1024,
+    group_prefix: int = DEFAULT_GROUP_PREFIX,
+    dedup: bool = False,
 ) -> Job:
     """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec."""
     spec = None
@@ -1021,4 +1109,6 @@ def job_for(
         shards=shards,
         seed=seed,
         batch_size=batch_size,
+        group_prefix=group_prefix,
+        dedup=dedup,
     )

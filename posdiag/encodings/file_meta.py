@@ -21,7 +21,7 @@ from ..corpus.reading import Reading
 __all__ = ["BUILT_WITH", "InspectReading", "inspect_reading", "read_encoding_meta", "row_notes"]
 
 # Metadata keys that say how the corpus was read, in the order they are reported.
-BUILT_WITH = ("tokenizer", "view", "max_len", "min_count")
+BUILT_WITH = ("tokenizer", "view", "max_len", "min_count", "group_by", "group_prefix", "dedup")
 
 
 def read_encoding_meta(path: str | Path) -> dict[str, str]:
@@ -46,7 +46,9 @@ def read_encoding_meta(path: str | Path) -> dict[str, str]:
 
 
 def _typed(key: str, value: str) -> Any:
-    return int(value) if key in ("max_len", "min_count") else value
+    if key == "dedup":
+        return value == "true"
+    return int(value) if key in ("max_len", "min_count", "group_prefix") else value
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,15 @@ def row_notes(
     ``0..min(rows, n_eff)-1`` are then compared). ``summary`` is the corpus's
     :class:`~posdiag.reports.analysis.CorpusSummary`."""
     out = []
+    units = summary.units
     read = {
         "tokenizer": summary.tokenizer,
         "view": summary.view,
         "max_len": summary.max_len,
         "min_count": summary.min_count,
+        "group_by": None if units is None else units.group_by,
+        "group_prefix": None if units is None else units.prefix,
+        "dedup": None if units is None else units.dedup,
     }
     differ = [
         f"{k}={_typed(k, meta[k])} vs {read[k]}"

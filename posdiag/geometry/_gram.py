@@ -295,8 +295,7 @@ def symmetric_product(
     token from the row's own place in the token's list on) and mirrored, half the work of a
     product. ``Q`` keeps only the rows where ``A`` and ``B`` differ; for the expected thinning
     (:func:`posdiag.geometry._thinning.expected_halves`) those are the positions with an odd number
-    of
-    tokens, so ``Q Q^T`` costs about a quarter of ``P P^T``.
+    of tokens, so ``Q Q^T`` costs about a quarter of ``P P^T``.
 
     Parameters
     ----------
@@ -1052,8 +1051,7 @@ def centred_half(
     are written, and every pair is visited once).
 
     :func:`posdiag.geometry.estimator.gram_from_bc`'s arithmetic (the same operations in the same
-    order,
-    so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
+    order, so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
 
     Parameters
     ----------
@@ -1090,8 +1088,7 @@ def centred_half(
 def implied_distances(bc: np.ndarray) -> np.ndarray:
     """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, as a new
     array: :func:`posdiag.geometry.estimator.implied_distances`' six numpy passes (outer sum,
-    halving,
-    subtraction, clip, sqrt, symmetrisation) in one compiled
+    halving, subtraction, clip, sqrt, symmetrisation) in one compiled
     pass with the same operations in the same order, so the same numbers bit for bit
     (tests/geometry/test_implied_distances.py).
 

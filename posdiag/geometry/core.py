@@ -187,8 +187,7 @@ class MDS:
     vectors : ndarray of shape (n, m)
         Matching unit eigenvectors (columns) of the top ``m`` eigenvalues (``m = n`` up to
         :data:`posdiag.geometry.spectral.FULL_EIGH_MAX` positions), signs fixed so each column's
-        entry
-        of largest magnitude is positive.
+        entry of largest magnitude is positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
     total : float or None
@@ -277,8 +276,7 @@ def mds_from_gram(gram: np.ndarray) -> MDS:
     """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning).
 
     An estimated ``B_H`` (the cross-fit, posdiag.geometry.estimator) has negative eigenvalues by
-    design;
-    :meth:`MDS.coordinates` uses the positive ones only.
+    design; :meth:`MDS.coordinates` uses the positive ones only.
 
     Parameters
     ----------
@@ -302,16 +300,13 @@ def mds_of_gram(
 
     Up to ``full_max`` positions (default :data:`posdiag.geometry.spectral.FULL_EIGH_MAX`) the full
     ``eigh``; up to :data:`posdiag.geometry.spectral.EIGVALSH_MAX` every eigenvalue (``eigvalsh``)
-    with
-    the top eigenvectors only; beyond, :func:`posdiag.geometry.spectral.partial_spectrum` grown
-    until
-    each stress tolerance in ``tolerances`` is reached (or shown unreachable), with
+    with the top eigenvectors only; beyond, :func:`posdiag.geometry.spectral.partial_spectrum` grown
+    until each stress tolerance in ``tolerances`` is reached (or shown unreachable), with
     ``total = ||B||_F^2`` so the stress tail of the computed ranks stays exact, and the
     smallest eigenvalue by Lanczos (``bottom=True``; slow on the dense cluster of noise
     eigenvalues at the bottom of an estimated ``B_H``) or not at all (``bottom=False``: NaN).
     ``eigvalsh_max`` defaults to :data:`~posdiag.geometry.spectral.EIGVALSH_MAX` when ``full_max``
-    is
-    not given, else to ``full_max`` (no eigenvalues-only band). No warning.
+    is not given, else to ``full_max`` (no eigenvalues-only band). No warning.
     """
     from .spectral import (
         EIGVALSH_MAX,

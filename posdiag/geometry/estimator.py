@@ -27,8 +27,7 @@ multivariate hypergeometric draw, which is exactly how a random half of the sequ
 position splits its tokens. Rows are thinned independently, so the average over *every*
 thinning (``S -> infinity``) is one product of expected square-root rows
 (:mod:`posdiag.geometry._thinning`): that is what the thinning path computes, exactly and without a
-seed,
-at the cost of one of the ``S`` products it replaces.
+seed, at the cost of one of the ``S`` products it replaces.
 """
 
 from __future__ import annotations
@@ -281,8 +280,7 @@ def expected_thinning_bc(
 
     ``E X_ij = <m^A_i, m^B_j>`` for ``i != j`` (rows are thinned independently) and ``E X_ii``
     from each token's hypergeometric share (:mod:`posdiag.geometry._thinning`), so one product
-    replaces
-    the ``S`` seeded thinnings, and the split-to-split noise they leave is gone.
+    replaces the ``S`` seeded thinnings, and the split-to-split noise they leave is gone.
 
     Parameters
     ----------

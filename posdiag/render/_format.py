@@ -79,6 +79,7 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     from dataclasses import asdict
 
     out = asdict(c)
+    out["units"] = None if c.units is None else c.units.to_meta()
     if c.real_supports:
         out["real_share"] = list(c.real_share)
     return out
@@ -106,11 +107,41 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("min_count", str(c.min_count)),
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
         *_real_rows(c),
+        *_unit_rows(c),
         (
             "dropped positions",
             span(c.dropped) + (": support below min_count" if c.dropped else ""),
         ),
         *_unreached_rows(c),
+    ]
+
+
+def _unit_rows(c: CorpusSummary) -> list[tuple[str, str]]:
+    """Duplicates and sampling units (docs/geometry.md section 2b)."""
+    u = c.units
+    if u is None:
+        return []
+    item = u.item
+    dup = f"{u.duplicates:,} of {u.items:,} {item} ({u.share:.1%})"
+    if u.dedup:
+        dup += f"; --dedup dropped {u.dropped:,}"
+    if u.prefix:
+        shared = (
+            f"{u.prefix_groups:,} {'group' if u.prefix_groups == 1 else 'groups'} of "
+            f"{u.prefix_grouped:,} {item} (largest {u.largest_group:,}) share their first "
+            f"{u.prefix} tokens"
+        )
+    else:
+        shared = "not grouped (--group-prefix 0)"
+    by = (
+        f"--group-by {u.group_by}"
+        if u.group_by
+        else (f"content, first {u.prefix} tokens" if u.prefix else "content")
+    )
+    return [
+        ("exact duplicates", dup),
+        ("shared-prefix groups", shared),
+        ("sampling units", f"{u.units:,} ({by}); min_count counts these"),
     ]
 
 

@@ -94,8 +94,7 @@ def render_html(
         Extra rows for the diagnostics table (e.g. noise floor, shift-equivariance).
     recommendation : str, optional
         The recommendation with its reason (:class:`~posdiag.reports.analysis.Recommendation`),
-        shown
-        first.
+        shown first.
 
     Every warning of ``report`` (and its unstable positions and interval note) is listed in a
     Warnings section at the top, as the terminal prints them.

@@ -17,6 +17,7 @@ from .._util.memory import require
 from .._util.threads import small_blas
 from .._util.userdocs import doc_ref
 from .._util.validate import check_float, check_int
+from ..corpus.units import UnitTally, duplicate_warning
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, DEFAULT_SET, Encoding, make_encoding, parse_encoding, with_dim
 from ..encodings.families import family as family_of
@@ -63,6 +64,7 @@ from ..uncertainty.bootstrap import (
     bootstrap_stress,
     information_null,
     noise_floor,
+    noise_floor_by_shards,
     pair_floor,
 )
 from .padding import padding_warnings
@@ -108,6 +110,10 @@ class CorpusSummary:
     ``max_len``, so ``supports`` is flat and ``min_count`` counts ``real_supports`` instead
     (``support_unit`` says which: ``"sequences"`` or ``"real tokens"``). ``dropped`` lists
     positions at or after ``n_eff`` that have any such support (reported, never mixed in).
+    ``units`` is the duplicate and sampling-unit tally of a counted text corpus (None for token
+    id files and older counts files); when present, ``min_count`` counts the distinct sampling
+    units reaching each position (``units.unit_supports``, docs/geometry.md section 2b), so copies
+    of a sequence do not make a position look better supported than it is.
     """
 
     source: str
@@ -125,11 +131,22 @@ class CorpusSummary:
     dropped: tuple[int, ...]
     real_supports: tuple[int, ...] = ()
     support_unit: str = "sequences"
+    units: UnitTally | None = None
 
     @property
     def counted_supports(self) -> tuple[int, ...]:
-        """What ``min_count`` (and ``check --min-support``) count at each position."""
+        """Sequences at each position (model view: real tokens), as ``check --min-support``
+        counts them."""
         return self.real_supports or self.supports
+
+    @property
+    def unit_supports(self) -> tuple[int, ...]:
+        """What ``min_count`` counts at each position: the distinct sampling units reaching it
+        when known (docs/geometry.md 2b), else :attr:`counted_supports`."""
+        base = self.counted_supports
+        if self.units is None or len(self.units.unit_supports) != len(base):
+            return base
+        return tuple(min(a, b) for a, b in zip(base, self.units.unit_supports, strict=True))
 
     @property
     def real_share(self) -> tuple[float, ...]:
@@ -298,9 +315,14 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     padded = counts.pad_id is not None
     # In the model view every sequence reaches every position: count real tokens instead.
     counted = counts.real_supports if padded else supports
-    n_eff = supported_prefix(counted, min_count)
+    units = counts.units
+    if units is not None and len(units.unit_supports) != counts.n:
+        units = None  # not this matrix's positions (a hand-edited counts file): ignored
+    # Copies of a sequence are one sampling unit: min_count counts units (docs/geometry.md 2b).
+    by_unit = counted if units is None else np.minimum(counted, units.unit_supports)
+    n_eff = supported_prefix(by_unit, min_count)
     meta = counts.meta
-    nonzero = np.flatnonzero(counted > 0)
+    nonzero = np.flatnonzero(by_unit > 0)
     last = int(nonzero[-1]) if nonzero.size else -1
     return CorpusSummary(
         source=str(meta.get("source", "<counts>")),
@@ -318,6 +340,7 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
         dropped=tuple(range(n_eff, last + 1)),
         real_supports=tuple(int(s) for s in counted) if padded else (),
         support_unit="real tokens" if padded else "sequences",
+        units=units,
     )
 
 
@@ -360,6 +383,10 @@ def corpus_geometry(
     if n_eff < 2:
         head = ", ".join(str(s) for s in summary.counted_supports[:5])
         what = "supports" if summary.support_unit == "sequences" else "real-token supports"
+        if summary.unit_supports != summary.counted_supports:
+            # Copies share a unit and count once (docs/geometry.md 2b): say so, with the figure.
+            units = ", ".join(str(s) for s in summary.unit_supports[:5])
+            head += f"; distinct sampling units: {units}"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
             f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
@@ -416,6 +443,9 @@ def corpus_geometry(
                 "fewer --shards or a larger --min-count keep the split by sequence"
             )
     notes += padding_warnings(summary)
+    dup = duplicate_warning(summary.units, sharded=bool(shards) or estimator == "plugin")
+    if dup is not None:
+        notes.append(f"{source}: {dup}")
     if n_eff == 2:
         # Two points are always exactly embeddable on a line, so the comparison says nothing.
         notes.append(
@@ -457,9 +487,8 @@ class Spectrum:
     most negative one.
 
     At long contexts (``computed > 0``, posdiag.geometry.spectral) only the top ``computed``
-    eigenvalues
-    are known (``stress_by_rank`` is exact for those ranks, from ``||B_H||_F^2``); an effective
-    rank of ``computed + 1`` then reads "more than ``computed``" (:func:`rank_text`), and
+    eigenvalues are known (``stress_by_rank`` is exact for those ranks, from ``||B_H||_F^2``); an
+    effective rank of ``computed + 1`` then reads "more than ``computed``" (:func:`rank_text`), and
     ``floor`` is a lower bound, the share of the most negative eigenvalue alone (the exact floor
     needs every negative eigenvalue); ``signal_rank`` is exact when below ``computed``.
     """
@@ -928,8 +957,7 @@ def interval_scores(
     ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
     ``full_eigenvalues`` are those of the geometry scored (see
     :func:`~posdiag.uncertainty.bootstrap.bootstrap_stress`). Held-out ``mds-r`` scores (those with
-    an
-    ``in_sample`` figure) get the spread of their outer splits as well.
+    an ``in_sample`` figure) get the spread of their outer splits as well.
     """
     iv = bootstrap_stress(
         sharded,
@@ -976,7 +1004,13 @@ def _with_intervals(
     # a draw per position.
     floor = None
     if details or geometry.estimator != "crossfit":
-        floor = noise_floor(sharded.counts.matrix[:n], seed=seed)
+        # Halves of the shards when there are any: copies of a sequence then stay on one side.
+        own = sharded.counts.shards
+        floor = (
+            noise_floor_by_shards(own, n, seed=seed)
+            if len(own) >= 2
+            else noise_floor(sharded.counts.matrix[:n], seed=seed)
+        )
     probe = np.full(n, np.nan) if floor is None else floor
     unstable = _unstable(_noise_pairs(geometry, probe)[0], _noise_shares(geometry, probe)[1])
     floors = () if floor is None else tuple(float(x) for x in floor)
@@ -1067,12 +1101,11 @@ def stress_report(
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
     With sharded counts (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress
-    gets a
-    bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
+    gets a bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
     skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap;
     ``replicates`` defaults to :func:`~posdiag.uncertainty.bootstrap.default_replicates` of
-    ``n_eff``.
-    ``dim`` is the model dimension of the encodings that have one (see :func:`score_encodings`).
+    ``n_eff``. ``dim`` is the model dimension of the encodings that have one (see
+    :func:`score_encodings`).
     ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
     ``details=False`` skips what only ``--verbose`` and the JSON show: each score's plug-in
     figure (``plain``, then NaN) and, without intervals, the per-position noise floor

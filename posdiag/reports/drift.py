@@ -29,13 +29,8 @@ import scipy.sparse as sp
 
 from .._util.validate import check_float, check_int
 from ..corpus.reading import Reading
-from ..counts.core import (
-    Counts,
-    ProgressFn,
-    align_vocabularies,
-    corpus_counts,
-    is_counts_file,
-)
+from ..counts.core import Counts, ProgressFn, align_vocabularies, is_counts_file
+from ..counts.corpus import corpus_counts
 from ..errors import PosdiagError
 from ..geometry.core import MDS, _fix_signs, classical_mds, gram_from_vectors, reached_rank
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
@@ -92,14 +87,14 @@ def count_pair(
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
-    Each side is counted as :func:`posdiag.counts.core.corpus_counts` would with ``reading``
-    (default:
-    every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for the
+    Each side is counted as :func:`posdiag.counts.corpus.corpus_counts` would with ``reading``
+    (default: every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for
+    the
     other side; ``whitespace`` ids, which depend on the corpus they were counted from, are
     renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
     ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.corpus.sources.open_source`;
     token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
-    packed view, as by :func:`posdiag.counts.core.corpus_counts`. ``column_b`` is B's text column
+    packed view, as by :func:`posdiag.counts.corpus.corpus_counts`. ``column_b`` is B's text column
     when it differs from A's (``reading.column`` is then A's only).
     """
     from ..corpus.sources import open_source
@@ -237,8 +232,7 @@ def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
     """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
 
     The same number as :func:`posdiag.geometry.core.stress` (docs/geometry.md section 4), computed
-    so
-    that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
+    so that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
     corpus against itself must show.
     """
     nh = float(np.linalg.norm(b_h))

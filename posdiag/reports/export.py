@@ -117,6 +117,12 @@ def low_rank_encoding(
         "eigenvalues": json.dumps([float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]),
         "posdiag_version": __version__,
     }
+    if s.units is not None:
+        # Which sampling units the geometry was estimated with (docs/geometry.md 2b).
+        meta["group_prefix"] = str(s.units.prefix)
+        meta["dedup"] = "true" if s.units.dedup else "false"
+        if s.units.group_by is not None:
+            meta["group_by"] = s.units.group_by
     return LowRankEncoding(
         geometry.mds.coordinates(rank), _orthonormal(dim, rank, seed), stress, meta
     )

@@ -1,8 +1,7 @@
 """Bootstrap replicates of the cross-fitted geometry without per-replicate sparse bookkeeping.
 
 A replicate of :func:`posdiag.uncertainty.bootstrap.bootstrap_stress` keeps half of the ``K``
-shards and
-cross-fits them: each split sums a quarter of the shards into ``C^A`` and ``C^B``, takes
+shards and cross-fits them: each split sums a quarter of the shards into ``C^A`` and ``C^B``, takes
 ``R = sqrt(C / N)`` row-wise and multiplies ``R^A (R^B)^T``. Done with scipy objects that is
 ~10 sparse constructions and products per split, whose fixed overhead dominates small inputs
 such as the bundled corpus.

@@ -29,7 +29,8 @@ from .._util.memory import require
 from .._util.threads import BLAS_THREADS_FROM, small_blas
 from .._util.validate import check_choice, check_int
 from ..corpus.tokenizers import Tokenizer
-from ..counts.core import Counts, ProgressFn, corpus_counts, count_texts, is_counts_file
+from ..counts.core import Counts, ProgressFn, count_texts, is_counts_file
+from ..counts.corpus import corpus_counts
 from ..encodings import Encoding
 from ..errors import PosdiagError
 from ..geometry._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
@@ -80,6 +81,7 @@ __all__ = [
     "information_null",
     "interval_method",
     "noise_floor",
+    "noise_floor_by_shards",
     "pair_floor",
     "paired_halves",
     "replicate_halves",
@@ -152,7 +154,7 @@ def corpus_counts_sharded(
     seed: int = 0,
     **read: Any,
 ) -> ShardedCounts:
-    """:func:`~posdiag.counts.core.corpus_counts` with shards.
+    """:func:`~posdiag.counts.corpus.corpus_counts` with shards.
 
     ``read`` takes every keyword of ``corpus_counts`` (column, tokenizer, view_name, max_len,
     pad_token, progress, limit, sample, data_dir, dtype, vocab_size, ...); ``seed`` seeds both
@@ -811,8 +813,8 @@ def _scipy_replicates(
     distances: bool = True,
 ) -> ReplicateGrams:
     """The replicates as computed before :class:`~posdiag.uncertainty._replicates.ShardPattern`:
-    scipy
-    selections and :mod:`posdiag.geometry._gram` products per split (with float64 dense blocks: the
+    scipy selections and :mod:`posdiag.geometry._gram` products per split (with float64 dense
+    blocks: the
     reference of tests and `make bench`).
 
     ``dense_dtype=np.float32`` (long contexts, where the pattern does not fit): the products'
@@ -905,6 +907,49 @@ def noise_floor(
         bc = np.bincount(pos, weights=terms, minlength=rows.size)
         acc += np.sqrt(np.clip(1.0 - bc, 0.0, None))
     out[rows] = acc / repeats
+    return out
+
+
+def noise_floor_by_shards(
+    shards: Sequence[sp.csr_matrix], n: int, *, repeats: int = 3, seed: int = 0
+) -> np.ndarray:
+    """:func:`noise_floor` with halves made of whole shards, i.e. of sampling units.
+
+    Copies of a sequence share a shard (:mod:`posdiag.corpus.units`), so the two halves are
+    independent samples even when the corpus repeats itself; a split of each position's tokens
+    would put copies on both sides and understate the noise. ``repeats`` distinct random
+    halves of the ``K`` shards (``floor(K/2)`` and the rest), seeded, are averaged.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        NaN where a half has no token at the position in every repeat.
+    """
+    from ..geometry.estimator import split_picks
+
+    repeats = check_int("repeats", repeats, 1)
+    k = len(shards)
+    rows = [sp.csr_matrix(m[:n], dtype=np.float64) for m in shards]
+    total = rows[0].copy()
+    for m in rows[1:]:
+        total = total + m
+    rng = np.random.default_rng([seed, 3])
+    acc = np.zeros(n)
+    seen = np.zeros(n)
+    for pick in split_picks(k, repeats, rng):
+        a = rows[int(pick[0])].copy()
+        for j in pick[1:]:
+            a = a + rows[int(j)]
+        b = sp.csr_matrix(total - a)
+        na = np.asarray(a.sum(axis=1)).ravel()
+        nb = np.asarray(b.sum(axis=1)).ravel()
+        bc = np.asarray(a.multiply(b).sqrt().sum(axis=1)).ravel()
+        ok = (na > 0) & (nb > 0)
+        bc[ok] /= np.sqrt(na[ok] * nb[ok])
+        acc[ok] += np.sqrt(np.clip(1.0 - bc[ok], 0.0, None))
+        seen[ok] += 1
+    out = np.full(n, np.nan)
+    out[seen > 0] = acc[seen > 0] / seen[seen > 0]
     return out
 
 

@@ -19,13 +19,13 @@ from posdiag.corpus.tokenizers import WhitespaceTokenizer, load_tokenizer, view
 from posdiag.counts.core import (
     CountAccumulator,
     Counts,
-    corpus_counts,
     count_ids,
     count_texts,
     load_counts,
     merge_counts,
     save_counts,
 )
+from posdiag.counts.corpus import corpus_counts
 from posdiag.errors import PosdiagError
 
 

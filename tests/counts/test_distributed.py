@@ -21,23 +21,26 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.corpus._shardkey import shard_of
 from posdiag.corpus.sources import open_source
 from posdiag.corpus.tokenizers import load_tokenizer
-from posdiag.counts.core import Counts, corpus_counts, count_texts, load_counts
+from posdiag.counts.core import Counts, align_vocabularies, count_texts, load_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.counts.distributed import (
+    BYTES_PER_PIECE,
     Engine,
     Job,
     Partial,
     Piece,
     count_on_dask,
     count_piece,
+    dedup_skips,
     engine_from_options,
     job_for,
     plan_pieces,
 )
 from posdiag.errors import PosdiagError
 from posdiag.uncertainty.bootstrap import DEFAULT_SHARDS
+from tests._unit_oracle import words_shard
 
 distributed = pytest.importorskip("distributed")
 
@@ -108,17 +111,19 @@ def text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _brute_force(
     units: list[list[str]], n: int, k: int, seed: int
 ) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
-    """Whitespace counts by hand: ids by first appearance after 3 specials, shard by address."""
+    """Whitespace counts by hand: ids by first appearance after 3 specials, shard by content
+    (the scalar oracle of docs/geometry.md section 2b)."""
     vocab: dict[str, int] = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2}
     seqs = []
     for u, texts in enumerate(units):
         for i, text in enumerate(texts):
             ids = [vocab.setdefault(w, len(vocab)) for w in text.split()][:n]
             seqs.append((u, i, ids))
+    vocab_words = list(vocab)
     total = np.zeros((n, len(vocab)), dtype=np.int64)
     shards = [np.zeros_like(total) for _ in range(k)]
-    for u, i, ids in seqs:
-        s = int(shard_of(seed, u, np.array([i]), k)[0])
+    for _u, _i, ids in seqs:
+        s = words_shard([vocab_words[t] for t in ids], seed, k)
         for pos, t in enumerate(ids):
             total[pos, t] += 1
             shards[s][pos, t] += 1
@@ -594,3 +599,107 @@ def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
     assert total.matrix.dtype == np.int64
     assert np.array_equal(total.matrix.toarray(), dense)
     assert (total.documents, total.sequences, total.tokens) == (6, 10, 60)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same records in every layout: shards follow content (posdiag.corpus.units), not where a
+# line sits
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """1,500 sentences of the bundled corpus as .txt, .jsonl, one .json array, .csv, a parquet
+    file of 4 row groups, a folder of three pieces (reversed order inside each), and a .jsonl
+    over BYTES_PER_PIECE (each record padded by an unused field) that Dask cuts into ranges."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.conftest import BUNDLED
+
+    d = tmp_path_factory.mktemp("layouts")
+    lines = [t for t in BUNDLED.read_text(encoding="utf-8").splitlines() if t.strip()][:1500]
+    rows = [{"text": t} for t in lines]
+    out = {"txt": d / "c.txt", "jsonl": d / "c.jsonl", "json": d / "c.json", "csv": d / "c.csv"}
+    out["txt"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out["json"].write_text(json.dumps(rows), encoding="utf-8")
+    with open(out["csv"], "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, ["id", "text"])
+        w.writeheader()
+        w.writerows({"id": i, "text": t} for i, t in enumerate(lines))
+    out["parquet"] = d / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), out["parquet"], row_group_size=400)
+    folder = d / "pieces"
+    folder.mkdir()
+    (folder / "1.txt").write_text("\n".join(lines[:500][::-1]) + "\n", encoding="utf-8")
+    (folder / "2.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows[500:1000][::-1]), encoding="utf-8"
+    )
+    pq.write_table(pa.Table.from_pylist(rows[1000:][::-1]), folder / "3.parquet")
+    out["folder"] = folder
+    pad = "x" * (BYTES_PER_PIECE // len(rows) + 64)
+    out["big"] = d / "big.jsonl"
+    out["big"].write_text(
+        "".join(json.dumps({"text": t, "pad": pad}) + "\n" for t in lines), encoding="utf-8"
+    )
+    assert out["big"].stat().st_size > BYTES_PER_PIECE
+    return out
+
+
+def _layout_figures(args: list[str]) -> dict[str, Any]:
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    doc["corpus"].pop("source")
+    # Per-run word ids follow the reading order, so sums run in another order: the last bits.
+    return json.loads(json.dumps(doc), parse_float=lambda x: round(float(x), 10) + 0.0)
+
+
+def test_same_records_in_every_layout_and_on_dask_give_identical_figures(
+    layouts: dict[str, Path], cluster: Any
+) -> None:
+    opts = ["--json", "--quiet", "--max-len", "24", "--min-count", "50", "--replicates", "20"]
+    want = _layout_figures(["stress", str(layouts["txt"]), *opts])
+    assert want["corpus"]["units"]["items"] == 1500
+    for name in ("jsonl", "json", "csv", "parquet", "folder", "big"):
+        assert _layout_figures(["stress", str(layouts[name]), *opts]) == want, name
+    source = open_source(str(layouts["big"]))
+    assert [p.kind for p in plan_pieces(source)] == ["lines", "lines"]
+    dask = ["--engine", "dask", "--scheduler", cluster.scheduler_address]
+    for name in ("big", "folder", "parquet"):
+        got = _layout_figures(["stress", str(layouts[name]), *opts, *dask])
+        assert got == want, name
+
+
+def test_dedup_on_dask_keeps_the_first_copy_in_reading_order_like_one_process(
+    tmp_path: Path, cluster: Any
+) -> None:
+    # Copies within a piece and across pieces (a line of 1.txt again in 3.txt, twice).
+    rng = np.random.default_rng(3)
+    lines = _lines(rng, 40)
+    (tmp_path / "1.txt").write_text("\n".join(lines[:20] + lines[:5]) + "\n")
+    (tmp_path / "2.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in lines[20:] + lines[25:27])
+    )
+    (tmp_path / "3.txt").write_text("\n".join(lines[3:8] + lines[3:5] + ["fresh words"]) + "\n")
+    opts = {"max_len": 10, "shards": 4, "shard_seed": 2, "dedup": True}
+    one = corpus_counts(str(tmp_path), **opts)
+    dask = corpus_counts(str(tmp_path), **opts, **_engine(cluster))
+    _same(one, dask)
+    read = lines[:20] + lines[:5] + lines[20:] + lines[25:27] + lines[3:8] + lines[3:5]
+    read.append("fresh words")
+    # Distinct after the view: the first 10 words (max_len) of each line.
+    firsts = list(dict.fromkeys(" ".join(t.split()[:10]) for t in read))
+    plain = count_texts(firsts, load_tokenizer(), max_len=10)
+    mine, theirs = align_vocabularies([one, plain])
+    assert (mine.matrix != theirs.matrix).nnz == 0
+    u = dask.units
+    assert u is not None and (u.items, u.dropped) == (55, 55 - len(firsts))
+
+
+def test_dedup_skips_are_what_earlier_pieces_hold() -> None:
+    u = np.uint64
+    got = dedup_skips([np.array([1, 5], u), np.array([2, 5, 9], u), np.array([1, 2, 3], u)])
+    assert [g.tolist() for g in got] == [[], [5], [1, 2]]

@@ -86,7 +86,7 @@ def test_stress_diagnose_json_and_encodings_agree(
 
 def test_plot_legend_names_the_families(synth_corpus: Path) -> None:
     pytest.importorskip("matplotlib")
-    from posdiag.counts.core import corpus_counts
+    from posdiag.counts.corpus import corpus_counts
     from posdiag.render.plots import plot_stress
     from posdiag.reports.analysis import stress_report
 

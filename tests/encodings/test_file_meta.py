@@ -46,6 +46,8 @@ def test_inspect_reads_the_corpus_as_the_file_was_built(built: Path, small_corpu
         "view": "model",
         "max_len": "24",
         "min_count": "50",
+        "group_prefix": "6",
+        "dedup": "false",
     }
     # The same geometry the file was built on: the table's stress is the one it was built with
     # (to float32 storage). Before, inspect read whitespace / text / 512 and got another number.
@@ -102,3 +104,22 @@ def test_a_checkpoint_without_posdiag_metadata_keeps_the_defaults(
     doc, _ = _ok("inspect", str(table), "--corpus", str(small_corpus), "--json")
     assert doc["corpus"]["view"] == "text" and doc["corpus"]["max_len"] == 512
     assert doc["from_file"] == {}
+
+
+def test_inspect_reads_the_sampling_units_the_file_was_built_with(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    # Every line twice, built with --dedup and --group-prefix 3: inspect counts the same way.
+    twice = tmp_path / "twice.txt"
+    twice.write_text(small_corpus.read_text(encoding="utf-8") * 2, encoding="utf-8")
+    out = tmp_path / "enc.npy"
+    _ok("build-encoding", str(twice), "-o", str(out), "-n", "20", "-r", "2", "--dim", "8",
+        "--dedup", "--group-prefix", "3")  # fmt: skip
+    meta = read_encoding_meta(out)
+    assert (meta["dedup"], meta["group_prefix"]) == ("true", "3")
+    doc, err = _ok("inspect", str(out), "--corpus", str(twice), "--json")
+    assert doc["from_file"]["dedup"] == "true" and doc["from_file"]["group_prefix"] == "3"
+    units = doc["corpus"]["units"]
+    assert (units["dedup"], units["prefix"], units["dropped"]) == (True, 3, 400)
+    assert doc["fit"]["stress"] == pytest.approx(float(meta["stress"]), abs=1e-5)
+    assert doc["warnings"] == [] and err == ""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
 from posdiag.reports.analysis import stress_report
@@ -71,7 +71,8 @@ def test_report_without_matplotlib_says_so(
 
 def test_report_escapes_text(tmp_path: Path) -> None:
     corpus = tmp_path / "a<b>&.txt"
-    corpus.write_text("x y z w\ny x w z\n" * 60)
+    # 120 distinct lines: copies would count once towards min_count (docs/geometry.md 2b).
+    corpus.write_text("".join(f"x{i % 7} y{i % 11} z{i % 13} w{i % 5}\n" for i in range(120)))
     page = build_report(corpus_counts(str(corpus)), ["rope"], min_count=50, plots=False)
     assert "a&lt;b&gt;&amp;.txt" in page.html and "a<b>" not in page.html
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.plots import (
     CORPUS_PLOTS,
@@ -100,7 +100,8 @@ def test_plot_dir_whose_parent_is_missing(
 
 def test_small_geometry_skips_the_3d_trajectory(tmp_path: Path) -> None:
     corpus = tmp_path / "c.txt"
-    corpus.write_text("a b c\nb a c\n" * 60)
+    # 120 distinct lines: copies would count once towards min_count (docs/geometry.md 2b).
+    corpus.write_text("".join(f"a{i % 7} b{i % 11} c{i % 13}\n" for i in range(120)))
     geo = corpus_geometry(corpus_counts(str(corpus)), 50)
     assert geo.n_eff == 3
     written = write_plots(tmp_path / "out", geometry=geo)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.reports.drift import corpus_drift
 
 runner = CliRunner()

@@ -257,7 +257,7 @@ def test_diff_of_token_id_files(
     cli: Callable[..., Result], tmp_path: Path, synth_corpus: Path
 ) -> None:
     """Pre-training vs fine-tuning shards as .bin ids: counted like corpus_counts does."""
-    from posdiag.counts.core import corpus_counts
+    from posdiag.counts.corpus import corpus_counts
 
     rng = np.random.default_rng(0)
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"

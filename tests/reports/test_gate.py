@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import Result
 
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.gate import github_annotations, junit_xml, rule_line
 from posdiag.reports.analysis import corpus_geometry, score_encodings

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.counts.core import corpus_counts, load_counts, save_counts
+from posdiag.counts.core import load_counts, save_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.reports.analysis import corpus_summary
 
 runner = CliRunner()

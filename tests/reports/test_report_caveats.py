@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.counts.core import corpus_counts
+from posdiag.counts.corpus import corpus_counts
 from posdiag.render.plots import FAMILY_COLOURS, plot_spectrum, plot_stress, plot_support
 from posdiag.reports.analysis import corpus_geometry, stress_report
 

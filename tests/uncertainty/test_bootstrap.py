@@ -220,7 +220,7 @@ def test_bootstrap_reports_progress_per_replicate() -> None:
 
 def test_sharding_follows_every_reading_option(tmp_path: Path) -> None:
     """Shards come from the same reader as plain counts: folders, --limit, --sample, ids."""
-    from posdiag.counts.core import corpus_counts
+    from posdiag.counts.corpus import corpus_counts
 
     folder = tmp_path / "docs"
     folder.mkdir()

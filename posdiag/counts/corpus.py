@@ -1,0 +1,209 @@
+"""Counting a corpus named on the command line: the one entry point every command calls.
+
+:func:`corpus_counts` reads a counts ``.npz`` (checking that the options agree with how it was
+counted), or opens the source and counts it in this process (:mod:`posdiag.counts.core`) or on
+a Dask cluster (:mod:`posdiag.counts.distributed`), with the same result either way. It sits
+above both, so neither imports the other's caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..corpus.sources import Source, open_source
+from ..corpus.tokenizers import Tokenizer, load_tokenizer
+from ..corpus.units import check_group_options
+from ..errors import PosdiagError
+from .core import (
+    Counts,
+    ProgressFn,
+    check_max_len,
+    count_ids,
+    count_source,
+    is_counts_file,
+    load_counts,
+)
+from .distributed import Engine, count_on_dask, engine_from_options, job_for
+
+__all__ = ["corpus_counts"]
+
+
+def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
+    """What to do when an option asks a counts file for another reading than it was counted
+    with: drop the option, or count the corpus again with it."""
+    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
+        key, key.replace("_", "-")
+    )
+    was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
+    fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
+    if key == "column":
+        fix += " (posdiag diff: --column-b sets corpus B's column on its own)"
+    return f"{corpus}: was counted with {was}, not {key}={asked!r}; {fix}"
+
+
+def corpus_counts(
+    corpus: str,
+    *,
+    column: str | None = None,
+    tokenizer: str | None = None,
+    view_name: str | None = None,
+    max_len: int | None = None,
+    pad_token: str | None = None,
+    batch_size: int = 1024,
+    progress: ProgressFn | None = None,
+    limit: int | None = None,
+    sample: float | None = None,
+    seed: int = 0,
+    data_dir: str | None = None,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
+    shards: int = 0,
+    shard_seed: int = 0,
+    engine: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    group_by: str | None = None,
+    group_prefix: int | None = None,
+    dedup: bool | None = None,
+) -> Counts:
+    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
+
+    ``group_by`` (a field of the records), ``group_prefix`` (tokens; default
+    :data:`~posdiag.corpus.units.DEFAULT_GROUP_PREFIX`) and ``dedup`` say what a sampling unit is
+    and whether exact duplicates are dropped (:mod:`posdiag.corpus.units`, docs/geometry.md section
+    2b).
+
+    ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
+    the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
+    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md).
+
+    ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
+    :func:`count_texts`); counts files and token id files are read without shards.
+
+    For a counts file, options given explicitly (not None) must match how it was counted;
+    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
+    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
+    (default: the vocabulary size of ``tokenizer`` when one is given).
+    See :func:`posdiag.corpus.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
+    and ``dtype``.
+    """
+
+    where = engine_from_options(engine or "local", scheduler, workers)
+    if is_counts_file(corpus):
+        counts = load_counts(corpus)
+        asked = {
+            "column": column,
+            "tokenizer": tokenizer,
+            "view": view_name,
+            "max_len": max_len,
+            "vocab_size": vocab_size,
+            "limit": limit,
+            "sample": sample,
+        }
+        tally = counts.meta.get("units")
+        tally = tally if isinstance(tally, dict) else {}
+        units_asked = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
+        units_counted = {
+            "group_by": tally.get("group_by"),
+            "group_prefix": tally.get("prefix"),
+            "dedup": bool(tally.get("dedup", False)) if tally else None,
+        }
+        for key, value in asked.items():
+            if value is not None and counts.meta.get(key) != value:
+                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
+        for key, value in units_asked.items():
+            if value is not None and units_counted[key] != value:
+                raise PosdiagError(_counted_otherwise(corpus, key, units_counted[key], value))
+        return counts
+
+    group_by, prefix, dedup = check_group_options(group_by, group_prefix, dedup)
+    source = open_source(
+        corpus,
+        column,
+        limit=limit,
+        sample=sample,
+        seed=seed,
+        data_dir=data_dir,
+        dtype=dtype,
+        group_by=group_by,
+    )
+    max_len = check_max_len(512 if max_len is None else max_len)
+    if source.is_ids:
+        if dedup or group_prefix is not None or group_by is not None:
+            flag = "--dedup" if dedup else "--group-by" if group_by else "--group-prefix"
+            raise PosdiagError(
+                f"{corpus}: {flag} needs documents, and token id files do not delimit them "
+                "(they are counted without shards, split by thinning)"
+            )
+        if view_name not in (None, "packed"):
+            raise PosdiagError(
+                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
+            )
+        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
+        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
+            raise PosdiagError(
+                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
+                "vocabulary)"
+            )
+        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+        if where.is_dask:
+            return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
+        return count_ids(
+            source,
+            max_len=max_len,
+            vocab_size=v,
+            tokenizer=tok.name if tok else "ids",
+            fingerprint=tok.fingerprint if tok else None,
+            progress=progress,
+        )
+    if vocab_size is not None:
+        raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
+    tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
+    if where.is_dask:
+        return _on_dask(
+            source,
+            tok,
+            where,
+            progress,
+            view_name=view_name or "text",
+            max_len=max_len,
+            pad_token=pad_token,
+            shards=shards,
+            seed=shard_seed,
+            batch_size=batch_size,
+            group_prefix=prefix,
+            dedup=dedup,
+        )
+    return count_source(
+        source,
+        tok,
+        view_name=view_name or "text",
+        max_len=max_len,
+        batch_size=batch_size,
+        progress=progress,
+        shards=shards,
+        shard_seed=shard_seed,
+        group_prefix=prefix,
+        dedup=dedup,
+    )
+
+
+def _on_dask(
+    source: Source,
+    tok: Tokenizer | None,
+    engine: Engine,
+    progress: ProgressFn | None,
+    **job: Any,
+) -> Counts:
+
+    if not source.is_ids:
+        job.setdefault("view_name", "text")
+    else:
+        job["view_name"] = "packed"
+    return count_on_dask(
+        source,
+        job_for(source, tok, **job),
+        engine,
+        tokenizer_name=tok.name if tok is not None else "ids",
+        progress=progress,
+    )
