@@ -556,7 +556,16 @@ def diff(
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
-        a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
+        # The default shards, as stress counts them: each side's geometry is the one stress shows.
+        a, b = count_pair(
+            corpus_a,
+            corpus_b,
+            reading,
+            column_b=column_b,
+            seed=seed,
+            progress=bar,
+            shards=DEFAULT_SHARDS,
+        )
     # The bar's geometry stage: two geometries and their re-splits, long at long contexts.
     with bootstrap_progress(quiet):
         drift = corpus_drift(
