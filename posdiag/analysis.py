@@ -1261,7 +1261,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     what = "variance" if plugin else "squared norm (sampling error bound)"
     within = "within the floor" if plugin else "within their own sampling error"
     reading = (
-        f"sampling noise makes up ~{share:.0%} of the geometry's {what}; floor {f[0]:.2f} at "
+        f"{_share_of(share, what)}; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
         f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are {within}"
     )
@@ -1282,6 +1282,16 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         tuple(float(x) for x in position_share),
         reading,
         geo.estimator,
+    )
+
+
+def _share_of(share: float, what: str) -> str:
+    """What sampling noise makes up of the geometry, never more than all of it."""
+    if share <= 1.0:
+        return f"sampling noise makes up ~{share:.0%} of the geometry's {what}"
+    return (
+        "sampling noise can make up all of the geometry (its sampling error bound is "
+        f"{share:.2g} x the geometry's squared norm)"
     )
 
 
@@ -1308,6 +1318,14 @@ def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
     return ShiftDiagnosis(
         r2, tuple(float(x) for x in fit.profile), smooth, neigh, all_mean, reading
     )
+
+
+def noise_share_text(share: float) -> str:
+    """``'~45%'``; from 100% on, what it is: the cross-fit's sampling error bound exceeding the
+    geometry, ``'all of it (error bound 1.9 x the geometry)'``: a share cannot pass 100%."""
+    if share <= 1.0:
+        return f"~{share:.0%}"
+    return f"~100% (error bound {share:.2g} x the geometry)"
 
 
 def saving_phrase(saving: float, digits: int = 0) -> str:
@@ -1425,11 +1443,13 @@ def _recommend(
             text += " (intervals overlap)"
     text += f", because {why}; {mds} ({saving_phrase(rank.saving)} parameters than a full table)."
     if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
-        fact = (
-            f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"
-            if noise.noise_share >= NOISY_SHARE
-            else f"{noise.fraction:.0%} of position pairs are within the sampling noise"
-        )
+        share = noise.noise_share
+        if share > 1.0:  # the cross-fit's error bound exceeds the geometry: no share above 100%
+            fact = f"sampling noise can make up all of the geometry (error bound {share:.2g} x it)"
+        elif share >= NOISY_SHARE:
+            fact = f"sampling noise makes up ~{share:.0%} of the geometry"
+        else:
+            fact = f"{noise.fraction:.0%} of position pairs are within the sampling noise"
         # Only the plug-in's noise is biased towards full-rank tables; the cross-fit's is not.
         bias = " (it favours full-rank tables)" if noise.estimator == "plugin" else ""
         text += (
