@@ -1188,14 +1188,15 @@ class RankDiagnosis:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """Which encoding family fits best, the MDS rank reaching the target, and why."""
+    """Which encoding family fits best, the MDS rank reaching the target (None when no rank
+    reaches it: :attr:`RankDiagnosis.rank` is then the signal rank), and why."""
 
     family: str
     encoding: str
     stress: float
     ci_low: float
     ci_high: float
-    mds_rank: int
+    mds_rank: int | None
     text: str
 
 
@@ -1375,6 +1376,12 @@ def _ci(s: EncodingScore) -> str:
     return f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
 
 
+def _mds_rank(rank: RankDiagnosis) -> int | None:
+    """The recommended MDS rank: None when no rank reaches the target (``rank.rank`` is then
+    the signal rank, a fallback, not a recommendation)."""
+    return rank.rank if rank.reached else None
+
+
 def _recommend(
     scores: Sequence[EncodingScore],
     info: InformationDiagnosis,
@@ -1400,7 +1407,7 @@ def _recommend(
             nope.stress,
             nope.ci_low,
             nope.ci_high,
-            rank.rank,
+            _mds_rank(rank),
             f"No positional encoding is needed here: I(position; token) = {info.bits:.3g} bits "
             f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
             "geometry found is sampling noise.",
@@ -1441,7 +1448,9 @@ def _recommend(
         )
         if close:
             text += " (intervals overlap)"
-    text += f", because {why}; {mds} ({saving_phrase(rank.saving)} parameters than a full table)."
+    # The saving belongs to an MDS encoding that reaches the target; the signal rank does not.
+    saving = f" ({saving_phrase(rank.saving)} parameters than a full table)" if rank.reached else ""
+    text += f", because {why}; {mds}{saving}."
     if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
         share = noise.noise_share
         if share > 1.0:  # the cross-fit's error bound exceeds the geometry: no share above 100%
@@ -1456,7 +1465,7 @@ def _recommend(
             f" Caution: {fact}, so noise shapes this ranking{bias}: add data or raise --min-count."
         )
     return Recommendation(
-        family, best.name, best.stress, best.ci_low, best.ci_high, rank.rank, text
+        family, best.name, best.stress, best.ci_low, best.ci_high, _mds_rank(rank), text
     )
 
 

@@ -292,3 +292,25 @@ def test_two_positions_warn_that_the_comparison_is_empty(
     )
     assert note in doc["warnings"]
     assert res.stderr == f"Warning: {note}\n"
+
+
+def test_diagnose_recommends_no_mds_rank_when_none_reaches_the_target(
+    cli: Callable[..., Result], bundled_corpus: Path
+) -> None:
+    """Issue 34 item 3: on the bundled corpus no rank reaches 0.1 (floor 0.120): the JSON's
+    recommended mds_rank is null, and no parameter saving is claimed for the signal rank."""
+    args = ["diagnose", str(bundled_corpus), "--shards", "0"]
+    doc = json.loads(cli([*args, "--json"]).stdout)
+    rank = doc["rank"]
+    assert rank["reached"] is False and doc["recommendation"]["mds_rank"] is None
+    assert rank["rank"] == rank["spectrum"]["signal_rank"]
+    text = doc["recommendation"]["text"]
+    floor, st = rank["spectrum"]["floor"], rank["rank_stress"]
+    assert text.endswith(
+        f"no MDS rank reaches stress <= 0.1 (the estimate's floor is {floor:.3f}; the signal "
+        f"rank {rank['rank']} has {st:.3f})."
+    )
+    assert "fewer parameters" not in text
+    shown = " ".join(cli(args).stdout.split())
+    assert f"the signal rank {rank['rank']} has {st:.3f})." in shown
+    assert "fewer parameters than a full table" not in shown
