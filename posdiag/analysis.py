@@ -53,6 +53,7 @@ from .geometry import (
     stress_floor,
     supported_prefix,
 )
+from .padding import _ranges as position_ranges
 from .padding import padding_warnings
 from .uncertainty import (
     DEFAULT_LEVEL,
@@ -1079,7 +1080,18 @@ def stress_report(
     scores, unc = _with_intervals(
         geo, counts, scored, lvl, replicates, seed, progress, details=details
     )
-    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
+    warned = (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff))
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), warned, unc, geo)
+
+
+def unstable_warnings(unstable: Sequence[int], n: int) -> list[str]:
+    """The warning the terminal, the HTML and the JSON all give for unstable positions."""
+    if not unstable:
+        return []
+    return [
+        f"{len(unstable)} of {n} positions are unstable (mostly sampling noise): "
+        f"{position_ranges(sorted(unstable))}"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1517,5 +1529,14 @@ def diagnose(
     rank = _rank(geo, unc, target, dim)
     rec = _recommend(scores, info, noise, shift, rank)
     return Diagnosis(
-        geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings, geo
+        geo.summary,
+        info,
+        noise,
+        shift,
+        rank,
+        tuple(scores),
+        rec,
+        unc,
+        (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff)),
+        geo,
     )

@@ -290,8 +290,12 @@ def test_two_positions_warn_that_the_comparison_is_empty(
         f"{corpus}: only 2 positions are analysed (n_eff=2), so every encoding that separates "
         "them has stress 0; lower --min-count or add data to compare encodings"
     )
-    assert note in doc["warnings"]
-    assert res.stderr == f"Warning: {note}\n"
+    # Four sequences: both positions are within their noise floor, which is warned too.
+    assert doc["warnings"] == [
+        note,
+        "2 of 2 positions are unstable (mostly sampling noise): 0-1",
+    ]
+    assert res.stderr == "".join(f"Warning: {w}\n" for w in doc["warnings"])
 
 
 def test_diagnose_recommends_no_mds_rank_when_none_reaches_the_target(
