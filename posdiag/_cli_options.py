@@ -27,7 +27,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ._defaults import DEFAULT_SHARDS
+from ._defaults import DEFAULT_ESTIMATOR, DEFAULT_SHARDS
 from ._jit import watch
 from ._validate import check_choice
 from .reading import READING_FIELDS, Reading
@@ -343,15 +343,19 @@ def warn(messages: Sequence[str]) -> None:
         typer.echo(f"Warning: {m}", err=True)
 
 
-def check_ci(ci: float, replicates: int | None) -> None:
+def check_ci(
+    ci: float, replicates: int | None, shards: int | None = None, estimator: str | None = None
+) -> None:
     """Check the interval options before a pass over the corpus, not after (``replicates``
-    None: the default for the corpus's length)."""
+    None: the default for the corpus's length); ``shards`` against ``estimator``'s minimum."""
     from ._validate import check_int
-    from .uncertainty import check_level
+    from .uncertainty import check_level, check_shards
 
     check_level(ci)
     if replicates is not None:
         check_int("replicates", replicates, 2)
+    if shards is not None:
+        check_shards(shards, estimator or DEFAULT_ESTIMATOR)
 
 
 def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:

@@ -240,7 +240,7 @@ def stress(
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_plots(plot, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -484,7 +484,7 @@ def check(
     )
     if junit is not None:
         check_junit_path(junit)  # refuse a folder before a pass over the corpus
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -609,7 +609,7 @@ def plot_cmd(
     from .render.plots import write_plots as write
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_plots(output, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -665,7 +665,7 @@ def report_cmd(
     from .render.html import build_report, write_html
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_output(output, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -736,7 +736,7 @@ def diagnose(
     from .render.diagnosis import diagnosis_json, print_diagnosis
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     check_plots(plot, force)
