@@ -318,6 +318,26 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     )
 
 
+# The cross-fit splits each position's tokens in two and each half again (split-half checks).
+CROSSFIT_MIN_TOKENS = 4
+
+
+def _two_positions_advice(summary: CorpusSummary, need: int) -> str:
+    """What gives 2 analysed positions: the largest --min-count that does, when the estimator
+    can use that little, else more data (and the plug-in, when it could use what there is)."""
+    counted = summary.counted_supports
+    best = int(min(counted[:2])) if len(counted) >= 2 else 0
+    if best >= max(need, 1):
+        return f"lower --min-count to {best} or add data"
+    if best >= 1:
+        return (
+            f"add data (the cross-fit needs >= {need} tokens at each position, positions 0 and 1 "
+            f"have {counted[0]} and {counted[1]}), or use --estimator plugin with --min-count "
+            f"{best}"
+        )
+    return "add data (fewer than 2 positions hold any token)"
+
+
 def corpus_geometry(
     counts: Counts | ShardedCounts,
     min_count: int = DEFAULT_MIN_COUNT,
@@ -354,12 +374,30 @@ def corpus_geometry(
     shards = counts.shards
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
+    need = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
     if n_eff < 2:
         head = ", ".join(str(s) for s in summary.counted_supports[:5])
         what = "supports" if summary.support_unit == "sequences" else "real-token supports"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
-            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
+            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); "
+            f"{_two_positions_advice(summary, need)}"
+        )
+    tokens = np.asarray(summary.supports[:n_eff])
+    if np.any(tokens < need):
+        # min_count below the cross-fit's minimum: say which option to change, not the estimator.
+        i = int(np.flatnonzero(tokens < need)[0])
+        fixes = []
+        if supported_prefix(np.asarray(summary.counted_supports), need) >= 2:
+            fixes.append(f"raise --min-count to {need}")
+        if i >= 2:
+            fixes.append(f"lower --max-len to {i}")
+        fixes.append("use --estimator plugin" if fixes else "add data or use --estimator plugin")
+        raise PosdiagError(
+            f"{source}: the cross-fitted geometry needs >= {need} tokens at every analysed "
+            f"position; position {i} has {int(tokens[i])} (--min-count {summary.min_count} kept "
+            f"positions 0..{n_eff - 1}): {', '.join(fixes[:-1])}"
+            f"{', or ' if len(fixes) > 1 else ''}{fixes[-1]}"
         )
     # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
     # and a few per-column arrays of the vocabulary (totals, column selections).

@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from ._validate import check_float, check_int
 from .analysis import (
+    CROSSFIT_MIN_TOKENS,
     DEFAULT_MIN_COUNT,
     CorpusGeometry,
     CorpusSummary,
@@ -323,10 +324,11 @@ def geometry_reference(
     out = []
     for _ in range(draws):
         xa, xb = _resplit(a, b, n, rng)
-        # min_count 1: every compared position is kept (their supports are A's and B's, which
-        # passed --min-count, or random halves of shards of them).
+        # Every compared position is kept (their supports are A's and B's, which passed
+        # --min-count, or random halves of shards of them) that the estimator can use.
+        low = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
         ga, gb = (
-            corpus_geometry(x, 1, estimator=estimator, seed=seed, plain=False, spectrum=False)
+            corpus_geometry(x, low, estimator=estimator, seed=seed, plain=False, spectrum=False)
             for x in (xa, xb)
         )
         m = min(ga.n_eff, gb.n_eff)

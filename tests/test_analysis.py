@@ -318,3 +318,50 @@ def test_diagnose_recommends_no_mds_rank_when_none_reaches_the_target(
     shown = " ".join(cli(args).stdout.split())
     assert f"the signal rank {rank['rank']} has {st:.3f})." in shown
     assert "fewer parameters than a full table" not in shown
+
+
+def test_small_corpus_errors_name_the_option_to_change(
+    cli: Callable[..., Result], bundled_corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 6: each error on a small corpus names what to change and the numbers, and
+    following it does not lead to an error that contradicts it."""
+    lines = bundled_corpus.read_text(encoding="utf-8").splitlines()
+    tiny, small = tmp_path / "tiny.txt", tmp_path / "small.txt"
+    tiny.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    small.write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
+
+    def error(path: Path, *args: str) -> str:
+        res = cli(["stress", str(path), "--shards", "0", *args])
+        assert res.exit_code == 2, res.stdout
+        return res.stderr
+
+    need = "the cross-fitted geometry needs >= 4 tokens at every analysed position"
+    assert error(tiny) == (
+        f"Error: {tiny}: fewer than 2 positions have support >= min_count=100 (n_eff=0; supports "
+        "of positions 0..4: 3, 3, 3, 3, 3); add data (the cross-fit needs >= 4 tokens at each "
+        "position, positions 0 and 1 have 3 and 3), or use --estimator plugin with --min-count 3\n"
+    )
+    assert error(tiny, "--min-count", "2") == (
+        f"Error: {tiny}: {need}; position 0 has 3 (--min-count 2 kept positions 0..26): add data "
+        "or use --estimator plugin\n"
+    )
+    ok = cli(["stress", str(tiny), "--shards", "0", "--min-count", "3", "--estimator", "plugin"])
+    assert ok.exit_code == 0, ok.stderr
+    assert error(small) == (
+        f"Error: {small}: fewer than 2 positions have support >= min_count=100 (n_eff=0; "
+        "supports of positions 0..4: 30, 30, 30, 30, 30); lower --min-count to 30 or add data\n"
+    )
+    assert error(small, "--min-count", "2") == (
+        f"Error: {small}: {need}; position 28 has 3 (--min-count 2 kept positions 0..49): raise "
+        "--min-count to 4, lower --max-len to 28, or use --estimator plugin\n"
+    )
+    for fix in (["--min-count", "30"], ["--min-count", "4"], ["--min-count", "2", "-n", "28"]):
+        ok = cli(["stress", str(small), "--shards", "0", *fix])
+        assert ok.exit_code == 0, (fix, ok.stderr)
+    # Two lines, every position analysed: the same rule, not the estimator's internal one.
+    two = tmp_path / "two.txt"
+    two.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    assert error(two, "--min-count", "1", "--json") == (
+        f"Error: {two}: {need}; position 0 has 2 (--min-count 1 kept positions 0..49): add data "
+        "or use --estimator plugin\n"
+    )

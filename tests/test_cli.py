@@ -240,7 +240,8 @@ def test_bad_corpus_inputs(cli: Callable[..., Result], tmp_path: Path, synth_cor
         cli,
         ["stress", str(short), "--min-count", "151"],
         f"{short}: fewer than 2 positions have support >= min_count=151 "
-        "(n_eff=1; supports of positions 0..4: 151, 150, 0, 0, 0); lower --min-count or add data",
+        "(n_eff=1; supports of positions 0..4: 151, 150, 0, 0, 0); lower --min-count to 150 or add "
+        "data",
     )
     j = tmp_path / "c.jsonl"
     j.write_text('{"sentence": "a b"}\n')
