@@ -815,7 +815,7 @@ def inspect(
     """
     from .analysis import corpus_geometry
     from .counts import is_counts_file
-    from .encoding_meta import inspect_reading, read_encoding_meta, row_notes
+    from .encoding_meta import fitted_rank, inspect_reading, read_encoding_meta, row_notes
     from .inspect import inspect_table, read_encoding_file
     from .render.inspection import inspection_json, print_inspection
 
@@ -861,6 +861,7 @@ def inspect(
             seed=seed,
             from_file=from_file,
             warnings=notes,
+            fitted_rank=fitted_rank(meta, geo.summary) if geo is not None else None,
         )
     emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
