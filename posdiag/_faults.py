@@ -10,18 +10,28 @@ Set ``POSDIAG_DEBUG=1`` to get the traceback of an unexpected exception instead.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 from .errors import PosdiagError
 
-__all__ = ["Interrupted", "error_message", "signals_as_interrupts", "check_stdout"]
+__all__ = [
+    "Interrupted",
+    "check_stdout",
+    "deferred_signals",
+    "error_message",
+    "exit_on_signals_at_shutdown",
+    "on_error",
+    "run_error_hooks",
+    "signals_as_interrupts",
+]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -32,22 +42,101 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# Signals that arrived inside deferred_signals(), raised when its outermost block ends.
+_pending: list[int] = []
+_depth = 0
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
+    if _depth > 0:
+        _pending.append(signum)  # a file operation that must finish first (posdiag._io)
+        return
+    raise _interrupt(signum)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Within the block, a handled signal (SIGINT, SIGTERM, SIGHUP) waits until the block ends,
+    then raises as usual: the few file operations that make an output appear whole, or remove
+    every temporary, are never cut in half. An exception already leaving the block keeps its
+    way (the run ends either way)."""
+    global _depth
+    _depth += 1
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        _depth -= 1
+        if _depth == 0 and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            if not failed:
+                raise _interrupt(signum)
 
 
 @contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (like SIGINT does)."""
+    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGINT
+    KeyboardInterrupt, as by default), or wait for the end of a :func:`deferred_signals` block.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, _raise) for s in caught}
     try:
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            # The command line's process only ends after this: exit at once from here on.
+            signal.signal(s, _exit_at_shutdown if _exit_when_done else handler)
+
+
+def _exit_at_shutdown(signum: int, frame: FrameType | None) -> None:
+    """A signal after the command returned, while the interpreter shuts down (atexit
+    callbacks, e.g. matplotlib's): every output is already whole; exit at once with the
+    signal's code rather than 0 and a traceback from the callback it interrupted."""
+    name = signal.Signals(signum).name
+    try:
+        os.write(2, f"posdiag: interrupted by {name} while shutting down\n".encode())
+    finally:
+        os._exit(128 + signum)
+
+
+_exit_when_done = False
+
+
+def exit_on_signals_at_shutdown() -> None:
+    """For the ``posdiag`` process only (not a library caller, not a test runner): once a
+    command has run, SIGINT, SIGTERM and SIGHUP exit at once with their code."""
+    global _exit_when_done
+    _exit_when_done = True
+
+
+# Called with the error message when the command fails (exit 2 or a signal), before it is
+# printed: e.g. ``check --junit`` replaces its report by one that records the error.
+_error_hooks: list[Callable[[str], object]] = []
+
+
+def on_error(hook: Callable[[str], object]) -> None:
+    _error_hooks.append(hook)
+
+
+def run_error_hooks(message: str | None) -> None:
+    """Run (once) and forget the hooks; None forgets them only. A failing hook must not hide
+    the error that called it."""
+    hooks = list(_error_hooks)
+    _error_hooks.clear()
+    if message is None:
+        return
+    for hook in hooks:
+        with contextlib.suppress(Exception):  # the original error is what gets reported
+            hook(message)
 
 
 def check_stdout() -> None:
@@ -95,11 +184,21 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
     """
     if isinstance(exc, PosdiagError):
         return str(exc), exc.exit_code
-    if isinstance(exc, Interrupted):
-        name = signal.Signals(exc.signum).name
-        return f"interrupted by {name}; no partial output was left", 128 + exc.signum
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted by SIGINT (Ctrl-C); no partial output was left", 130
+        from ._io import completed_outputs
+
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+        done = completed_outputs()
+        # True in every timing (posdiag._io): outputs appear whole or not at all, temporaries
+        # are always removed; a signal after an output was placed must not deny it.
+        left = (
+            f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written whole before it; "
+            "nothing partial was left"
+            if done
+            else "nothing was written"
+        )
+        return f"interrupted by {name}; {left}", 128 + signum
     if isinstance(exc, MemoryError):
         detail = _first_line(exc) if str(exc) else "the allocation failed"
         return f"out of memory ({detail}); try a smaller input or --max-len", 2

@@ -88,10 +88,14 @@ class _Group(TyperGroup):
             check_stdout,
             debug,
             error_message,
+            run_error_hooks,
             signals_as_interrupts,
             silence_stdout,
         )
+        from ._io import forget_outputs
 
+        forget_outputs()  # the interruption message names this command's outputs only
+        run_error_hooks(None)  # hooks of an earlier command in this process (tests) go
         try:
             with signals_as_interrupts(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PosdiagWarning)
@@ -109,7 +113,8 @@ class _Group(TyperGroup):
             found = error_message(exc)
             if found is None or (debug() and not isinstance(exc, PosdiagError)):
                 raise
-            message, code = found
+            run_error_hooks(found[0])  # e.g. check --junit's error report, written first
+            message, code = error_message(exc) or found  # so an interruption names it
             from .sources import HubUnavailable
 
             if isinstance(exc, HubUnavailable):
@@ -465,6 +470,12 @@ def check(
         write_junit,
     )
 
+    if junit is not None:
+        from ._faults import on_error
+        from .render.gate import write_junit_error
+
+        # Exit 2 (bad rules or data, a signal) replaces the report too: never a stale pass.
+        on_error(lambda message: write_junit_error(junit, corpus, message))
     check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
@@ -970,6 +981,9 @@ def _root(
 
 
 def main() -> None:
+    from ._faults import exit_on_signals_at_shutdown
+
+    exit_on_signals_at_shutdown()  # a signal during the interpreter's shutdown: its exit code
     app(prog_name="posdiag")
 
 
