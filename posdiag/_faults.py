@@ -103,7 +103,8 @@ def _exit_at_shutdown(signum: int, frame: FrameType | None) -> None:
     signal's code rather than 0 and a traceback from the callback it interrupted."""
     name = signal.Signals(signum).name
     try:
-        os.write(2, f"posdiag: interrupted by {name} while shutting down\n".encode())
+        line = f"Error: interrupted by {name} while exiting, after the command had finished\n"
+        os.write(2, line.encode())
     finally:
         os._exit(128 + signum)
 

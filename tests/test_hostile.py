@@ -1164,7 +1164,9 @@ def test_sigint_while_shutting_down_exits_130_without_a_traceback(tmp_path: Path
     p = _patched(tmp_path, code, *args)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 130
-    assert err.endswith("\nposdiag: interrupted by SIGINT while shutting down\n")
+    assert err.endswith(
+        "\nError: interrupted by SIGINT while exiting, after the command had finished\n"
+    )
     assert "Exception ignored" not in err and "Traceback" not in err
     assert out.startswith("wrote 6 plots") or out.startswith("wrote 5 plots")
     assert not any(q.name.startswith(".posdiag-") for q in (tmp_path / "p").iterdir())
