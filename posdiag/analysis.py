@@ -383,22 +383,6 @@ def corpus_geometry(
             f"(n_eff={n_eff}; {what} of positions 0..4: {head}); "
             f"{_two_positions_advice(summary, need)}"
         )
-    tokens = np.asarray(summary.supports[:n_eff])
-    if np.any(tokens < need):
-        # min_count below the cross-fit's minimum: say which option to change, not the estimator.
-        i = int(np.flatnonzero(tokens < need)[0])
-        fixes = []
-        if supported_prefix(np.asarray(summary.counted_supports), need) >= 2:
-            fixes.append(f"raise --min-count to {need}")
-        if i >= 2:
-            fixes.append(f"lower --max-len to {i}")
-        fixes.append("use --estimator plugin" if fixes else "add data or use --estimator plugin")
-        raise PosdiagError(
-            f"{source}: the cross-fitted geometry needs >= {need} tokens at every analysed "
-            f"position; position {i} has {int(tokens[i])} (--min-count {summary.min_count} kept "
-            f"positions 0..{n_eff - 1}): {', '.join(fixes[:-1])}"
-            f"{', or ' if len(fixes) > 1 else ''}{fixes[-1]}"
-        )
     # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
     # and a few per-column arrays of the vocabulary (totals, column selections).
     require(
@@ -421,6 +405,22 @@ def corpus_geometry(
         raise PosdiagError(
             f"{source}: all {n_eff} analysed positions have the same token distribution "
             f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
+        )
+    tokens = np.asarray(summary.supports[:n_eff])
+    if np.any(tokens < need):
+        # min_count below the cross-fit's minimum: say which option to change, not the estimator.
+        i = int(np.flatnonzero(tokens < need)[0])
+        fixes = []
+        if supported_prefix(np.asarray(summary.counted_supports), need) >= 2:
+            fixes.append(f"raise --min-count to {need}")
+        if i >= 2:
+            fixes.append(f"lower --max-len to {i}")
+        fixes.append("use --estimator plugin" if fixes else "add data or use --estimator plugin")
+        raise PosdiagError(
+            f"{source}: the cross-fitted geometry needs >= {need} tokens at every analysed "
+            f"position; position {i} has {int(tokens[i])} (--min-count {summary.min_count} kept "
+            f"positions 0..{n_eff - 1}): {', '.join(fixes[:-1])}"
+            f"{', or ' if len(fixes) > 1 else ''}{fixes[-1]}"
         )
     if estimator == "plugin":
         assert plug is not None
