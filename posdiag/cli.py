@@ -542,6 +542,14 @@ def diff(
         int,
         typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
+    draws: Annotated[
+        int,
+        typer.Option(
+            "--draws",
+            help="Random re-splits of A+B behind the drift verdict, each two geometries "
+            "(0: no verdict; else >= 2).",
+        ),
+    ] = 10,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     column_b: Annotated[
         str | None,
@@ -560,11 +568,12 @@ def diff(
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from ._validate import check_float
-    from .drift import corpus_drift, count_pair
+    from .drift import check_draws, corpus_drift, count_pair
     from .render.drift import drift_json, print_drift
 
     specs = _specs(encoding)
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
+    check_draws(draws)
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
         # The default shards, as stress counts them: each side's geometry is the one stress shows.
@@ -588,6 +597,7 @@ def diff(
             encodings=specs,
             seed=seed,
             estimator=estimator,
+            geometry_draws=draws,
         )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))

@@ -541,6 +541,14 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
     return max(1, min(signal, top))
 
 
+def check_draws(draws: int) -> int:
+    """``--draws``: 0 (no verdict) or >= 2 re-splits (a spread needs two)."""
+    draws = check_int("draws", draws, 0)
+    if draws == 1:
+        raise PosdiagError("'draws' must be 0 (no verdict) or an int >= 2; got 1")
+    return draws
+
+
 def _floor(mds: MDS) -> float:
     """The stress floor the negative eigenvalues leave (:func:`posdiag.analysis.spectrum`)."""
     if mds.total is None:
@@ -582,12 +590,13 @@ def corpus_drift(
         the cross-fit's splits and of the geometry reference's re-splits).
     geometry_draws : int
         Random re-splits behind the geometry stress's no-drift reference
-        (:func:`geometry_reference`).
+        (:func:`geometry_reference`), each two geometries: 0 skips it (no verdict), else >= 2.
     estimator : {"crossfit", "plugin"}
         Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
+    geometry_draws = check_draws(geometry_draws)
     # plain=False: no figure of the drift is a plug-in one (one Gram product and one
     # eigensolve fewer per corpus).
     ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed, plain=False)
@@ -642,8 +651,10 @@ def corpus_drift(
         warnings=tuple(
             dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))
         ),
-        geometry_reference=geometry_reference(
-            a, b, n, draws=geometry_draws, seed=seed, estimator=estimator
+        geometry_reference=(
+            geometry_reference(a, b, n, draws=geometry_draws, seed=seed, estimator=estimator)
+            if geometry_draws
+            else ()
         ),
         rank_reached_a=reached_a,
         rank_reached_b=reached_b,

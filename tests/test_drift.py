@@ -417,3 +417,19 @@ def test_geometry_reference_resplits_keep_the_sizes_and_the_pool(tmp_path: Path)
         assert ref == geometry_reference(a, b, 10, draws=3, seed=2)
         assert ref != geometry_reference(a, b, 10, draws=3, seed=3)
         assert all(0.0 < r < 1.0 for r in ref)
+
+
+def test_diff_draws_sets_the_reference_and_zero_gives_no_verdict(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
+    args = ["diff", str(synth_corpus), str(synth_corpus), "--min-count", "50"]
+    doc = json.loads(cli([*args, "--draws", "3", "--json"]).stdout)
+    assert len(doc["geometry_reference"]) == 3
+    doc = json.loads(cli([*args, "--draws", "0", "--json"]).stdout)
+    assert doc["geometry_reference"] == [] and doc["drifted"] is None
+    assert doc["verdict"] == "not judged (no reference)"
+    assert "verdict:" not in cli([*args, "--draws", "0"]).stdout
+    missing = str(tmp_path / "missing.txt")  # refused before the corpora are read
+    res = cli(["diff", missing, missing, "--draws", "1"])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: 'draws' must be 0 (no verdict) or an int >= 2; got 1\n"
