@@ -508,6 +508,7 @@ def check(
             progress=bar,
             estimator=estimator,
         )
+    warn(report.warnings)  # as stress, diagnose and report warn
     if junit is not None:
         write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)

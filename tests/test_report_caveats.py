@@ -181,6 +181,12 @@ def test_json_warnings_are_what_the_terminal_and_the_html_warn(
         assert text.stderr == res.stderr
         seen.append(warned)
     assert seen[0] == seen[1] == seen[2]
+    # check: the geometry's warnings too (it judges no position's stability).
+    rules = ["--no-config", "-e", "alibi", "--max-stress", "1"]
+    res = runner.invoke(app, ["check", *args, *rules, "--json"])
+    geometric = [w for w in seen[0] if "unstable" not in w]
+    assert json.loads(res.stdout)["warnings"] == geometric
+    assert res.stderr == "".join(f"Warning: {w}\n" for w in geometric)
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     listed = page.split('<ul class="warnings">')[1].split("</ul>")[0]
     items = [html.unescape(li.split("</li>")[0]) for li in listed.split("<li>")[1:]]

@@ -112,6 +112,7 @@ def gate_json(report: GateReport) -> dict[str, Any]:
                 }
                 for r in report.results
             ],
+            "warnings": report.warnings,
         }
     )
 
