@@ -13,6 +13,11 @@ place only when every file of the request is complete:
 - when moving one of several targets fails (or the run is interrupted by SIGINT/SIGTERM, which
   the CLI turns into an exception), the targets already moved are removed again and the files
   they replaced are restored, so a multi-file output (plots) is all-or-nothing;
+- a signal at any moment leaves no temporary and no part of a set: the temporary folder is
+  registered for removal before it is made, a target linked just before a signal is found by
+  its inode, and the clean-up (and recording a complete set in :func:`completed_outputs`, for
+  the interruption message) runs inside :func:`posdiag._util.signals.deferred_signals`, which no
+  signal cuts short;
 - write errors (full disk, file size limit, permissions) name the target, not the temporary.
 """
 
@@ -29,7 +34,20 @@ from pathlib import Path
 
 from ..errors import PosdiagError
 
-__all__ = ["check_output", "atomic_outputs"]
+__all__ = ["atomic_outputs", "check_output", "completed_outputs", "forget_outputs"]
+
+# Outputs this command placed whole (reset per command by the CLI, posdiag.cli.app._Group).
+_completed: list[str] = []
+
+
+def completed_outputs() -> tuple[str, ...]:
+    """The outputs placed whole since :func:`forget_outputs`, in order."""
+    return tuple(_completed)
+
+
+def forget_outputs() -> None:
+    _completed.clear()
+
 
 _REASONS = {
     errno.ENOSPC: "no space left on the device",
@@ -107,22 +125,26 @@ def atomic_outputs(paths: Sequence[str | Path], force: bool) -> Iterator[list[Pa
         A target exists (without ``force``; also when another process created it meanwhile),
         is not a regular file (with ``force``), or cannot be written (full disk, permissions).
     """
+    from .signals import deferred_signals
+
     targets = [check_output(p, force) for p in paths]
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     folders: dict[Path, Path] = {}
     temps: list[Path] = []
     placed: list[Path] = []  # targets this call created or replaced
     backups: dict[Path, Path] = {}  # target -> the file it replaced (with force)
+    done = False
     try:
         for t in targets:
             parent = t.parent
             if parent not in folders:
                 folder = parent / f".posdiag-{tag}.tmp"
+                folders[parent] = folder  # registered for removal before it exists
                 try:
                     folder.mkdir(mode=0o700)
                 except OSError as exc:
+                    del folders[parent]  # not ours (it was not made)
                     raise PosdiagError(f"{t}: cannot write ({_reason(exc)})") from None
-                folders[parent] = folder
             temps.append(folders[parent] / t.name)
         try:
             yield temps
@@ -142,9 +164,12 @@ def atomic_outputs(paths: Sequence[str | Path], force: bool) -> Iterator[list[Pa
                     backup = folders[target.parent] / f"{target.name}.previous"
                     os.link(target, backup, follow_symlinks=False)
                     backups[target] = backup
+                    placed.append(target)  # from here on the backup is restored on failure
                     os.replace(tmp, target)
                 else:
+                    # A signal right after the link: the finally finds it by its inode.
                     _place_exclusive(tmp, target)
+                    placed.append(target)
             except FileExistsError:
                 raise PosdiagError(
                     f"{given}: already exists (created by another process meanwhile); "
@@ -152,16 +177,30 @@ def atomic_outputs(paths: Sequence[str | Path], force: bool) -> Iterator[list[Pa
                 ) from None
             except OSError as exc:
                 raise PosdiagError(f"{given}: cannot write ({_reason(exc)})") from None
-            placed.append(target)
-        placed.clear()  # complete: nothing to undo
+        with deferred_signals():  # complete and recorded as such, or neither
+            _completed.extend(str(p) for p in paths)
+            placed.clear()  # complete: nothing to undo
+            done = True
     finally:
-        for target in reversed(placed):  # an incomplete set: undo what was moved
-            try:
-                if target in backups:
-                    os.replace(backups[target], target)
-                else:
-                    target.unlink(missing_ok=True)
-            except OSError:
-                pass
-        for folder in folders.values():
-            shutil.rmtree(folder, ignore_errors=True)
+        with deferred_signals():  # no signal cuts the clean-up short
+            for tmp, target in zip(temps, targets, strict=False):
+                if not done and target not in placed and _same_file(tmp, target):
+                    placed.append(target)  # linked, and a signal came before it was recorded
+            for target in reversed(placed):  # an incomplete set: undo what was moved
+                try:
+                    if target in backups:
+                        os.replace(backups[target], target)
+                    else:
+                        target.unlink(missing_ok=True)
+                except OSError:
+                    pass
+            for folder in folders.values():
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``b`` is a link to the file ``a`` (False when either is missing)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

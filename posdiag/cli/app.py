@@ -85,14 +85,18 @@ class _Group(TyperGroup):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        from .._util.atomic import forget_outputs
         from .faults import (
             check_stdout,
             debug,
             error_message,
+            run_error_hooks,
             signals_as_interrupts,
             silence_stdout,
         )
 
+        forget_outputs()  # the interruption message names this command's outputs only
+        run_error_hooks(None)  # hooks of an earlier command in this process (tests) go
         try:
             with signals_as_interrupts(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PosdiagWarning)
@@ -110,7 +114,8 @@ class _Group(TyperGroup):
             found = error_message(exc)
             if found is None or (debug() and not isinstance(exc, PosdiagError)):
                 raise
-            message, code = found
+            run_error_hooks(found[0])  # e.g. check --junit's error report, written first
+            message, code = error_message(exc) or found  # so an interruption names it
             from ..corpus.sources import HubUnavailable
 
             if isinstance(exc, HubUnavailable):
@@ -242,7 +247,7 @@ def stress(
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_plots(plot, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -467,6 +472,12 @@ def check(
     )
     from ..reports.gate import READING_KEYS, build_config, find_config, run_gate
 
+    if junit is not None:
+        from ..render.gate import write_junit_error
+        from .faults import on_error
+
+        # Exit 2 (bad rules or data, a signal) replaces the report too: never a stale pass.
+        on_error(lambda message: write_junit_error(junit, corpus, message))
     check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
@@ -486,7 +497,7 @@ def check(
     )
     if junit is not None:
         check_junit_path(junit)  # refuse a folder before a pass over the corpus
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     # The config file's reading keys, overridden by the options given (build_config merged them).
     counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -499,6 +510,7 @@ def check(
             progress=bar,
             estimator=estimator,
         )
+    warn(report.warnings)  # as stress, diagnose and report warn
     if junit is not None:
         write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
@@ -533,6 +545,14 @@ def diff(
         int,
         typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
     ] = 0,
+    draws: Annotated[
+        int,
+        typer.Option(
+            "--draws",
+            help="Random re-splits of A+B behind the drift verdict, each two geometries "
+            "(0: no verdict; else >= 2).",
+        ),
+    ] = 10,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
     column_b: Annotated[
         str | None,
@@ -552,13 +572,23 @@ def diff(
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
     from .._util.validate import check_float
     from ..render.drift import drift_json, print_drift
-    from ..reports.drift import corpus_drift, count_pair
+    from ..reports.drift import check_draws, corpus_drift, count_pair
 
     specs = _specs(encoding)
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
+    check_draws(draws)
     check_plots(plot, force, drift=True)
     with progress(quiet) as bar:
-        a, b = count_pair(corpus_a, corpus_b, reading, column_b=column_b, seed=seed, progress=bar)
+        # The default shards, as stress counts them: each side's geometry is the one stress shows.
+        a, b = count_pair(
+            corpus_a,
+            corpus_b,
+            reading,
+            column_b=column_b,
+            seed=seed,
+            progress=bar,
+            shards=DEFAULT_SHARDS,
+        )
     # The bar's geometry stage: two geometries and their re-splits, long at long contexts.
     with bootstrap_progress(quiet):
         drift = corpus_drift(
@@ -570,6 +600,7 @@ def diff(
             encodings=specs,
             seed=seed,
             estimator=estimator,
+            geometry_draws=draws,
         )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
@@ -603,7 +634,7 @@ def plot_cmd(
     from ..reports.analysis import stress_report
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_plots(output, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -660,7 +691,7 @@ def report_cmd(
     from ..render.html import build_report, write_html
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_output(output, force)
     counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
     with bootstrap_progress(quiet) as bar:
@@ -731,7 +762,7 @@ def diagnose(
     from ..reports.analysis import diagnose as run_diagnose
 
     specs = _specs(encoding)
-    check_ci(ci, replicates)
+    check_ci(ci, replicates, shards, estimator)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     check_plots(plot, force)
@@ -809,7 +840,7 @@ def inspect(
     min-count): the corpus is read the same way unless an option says otherwise.
     """
     from ..counts.core import is_counts_file
-    from ..encodings.file_meta import inspect_reading, read_encoding_meta, row_notes
+    from ..encodings.file_meta import fitted_rank, inspect_reading, read_encoding_meta, row_notes
     from ..render.inspection import inspection_json, print_inspection
     from ..reports.analysis import corpus_geometry
     from ..reports.inspection import inspect_table, read_encoding_file
@@ -856,6 +887,7 @@ def inspect(
             seed=seed,
             from_file=from_file,
             warnings=notes,
+            fitted_rank=fitted_rank(meta, geo.summary) if geo is not None else None,
         )
     emit(as_json, lambda: inspection_json(result), lambda out: print_inspection(result, out))
 
@@ -992,6 +1024,9 @@ def _root(
 
 
 def main() -> None:
+    from .faults import exit_on_signals_at_shutdown
+
+    exit_on_signals_at_shutdown()  # a signal during the interpreter's shutdown: its exit code
     app(prog_name="posdiag")
 
 

@@ -10,44 +10,52 @@ Set ``POSDIAG_DEBUG=1`` to get the traceback of an unexpected exception instead.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 
+from .._util.signals import (
+    Interrupted,
+    deferred_signals,
+    exit_on_signals_at_shutdown,
+    signals_as_interrupts,
+)
 from ..errors import PosdiagError
 
-__all__ = ["Interrupted", "error_message", "signals_as_interrupts", "check_stdout"]
+__all__ = [
+    "Interrupted",
+    "check_stdout",
+    "deferred_signals",
+    "error_message",
+    "exit_on_signals_at_shutdown",
+    "on_error",
+    "run_error_hooks",
+    "signals_as_interrupts",
+]
 
 
-class Interrupted(KeyboardInterrupt):
-    """Raised in the main thread when a handled signal (SIGTERM, SIGHUP) arrives."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+# Called with the error message when the command fails (exit 2 or a signal), before it is
+# printed: e.g. ``check --junit`` replaces its report by one that records the error.
+_error_hooks: list[Callable[[str], object]] = []
 
 
-def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
+def on_error(hook: Callable[[str], object]) -> None:
+    _error_hooks.append(hook)
 
 
-@contextmanager
-def signals_as_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (like SIGINT does)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+def run_error_hooks(message: str | None) -> None:
+    """Run (once) and forget the hooks; None forgets them only. A failing hook must not hide
+    the error that called it."""
+    hooks = list(_error_hooks)
+    _error_hooks.clear()
+    if message is None:
         return
-    previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    for hook in hooks:
+        with contextlib.suppress(Exception):  # the original error is what gets reported
+            hook(message)
 
 
 def check_stdout() -> None:
@@ -95,11 +103,21 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
     """
     if isinstance(exc, PosdiagError):
         return str(exc), exc.exit_code
-    if isinstance(exc, Interrupted):
-        name = signal.Signals(exc.signum).name
-        return f"interrupted by {name}; no partial output was left", 128 + exc.signum
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted by SIGINT (Ctrl-C); no partial output was left", 130
+        from .._util.atomic import completed_outputs
+
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+        done = completed_outputs()
+        # True in every timing (posdiag._util.atomic): outputs appear whole or not at all,
+        # temporaries are always removed; a signal after an output was placed must not deny it.
+        left = (
+            f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written whole before it; "
+            "nothing partial was left"
+            if done
+            else "nothing was written"
+        )
+        return f"interrupted by {name}; {left}", 128 + signum
     if isinstance(exc, MemoryError):
         detail = _first_line(exc) if str(exc) else "the allocation failed"
         return f"out of memory ({detail}); try a smaller input or --max-len", 2

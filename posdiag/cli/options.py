@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .._util.defaults import DEFAULT_SHARDS
+from .._util.defaults import DEFAULT_ESTIMATOR, DEFAULT_SHARDS
 from .._util.jit import watch
 from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
@@ -390,15 +390,19 @@ def warn(messages: Sequence[str]) -> None:
         typer.echo(f"Warning: {m}", err=True)
 
 
-def check_ci(ci: float, replicates: int | None) -> None:
+def check_ci(
+    ci: float, replicates: int | None, shards: int | None = None, estimator: str | None = None
+) -> None:
     """Check the interval options before a pass over the corpus, not after (``replicates``
-    None: the default for the corpus's length)."""
+    None: the default for the corpus's length); ``shards`` against ``estimator``'s minimum."""
     from .._util.validate import check_int
-    from ..uncertainty.bootstrap import check_level
+    from ..uncertainty.bootstrap import check_level, check_shards
 
     check_level(ci)
     if replicates is not None:
         check_int("replicates", replicates, 2)
+    if shards is not None:
+        check_shards(shards, estimator or DEFAULT_ESTIMATOR)
 
 
 def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:

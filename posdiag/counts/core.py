@@ -1031,6 +1031,12 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     return Counts(sp.csr_matrix(total), meta, aligned[0].vocab)
 
 
+def _renumber(x: sp.csr_matrix, remap: np.ndarray, v: int) -> sp.csr_matrix:
+    """``x`` with column ``k`` moved to ``remap[k]``, ``v`` columns wide."""
+    m = x.tocoo()
+    return sp.csr_matrix((m.data, (m.row, remap[m.col])), shape=(x.shape[0], v), dtype=np.int64)
+
+
 def align_vocabularies(
     counts: Sequence[Counts], names: Sequence[str] | None = None
 ) -> list[Counts]:
@@ -1061,9 +1067,11 @@ def align_vocabularies(
     out = []
     for c in counts:
         remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
-        m = c.matrix.tocoo()
-        matrix = sp.csr_matrix((m.data, (m.row, remap[m.col])), shape=(c.n, v), dtype=np.int64)
-        out.append(Counts(matrix, {**c.meta, "vocab_size": v}, vocab))
+        # The shards too: a diff's cross-fit splits each side by sequence, as stress does.
+        shards = tuple(_renumber(x, remap, v) for x in c.shards)
+        out.append(
+            Counts(_renumber(c.matrix, remap, v), {**c.meta, "vocab_size": v}, vocab, shards)
+        )
     return out
 
 

@@ -151,3 +151,15 @@ def row_notes(
             f"{'a prefix of the table' if rows > n_eff else 'a prefix of the corpus'}"
         )
     return tuple(out)
+
+
+def fitted_rank(meta: Mapping[str, str], summary: Any) -> int | None:
+    """The rank of a posdiag MDS file built from the corpus ``summary`` (a
+    :class:`~posdiag.reports.analysis.CorpusSummary`) describes (same source
+    and positions): its stress against that corpus is in-sample. None for any other table."""
+    try:
+        rank, n = int(meta["r"]), int(meta["n"])
+    except (KeyError, ValueError):
+        return None
+    same = meta.get("corpus") == summary.source and n == summary.n_eff
+    return rank if same else None

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..reports.analysis import Diagnosis, Uncertainty
+from ..reports.analysis import Diagnosis, Uncertainty, noise_share_text
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
@@ -90,7 +90,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     console.print("\n[bold]Noise floor[/bold] (split-half d_H; Positional Separation Theorem)")
     console.print(
         f"  indistinguishable pairs: {nz.n_indistinguishable:,} of {nz.n_pairs:,} "
-        f"({nz.fraction:.1%}); noise share of the geometry ~{nz.noise_share:.0%}"
+        f"({nz.fraction:.1%}); noise share of the geometry {noise_share_text(nz.noise_share)}"
     )
     if nz.pairs:
         shown = ", ".join(f"({i},{j})" for i, j in nz.pairs[:20])
@@ -118,7 +118,8 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
             f"{info.per_position[i]:.3f}",
             f"{info.per_position_null[i]:.3f}",
             f"{nz.floor[i]:.3f}",
-            f"{nz.position_share[i]:.0%}",
+            # A share cannot pass 100%: beyond, the error bound exceeds the position's row.
+            noise_share_text(nz.position_share[i]).split(" ")[0].lstrip("~"),
         )
     console.print(t)
     console.print(PER_POSITION_LEGEND)

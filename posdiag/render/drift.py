@@ -27,11 +27,22 @@ def drift_json(drift: Drift) -> dict[str, Any]:
             "tolerance": drift.tolerance,
             "rank_a": drift.rank_a,
             "rank_b": drift.rank_b,
+            "rank_given": drift.rank_given,
+            "rank_reached_a": drift.rank_reached_a,
+            "rank_reached_b": drift.rank_reached_b,
+            "floor_a": drift.floor_a,
+            "floor_b": drift.floor_b,
             "a_on_b": drift.a_on_b,
             "b_optimum": drift.b_optimum,
             "b_on_a": drift.b_on_a,
             "a_optimum": drift.a_optimum,
             "geometry_stress": drift.geometry_stress,
+            "geometry_reference": drift.geometry_reference,
+            "geometry_reference_mean": drift.reference_mean,
+            "geometry_reference_sd": drift.reference_sd,
+            "drift_threshold": drift.drift_threshold,
+            "drifted": drift.drifted,
+            "verdict": drift.verdict,
             "position_hellinger": drift.position_hellinger,
             "position_hellinger_mean": float(d.mean()),
             "position_hellinger_max": float(d.max()),
@@ -43,6 +54,40 @@ def drift_json(drift: Drift) -> dict[str, Any]:
             "changed": [r.name for r in drift.changed],
             "warnings": drift.warnings,
         }
+    )
+
+
+def _num(x: float) -> str:
+    """Four decimals, and never "-0.0000": a rounding residue below 5e-5 reads as 0."""
+    return f"{round(x, 4) + 0.0:.4f}"
+
+
+def _rank_note(drift: Drift) -> str:
+    """How the cross-stress ranks were chosen, saying where the tolerance is not reached."""
+    parts = []
+    for side, r, ok, floor in (
+        ("A", drift.rank_a, drift.rank_reached_a, drift.floor_a),
+        ("B", drift.rank_b, drift.rank_reached_b, drift.floor_b),
+    ):
+        if ok:
+            parts.append(f"{side} {r} (stress <= {drift.tolerance:g})")
+        else:
+            parts.append(
+                f"{side} {r} (signal rank: stress <= {drift.tolerance:g} not reached, "
+                f"floor {floor:.3f})"
+            )
+    return "ranks " + ", ".join(parts)
+
+
+def verdict_line(drift: Drift) -> str:
+    """The verdict with its numbers: the geometry stress against its no-drift reference."""
+    ref = drift.geometry_reference
+    return (
+        f"verdict: {drift.verdict}: geometry stress {_num(drift.geometry_stress)} vs "
+        f"{_num(drift.reference_mean)} ± {_num(drift.reference_sd)} (mean ± sd of {len(ref)} "
+        f"random re-splits of A+B into A's and B's sizes, seed {drift.seed}; max "
+        f"{_num(max(ref))}); drift needs more than {_num(drift.drift_threshold)} "
+        "(every re-split and mean + 3 sd)"
     )
 
 
@@ -71,7 +116,7 @@ def print_drift(drift: Drift, console: Console) -> None:
         str(drift.rank_a),
         f"{drift.a_on_b:.4f}",
         f"{drift.b_optimum:.4f}",
-        f"{drift.a_on_b - drift.b_optimum:.4f}",
+        _num(drift.a_on_b - drift.b_optimum),
     )
     t.add_row(
         "MDS of B",
@@ -79,15 +124,17 @@ def print_drift(drift: Drift, console: Console) -> None:
         str(drift.rank_b),
         f"{drift.b_on_a:.4f}",
         f"{drift.a_optimum:.4f}",
-        f"{drift.b_on_a - drift.a_optimum:.4f}",
+        _num(drift.b_on_a - drift.a_optimum),
     )
     console.print(t)
     d = np.asarray(drift.position_hellinger)
     worst = int(np.argmax(d))
     console.print(
-        f"geometry stress (B_H of A vs B_H of B, symmetric): {drift.geometry_stress:.4f}; "
-        f"ranks chosen at stress <= {drift.tolerance:g} unless --rank"
+        f"geometry stress (B_H of A vs B_H of B, symmetric): {_num(drift.geometry_stress)}; "
+        + (f"ranks given by --rank ({drift.rank_a})" if drift.rank_given else _rank_note(drift))
     )
+    if drift.geometry_reference:
+        console.print(verdict_line(drift), style="bold")
     ref = np.asarray(drift.position_reference)
     console.print(
         f"per-position Hellinger distance A vs B: mean {d.mean():.4f}, max {d[worst]:.4f} at "

@@ -112,6 +112,7 @@ def gate_json(report: GateReport) -> dict[str, Any]:
                 }
                 for r in report.results
             ],
+            "warnings": report.warnings,
         }
     )
 
@@ -150,6 +151,36 @@ def junit_xml(report: GateReport) -> bytes:
             out.text = rule_line(r)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def junit_error_xml(corpus: str, message: str) -> bytes:
+    """A JUnit XML report of a check that could not run (exit 2): one ``testcase`` with an
+    ``error``, as pytest's ``--junitxml`` records an error outside the tests."""
+    suites = ET.Element("testsuites", name="posdiag check")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"posdiag check {corpus}",
+        tests="1",
+        failures="0",
+        errors="1",
+        skipped="0",
+    )
+    case = ET.SubElement(suite, "testcase", classname="posdiag.check", name="check")
+    err = ET.SubElement(case, "error", message=message, type="error")
+    err.text = f"posdiag check exited with code 2 or was interrupted: {message}"
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit_error(path: str | Path, corpus: str, message: str) -> Path:
+    """Replace the JUnit report at ``path`` by :func:`junit_error_xml`, so a check that ends in
+    an error never leaves the previous run's report (say, all passing) in place."""
+    p = check_junit_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_outputs([p], True) as (tmp,):
+        tmp.write_bytes(junit_error_xml(corpus, message))
+    return p
 
 
 def check_junit_path(path: str | Path) -> Path:

@@ -28,7 +28,7 @@ from .._util.defaults import (
 from ..counts.core import Counts
 from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
 from ..uncertainty.bootstrap import ShardedCounts
-from ._format import SHOWN_RANKS, fmt, params, ranges, summary_rows
+from ._format import SHOWN_RANKS, fmt, params, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
@@ -217,14 +217,10 @@ def _interval_note(report: StressReport) -> str:
 
 
 def _uncertainty_notes(report: StressReport) -> list[str]:
-    """The cautions the terminal prints under the stress table."""
+    """The interval note the terminal prints under the stress table (the unstable positions
+    are one of ``report.warnings``, as in the JSON)."""
     unc = report.uncertainty
     out = []
-    if unc is not None and unc.unstable:
-        out.append(
-            f"{len(unc.unstable)} of {report.corpus.n_eff} positions are unstable (mostly "
-            f"sampling noise): {ranges(unc.unstable)}"
-        )
     if unc is not None and not unc.shards:
         out.append(_interval_note(report))
     return out

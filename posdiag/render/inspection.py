@@ -3,6 +3,7 @@ baseline, and its fit to a corpus."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -71,7 +72,18 @@ def print_inspection(x: Inspection, console: Console) -> None:
             lambda f, e=eps: str(f.effective_rank.get(e, "n/a")),
         )
     if x.fit is not None:
-        t.add_row("stress vs corpus", fmt(x.fit.stress), fmt(x.fit.baseline_stress))
+        r = x.fit.fitted_rank
+        if r is None:
+            t.add_row("stress vs corpus", fmt(x.fit.stress), fmt(x.fit.baseline_stress))
+        else:
+            # Built from this corpus: the fit is in-sample; the stress table shows held-out.
+            t.add_row(
+                f"in-sample stress (rank {r}, fitted to this corpus)",
+                fmt(x.fit.stress),
+                fmt(x.fit.baseline_stress),
+            )
+            if not math.isnan(x.fit.heldout):
+                t.add_row(f"held-out stress (the stress table's mds-{r})", fmt(x.fit.heldout), "")
         t.add_row(
             "monotonicity violations (1-tau)/2",
             fmt(x.fit.violations),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -186,7 +187,9 @@ def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
             "n": enc.n,
             "rank": enc.rank,
             "dim": enc.dim,
-            "stress": enc.stress,
+            # As in stress's rows: the held-out figure where one exists, and the in-sample one.
+            "stress": enc.stress if math.isnan(enc.heldout) else enc.heldout,
+            "in_sample": enc.stress,
             "n_params": enc.n_params,
             "dense_params": enc.dense_params,
             "saving": 1.0 - enc.n_params / enc.dense_params,
@@ -199,7 +202,15 @@ def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> 
     saving = 1.0 - enc.n_params / enc.dense_params
     console.print(
         f"wrote {', '.join(files)}: rank {enc.rank} MDS encoding of {enc.n} positions, "
-        f"d={enc.dim}, "
-        f"stress {enc.stress:.4f}; parameters r(n+d) = {enc.n_params:,} vs n*d = "
-        f"{enc.dense_params:,} ({saving_phrase(saving, 1)})"
+        f"d={enc.dim}, {mds_stress_text(enc.rank, enc.heldout, enc.stress)}; parameters "
+        f"r(n+d) = {enc.n_params:,} vs n*d = {enc.dense_params:,} ({saving_phrase(saving, 1)})"
     )
+
+
+def mds_stress_text(rank: int, heldout: float, in_sample: float) -> str:
+    """``mds-r``'s stress as the stress table shows it (held-out) beside its in-sample figure,
+    each named: the two differ (0.3001 vs 0.1988 at rank 3 on the bundled corpus)."""
+    inside = f"in-sample stress {in_sample:.4f} (the spectrum's tail at rank {rank})"
+    if math.isnan(heldout):
+        return inside
+    return f"held-out stress {heldout:.4f} (the stress table's mds-{rank}), {inside}"

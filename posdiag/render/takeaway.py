@@ -38,7 +38,15 @@ def takeaway(report: StressReport) -> list[str]:
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     sp, c = report.spectrum, report.corpus
     parts = []
-    if standard:
+    nope = next((s.stress for s in scores if s.name == "nope"), 1.0)  # nope's stress is 1
+    if standard and round(standard[0].stress, 3) >= round(nope, 3):
+        # A tie with no encoding at all is no "best": diagnose then says none is needed.
+        best = standard[0]
+        parts.append(
+            f"no fixed encoding does better than none ({best.label} {best.stress:.3f}, "
+            f"nope {nope:.3f})"
+        )
+    elif standard:
         best = standard[0]
         why = " (a random table: mostly noise)" if best.name == "learned-random" else ""
         parts.append(

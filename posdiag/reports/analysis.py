@@ -67,6 +67,7 @@ from ..uncertainty.bootstrap import (
     noise_floor_by_shards,
     pair_floor,
 )
+from .padding import _ranges as position_ranges
 from .padding import padding_warnings
 
 __all__ = [
@@ -344,6 +345,27 @@ def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> Corpus
     )
 
 
+# The cross-fit splits each position's tokens in two and each half again (split-half checks).
+CROSSFIT_MIN_TOKENS = 4
+
+
+def _two_positions_advice(summary: CorpusSummary, need: int) -> str:
+    """What gives 2 analysed positions: the largest --min-count that does (min_count counts
+    sampling units, :attr:`CorpusSummary.unit_supports`), when the estimator can use that
+    little (it needs ``need`` tokens a position), else more data (and the plug-in, when it
+    could use what there is)."""
+    units, counted = summary.unit_supports, summary.counted_supports
+    if len(units) < 2 or min(units[:2]) < 1:
+        return "add data (fewer than 2 positions hold any token)"
+    best = int(min(units[:2]))
+    if min(counted[:2]) >= max(need, 1):
+        return f"lower --min-count to {best} or add data"
+    return (
+        f"add data (the cross-fit needs >= {need} tokens at each position, positions 0 and 1 "
+        f"have {counted[0]} and {counted[1]}), or use --estimator plugin with --min-count {best}"
+    )
+
+
 def corpus_geometry(
     counts: Counts | ShardedCounts,
     min_count: int = DEFAULT_MIN_COUNT,
@@ -380,6 +402,7 @@ def corpus_geometry(
     shards = counts.shards
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
+    need = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
     if n_eff < 2:
         head = ", ".join(str(s) for s in summary.counted_supports[:5])
         what = "supports" if summary.support_unit == "sequences" else "real-token supports"
@@ -389,7 +412,8 @@ def corpus_geometry(
             head += f"; distinct sampling units: {units}"
         raise PosdiagError(
             f"{source}: fewer than 2 positions have support >= min_count={summary.min_count} "
-            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); lower --min-count or add data"
+            f"(n_eff={n_eff}; {what} of positions 0..4: {head}); "
+            f"{_two_positions_advice(summary, need)}"
         )
     # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
     # and a few per-column arrays of the vocabulary (totals, column selections).
@@ -413,6 +437,22 @@ def corpus_geometry(
         raise PosdiagError(
             f"{source}: all {n_eff} analysed positions have the same token distribution "
             f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
+        )
+    tokens = np.asarray(summary.supports[:n_eff])
+    if np.any(tokens < need):
+        # min_count below the cross-fit's minimum: say which option to change, not the estimator.
+        i = int(np.flatnonzero(tokens < need)[0])
+        fixes = []
+        if supported_prefix(np.asarray(summary.counted_supports), need) >= 2:
+            fixes.append(f"raise --min-count to {need}")
+        if i >= 2:
+            fixes.append(f"lower --max-len to {i}")
+        fixes.append("use --estimator plugin" if fixes else "add data or use --estimator plugin")
+        raise PosdiagError(
+            f"{source}: the cross-fitted geometry needs >= {need} tokens at every analysed "
+            f"position; position {i} has {int(tokens[i])} (--min-count {summary.min_count} kept "
+            f"positions 0..{n_eff - 1}): {', '.join(fixes[:-1])}"
+            f"{', or ' if len(fixes) > 1 else ''}{fixes[-1]}"
         )
     if estimator == "plugin":
         assert plug is not None
@@ -1121,7 +1161,18 @@ def stress_report(
     scores, unc = _with_intervals(
         geo, counts, scored, lvl, replicates, seed, progress, details=details
     )
-    return StressReport(geo.summary, spectrum(geo), tuple(scores), geo.warnings, unc, geo)
+    warned = (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff))
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), warned, unc, geo)
+
+
+def unstable_warnings(unstable: Sequence[int], n: int) -> list[str]:
+    """The warning the terminal, the HTML and the JSON all give for unstable positions."""
+    if not unstable:
+        return []
+    return [
+        f"{len(unstable)} of {n} positions are unstable (mostly sampling noise): "
+        f"{position_ranges(sorted(unstable))}"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1229,14 +1280,15 @@ class RankDiagnosis:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """Which encoding family fits best, the MDS rank reaching the target, and why."""
+    """Which encoding family fits best, the MDS rank reaching the target (None when no rank
+    reaches it: :attr:`RankDiagnosis.rank` is then the signal rank), and why."""
 
     family: str
     encoding: str
     stress: float
     ci_low: float
     ci_high: float
-    mds_rank: int
+    mds_rank: int | None
     text: str
 
 
@@ -1302,7 +1354,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     what = "variance" if plugin else "squared norm (sampling error bound)"
     within = "within the floor" if plugin else "within their own sampling error"
     reading = (
-        f"sampling noise makes up ~{share:.0%} of the geometry's {what}; floor {f[0]:.2f} at "
+        f"{_share_of(share, what)}; floor {f[0]:.2f} at "
         f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
         f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are {within}"
     )
@@ -1323,6 +1375,16 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         tuple(float(x) for x in position_share),
         reading,
         geo.estimator,
+    )
+
+
+def _share_of(share: float, what: str) -> str:
+    """What sampling noise makes up of the geometry, never more than all of it."""
+    if share <= 1.0:
+        return f"sampling noise makes up ~{share:.0%} of the geometry's {what}"
+    return (
+        "sampling noise can make up all of the geometry (its sampling error bound is "
+        f"{share:.2g} x the geometry's squared norm)"
     )
 
 
@@ -1349,6 +1411,14 @@ def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
     return ShiftDiagnosis(
         r2, tuple(float(x) for x in fit.profile), smooth, neigh, all_mean, reading
     )
+
+
+def noise_share_text(share: float) -> str:
+    """``'~45%'``; from 100% on, what it is: the cross-fit's sampling error bound exceeding the
+    geometry, ``'all of it (error bound 1.9 x the geometry)'``: a share cannot pass 100%."""
+    if share <= 1.0:
+        return f"~{share:.0%}"
+    return f"~100% (error bound {share:.2g} x the geometry)"
 
 
 def saving_phrase(saving: float, digits: int = 0) -> str:
@@ -1398,6 +1468,12 @@ def _ci(s: EncodingScore) -> str:
     return f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
 
 
+def _mds_rank(rank: RankDiagnosis) -> int | None:
+    """The recommended MDS rank: None when no rank reaches the target (``rank.rank`` is then
+    the signal rank, a fallback, not a recommendation)."""
+    return rank.rank if rank.reached else None
+
+
 def _recommend(
     scores: Sequence[EncodingScore],
     info: InformationDiagnosis,
@@ -1423,7 +1499,7 @@ def _recommend(
             nope.stress,
             nope.ci_low,
             nope.ci_high,
-            rank.rank,
+            _mds_rank(rank),
             f"No positional encoding is needed here: I(position; token) = {info.bits:.3g} bits "
             f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
             "geometry found is sampling noise.",
@@ -1464,20 +1540,24 @@ def _recommend(
         )
         if close:
             text += " (intervals overlap)"
-    text += f", because {why}; {mds} ({saving_phrase(rank.saving)} parameters than a full table)."
+    # The saving belongs to an MDS encoding that reaches the target; the signal rank does not.
+    saving = f" ({saving_phrase(rank.saving)} parameters than a full table)" if rank.reached else ""
+    text += f", because {why}; {mds}{saving}."
     if noise.fraction >= NOISY_FRACTION or noise.noise_share >= NOISY_SHARE:
-        fact = (
-            f"sampling noise makes up ~{noise.noise_share:.0%} of the geometry"
-            if noise.noise_share >= NOISY_SHARE
-            else f"{noise.fraction:.0%} of position pairs are within the sampling noise"
-        )
+        share = noise.noise_share
+        if share > 1.0:  # the cross-fit's error bound exceeds the geometry: no share above 100%
+            fact = f"sampling noise can make up all of the geometry (error bound {share:.2g} x it)"
+        elif share >= NOISY_SHARE:
+            fact = f"sampling noise makes up ~{share:.0%} of the geometry"
+        else:
+            fact = f"{noise.fraction:.0%} of position pairs are within the sampling noise"
         # Only the plug-in's noise is biased towards full-rank tables; the cross-fit's is not.
         bias = " (it favours full-rank tables)" if noise.estimator == "plugin" else ""
         text += (
             f" Caution: {fact}, so noise shapes this ranking{bias}: add data or raise --min-count."
         )
     return Recommendation(
-        family, best.name, best.stress, best.ci_low, best.ci_high, rank.rank, text
+        family, best.name, best.stress, best.ci_low, best.ci_high, _mds_rank(rank), text
     )
 
 
@@ -1529,5 +1609,14 @@ def diagnose(
     rank = _rank(geo, unc, target, dim)
     rec = _recommend(scores, info, noise, shift, rank)
     return Diagnosis(
-        geo.summary, info, noise, shift, rank, tuple(scores), rec, unc, geo.warnings, geo
+        geo.summary,
+        info,
+        noise,
+        shift,
+        rank,
+        tuple(scores),
+        rec,
+        unc,
+        (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff)),
+        geo,
     )

@@ -7,6 +7,9 @@ Both corpora are compared on their common supported positions ``0..n-1`` with
   next to B's own rank-r optimum (Eckart-Young), so the excess is the price of using A's encoding
   on B; it is 0 when the corpora are the same;
 - geometry stress: ``stress(B_H(B), B_H(A))``, symmetric, 0 when the geometries are proportional;
+  judged against its no-drift reference, the same measure between random re-splits of A+B
+  into groups of A's and B's sizes (:func:`geometry_reference`): "drift" only when it exceeds
+  the re-splits' mean by more than ``DRIFT_Z`` of their standard deviations and all of them;
 - per-position Hellinger distance between A's and B's token distributions at each position;
 - the standard encodings' stress on each corpus and the encodings whose ranking changes.
 
@@ -32,9 +35,17 @@ from ..corpus.reading import Reading
 from ..counts.core import Counts, ProgressFn, align_vocabularies, is_counts_file
 from ..counts.corpus import corpus_counts
 from ..errors import PosdiagError
-from ..geometry.core import MDS, _fix_signs, classical_mds, gram_from_vectors, reached_rank
+from ..geometry.core import (
+    MDS,
+    _fix_signs,
+    classical_mds,
+    gram_from_vectors,
+    reached_rank,
+    stress_floor,
+)
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
+    CROSSFIT_MIN_TOKENS,
     DEFAULT_MIN_COUNT,
     CorpusGeometry,
     CorpusSummary,
@@ -49,29 +60,41 @@ __all__ = [
     "corpus_drift",
     "count_pair",
     "fitted_stress",
+    "geometry_reference",
     "no_drift_reference",
     "position_hellinger",
 ]
 
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_DRAWS = 5
+# Re-splits behind the geometry stress's no-drift reference: each costs two geometries; 10 give
+# its mean and spread (the verdict asks for more than all 10 and DRIFT_Z sd above their mean).
+GEOMETRY_DRAWS = 10
+DRIFT_Z = 3.0
 _SHARED = ("tokenizer", "view", "max_len")
 
 
 def _widen(c: Counts, v: int) -> Counts:
     if c.vocab_size == v:
         return c
-    m = sp.csr_matrix(c.matrix, copy=True)
-    m.resize((m.shape[0], v))
-    return Counts(m, {**c.meta, "vocab_size": v})
+
+    def wide(x: sp.csr_matrix) -> sp.csr_matrix:
+        m = sp.csr_matrix(x, copy=True)
+        m.resize((m.shape[0], v))
+        return m
+
+    return Counts(wide(c.matrix), {**c.meta, "vocab_size": v}, c.vocab, tuple(map(wide, c.shards)))
 
 
-def _check_compatible(a: Counts, b: Counts) -> None:
+def _check_compatible(a: Counts, b: Counts, names: tuple[str, str] | None = None) -> None:
+    """``names``: the files the user gave (a counts file's stored source is the corpus it was
+    counted from, which the user may not have passed)."""
+    na, nb = names or (a.meta.get("source", "A"), b.meta.get("source", "B"))
     for key in _SHARED:
         va, vb = a.meta.get(key), b.meta.get(key)
         if va != vb:
             raise PosdiagError(
-                f"cannot compare {a.meta.get('source', 'A')} and {b.meta.get('source', 'B')}: "
+                f"cannot compare {na} and {nb}: "
                 f"{key} {va!r} vs {vb!r}; both corpora must share tokenizer, view and max_len"
             )
 
@@ -84,6 +107,7 @@ def count_pair(
     column_b: str | None = None,
     seed: int = 0,
     progress: ProgressFn | None = None,
+    shards: int = 0,
 ) -> tuple[Counts, Counts]:
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
@@ -95,7 +119,10 @@ def count_pair(
     ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.corpus.sources.open_source`;
     token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
     packed view, as by :func:`posdiag.counts.corpus.corpus_counts`. ``column_b`` is B's text column
-    when it differs from A's (``reading.column`` is then A's only).
+    when it differs from A's (``reading.column`` is then A's only). ``shards=K`` keeps the counts
+    of ``K`` random shards of each text side (seeded by ``seed``), as ``posdiag stress`` counts
+    them: the cross-fit then splits by sequence, so each side's geometry is the one ``stress``
+    reports for it.
     """
     from ..corpus.sources import open_source
 
@@ -147,6 +174,8 @@ def count_pair(
             side[0],
             progress=progress,
             seed=seed,
+            shards=shards,
+            shard_seed=seed,
             # --vocab-size is the width of token id files only; text sides keep the tokenizer's.
             **replace(
                 r,
@@ -157,7 +186,7 @@ def count_pair(
         for side in sides
     ]
     ca, cb = out
-    _check_compatible(ca, cb)
+    _check_compatible(ca, cb, (a, b))
     # Per-run (whitespace) ids of separate runs are renumbered onto one vocabulary.
     ca, cb = align_vocabularies([ca, cb], [a, b])
     v = max(ca.vocab_size, cb.vocab_size)
@@ -226,6 +255,81 @@ def no_drift_reference(
             acc += float(np.sqrt(min(1.0, float(diff @ diff) / 2.0)))
         out[i] = acc / draws
     return out
+
+
+def _resplit(a: Counts, b: Counts, n: int, rng: np.random.Generator) -> tuple[Counts, Counts]:
+    """One random re-split of A+B (positions ``0..n-1``) into groups of A's and B's sizes.
+
+    With shards on both sides (text corpora) whole shards, random sets of sequences, are dealt
+    out, so each group keeps shards and its cross-fit splits by sequence as the observed one
+    does; otherwise each position's pooled tokens are split by a multivariate hypergeometric
+    draw (as :func:`no_drift_reference`), and the cross-fit thins, as for a counts file.
+    """
+    v = max(a.vocab_size, b.vocab_size)
+    if a.shards and b.shards:
+        pool = [sp.csr_matrix(x[:n]) for x in (*_widen(a, v).shards, *_widen(b, v).shards)]
+        order = rng.permutation(len(pool))
+        groups = [
+            tuple(pool[k] for k in order[: len(a.shards)]),
+            tuple(pool[k] for k in order[len(a.shards) :]),
+        ]
+        return tuple(  # type: ignore[return-value]
+            Counts(sp.csr_matrix(sum(g[1:], g[0])), c.meta, None, g)
+            for g, c in zip(groups, (a, b), strict=True)
+        )
+    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
+    pooled = sp.csr_matrix(ma + sp.csr_matrix(_widen(b, v).matrix[:n]))
+    sup_a = np.asarray(ma.sum(axis=1)).ravel()
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        lo, hi = pooled.indptr[i], pooled.indptr[i + 1]
+        colors = pooled.data[lo:hi].astype(np.int64)
+        rows.append(np.full(hi - lo, i))
+        cols.append(pooled.indices[lo:hi])
+        vals.append(rng.multivariate_hypergeometric(colors, int(sup_a[i]), method="marginals"))
+    r, c_, x = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+    xa = sp.csr_matrix((x, (r, c_)), shape=(n, v), dtype=np.int64)
+    xb = sp.csr_matrix(pooled - xa, dtype=np.int64)
+    xa.eliminate_zeros()
+    xb.eliminate_zeros()
+    return Counts(xa, a.meta), Counts(xb, b.meta)
+
+
+def geometry_reference(
+    a: Counts,
+    b: Counts,
+    n: int,
+    *,
+    draws: int = GEOMETRY_DRAWS,
+    seed: int = 0,
+    estimator: str = DEFAULT_ESTIMATOR,
+) -> tuple[float, ...]:
+    """The geometry stress between A and B expected when they do NOT differ (permutation null).
+
+    A and B are pooled and re-split at random into groups of A's and B's sizes
+    (:func:`_resplit`); each of ``draws`` seeded re-splits gives the geometry stress between its
+    two groups on positions ``0..n-1``, estimated as the observed one is. Under "no drift" the
+    observed value is one more draw from this distribution.
+
+    Returns
+    -------
+    tuple of float, length draws
+    """
+    draws = check_int("draws", draws, 2)
+    rng = np.random.default_rng([seed, 0x6E0])  # not the per-position reference's stream
+    out = []
+    for _ in range(draws):
+        xa, xb = _resplit(a, b, n, rng)
+        # Every compared position is kept (their supports are A's and B's, which passed
+        # --min-count, or random halves of shards of them) that the estimator can use.
+        low = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
+        ga, gb = (
+            corpus_geometry(x, low, estimator=estimator, seed=seed, plain=False, spectrum=False)
+            for x in (xa, xb)
+        )
+        m = min(ga.n_eff, gb.n_eff)
+        out.append(fitted_stress(_prefix(gb, m).mds.gram, _prefix(ga, m).mds.gram))
+    return tuple(out)
 
 
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
@@ -327,6 +431,14 @@ class Drift:
         The same distance expected without any drift (:func:`no_drift_reference`, seeded).
     rankings : tuple of RankChange
         In A's order, best first.
+    geometry_reference : tuple of float
+        ``geometry_stress`` between random re-splits of A+B (:func:`geometry_reference`): what
+        sampling alone gives; ``drifted`` compares the observed value with it.
+    rank_reached_a, rank_reached_b : bool
+        Whether ``rank_a`` (``rank_b``) reaches stress <= ``tolerance``; False: the tolerance is
+        below that corpus's stress floor and the rank is its signal rank (as ``stress`` says).
+    floor_a, floor_b : float
+        Each corpus's stress floor on the common positions.
     """
 
     a: CorpusSummary
@@ -345,6 +457,42 @@ class Drift:
     position_reference: tuple[float, ...] = ()
     seed: int = 0
     warnings: tuple[str, ...] = ()
+    geometry_reference: tuple[float, ...] = ()
+    rank_reached_a: bool = True
+    rank_reached_b: bool = True
+    floor_a: float = 0.0
+    floor_b: float = 0.0
+    rank_given: bool = False
+
+    @property
+    def reference_mean(self) -> float:
+        return float(np.mean(self.geometry_reference)) if self.geometry_reference else math.nan
+
+    @property
+    def reference_sd(self) -> float:
+        ref = self.geometry_reference
+        return float(np.std(ref, ddof=1)) if len(ref) > 1 else math.nan
+
+    @property
+    def drift_threshold(self) -> float:
+        """The geometry stress above which the drift is beyond sampling: more than every re-split
+        and more than their mean + ``DRIFT_Z`` sd."""
+        if not self.geometry_reference:
+            return math.nan
+        return max(max(self.geometry_reference), self.reference_mean + DRIFT_Z * self.reference_sd)
+
+    @property
+    def drifted(self) -> bool | None:
+        """True: drift; False: no drift beyond sampling; None: no reference was computed."""
+        if not self.geometry_reference:
+            return None
+        return self.geometry_stress > self.drift_threshold
+
+    @property
+    def verdict(self) -> str:
+        if self.drifted is None:
+            return "not judged (no reference)"
+        return "drift" if self.drifted else "no drift beyond sampling"
 
     @property
     def above_reference(self) -> tuple[int, ...]:
@@ -392,6 +540,26 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
     return max(1, min(signal, top))
 
 
+def check_draws(draws: int) -> int:
+    """``--draws``: 0 (no verdict) or >= 2 re-splits (a spread needs two)."""
+    draws = check_int("draws", draws, 0)
+    if draws == 1:
+        raise PosdiagError("'draws' must be 0 (no verdict) or an int >= 2; got 1")
+    return draws
+
+
+def _floor(mds: MDS) -> float:
+    """The stress floor the negative eigenvalues leave (as
+    :func:`posdiag.reports.analysis.spectrum`)."""
+    if mds.total is None:
+        return stress_floor(mds.eigenvalues)
+    low = mds.min_eigenvalue
+    total = float(mds.total or 0.0)
+    if math.isnan(low) or total <= 0:
+        return 0.0
+    return math.sqrt(min(0.0, low) ** 2 / total)
+
+
 def corpus_drift(
     a: Counts,
     b: Counts,
@@ -403,6 +571,7 @@ def corpus_drift(
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
     estimator: str = DEFAULT_ESTIMATOR,
+    geometry_draws: int = GEOMETRY_DRAWS,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
 
@@ -417,13 +586,17 @@ def corpus_drift(
     encodings : sequence, optional
         Encodings to rank (default set when None).
     draws, seed : int
-        Random re-splits behind the no-drift reference, and their seed (also of the
-        cross-fit's splits).
+        Random re-splits behind the per-position no-drift reference, and their seed (also of
+        the cross-fit's splits and of the geometry reference's re-splits).
+    geometry_draws : int
+        Random re-splits behind the geometry stress's no-drift reference
+        (:func:`geometry_reference`), each two geometries: 0 skips it (no verdict), else >= 2.
     estimator : {"crossfit", "plugin"}
         Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
+    geometry_draws = check_draws(geometry_draws)
     # plain=False: no figure of the drift is a plug-in one (one Gram product and one
     # eigensolve fewer per corpus).
     ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed, plain=False)
@@ -437,6 +610,16 @@ def corpus_drift(
         pa, pb = _with_pairs(pa, rank), _with_pairs(pb, rank)
     ra = rank if rank is not None else _default_rank(pa.mds, tolerance)
     rb = rank if rank is not None else _default_rank(pb.mds, tolerance)
+    by_a, by_b = pa.mds.stress_by_rank(), pb.mds.stress_by_rank()
+    reached_a, reached_b = bool(by_a[ra - 1] <= tolerance), bool(by_b[rb - 1] <= tolerance)
+    floor_a, floor_b = _floor(pa.mds), _floor(pb.mds)
+    notes = []
+    for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b)):
+        if not ok and rank is None:
+            notes.append(
+                f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
+                f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
+            )
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     sa = score_encodings(pa, encodings)
@@ -465,5 +648,17 @@ def corpus_drift(
             float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
         ),
         seed=seed,
-        warnings=tuple(dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings))),
+        warnings=tuple(
+            dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))
+        ),
+        geometry_reference=(
+            geometry_reference(a, b, n, draws=geometry_draws, seed=seed, estimator=estimator)
+            if geometry_draws
+            else ()
+        ),
+        rank_reached_a=reached_a,
+        rank_reached_b=reached_b,
+        floor_a=floor_a,
+        floor_b=floor_b,
+        rank_given=rank is not None,
     )

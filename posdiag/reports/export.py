@@ -38,15 +38,21 @@ class LowRankEncoding:
     A : ndarray of shape (n, r)
     B : ndarray of shape (d, r), orthonormal columns
     stress : float
-        Stress of the rank-r MDS encoding (the eigenvalue tail).
+        In-sample stress of the rank-r MDS encoding (the eigenvalue tail of the geometry it was
+        fitted to).
     meta : mapping
         String-valued metadata written into the file.
+    heldout : float
+        Held-out stress (fitted on one half of the data, scored on the other: the ``mds-r`` row
+        of the stress table, docs/geometry.md); NaN for the plug-in, whose table shows the
+        in-sample figure.
     """
 
     A: np.ndarray
     B: np.ndarray
     stress: float
     meta: Mapping[str, Any] = field(default_factory=dict)
+    heldout: float = float("nan")
 
     @property
     def encoding(self) -> np.ndarray:
@@ -102,6 +108,7 @@ def low_rank_encoding(
     # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
     require(f"an encoding of dimension {dim:,} (--dim)", 8 * dim * (4 * rank + 2 * n_eff))
     stress = float(geometry.mds.stress_by_rank()[rank - 1])
+    heldout = geometry.heldout_stress([rank]).get(rank, float("nan"))
     s = geometry.summary
     meta = {
         "corpus": s.source,
@@ -114,6 +121,7 @@ def low_rank_encoding(
         "d": str(dim),
         "seed": str(seed),
         "stress": repr(stress),
+        "stress_heldout": repr(heldout),
         "eigenvalues": json.dumps([float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]),
         "posdiag_version": __version__,
     }
@@ -124,7 +132,7 @@ def low_rank_encoding(
         if s.units.group_by is not None:
             meta["group_by"] = s.units.group_by
     return LowRankEncoding(
-        geometry.mds.coordinates(rank), _orthonormal(dim, rank, seed), stress, meta
+        geometry.mds.coordinates(rank), _orthonormal(dim, rank, seed), stress, meta, heldout
     )
 
 

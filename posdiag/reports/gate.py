@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +319,8 @@ class GateFacts:
     positional_info: float
     stress_by_rank: tuple[float, ...] = ()
     floor: float | None = None
+    # The geometry's warnings (padding, two positions, thinning), as stress prints them.
+    warnings: tuple[str, ...] = ()
 
 
 def measure(
@@ -387,8 +389,9 @@ def measure(
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
     total, _ = positional_information(total_counts.matrix[: geo.n_eff])
     if geo.mds.total is not None and config.max_rank_for_stress:
-        return _partial_facts(geo.summary, by_key, geo.mds, config, total)
-    return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total)
+        partial = _partial_facts(geo.summary, by_key, geo.mds, config, total)
+        return replace(partial, warnings=geo.warnings)
+    return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total, warnings=geo.warnings)
 
 
 def _partial_facts(
@@ -469,6 +472,7 @@ class GateReport:
     results: tuple[RuleResult, ...]
     strict: bool
     config_file: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -558,7 +562,7 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
                 f" {facts.corpus.support_unit}",
             )
         )
-    return GateReport(facts.corpus, tuple(out), config.strict, config.source)
+    return GateReport(facts.corpus, tuple(out), config.strict, config.source, facts.warnings)
 
 
 def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:

@@ -6,6 +6,7 @@ initialisation).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,9 @@ class CorpusFit:
     """A table against a corpus geometry on positions ``0..n-1``.
 
     ``violations`` is ``(1 - Kendall tau)/2`` of ``d_H`` vs the table's distances.
+    ``fitted_rank``: the rank of a posdiag MDS table fitted to this very geometry (its stress
+    is then in-sample), None otherwise; ``heldout`` is then that rank's held-out stress, the
+    stress table's ``mds-r`` (NaN for the plug-in).
     """
 
     n: int
@@ -103,6 +107,8 @@ class CorpusFit:
     violations: float
     baseline_stress: float
     baseline_violations: float
+    fitted_rank: int | None = None
+    heldout: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -166,8 +172,13 @@ def inspect_table(
     seed: int = 0,
     from_file: Mapping[str, Any] | None = None,
     warnings: tuple[str, ...] = (),
+    fitted_rank: int | None = None,
 ) -> Inspection:
     """Figures of ``table`` (rows, d), and its fit to ``geometry`` when given.
+
+    ``fitted_rank``: the table is posdiag's rank-r MDS encoding of this geometry
+    (:func:`posdiag.encodings.file_meta.fitted_rank`): its stress is in-sample, and the held-out one
+    (the stress table's ``mds-r``) is computed beside it.
 
     The baseline is a ``N(0, 0.02^2)`` table of the same shape (seed ``seed``). With a corpus, the
     comparison uses positions ``0..min(rows, n_eff)-1``.
@@ -193,7 +204,12 @@ def inspect_table(
 
     s, v = fit(t)
     bs, bv = fit(base)
-    fitted = CorpusFit(n, s, v, bs, bv)
+    heldout = math.nan
+    if fitted_rank is not None and n == geometry.n_eff and fitted_rank < n:
+        heldout = geometry.heldout_stress([fitted_rank]).get(fitted_rank, math.nan)
+    else:
+        fitted_rank = None
+    fitted = CorpusFit(n, s, v, bs, bv, fitted_rank, heldout)
     return Inspection(
         path, tensor, figs, base_figs, seed, geometry.summary, fitted, told, tuple(warnings)
     )

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._util.defaults import (  # why: see there
+    DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
     DEFAULT_SHARDS,
@@ -162,9 +163,7 @@ def corpus_counts_sharded(
     ``.npz`` has lost the sequences and a token id file is counted by the fast dense path, so
     both are read without shards whatever ``shards`` says; the reason is kept for the report.
     """
-    k = check_int("shards", shards, 0)
-    if k == 1:
-        raise PosdiagError("'shards' must be 0 (no intervals) or an int >= 2; got 1")
+    k = check_shards(shards, "plugin")  # the estimator's own minimum: when intervals start
     counts = corpus_counts(corpus, shards=k, shard_seed=seed, seed=seed, **read)
     if counts.shards:
         return ShardedCounts(counts, counts.shards, seed)
@@ -226,6 +225,22 @@ class StressIntervals:
     heldout_pairs: int = 0
     heldout_splits: int = 0
     design: str = "random"
+
+
+def check_shards(shards: int, estimator: str = DEFAULT_ESTIMATOR) -> int:
+    """The one rule for ``--shards``: 0 (no intervals), or enough shards for the estimator's
+    intervals (a cross-fitted replicate splits its half of the shards again: 4; plug-in: 2)."""
+    k = check_int("shards", shards, 0)
+    low = 4 if estimator == "crossfit" else 2
+    if 0 < k < low:
+        why = (
+            " (a cross-fitted replicate splits its half of the shards again; 2 suffice with "
+            "--estimator plugin)"
+            if low == 4
+            else ""
+        )
+        raise PosdiagError(f"'shards' must be 0 (no intervals) or an int >= {low}{why}; got {k}")
+    return k
 
 
 def check_level(level: float) -> float:
@@ -458,11 +473,7 @@ def bootstrap_stress(
         # One more n x n: a pair's first replicate waits for its complement.
         8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables + bool(heldout_ranks)) * n * n,
     )
-    if estimator == "crossfit" and k < 4:
-        raise PosdiagError(
-            f"'shards' must be an int >= 4 for cross-fitted intervals (a replicate's half of the "
-            f"shards is split again); got {k}"
-        )
+    check_shards(k, estimator)
     # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum
     # pass per replicate, tables a vdot (or B JP past fastscore.DENSE_TABLE_MAX positions);
     # no n x n Gram per Toeplitz encoding.

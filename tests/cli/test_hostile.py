@@ -1083,3 +1083,89 @@ def test_valid_counts_with_duplicate_entries_load_as_their_sum(tmp_path: Path) -
     c = load_counts(write_npz(tmp_path / "dup.npz", arrays))
     expected = sp.csr_matrix(([3, 1], ([0, 2], [0, 4])), shape=(4, 5)).toarray()
     assert (c.matrix.toarray() == expected).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 34 item 8: a signal at any point of writing an output; a signal while shutting down
+
+
+def _signal_at(point: str, when: str) -> str:
+    """Patch code: SIGTERM to this process ``when`` ("before"/"after") the first call of
+    ``point`` on posdiag's temporary folder: the windows between one file operation and the
+    bookkeeping that undoes it, which a real kill hits by chance."""
+    call = {
+        "mkdir": ("pathlib.Path", "mkdir", "self"),
+        "write_bytes": ("pathlib.Path", "write_bytes", "self"),
+        "link": ("os", "link", "a[0]"),
+        "rmtree": ("shutil", "rmtree", "a[0]"),
+    }[point]
+    owner, name, path = call
+    first = "self, *a, **k" if path == "self" else "*a, **k"
+    return (
+        "import os, pathlib, shutil, signal\n"
+        f"real = {owner}.{name}\n"
+        "armed = [True]\n"
+        f"def hit({first}):\n"
+        f"    mine = '.posdiag-' in str({path}) and armed[0]\n"
+        "    if mine and " + repr(when) + " == 'before':\n"
+        "        armed[0] = False\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        f"    out = real({first})\n"
+        "    if mine and armed[0]:\n"
+        "        armed[0] = False\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return out\n"
+        f"{owner}.{name} = hit\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("point", "when", "whole"),
+    [
+        ("mkdir", "after", False),  # the folder exists, not yet registered for removal
+        ("write_bytes", "after", False),  # the temporary is complete, not yet placed
+        ("link", "after", False),  # the target exists, not yet recorded: undone (all or none)
+        ("rmtree", "before", True),  # the output is placed, its temporaries not yet removed
+    ],
+)
+def test_sigterm_at_every_step_of_writing_leaves_no_temporary_and_says_so(
+    point: str, when: str, whole: bool, tmp_path: Path
+) -> None:
+    """Before: a SIGTERM between a file operation and its bookkeeping left a
+    .posdiag-PID-XXXX.tmp folder (or an output) while the message said "no partial output was
+    left". Now each step completes first, and the message names what was written whole."""
+    args = ["build-encoding", str(BUNDLED), "-n", "16", "--min-count", "50", "--rank", "2"]
+    p = _patched(tmp_path, _signal_at(point, when), *args, "-d", "8", "-o", "e.safetensors")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    left = sorted(q.name for q in tmp_path.iterdir())
+    if whole:
+        assert err == (
+            "Error: interrupted by SIGTERM; e.safetensors was written whole before it; nothing "
+            "partial was left\n"
+        )
+        assert left == ["e.safetensors"]
+        from safetensors.numpy import load_file
+
+        assert load_file(str(tmp_path / "e.safetensors"))["encoding"].shape == (16, 8)
+    else:
+        assert err == "Error: interrupted by SIGTERM; nothing was written\n"
+        assert left == []
+    assert out == ""
+
+
+def test_sigint_while_shutting_down_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    """Before: a SIGINT during the interpreter's exit (matplotlib's atexit callbacks after
+    ``plot``) printed 'Exception ignored in atexit callback ... KeyboardInterrupt' and exited 0.
+    The callback below is the first registered, so it runs last, after matplotlib's."""
+    code = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
+    args = ["plot", str(BUNDLED), "-n", "16", "--min-count", "50", "--shards", "0", "-o", "p"]
+    p = _patched(tmp_path, code, *args)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130
+    assert err.endswith(
+        "\nError: interrupted by SIGINT while exiting, after the command had finished\n"
+    )
+    assert "Exception ignored" not in err and "Traceback" not in err
+    assert out.startswith("wrote 6 plots") or out.startswith("wrote 5 plots")
+    assert not any(q.name.startswith(".posdiag-") for q in (tmp_path / "p").iterdir())

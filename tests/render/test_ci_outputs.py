@@ -69,3 +69,26 @@ def test_data_outputs_still_refuse_to_overwrite(
     r = runner.invoke(app, [kind, str(synth_corpus), "-o", str(out), *extra])
     assert r.exit_code == 2 and "already exists; pass --force to overwrite" in r.stderr
     assert out.read_bytes() == b"keep"
+
+
+def test_junit_report_of_a_check_that_ends_in_exit_2_records_the_error(
+    synth_corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 8: a check that ends with exit 2 left the previous run's passing report in
+    place. It now replaces it with a report of the error (as pytest records a collection error)."""
+    report = tmp_path / "posdiag.xml"
+    base = ["check", str(synth_corpus), "--no-config", "-n", "12", "--junit", str(report)]
+    assert runner.invoke(app, [*base, "--min-support", "1"]).exit_code == 0
+    assert ET.fromstring(report.read_bytes()).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+    for bad in (["--min-support", "1", "--min-count", "0"], ["--max-stress", "0.5"]):
+        r = runner.invoke(app, [*base, *bad])
+        assert r.exit_code == 2
+        message = r.stderr.removeprefix("Error: ").rstrip("\n")
+        suite = ET.fromstring(report.read_bytes()).find("testsuite")
+        assert suite is not None
+        assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "1")
+        assert suite.get("name") == f"posdiag check {synth_corpus}"
+        error = suite.find("testcase/error")
+        assert error is not None and error.get("message") == message
+        assert error.text == f"posdiag check exited with code 2 or was interrupted: {message}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["posdiag.xml", synth_corpus.name]

@@ -193,3 +193,35 @@ def test_equal_spearman_of_encodings_monotone_in_the_lag_as_the_legend_says() ->
     by = {s.name: s.spearman for s in rep.encodings}
     assert by["alibi"] == by["alibi-kernel"]
     assert by["rope"] != by["alibi"]
+
+
+def test_bytes_of_the_bundled_corpus_tell_one_story(bundled_corpus: Path) -> None:
+    """Issue 34 item 2: packed bytes carry no positional information. stress must not call a tie
+    with nope the "best fixed encoding", and diagnose must not print a noise share above 100%."""
+    import re
+
+    args = [str(bundled_corpus), "-t", "bytes", "--view", "packed", "-n", "256", "--shards", "0"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["stress", *args, "--json"])
+    assert res.exit_code == 0, res.stderr
+    rows = {e["name"]: e["stress"] for e in json.loads(res.stdout)["encodings"]}
+    assert round(rows["sinusoidal"], 3) == round(rows["nope"], 3) == 1.0
+    text = " ".join(runner.invoke(app, ["stress", *args]).stdout.split())
+    assert "best fixed encoding" not in text
+    fixed = {k: v for k, v in rows.items() if not k.startswith("mds") and k != "nope"}
+    best = min(fixed, key=fixed.__getitem__)
+    assert round(fixed[best], 3) == 1.0
+    tie = f"no fixed encoding does better than none ({best} 1.000, nope 1.000)"
+    assert f"In short: {tie};" in text
+    res = runner.invoke(app, ["diagnose", *args, "--json"])
+    doc = json.loads(res.stdout)
+    share = doc["noise"]["noise_share"]
+    assert share > 1.0 and doc["recommendation"]["encoding"] == "nope"
+    text = " ".join(runner.invoke(app, ["diagnose", *args]).stdout.split())
+    assert "No positional encoding is needed here" in text
+    assert f"noise share of the geometry ~100% (error bound {share:.2g} x the geometry)" in text
+    assert (
+        "sampling noise can make up all of the geometry (its sampling error bound is "
+        f"{share:.2g} x the geometry's squared norm)"
+    ) in text
+    assert [p for p in re.findall(r"(\d+)%", text) if int(p) > 100] == []

@@ -291,5 +291,79 @@ def test_two_positions_warn_that_the_comparison_is_empty(
         f"{corpus}: only 2 positions are analysed (n_eff=2), so every encoding that separates "
         "them has stress 0; lower --min-count or add data to compare encodings"
     )
-    assert note in doc["warnings"]
-    assert res.stderr == f"Warning: {note}\n"
+    # Four sequences: both positions are within their noise floor, which is warned too.
+    assert doc["warnings"] == [
+        note,
+        "2 of 2 positions are unstable (mostly sampling noise): 0-1",
+    ]
+    assert res.stderr == "".join(f"Warning: {w}\n" for w in doc["warnings"])
+
+
+def test_diagnose_recommends_no_mds_rank_when_none_reaches_the_target(
+    cli: Callable[..., Result], bundled_corpus: Path
+) -> None:
+    """Issue 34 item 3: on the bundled corpus no rank reaches 0.1 (floor 0.120): the JSON's
+    recommended mds_rank is null, and no parameter saving is claimed for the signal rank."""
+    args = ["diagnose", str(bundled_corpus), "--shards", "0"]
+    doc = json.loads(cli([*args, "--json"]).stdout)
+    rank = doc["rank"]
+    assert rank["reached"] is False and doc["recommendation"]["mds_rank"] is None
+    assert rank["rank"] == rank["spectrum"]["signal_rank"]
+    text = doc["recommendation"]["text"]
+    floor, st = rank["spectrum"]["floor"], rank["rank_stress"]
+    assert text.endswith(
+        f"no MDS rank reaches stress <= 0.1 (the estimate's floor is {floor:.3f}; the signal "
+        f"rank {rank['rank']} has {st:.3f})."
+    )
+    assert "fewer parameters" not in text
+    shown = " ".join(cli(args).stdout.split())
+    assert f"the signal rank {rank['rank']} has {st:.3f})." in shown
+    assert "fewer parameters than a full table" not in shown
+
+
+def test_small_corpus_errors_name_the_option_to_change(
+    cli: Callable[..., Result], bundled_corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 6: each error on a small corpus names what to change and the numbers, and
+    following it does not lead to an error that contradicts it."""
+    lines = bundled_corpus.read_text(encoding="utf-8").splitlines()
+    tiny, small = tmp_path / "tiny.txt", tmp_path / "small.txt"
+    tiny.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    small.write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
+
+    def error(path: Path, *args: str) -> str:
+        res = cli(["stress", str(path), "--shards", "0", *args])
+        assert res.exit_code == 2, res.stdout
+        return res.stderr
+
+    need = "the cross-fitted geometry needs >= 4 tokens at every analysed position"
+    assert error(tiny) == (
+        f"Error: {tiny}: fewer than 2 positions have support >= min_count=100 (n_eff=0; supports "
+        "of positions 0..4: 3, 3, 3, 3, 3); add data (the cross-fit needs >= 4 tokens at each "
+        "position, positions 0 and 1 have 3 and 3), or use --estimator plugin with --min-count 3\n"
+    )
+    assert error(tiny, "--min-count", "2") == (
+        f"Error: {tiny}: {need}; position 0 has 3 (--min-count 2 kept positions 0..26): add data "
+        "or use --estimator plugin\n"
+    )
+    ok = cli(["stress", str(tiny), "--shards", "0", "--min-count", "3", "--estimator", "plugin"])
+    assert ok.exit_code == 0, ok.stderr
+    assert error(small) == (
+        f"Error: {small}: fewer than 2 positions have support >= min_count=100 (n_eff=0; "
+        "supports of positions 0..4: 30, 30, 30, 30, 30; distinct sampling units: 29, 29, 29, 29, "
+        "29); lower --min-count to 29 or add data\n"
+    )
+    assert error(small, "--min-count", "2") == (
+        f"Error: {small}: {need}; position 28 has 3 (--min-count 2 kept positions 0..49): raise "
+        "--min-count to 4, lower --max-len to 28, or use --estimator plugin\n"
+    )
+    for fix in (["--min-count", "29"], ["--min-count", "4"], ["--min-count", "2", "-n", "28"]):
+        ok = cli(["stress", str(small), "--shards", "0", *fix])
+        assert ok.exit_code == 0, (fix, ok.stderr)
+    # Two lines, every position analysed: the same rule, not the estimator's internal one.
+    two = tmp_path / "two.txt"
+    two.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    assert error(two, "--min-count", "1", "--json") == (
+        f"Error: {two}: {need}; position 0 has 2 (--min-count 1 kept positions 0..49): add data "
+        "or use --estimator plugin\n"
+    )

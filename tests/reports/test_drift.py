@@ -152,17 +152,20 @@ def test_whitespace_counts_of_separate_runs_are_aligned_by_word(
 ) -> None:
     """A whitespace .npz numbers words by its own corpus; diff renumbers them by word."""
     pb = _corpus(tmp_path / "b.txt", 12, seed=5)
-    npz = tmp_path / "a.npz"
+    npz, npz_b = tmp_path / "a.npz", tmp_path / "b.npz"
     assert cli(["count", str(synth_corpus), "-o", str(npz)]).exit_code == 0
+    assert cli(["count", str(pb), "-o", str(npz_b)]).exit_code == 0
     args = ["--min-count", "50", "--json"]
     from_files = json.loads(cli(["diff", str(synth_corpus), str(pb), *args]).stdout)
-    res = cli(["diff", str(npz), str(pb), *args])
+    res = cli(["diff", str(npz), str(npz_b), *args])
     assert res.exit_code == 0, res.stderr
     from_npz = json.loads(res.stdout)
     np.testing.assert_allclose(
         from_npz["position_hellinger"], from_files["position_hellinger"], atol=1e-12
     )
-    assert from_npz["geometry_stress"] == pytest.approx(from_files["geometry_stress"], abs=1e-12)
+    # Counts files keep no shards: their cross-fit thins, as the files' counts without shards.
+    unsharded = corpus_drift(*count_pair(str(synth_corpus), str(pb)), min_count=50)
+    assert from_npz["geometry_stress"] == pytest.approx(unsharded.geometry_stress, abs=1e-12)
     assert max(from_npz["position_hellinger"]) > 0.05  # different corpora: real drift
     # The same counts file against itself: zero drift.
     res = cli(["diff", str(npz), str(npz), "--json"])
@@ -289,3 +292,143 @@ def test_diff_of_stdin_with_itself_is_refused(cli: Callable[..., Result]) -> Non
     assert res.stderr == (
         "Error: '-' (stdin) can be read only once; save it to a file to compare it with itself\n"
     )
+
+
+def _flat(text: str) -> str:
+    """The output with rich's line wrapping undone (every run of white space one space)."""
+    return " ".join(text.split())
+
+
+def _halves(corpus: Path, tmp_path: Path) -> tuple[Path, Path]:
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("\n".join(lines[: len(lines) // 2]) + "\n", encoding="utf-8")
+    b.write_text("\n".join(lines[len(lines) // 2 :]) + "\n", encoding="utf-8")
+    return a, b
+
+
+def test_diff_says_when_its_ranks_do_not_reach_the_tolerance(
+    cli: Callable[..., Result], bundled_corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 1: the halves of the bundled corpus have a stress floor above 0.1, as stress
+    says; diff must say so too (text and JSON), not 'ranks chosen at stress <= 0.1'."""
+    a, b = _halves(bundled_corpus, tmp_path)
+    res = cli(["diff", str(a), str(b), "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert (doc["rank_reached_a"], doc["rank_reached_b"]) == (False, False)
+    fa, fb = doc["floor_a"], doc["floor_b"]
+    assert min(fa, fb) > 0.1
+    assert doc["warnings"] == [
+        f"no MDS rank of A reaches stress <= 0.1 on the common positions (floor {fa:.3f}); "
+        f"the cross-stress uses A's signal rank {doc['rank_a']} instead",
+        f"no MDS rank of B reaches stress <= 0.1 on the common positions (floor {fb:.3f}); "
+        f"the cross-stress uses B's signal rank {doc['rank_b']} instead",
+    ]
+    assert res.stderr == "".join(f"Warning: {w}\n" for w in doc["warnings"])
+    text = _flat(cli(["diff", str(a), str(b)]).stdout)
+    assert "ranks chosen at stress" not in text
+    assert (
+        f"ranks A {doc['rank_a']} (signal rank: stress <= 0.1 not reached, floor {fa:.3f}), "
+        f"B {doc['rank_b']} (signal rank: stress <= 0.1 not reached, floor {fb:.3f})"
+    ) in text
+    # The same corpus on both sides: its floor and signal rank are the ones stress reports.
+    same = json.loads(cli(["diff", str(a), str(a), "--json"]).stdout)
+    st = json.loads(cli(["stress", str(a), "--json", "--shards", "0"]).stdout)["spectrum"]
+    assert same["floor_a"] == pytest.approx(st["floor"], abs=1e-12)
+    assert same["rank_a"] == st["signal_rank"]
+
+
+def test_diff_of_a_corpus_with_itself_prints_zero_excess(
+    cli: Callable[..., Result], bundled_corpus: Path, tmp_path: Path
+) -> None:
+    a, _ = _halves(bundled_corpus, tmp_path)
+    res = cli(["diff", str(a), str(a)])
+    assert res.exit_code == 0, res.stderr
+    assert "-0.0000" not in res.stdout
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("│ MDS of")]
+    assert len(rows) == 2 and all(ln.split("│")[-2].strip() == "0.0000" for ln in rows)
+    assert "geometry stress (B_H of A vs B_H of B, symmetric): 0.0000;" in _flat(res.stdout)
+
+
+def test_diff_errors_name_the_files_given(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """A counts file stores the corpus it was counted from; the error names the .npz given."""
+    pa, pb = _corpus(tmp_path / "a.txt", 12, seed=1), _corpus(tmp_path / "b.txt", 12, seed=5)
+    na, nb = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert cli(["count", str(pa), "-o", str(na), "-n", "16"]).exit_code == 0
+    assert cli(["count", str(pb), "-o", str(nb), "-n", "14"]).exit_code == 0
+    res = cli(["diff", str(na), str(nb)])
+    assert res.exit_code == 2
+    assert res.stderr == (
+        f"Error: cannot compare {na} and {nb}: max_len 16 vs 14; both corpora must share "
+        "tokenizer, view and max_len\n"
+    )
+
+
+def test_diff_verdict_against_the_no_drift_reference(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """Two halves of one sample: no drift beyond sampling; two different drifts: drift. The
+    verdict line gives the geometry stress, the re-splits' mean, sd, max and the threshold."""
+    same = _corpus(tmp_path / "same.txt", 12, seed=1, sequences=1200)
+    half_a, half_b = _halves(same, tmp_path)
+    other = _corpus(tmp_path / "other.txt", 12, seed=7, sequences=600)
+    for b, verdict in ((half_b, "no drift beyond sampling"), (other, "drift")):
+        args = ["diff", str(half_a), str(b), "--min-count", "50"]
+        doc = json.loads(cli([*args, "--json"]).stdout)
+        assert doc["verdict"] == verdict and doc["drifted"] is (verdict == "drift")
+        ref = np.array(doc["geometry_reference"])
+        assert len(ref) == 10
+        assert doc["geometry_reference_mean"] == pytest.approx(ref.mean(), abs=1e-15)
+        assert doc["geometry_reference_sd"] == pytest.approx(ref.std(ddof=1), abs=1e-15)
+        threshold = max(ref.max(), ref.mean() + 3 * ref.std(ddof=1))
+        assert doc["drift_threshold"] == pytest.approx(threshold, abs=1e-15)
+        assert bool(doc["geometry_stress"] > threshold) is (verdict == "drift")
+        text = _flat(cli(args).stdout)
+        assert (
+            f"verdict: {verdict}: geometry stress {doc['geometry_stress']:.4f} vs "
+            f"{ref.mean():.4f} ± {ref.std(ddof=1):.4f} (mean ± sd of 10 random re-splits of A+B "
+            f"into A's and B's sizes, seed 0; max {ref.max():.4f}); drift needs more than "
+            f"{threshold:.4f} (every re-split and mean + 3 sd)"
+        ) in text
+
+
+def test_geometry_reference_resplits_keep_the_sizes_and_the_pool(tmp_path: Path) -> None:
+    """Each re-split deals the pooled counts into groups of A's and B's sizes: by shard when
+    both sides have shards, by token at each position otherwise."""
+    from posdiag.reports.drift import _resplit, geometry_reference
+
+    pa, pb = _corpus(tmp_path / "a.txt", 12, seed=1), _corpus(tmp_path / "b.txt", 12, seed=5)
+    for shards in (0, 4):
+        a, b = count_pair(str(pa), str(pb), shards=shards)
+        xa, xb = _resplit(a, b, 10, np.random.default_rng(3))
+        pooled = (a.matrix[:10] + b.matrix[:10]).toarray()
+        np.testing.assert_array_equal(xa.matrix.toarray() + xb.matrix.toarray(), pooled)
+        if shards:
+            assert len(xa.shards) == len(xb.shards) == 4
+            pool = {x.toarray()[:10].tobytes() for x in (*a.shards, *b.shards)}
+            assert {x.toarray().tobytes() for x in (*xa.shards, *xb.shards)} == pool
+            np.testing.assert_array_equal(sum(x.toarray() for x in xa.shards), xa.matrix.toarray())
+        else:
+            np.testing.assert_array_equal(xa.supports, a.supports[:10])
+            np.testing.assert_array_equal(xb.supports, b.supports[:10])
+        ref = geometry_reference(a, b, 10, draws=3, seed=2)
+        assert ref == geometry_reference(a, b, 10, draws=3, seed=2)
+        assert ref != geometry_reference(a, b, 10, draws=3, seed=3)
+        assert all(0.0 < r < 1.0 for r in ref)
+
+
+def test_diff_draws_sets_the_reference_and_zero_gives_no_verdict(
+    cli: Callable[..., Result], synth_corpus: Path, tmp_path: Path
+) -> None:
+    args = ["diff", str(synth_corpus), str(synth_corpus), "--min-count", "50"]
+    doc = json.loads(cli([*args, "--draws", "3", "--json"]).stdout)
+    assert len(doc["geometry_reference"]) == 3
+    doc = json.loads(cli([*args, "--draws", "0", "--json"]).stdout)
+    assert doc["geometry_reference"] == [] and doc["drifted"] is None
+    assert doc["verdict"] == "not judged (no reference)"
+    assert "verdict:" not in cli([*args, "--draws", "0"]).stdout
+    missing = str(tmp_path / "missing.txt")  # refused before the corpora are read
+    res = cli(["diff", missing, missing, "--draws", "1"])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: 'draws' must be 0 (no verdict) or an int >= 2; got 1\n"

@@ -108,3 +108,47 @@ def test_npy_sidecar_holds_json_numbers_and_lists(geometry, tmp_path: Path) -> N
     old.with_suffix(".json").write_text(json.dumps(dict(enc.meta)))
     assert read_encoding_meta(npy) == read_encoding_meta(st) == read_encoding_meta(old)
     assert read_encoding_meta(npy)["d"] == "8"
+
+
+def test_build_encoding_and_inspect_name_in_sample_and_held_out(
+    bundled_corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 7: build-encoding and inspect printed 'stress 0.1988' for rank 3 where the
+    stress table says mds-3 0.3001: each figure is now named, and both agree with stress."""
+    from typer.testing import CliRunner
+
+    from posdiag.cli.app import app
+
+    run = CliRunner().invoke
+    corpus = str(bundled_corpus)
+    rows = {
+        e["name"]: e for e in json.loads(run(app, ["stress", corpus, "--json"]).stdout)["encodings"]
+    }
+    held, inside = rows["mds-3"]["stress"], rows["mds-3"]["in_sample"]
+    assert held > inside + 0.05  # the two really differ
+    out = tmp_path / "e.npy"
+    res = run(app, ["build-encoding", corpus, "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["stress"] == pytest.approx(held, abs=1e-12)
+    assert doc["in_sample"] == pytest.approx(inside, abs=1e-12)
+    res = run(app, ["build-encoding", corpus, "-o", str(out), "--force"])
+    assert (
+        f"d=768, held-out stress {held:.4f} (the stress table's mds-3), in-sample stress "
+        f"{inside:.4f} (the spectrum's tail at rank 3); parameters"
+    ) in " ".join(res.stdout.split())
+    res = run(app, ["inspect", str(out), "--corpus", corpus, "--json"])
+    fit = json.loads(res.stdout)["fit"]
+    assert fit["fitted_rank"] == 3
+    assert fit["stress"] == pytest.approx(inside, abs=1e-6)  # a float32 table
+    assert fit["heldout"] == pytest.approx(held, abs=1e-12)
+    text = run(app, ["inspect", str(out), "--corpus", corpus]).stdout
+    lines = [" ".join(ln.strip("│ ").split()) for ln in text.splitlines()]
+    base = f"{json.loads(res.stdout)['fit']['baseline_stress']:.4f}"
+    assert f"in-sample stress (rank 3, fitted to this corpus) │ {inside:.4f} │ {base}" in lines
+    assert f"held-out stress (the stress table's mds-3) │ {held:.4f}" in lines
+    # Another table, or another corpus: just its stress against the corpus.
+    other = tmp_path / "r.npy"
+    np.save(other, np.random.default_rng(0).normal(size=(76, 8)))
+    text = run(app, ["inspect", str(other), "--corpus", corpus]).stdout
+    assert "stress vs corpus" in text and "held-out" not in text and "in-sample" not in text

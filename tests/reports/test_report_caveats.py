@@ -146,3 +146,48 @@ def test_plot_draws_intervals_with_shards(
     finite = [not math.isnan(e.ci_low) for e in report.encodings]
     # Before: plot took no --shards and the stress chart never had intervals.
     assert all(finite) if shards == "4" else not any(finite)
+
+
+@pytest.mark.parametrize(
+    ("reading", "expected"),
+    [
+        (
+            [],
+            "11 of 76 positions are unstable (mostly sampling noise): 36, 38, 41-42, 44-45, 48, "
+            "50, 52, 61, 66",
+        ),
+        (
+            ["--view", "model", "-n", "128"],
+            f"{BUNDLED}: positions 62-77 are analysed but over 95% "
+            "padding, so the pad token shapes their geometry; use --max-len 62 or a higher "
+            "--min-count to analyse real tokens only",
+        ),
+    ],
+)
+def test_json_warnings_are_what_the_terminal_and_the_html_warn(
+    reading: list[str], expected: str, tmp_path: Path
+) -> None:
+    """Issue 34 item 4: stress, diagnose and report give the same warnings on the terminal
+    (Warning: lines), in --json and in the HTML's Warnings list; the unstable positions too."""
+    args = [str(BUNDLED), "--shards", "0", *reading]
+    seen = []
+    for cmd in (["stress"], ["diagnose"], ["report", "-o", str(tmp_path / "r.html"), "--force"]):
+        res = runner.invoke(app, [*cmd, *args, "--json"])
+        assert res.exit_code == 0, res.stderr
+        warned = json.loads(res.stdout)["warnings"]
+        assert expected in warned
+        assert res.stderr == "".join(f"Warning: {w}\n" for w in warned)
+        text = runner.invoke(app, [*cmd, *args])
+        assert text.stderr == res.stderr
+        seen.append(warned)
+    assert seen[0] == seen[1] == seen[2]
+    # check: the geometry's warnings too (it judges no position's stability).
+    rules = ["--no-config", "-e", "alibi", "--max-stress", "1"]
+    res = runner.invoke(app, ["check", *args, *rules, "--json"])
+    geometric = [w for w in seen[0] if "unstable" not in w]
+    assert json.loads(res.stdout)["warnings"] == geometric
+    assert res.stderr == "".join(f"Warning: {w}\n" for w in geometric)
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    listed = page.split('<ul class="warnings">')[1].split("</ul>")[0]
+    items = [html.unescape(li.split("</li>")[0]) for li in listed.split("<li>")[1:]]
+    assert items[: len(seen[0])] == seen[0]

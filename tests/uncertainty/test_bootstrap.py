@@ -104,6 +104,26 @@ def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them()
     assert all(e.ci_low <= e.stress <= e.ci_high for e in rep.encodings)
 
 
+SHARDS_RULE = (
+    "'shards' must be 0 (no intervals) or an int >= 4 (a cross-fitted replicate splits its half "
+    "of the shards again; 2 suffice with --estimator plugin)"
+)
+
+
+@pytest.mark.parametrize("command", ["stress", "diagnose", "check", "plot", "report"])
+@pytest.mark.parametrize("shards", ["1", "2"])
+def test_one_shards_rule_before_reading_the_corpus(
+    cli: Callable[..., Result], tmp_path: Path, command: str, shards: str
+) -> None:
+    """Issue 34 item 5: --shards 1 and --shards 2 get the same rule (the cross-fit's minimum,
+    4), stated before the corpus is read (here it does not even exist)."""
+    out = {"plot": ["-o", str(tmp_path / "out")], "report": ["-o", str(tmp_path / "r.html")]}
+    out["check"] = ["--min-support", "1", "--no-config"]
+    res = cli([command, str(tmp_path / "missing.txt"), *out.get(command, []), "--shards", shards])
+    assert res.exit_code == 2
+    assert res.stderr == f"Error: {SHARDS_RULE}; got {shards}\n"
+
+
 def test_one_shard_is_refused() -> None:
     with pytest.raises(PosdiagError, match=r"^'shards' must be 0 \(no intervals\) or an int >= 2"):
         corpus_counts_sharded("whatever.txt", shards=1)
@@ -163,7 +183,12 @@ def test_cli_stress_shows_intervals_in_json(cli: Callable[..., Result], tmp_path
     [
         (["--ci", "1.5"], "Error: 'ci' must be a float in (0, 1); got 1.5\n"),
         (["--ci", "1"], "Error: 'ci' must be a float in (0, 1); got 1.0\n"),
-        (["--shards", "1"], "Error: 'shards' must be 0 (no intervals) or an int >= 2; got 1\n"),
+        (["--shards", "1"], f"Error: {SHARDS_RULE}; got 1\n"),
+        (["--shards", "3"], f"Error: {SHARDS_RULE}; got 3\n"),
+        (
+            ["--shards", "1", "--estimator", "plugin"],
+            "Error: 'shards' must be 0 (no intervals) or an int >= 2; got 1\n",
+        ),
     ],
 )
 def test_cli_stress_rejects_bad_uncertainty_options(
