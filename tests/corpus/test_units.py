@@ -284,7 +284,9 @@ def test_every_line_twice_gives_the_shipped_figures(
     got, want = _figures(_stress(cli, rearranged["twice"])), _figures(shipped_report)
     for key in ("documents", "sequences", "tokens", "supports", "units"):
         got["corpus"].pop(key), want["corpus"].pop(key)
-    assert len(got.pop("warnings")) == 1 and want.pop("warnings") == []  # the duplicate share
+    # One warning more than the shipped corpus's (its unstable positions): the duplicate share.
+    (share, *rest), shipped = got.pop("warnings"), want.pop("warnings")
+    assert "are exact duplicates" in share and rest == shipped
     assert got == want
 
 
@@ -342,7 +344,8 @@ def test_dedup_of_every_line_twice_is_the_deduplicated_shipped_corpus(
     assert want["corpus"]["units"]["dropped"] == 3
     for d in (got, want):
         d["corpus"].pop("units"), d["corpus"].pop("documents")  # texts read, copies included
-    assert got["warnings"] == []  # the copies were dropped: nothing to warn about
+    # The copies were dropped: no duplicate warning, the same warnings as the shipped corpus.
+    assert not any("duplicate" in w for w in got["warnings"])
     assert got == want
 
 
