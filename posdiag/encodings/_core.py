@@ -196,12 +196,6 @@ def lag_profile(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
     return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)
 
 
-def toeplitz(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
-    """Symmetric matrix ``M[i, j] = f(|i - j|)``, of shape (n, n)."""
-    lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)[lag]
-
-
 def distances(p: np.ndarray) -> np.ndarray:
     """Euclidean distances between the rows of ``p`` (n, d), of shape (n, n)."""
     if p.shape[0] < 2:

@@ -194,16 +194,6 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation of two vectors of shape (m,) with nonzero spread
-    (``scipy.stats.pearsonr(x, y).statistic``, without importing ``scipy.stats``)."""
-    xc = x - x.mean()
-    yc = y - y.mean()
-    r = float(xc @ yc) / math.sqrt(float(xc @ xc) * float(yc @ yc))
-    # Rounding can carry |r| a few ulps past 1, as pearsonr also clips.
-    return max(-1.0, min(1.0, r))
-
-
 def _upper_segments(n: int) -> np.ndarray:
     """Start of row ``i``'s entries ``(i, i+1..n-1)`` in the row-major upper triangle."""
     lengths = np.arange(n - 1, -1, -1)

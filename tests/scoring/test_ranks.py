@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag.encodings._core import toeplitz
 from posdiag.geometry.core import compare, gram_from_distances
 from posdiag.scoring import _ranks as _fastrank
 from posdiag.scoring import scores as fastscore
 from posdiag.scoring.scores import corpus_side, score_profile, score_vectors, upper_distances
+from tests._data import toeplitz
 
 
 @contextmanager

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist
 
 from posdiag.encodings import make_encoding
-from posdiag.encodings._core import toeplitz
 from posdiag.geometry.core import (
     StressMeasures,
     classical_mds,
@@ -27,12 +26,12 @@ from posdiag.geometry.core import (
 from posdiag.scoring.scores import (
     corpus_side,
     diagonal_sums,
-    pearson,
     score_profile,
     score_vectors,
     upper_distances,
 )
 from posdiag.synthetic import drift_distributions
+from tests._data import toeplitz
 
 
 def corpus(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,29 +181,6 @@ def test_all_zero_corpus_distances_give_nan_kruskal_like_compare() -> None:
     want = compare(d, b, enc.delta, enc.gram())
     assert math.isnan(got.kruskal) and math.isnan(want.kruskal)
     assert got.stress == pytest.approx(want.stress, abs=1e-12)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.integers(min_value=2, max_value=40).flatmap(
-        lambda m: st.tuples(
-            st.lists(st.floats(-1e3, 1e3), min_size=m, max_size=m),
-            st.lists(st.floats(-1e3, 1e3), min_size=m, max_size=m),
-        )
-    )
-)
-def test_pearson_equals_scipy(xy: tuple[list[float], list[float]]) -> None:
-    x, y = np.array(xy[0]), np.array(xy[1])
-    # A spread well above the values' rounding, so both centrings keep their digits.
-    assume(np.ptp(x) > 1.0 and np.ptp(y) > 1.0)
-    assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-10)
-    assert -1.0 <= pearson(x, y) <= 1.0
-
-
-def test_pearson_is_exact_at_the_ends() -> None:
-    x = np.arange(10.0)
-    assert pearson(x, 3 * x + 1) == 1.0
-    assert pearson(x, -x) == -1.0
 
 
 @pytest.mark.parametrize("extra", [[], ["--json"]])
