@@ -13,20 +13,7 @@ from hypothesis import strategies as st
 from posdiag.errors import PosdiagError
 from posdiag.geometry import _gram as fastgram
 from posdiag.geometry._gram import cross_product, plan_product, sqrt_rows
-
-
-def zipf_counts(n: int, v: int, per_row: int, seed: int, drift: float = 0.3) -> sp.csr_matrix:
-    """Counts with a shared Zipf(1.1) head and a component drifting with the position."""
-    rng = np.random.default_rng(seed)
-    p = np.arange(1, v + 1, dtype=np.float64) ** -1.1
-    p /= p.sum()
-    glob, loc = rng.permutation(v), rng.permutation(v)
-    rows = []
-    for i in range(n):
-        r = rng.choice(v, size=per_row, p=p)
-        ids = np.where(rng.random(per_row) < drift, loc[(r + i) % v], glob[r])
-        rows.append(np.bincount(ids, minlength=v))
-    return sp.csr_matrix(np.array(rows, dtype=np.float64))
+from tests._data import zipf_counts
 
 
 def dense_mask(ra: sp.csr_matrix, rb: sp.csr_matrix) -> np.ndarray:

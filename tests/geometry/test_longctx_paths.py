@@ -31,20 +31,12 @@ from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_f
 from posdiag.reports import analysis
 from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts
+from tests import _data
 
 
 def zipf_counts(n: int, v: int, per_row: int, seed: int) -> sp.csr_matrix:
-    """Integer counts: a shared Zipf(1.1) head and a component drifting with the position."""
-    rng = np.random.default_rng(seed)
-    p = np.arange(1, v + 1, dtype=np.float64) ** -1.1
-    p /= p.sum()
-    glob, loc = rng.permutation(v), rng.permutation(v)
-    rows = []
-    for i in range(n):
-        r = rng.choice(v, size=per_row, p=p)
-        ids = np.where(rng.random(per_row) < 0.3, loc[(r + 3 * i) % v], glob[r])
-        rows.append(np.bincount(ids, minlength=v))
-    return sp.csr_matrix(np.array(rows, dtype=np.int64))
+    """Integer counts whose drifting component moves 3 token ranks per position."""
+    return _data.zipf_counts(n, v, per_row, seed, step=3, dtype=np.int64)
 
 
 def _row_splits(row: np.ndarray) -> list[tuple[np.ndarray, float]]:
