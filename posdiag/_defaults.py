@@ -46,7 +46,8 @@ DEFAULT_REPLICATES = 200
 #
 # Since issue 33 this applies from 128 positions (the name is older): at n = 512 a replicate
 # costs ~0.3 s, so 200 of them took 14-35x the estimate; 38 balanced ones keep the stress a
-# small multiple of it (docs/scale.md, "Issue 33"). Below 128 (the bundled corpus) nothing moved.
+# small multiple of it (docs/scale.md, "Intervals at 128-1,023 positions"). Below 128 (the
+# bundled corpus) nothing moved.
 LONG_CONTEXT_FROM = 128
 LONG_CONTEXT_REPLICATES = 50
 DEFAULT_LEVEL = 0.95
