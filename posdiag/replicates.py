@@ -29,12 +29,13 @@ from .fastgram import DENSE_FRACTION
 
 __all__ = ["MAX_PAIRS", "MAX_TABLE_BYTES", "PatternTooLarge", "ShardPattern"]
 
-# Rare-column entry pairs summed by bincount (3 int64 arrays, 24 bytes a pair). Past 2 M the
+# Rare-column entry pairs summed by bincount (3 int64 arrays, 24 bytes a pair). Past 5 M the
 # replicates take the compiled products instead (posdiag.fastgram on a posdiag._shardsum
-# stack), which were faster there (text-view corpus of benchmarks/textview.py, load ~6:
-# n = 512, 3.4 M pairs, 0.33 s against 0.26 s a replicate; n = 1,024, 8.6 M pairs, 5.3-5.6 s
-# against 1.5-2.0 s, and 7.7 s to lay the pattern out). The bundled corpus has 40 k.
-MAX_PAIRS = 2_000_000
+# stack; text-view corpus of benchmarks/textview.py, load ~6): at n = 1,024, 8.6 M pairs,
+# 1.5-2.0 s a replicate against 5.3-5.6 s here (plus 7.7 s to lay the pattern out); at
+# n = 512, 3.4 M pairs, 0.26 s against 0.33 s, which over 38 replicates is less than the ~6 s
+# of CPU the compiled path's kernels take to compile on a first run. Bundled corpus: 40 k.
+MAX_PAIRS = 5_000_000
 # The (K, nnz) table of shard counts: beyond this the replicates use scipy products (long
 # contexts, where the products, not their overhead, are the cost).
 MAX_TABLE_BYTES = 256 << 20
