@@ -12,6 +12,10 @@
    on the bundled corpus (and ``make run``, target < 3 s) and at n = 1k-4k of the long corpus.
 6. CLI start-up: ``posdiag --version`` in a fresh interpreter, above the interpreter's own start
    (target <= 0.5 s: no numpy/scipy import before a command runs); ``stress --help`` for reference.
+7. Intervals at the sizes people use (benchmarks/textview.py): ``posdiag stress`` of a generated
+   text-view corpus of 2,500 documents of unequal length at n = 512 and 1,024, with the default
+   intervals against ``--shards 0`` (target <= 4x at 512, <= 6x at 1,024), and the first run's
+   kernel compilation at 512.
 """
 
 from __future__ import annotations
@@ -317,7 +321,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument(
         "--only",
-        choices=("text", "ids", "memory", "dask", "longctx", "intervals", "startup"),
+        choices=("text", "ids", "memory", "dask", "longctx", "intervals", "startup", "textview"),
         help="run one section",
     )
     ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
@@ -360,6 +364,10 @@ def main() -> None:
 
             sizes = LONG_SIZES if args.interval_sizes is None else args.interval_sizes
             bench_intervals(sizes)
+        if args.only in (None, "textview"):
+            from .textview import bench_textview
+
+            bench_textview(tmp)
 
 
 if __name__ == "__main__":

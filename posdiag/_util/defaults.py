@@ -38,7 +38,11 @@ DEFAULT_REPLICATES = 200
 # min(LONG_CONTEXT_REPLICATES, 2 (k - 1)) balanced half-samples in complementary pairs
 # (posdiag.uncertainty.bootstrap.replicate_halves): 38 for 20 shards, every row of the matrix and
 # its complement, calibrated as well at lower cost (docs/theory.md, "Balanced half-samples").
-LONG_CONTEXT_FROM = 1024
+#
+# From 128 positions (the name is older): there 200 random replicates cost 14-35x the estimate
+# at n = 512, 38 balanced ones a small multiple of it (docs/performance.md). Below 128 (the
+# bundled corpus) the default is 200 random replicates, as before.
+LONG_CONTEXT_FROM = 128
 LONG_CONTEXT_REPLICATES = 50
 DEFAULT_LEVEL = 0.95
 # One model dimension d for every encoding that has one (BERT-base's 768, also the default of

@@ -249,7 +249,7 @@ ReplicatesOpt = Annotated[
     typer.Option(
         "--replicates",
         help=(
-            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 1,024 "
+            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 128 "
             "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
             "interval is a t interval from their sd]."
         ),

@@ -791,7 +791,7 @@ class Uncertainty:
     method : str
         How the intervals were read from the replicates: ``"percentile"`` (from 100
         replicates) or ``"t"`` (a Student t interval from their sd, fewer replicates: the
-        default from 1,024 positions); empty without intervals.
+        default from 128 positions); empty without intervals.
     heldout_pairs : int
         Complementary replicate pairs whose held-out ``mds-r`` figures also widened the held-out
         ``mds-r`` intervals, by the spread the figure owes to its random outer split (0: no

@@ -29,8 +29,10 @@ from ..geometry._gram import DENSE_FRACTION
 
 __all__ = ["MAX_PAIRS", "MAX_TABLE_BYTES", "PatternTooLarge", "ShardPattern"]
 
-# Rare-column entry pairs kept in memory (3 int64 arrays): 20 M pairs = 480 MB.
-MAX_PAIRS = 20_000_000
+# Rare-column entry pairs summed by bincount (3 int64 arrays, 24 bytes a pair). Past 5 M the
+# compiled products (geometry._gram on a uncertainty._shardsum stack) are ~3x faster; below, the
+# pattern is as fast and needs no kernels compiled on a first run (docs/performance.md).
+MAX_PAIRS = 5_000_000
 # The (K, nnz) table of shard counts: beyond this the replicates use scipy products (long
 # contexts, where the products, not their overhead, are the cost).
 MAX_TABLE_BYTES = 256 << 20
@@ -92,6 +94,15 @@ class ShardPattern:
         if np.any(np.diff(total.indptr) == 0):
             raise PosdiagError("every analysed position needs tokens for the bootstrap")
         _check_table(self.k, total.nnz)
+        # The rare pairs (below) before the table: past MAX_PAIRS the table would be wasted.
+        col_nnz = np.bincount(total.indices, minlength=v)
+        dense_cols = col_nnz > DENSE_FRACTION * n
+        pairs = int(np.sum(col_nnz[~dense_cols].astype(np.int64) ** 2))
+        if pairs > MAX_PAIRS:
+            raise PatternTooLarge(
+                f"the replicate pattern needs {pairs:,} rare pairs (max {MAX_PAIRS:,}); "
+                "fewer positions take the other replicate path"
+            )
         keys = self.row.astype(np.int64) * v + self.indices
         self.table = np.zeros((self.k, keys.size))
         for i, p in enumerate(parts):
@@ -103,8 +114,6 @@ class ShardPattern:
         # Column split, once for every split of every replicate: the fastgram rule on the
         # total's pattern (a half holds a subset of it). Below fastgram's hybrid size a dense
         # block still beats scipy here, whose per-product cost is what we are saving.
-        col_nnz = np.bincount(self.indices, minlength=v)
-        dense_cols = col_nnz > DENSE_FRACTION * n
         self.kd = int(dense_cols.sum())
         position = np.cumsum(dense_cols) - 1
         is_dense = dense_cols[self.indices]
@@ -119,12 +128,6 @@ class ShardPattern:
         per_col = np.bincount(r_cols, minlength=v)
         m = per_col[self.indices[order]]  # column size, per entry in column order
         starts = np.concatenate(([0], np.cumsum(per_col)))[self.indices[order]]
-        pairs = int(m.sum())
-        if pairs > MAX_PAIRS:
-            raise PatternTooLarge(
-                f"the replicate pattern needs {pairs:,} rare pairs (max {MAX_PAIRS:,}); "
-                "fewer positions take the other replicate path"
-            )
         self.pair_a = np.repeat(order, m)
         block = np.repeat(np.cumsum(m) - m, m)
         self.pair_b = order[np.repeat(starts, m) + np.arange(pairs) - block]

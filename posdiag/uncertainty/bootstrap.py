@@ -10,6 +10,7 @@ multinomial bootstrap).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from .._util.defaults import (  # why: see there
     LONG_CONTEXT_REPLICATES,
 )
 from .._util.memory import require
-from .._util.threads import BLAS_THREADS_FROM, small_blas
+from .._util.threads import one_blas_thread
 from .._util.validate import check_choice, check_int
 from ..corpus.tokenizers import Tokenizer
 from ..counts.core import Counts, ProgressFn, count_texts, is_counts_file
@@ -349,6 +350,11 @@ REPLICATE_RANKS = 10
 # ~1e-7 against eigvalsh, far below an interval's width.
 REPLICATE_EIG_TOL = 1e-4
 REPLICATE_EIG_ITER = 200
+# Below this n the replicate loop runs on one BLAS thread, whatever the engine: its products,
+# subspace passes and scoring are sequential and small, and two threads fought for the shared
+# cores (load ~6 on 2 cores: n = 512 1.2-1.4 s a replicate with two, 0.25-0.44 s with one;
+# n = 1,024 2.0-4.2 s against 1.0-1.7 s; the same intervals).
+REPLICATE_THREADS_FROM = 2048
 
 
 def bootstrap_stress(
@@ -399,7 +405,7 @@ def bootstrap_stress(
         Full-data stress of each encoding, where the intervals are centred.
     replicates : int, optional
         Replicates drawn; default :func:`default_replicates` of ``n_eff`` and the shards (200;
-        from 1,024 positions 38 balanced half-samples for 20 shards, at most 50), drawn by
+        from 128 positions 38 balanced half-samples for 20 shards, at most 50), drawn by
         :func:`replicate_halves`.
     progress : callable, optional
         Called after each replicate with (done, replicates).
@@ -705,7 +711,7 @@ def _exact_replicates(
                 add_ranks(_tail_stress(lam_desc))
             pending.clear()
 
-    with small_blas(n if pattern is not None else BLAS_THREADS_FROM):
+    with one_blas_thread() if n < REPLICATE_THREADS_FROM else contextlib.nullcontext():
         for j, b, d in grams:
             nb = float(np.linalg.norm(b))
             if nb == 0.0:

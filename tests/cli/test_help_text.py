@@ -67,7 +67,7 @@ def test_optional_argument_usage() -> None:
 
 def test_replicates_shows_its_default() -> None:
     words = " ".join(re.sub(r"[│╭╮╰╯─]", " ", _help("stress", 250)).split())
-    assert "[default: 200; from 1,024 positions 38 balanced half-samples" in words
+    assert "[default: 200; from 128 positions 38 balanced half-samples" in words
     assert "--max-len -n INT Positions counted, n [default: 512]." in words
     assert "--tokenizer -t TEXT 'whitespace', 'bytes'" in words
     assert "[default: whitespace]." in words

@@ -1,5 +1,5 @@
 """How intervals are read from the replicates: percentiles from 100 replicates, a t interval
-below; 200 replicates by default, from 1,024 positions 50, or where a Hadamard matrix of the shard
+below; 200 replicates by default, from 128 positions 50, or where a Hadamard matrix of the shard
 count is built 2 (shards - 1) balanced ones up to 50 (posdiag._util.defaults)."""
 
 from __future__ import annotations
@@ -60,13 +60,22 @@ def test_a_t_interval_is_clipped_to_the_unit_interval() -> None:
     )
 
 
-def test_default_replicates_fall_at_long_contexts() -> None:
-    assert [default_replicates(n) for n in (2, 1023, 1024, 16_384)] == [200, 200, 38, 38]
+def test_default_replicates_fall_from_128_positions() -> None:
+    # Issue 33: from 128 positions, where 200 replicates cost 14-35x the estimate.
+    assert [default_replicates(n) for n in (2, 127, 128, 512, 1024, 16_384)] == [
+        200,
+        200,
+        38,
+        38,
+        38,
+        38,
+    ]
     # Balanced where a Hadamard matrix of the shard count is built: every row and its
     # complement, up to 50; 50 random replicates otherwise.
     by_shards = {k: default_replicates(4096, k) for k in (2, 4, 6, 8, 12, 16, 20, 28, 40)}
     assert by_shards == {2: 2, 4: 6, 6: 50, 8: 14, 12: 22, 16: 30, 20: 38, 28: 50, 40: 50}
-    assert default_replicates(1023, 8) == 200
+    assert default_replicates(127, 8) == 200
+    assert default_replicates(128, 8) == 14
 
 
 def test_the_default_follows_n_eff_and_an_explicit_count_wins(
