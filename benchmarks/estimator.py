@@ -33,7 +33,7 @@ from posdiag.geometry.estimator import estimate_hellinger, gram_from_bc
 from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import (
-    LONG_CONTEXT_FROM,
+    BALANCED_FROM,
     ShardedCounts,
     corpus_counts_sharded,
     default_replicates,
@@ -117,12 +117,12 @@ def interval_calibration(
 
 def calibration(samples: int, replicates: int, size: int) -> None:
     n, vocab = 32, 5000
-    long = default_replicates(LONG_CONTEXT_FROM, 20)
+    long = default_replicates(BALANCED_FROM, 20)
     counts_ = (replicates, long)
     print(
         f"\n3. Interval calibration: {samples} independent samples, n = {n}, V = {vocab:,}, "
         f"N = {size:,}, 20 shards, 95%: {replicates} replicates (percentile) and "
-        f"{long} balanced (t, the default from {LONG_CONTEXT_FROM:,} positions)"
+        f"{long} balanced (t, the default from {BALANCED_FROM:,} positions)"
     )
     mu = zipf_drift_distributions(n, vocab, 3, sharpness=2.0, seed=0)
     # mds-3 and mds-5: held-out figures at and above the true rank 3, mostly fit noise (their

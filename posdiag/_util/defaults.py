@@ -14,8 +14,8 @@ __all__ = [
     "DEFAULT_MIN_COUNT",
     "DEFAULT_REPLICATES",
     "DEFAULT_SHARDS",
-    "LONG_CONTEXT_FROM",
-    "LONG_CONTEXT_REPLICATES",
+    "BALANCED_FROM",
+    "BALANCED_MAX_REPLICATES",
 ]
 
 # Why 100: the split-half noise floor of d_H at a position falls roughly like 1/sqrt(N_i); below
@@ -27,23 +27,18 @@ DEFAULT_MIN_COUNT = 100
 # shards cost memory (one accumulator each) for little gain in a 95% interval.
 DEFAULT_SHARDS = 20
 DEFAULT_REPLICATES = 200
-# From LONG_CONTEXT_FROM positions the default is LONG_CONTEXT_REPLICATES replicates and a t
-# interval from their standard deviation (posdiag.uncertainty.bootstrap.PERCENTILE_FROM): a
-# replicate costs
-# two full products R^A (R^B)^T there, and with 20 shards the spread's own precision is bounded
-# by the shards (19 degrees of freedom), not by the replicates, so 50 keep the calibration of 200
-# percentile ones (benchmarks/NOTES.md, "Seventh pass").
-#
-# Where a Hadamard matrix of the shard count is built (20 shards: yes), the default is instead
-# min(LONG_CONTEXT_REPLICATES, 2 (k - 1)) balanced half-samples in complementary pairs
-# (posdiag.uncertainty.bootstrap.replicate_halves): 38 for 20 shards, every row of the matrix and
-# its complement, calibrated as well at lower cost (docs/theory.md, "Balanced half-samples").
-#
-# From 128 positions (the name is older): there 200 random replicates cost 14-35x the estimate
-# at n = 512, 38 balanced ones a small multiple of it (docs/performance.md). Below 128 (the
-# bundled corpus) the default is 200 random replicates, as before.
-LONG_CONTEXT_FROM = 128
-LONG_CONTEXT_REPLICATES = 50
+# From BALANCED_FROM positions, where a replicate costs two full products R^A (R^B)^T (0.3 s at
+# n = 512; 200 random replicates cost 14-35x the estimate there), the default is at most
+# BALANCED_MAX_REPLICATES replicates read as a t interval from their standard deviation
+# (posdiag.uncertainty.bootstrap.PERCENTILE_FROM): with 20 shards the spread's own precision is
+# bounded by the shards (19 degrees of freedom), not by the replicates. Where a Hadamard matrix
+# of the shard count is built (20 shards: yes), they are min(BALANCED_MAX_REPLICATES, 2 (k - 1))
+# balanced half-samples in complementary pairs (posdiag.uncertainty.bootstrap.replicate_halves):
+# 38 for 20 shards, every row of the matrix and its complement (docs/theory.md, "Balanced
+# half-samples"; costs in docs/performance.md). Below 128 positions (the bundled corpus): 200
+# random replicates and percentile intervals.
+BALANCED_FROM = 128
+BALANCED_MAX_REPLICATES = 50
 DEFAULT_LEVEL = 0.95
 # One model dimension d for every encoding that has one (BERT-base's 768, also the default of
 # build-encoding and diagnose): a comparison of sinusoidal at 512 with learned-random at 768

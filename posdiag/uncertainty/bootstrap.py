@@ -20,12 +20,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._util.defaults import (  # why: see there
+    BALANCED_FROM,
+    BALANCED_MAX_REPLICATES,
     DEFAULT_ESTIMATOR,
     DEFAULT_LEVEL,
     DEFAULT_REPLICATES,
     DEFAULT_SHARDS,
-    LONG_CONTEXT_FROM,
-    LONG_CONTEXT_REPLICATES,
 )
 from .._util.memory import require
 from .._util.threads import one_blas_thread
@@ -67,8 +67,8 @@ __all__ = [
     "DEFAULT_REPLICATES",
     "DEFAULT_SHARDS",
     "DESIGNS",
-    "LONG_CONTEXT_FROM",
-    "LONG_CONTEXT_REPLICATES",
+    "BALANCED_FROM",
+    "BALANCED_MAX_REPLICATES",
     "PERCENTILE_FROM",
     "REPLICATE_SPLITS",
     "InformationNull",
@@ -254,15 +254,15 @@ def check_level(level: float) -> float:
 
 def default_replicates(n_eff: int, shards: int = DEFAULT_SHARDS) -> int:
     """The replicates a bootstrap draws when none are asked for: :data:`DEFAULT_REPLICATES`;
-    from :data:`LONG_CONTEXT_FROM` positions :data:`LONG_CONTEXT_REPLICATES`, or where a
-    Hadamard matrix of order ``shards`` is built, ``min(LONG_CONTEXT_REPLICATES, 2 (shards -
+    from :data:`BALANCED_FROM` positions :data:`BALANCED_MAX_REPLICATES`, or where a
+    Hadamard matrix of order ``shards`` is built, ``min(BALANCED_MAX_REPLICATES, 2 (shards -
     1))``, balanced ones (38 for the default 20 shards; why: see posdiag._util.defaults and
     :func:`replicate_halves`)."""
-    if n_eff < LONG_CONTEXT_FROM:
+    if n_eff < BALANCED_FROM:
         return DEFAULT_REPLICATES
     if shards >= 2 and hadamard(shards) is not None:
-        return min(LONG_CONTEXT_REPLICATES, 2 * (shards - 1))
-    return LONG_CONTEXT_REPLICATES
+        return min(BALANCED_MAX_REPLICATES, 2 * (shards - 1))
+    return BALANCED_MAX_REPLICATES
 
 
 def interval_method(samples: int) -> str:

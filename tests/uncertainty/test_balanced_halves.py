@@ -149,7 +149,7 @@ def test_bootstrap_uses_the_balanced_design_where_it_can() -> None:
 
 def test_report_names_the_balanced_design(monkeypatch: pytest.MonkeyPatch) -> None:
     sc = _sharded(8)
-    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.design) == (14, "balanced")

@@ -86,7 +86,7 @@ def test_the_default_follows_n_eff_and_an_explicit_count_wins(
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (200, "percentile")
     # The corpus made long: every other input the same.
-    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (50, "t")
@@ -107,7 +107,7 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
         seen.append(np.asarray(samples, dtype=np.float64))
         return real(est, samples, *rest)
 
-    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     monkeypatch.setattr(uncertainty, "_interval", spy)
     rep = stress_report(sc, ["sinusoidal"], min_count=10, seed=4)
     (score,) = rep.encodings
@@ -130,7 +130,7 @@ def test_cli_names_the_interval_in_text_and_json(
     assert res.exit_code == 0, res.output
     unc = json.loads(res.stdout)["uncertainty"]
     assert (unc["replicates"], unc["method"]) == (200, "percentile")
-    monkeypatch.setattr(uncertainty, "LONG_CONTEXT_FROM", 5)
+    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     res = cli([*base, "--json"])
     unc = json.loads(res.stdout)["uncertainty"]
     assert (unc["replicates"], unc["method"]) == (50, "t")
