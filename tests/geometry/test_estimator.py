@@ -4,8 +4,11 @@ geometries."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import math
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.encodings import make_encoding
 from posdiag.errors import PosdiagError
+from posdiag.geometry._hypergeom import VECTORISED_FLOOR_FROM
 from posdiag.geometry.core import (
     gram_from_distances,
     mds_from_gram,
@@ -29,12 +33,23 @@ from posdiag.geometry.core import (
     stress_floor,
 )
 from posdiag.geometry.estimator import (
+    SplitHalf,
+    cross_product,
     crossfit_bc,
     estimate_hellinger,
+    expected_thinning_bc,
     gram_from_bc,
+    heldout_mds_stress,
     implied_distances,
     negative_eigenvalue_note,
+    noise_energy,
     plugin_bc,
+    restrict,
+    shard_halves,
+    split_half_grams,
+    sqrt_rows,
+    stack_shards,
+    stacked_halves,
     thinned_halves,
 )
 from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
@@ -413,3 +428,579 @@ def test_thin_corpus_in_many_shards_falls_back_to_thinning(
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert any("the cross-fit split each position's counts instead" in w for w in doc["warnings"])
+
+
+# Mutation-strength tests: geometry.estimator paths pinned against independent values.
+
+
+def _bc_with_uneven_diagonal() -> np.ndarray:
+    """A symmetric BC-like matrix whose diagonal is not 1 (as the cross-fit gives)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.2, 0.9, size=(5, 5))
+    bc = (x + x.T) / 2.0
+    bc[np.diag_indices(5)] = [0.95, 0.8, 0.9, 0.7, 0.85]
+    bc[0, 1] = bc[1, 0] = 0.99  # above (0.95 + 0.8)/2: a negative squared distance, clipped
+    return bc
+
+
+def test_gram_from_bc_is_half_the_centred_bc() -> None:
+    bc = _bc_with_uneven_diagonal()
+    n = bc.shape[0]
+    j = np.eye(n) - np.ones((n, n)) / n
+    np.testing.assert_allclose(gram_from_bc(bc), 0.5 * j @ bc @ j, rtol=0, atol=1e-15)
+
+
+def test_implied_distances_of_an_integer_bc() -> None:
+    np.testing.assert_array_equal(implied_distances(np.array([[1, 0], [0, 1]])), [[0, 1], [1, 0]])
+
+
+def test_implied_distances_by_loop() -> None:
+    bc = _bc_with_uneven_diagonal()
+    n = bc.shape[0]
+    want = np.zeros((n, n))
+    for i in range(n):
+        for k in range(n):
+            if i != k:
+                want[i, k] = math.sqrt(max(0.0, (bc[i, i] + bc[k, k]) / 2.0 - bc[i, k]))
+    got = implied_distances(bc)
+    assert got[0, 1] == 0.0 and got[1, 0] == 0.0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+
+
+# --- negative_eigenvalue_note: exact lines, boundaries ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lam", "line"),
+    [
+        ([], None),
+        ([0.0, -1.0], None),  # no positive l_1: nothing to compare with
+        ([-1.0, -2.0], None),
+        ([4.0, 1.0], None),  # no negative eigenvalue
+        ([1.0, -1e-10], None),  # exactly the rounding bound
+        ([100.0, -5e-9], None),  # the bound scales with l_1: -1e-8 here
+        (
+            [100.0, -2e-8],
+            "most negative eigenvalue -2e-08 (-0.0% of l_1 = 100); "
+            "1 eigenvalue exceed its magnitude (signal rank)",
+        ),
+        (
+            [1.0, -1.5e-10],
+            "most negative eigenvalue -1.5e-10 (-0.0% of l_1 = 1); "
+            "1 eigenvalue exceed its magnitude (signal rank)",
+        ),
+        (
+            [4.0, 2.0, 1.5, -1.5],  # 1.5 does not exceed |-1.5|: signal rank 2
+            "most negative eigenvalue -1.5 (-37.5% of l_1 = 4); "
+            "2 eigenvalues exceed its magnitude (signal rank)",
+        ),
+        (
+            [8.0, 0.5, -2.0],
+            "most negative eigenvalue -2 (-25.0% of l_1 = 8); "
+            "1 eigenvalue exceed its magnitude (signal rank)",
+        ),
+    ],
+)
+def test_negative_eigenvalue_note_lines(lam: list[float], line: str | None) -> None:
+    assert negative_eigenvalue_note(np.array(lam)) == line
+
+
+def test_negative_eigenvalue_note_reads_integer_eigenvalues() -> None:
+    assert negative_eigenvalue_note(np.array([5, 3, -2])) == (
+        "most negative eigenvalue -2 (-40.0% of l_1 = 5); "
+        "2 eigenvalues exceed its magnitude (signal rank)"
+    )
+
+
+# --- heldout_mds_stress against a direct computation -------------------------------------------
+
+
+def _centred_gram(rng: np.random.Generator, n: int, rank: int) -> np.ndarray:
+    x = rng.standard_normal((n, rank)) * np.linspace(3.0, 1.0, rank)
+    x -= x.mean(axis=0)
+    return x @ x.T
+
+
+def _rank_gram_by_eigh(g: np.ndarray, r: int) -> np.ndarray:
+    lam, u = np.linalg.eigh(g)
+    order = np.argsort(lam)[::-1][:r]
+    lam, u = np.clip(lam[order], 0.0, None), u[:, order]
+    return (u * lam) @ u.T
+
+
+def _heldout_by_hand(grams: list[tuple[np.ndarray, np.ndarray]], r: int) -> float:
+    noise = sum(((p - q) ** 2).sum() / 4.0 for p, q in grams) / len(grams)
+    out = []
+    for p, q in grams:
+        signal = float((p * q).sum())
+        norm = math.sqrt(signal + noise) if signal > 0 else 0.0
+        for target, fitted_on in ((q, p), (p, q)):
+            g = _rank_gram_by_eigh(fitted_on, r)
+            ng = math.sqrt(float((g * g).sum()))
+            if norm == 0.0 or ng == 0.0:
+                out.append(1.0)
+                continue
+            cos = min(1.0, max(0.0, float((target * g).sum())) / (norm * ng))
+            out.append(math.sqrt(1.0 - cos * cos))
+    return sum(out) / len(out)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3])  # B_H's own scale is ~1e-3 on real corpora
+def test_heldout_mds_stress_equals_a_direct_computation(scale: float) -> None:
+    rng = np.random.default_rng(11)
+    truth = _centred_gram(rng, 7, 3)
+    grams = []
+    for _ in range(3):  # three outer splits, each half with its own noise
+        p = truth + 0.3 * _centred_gram(rng, 7, 6)
+        q = truth + 0.3 * _centred_gram(rng, 7, 6)
+        grams.append((scale * p, scale * q))
+    got = heldout_mds_stress(SplitHalf(tuple(grams)), [1, 2, 3, 6])
+    assert list(got) == [1, 2, 3, 6]
+    for r in (1, 2, 3, 6):
+        assert got[r] == pytest.approx(_heldout_by_hand(grams, r), rel=1e-10, abs=1e-12)
+    assert 0.0 < got[3] < got[1] < 1.0
+
+
+def test_heldout_mds_stress_is_one_when_the_halves_disagree_in_sign() -> None:
+    # <B_P, B_Q> < 0: noise swamps all signal, nothing is left to fit.
+    g = _centred_gram(np.random.default_rng(2), 5, 2)
+    assert heldout_mds_stress(SplitHalf(((g, -g),)), [1, 2]) == {1: 1.0, 2: 1.0}
+    # <B_P, B_Q> = 0 exactly (1 * 0.5 + 0.25 * -2) and < 0, although the rank-1 fit of B_P
+    # overlaps B_Q: still nothing to fit.
+    p, q = np.diag([1.0, 0.25, 0.0]), np.diag([0.5, -2.0, 0.0])
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1]) == {1: 1.0}
+    p = np.diag([1.0, 0.9, 0.0])
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1]) == {1: 1.0}
+    # <B_P, B_Q> > 0 but neither half has a positive eigenvalue: the fits are 0, stress 1.
+    assert heldout_mds_stress(SplitHalf(((-g, -0.5 * g),)), [1, 2]) == {1: 1.0, 2: 1.0}
+    p, q = np.diag([-1.0, -2.0, 0.0]), np.diag([-0.5, -1.0, 0.0])  # top eigenvalue exactly 0
+    assert heldout_mds_stress(SplitHalf(((p, q),)), [1, 2]) == {1: 1.0, 2: 1.0}
+
+
+def test_heldout_mds_stress_rank_bounds() -> None:
+    g = _centred_gram(np.random.default_rng(4), 5, 2)
+    halves = SplitHalf(((g, g),))
+    assert heldout_mds_stress(halves, [4])[4] == pytest.approx(0.0, abs=1e-7)
+    for bad in (0, 5):
+        with pytest.raises(
+            PosdiagError, match=rf"^'rank' must be an int in \[1, n_eff-1=4\]; got {bad}$"
+        ):
+            heldout_mds_stress(halves, [bad])
+
+
+def test_noise_energy_is_the_mean_quarter_squared_difference() -> None:
+    p1, q1 = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.0, 2.0], [3.0, 2.0]])
+    p2, q2 = np.array([[2.0, 0.0], [0.0, 0.0]]), np.array([[0.0, 0.0], [0.0, 1.0]])
+    # Entry by entry: ((1, 0), (0, 4)) / 4 and ((4, 0), (0, 1)) / 4, averaged.
+    want = np.array([[5.0 / 8.0, 0.0], [0.0, 5.0 / 8.0]])
+    np.testing.assert_array_equal(noise_energy(SplitHalf(((p1, q1), (p2, q2)))), want)
+
+
+# --- restrict ------------------------------------------------------------------------------------
+
+
+def test_restrict_recentres_the_leading_block() -> None:
+    rng = np.random.default_rng(5)
+    counts = rng.integers(1, 20, size=(6, 9))
+    est = estimate_hellinger(counts, 6, estimator="plugin")
+    assert restrict(est, 6) is est
+    sub = restrict(est, 4)
+    bc = plugin_bc(counts)[:4, :4]
+    j = np.eye(4) - np.ones((4, 4)) / 4
+    assert not hasattr(sub, "bc")  # not kept: the gram and the distances say it all
+    np.testing.assert_allclose(sub.gram, 0.5 * j @ bc @ j, atol=1e-15)
+    np.testing.assert_allclose(sub.gram, sub.gram.T, atol=0)
+    np.testing.assert_allclose(sub.distances, np.sqrt(np.clip(1.0 - bc, 0, None)), atol=1e-15)
+    np.testing.assert_allclose(
+        np.sort(sub.mds.eigenvalues), np.linalg.eigvalsh(sub.gram), atol=1e-12
+    )
+    assert (sub.estimator, sub.method, sub.splits, sub.seed, sub.n) == ("plugin", "none", 0, 0, 4)
+    for bad in (1, 7):
+        with pytest.raises(PosdiagError, match=rf"^'n' must be an int in \[2, 6\]; got {bad}$"):
+            restrict(est, bad)
+
+
+def test_restrict_from_the_gram_equals_the_cross_fit_of_the_bc_block() -> None:
+    # The cross-fit's BC has a diagonal below 1, so the gram route is not trivially the plug-in's.
+    from posdiag.geometry._gram import centred_half
+
+    rng = np.random.default_rng(8)
+    counts = rng.integers(0, 9, size=(7, 12)) + np.eye(7, 12, dtype=np.int64) * 5
+    est = estimate_hellinger(counts, 7)
+    bc = expected_thinning_bc(counts, 7)
+    assert float(np.diag(bc).max()) < 0.99
+    np.testing.assert_array_equal(est.gram, gram_from_bc(bc))  # same kernel, in place
+    np.testing.assert_array_equal(est.distances, implied_distances(bc))
+    for n in (2, 3, 5):
+        sub = restrict(est, n)
+        np.testing.assert_allclose(sub.gram, gram_from_bc(bc[:n, :n]), rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(sub.distances, implied_distances(bc[:n, :n]))
+        np.testing.assert_allclose(sub.gram.sum(axis=0), 0.0, atol=1e-15)  # re-centred
+    x = rng.uniform(size=(9, 9))
+    col, row, grand = x.mean(axis=0), x.mean(axis=1), float(x.mean())
+    want = centred_half(x, col, row, grand)
+    assert centred_half(x, col, row, grand, out=x) is x
+    np.testing.assert_array_equal(x, want)
+    with pytest.raises(PosdiagError, match=r"^expected out of shape \(9, 9\); got \(3, 3\)$"):
+        centred_half(want, col, row, grand, out=np.zeros((3, 3)))
+
+
+# --- thinned_halves: the split of each position's counts ----------------------------------------
+
+
+def test_thinning_reads_whole_float_counts_and_splits_each_row_exactly() -> None:
+    # Counts that arrive as floats (a float .npz) are whole numbers: thinned as integers.
+    # The last column is empty: both halves keep the full vocabulary width.
+    counts = np.array([[2.0, 3.0, 0.0, 0.0], [4.0, 1.0, 6.0, 0.0], [0.0, 0.0, 2.0, 0.0]])
+    halves = thinned_halves(counts, 3, 4, np.random.default_rng(0))
+    assert len(halves) == 4
+    for a, b in halves:
+        assert a.dtype == np.int64 and b.dtype == np.int64
+        assert a.shape == b.shape == (3, 4)
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
+        np.testing.assert_array_equal(a.toarray().sum(axis=1), [2, 5, 1])  # floor(N_i / 2)
+        assert (a.toarray() >= 0).all() and (b.toarray() >= 0).all()
+
+
+def test_thinning_names_the_first_position_below_two_tokens() -> None:
+    # Supports 3, 2, 1, 0: position 2 is the first that cannot be split (2 tokens can).
+    counts = np.array([[2, 1], [1, 1], [1, 0], [0, 0]])
+    with pytest.raises(
+        PosdiagError, match=r"^cross-fit: position 2 has 1 tokens; thinning needs >= 2$"
+    ):
+        thinned_halves(counts, 4, 1, np.random.default_rng(0))
+    # Only the analysed prefix counts: the first two positions split fine.
+    ((a, b),) = thinned_halves(counts, 2, 1, np.random.default_rng(0))
+    np.testing.assert_array_equal(a.toarray().sum(axis=1), [1, 1])
+
+
+# --- splits by shard ----------------------------------------------------------------------------
+
+
+def _shards(k: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 6, size=(4, 5)) for _ in range(k)]
+
+
+def test_shard_halves_are_sums_of_half_the_shards() -> None:
+    shards = _shards(5)
+    total = sum(shards)
+    pair_sums = [shards[i] + shards[j] for i in range(5) for j in range(i + 1, 5)]
+    halves = shard_halves([sp.csr_matrix(s) for s in shards], 3, 6, np.random.default_rng(1))
+    assert len(halves) == 6
+    picked = set()
+    for a, b in halves:
+        a, b = a.toarray(), b.toarray()
+        np.testing.assert_array_equal(a + b, total[:3])
+        # A is floor(5/2) = 2 of the shards, on positions 0..2.
+        hits = [i for i, s in enumerate(pair_sums) if np.array_equal(a, s[:3])]
+        assert len(hits) == 1
+        picked.add(hits[0])
+    assert len(picked) > 1  # the splits differ
+
+
+def test_stacked_halves_split_only_the_subset() -> None:
+    shards = _shards(6, seed=2)
+    stack = stack_shards([sp.csr_matrix(s) for s in shards], 4)
+    subset = np.array([0, 2, 3, 5])
+    for a, b in stacked_halves(stack, 4, subset, 3, np.random.default_rng(0)):
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), sum(shards[i] for i in subset))
+        assert any(
+            np.array_equal(a.toarray(), shards[i] + shards[j])
+            for i in subset
+            for j in subset
+            if i < j
+        )
+
+
+def test_shard_halves_need_two_shards_and_tokens_in_each_half() -> None:
+    one = [sp.csr_matrix(np.ones((3, 2)))]
+    with pytest.raises(
+        PosdiagError, match=r"^'shards' must be an int >= 2 for a split by sequence; got 1$"
+    ):
+        shard_halves(one, 3, 1, np.random.default_rng(0))
+    # Position 1 has tokens in shard 0 only: one half of every split lacks it.
+    s0 = np.array([[1, 1], [2, 0], [1, 0]])
+    s1 = np.array([[1, 0], [0, 0], [0, 3]])
+    for seed in range(4):  # either half may be the one without it
+        with pytest.raises(
+            PosdiagError,
+            match=r"^cross-fit: position 1 has no tokens in one half of the data; use fewer "
+            r"--shards, a larger --min-count, or --estimator plugin$",
+        ):
+            shard_halves([sp.csr_matrix(s0), sp.csr_matrix(s1)], 3, 1, np.random.default_rng(seed))
+    # ... so the estimate splits each position's counts instead.
+    est = estimate_hellinger(s0 + s1 + 2, 3, shards=[s0, s1], splits=2)
+    assert est.method == "thinning"
+    est = estimate_hellinger(s0 + s1 + 2, 3, shards=[s0 + 1, s1 + 1], splits=2)
+    assert est.method == "shards"
+
+
+# --- estimate_hellinger: arguments and the plug-in ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"estimator": "mle"}, "'estimator' must be one of crossfit, plugin; got 'mle'"),
+        ({"n": 1}, "'n_eff' must be an int in [2, n_positions=4]; got 1"),
+        ({"n": 5}, "'n_eff' must be an int in [2, n_positions=4]; got 5"),
+        ({"splits": 0}, "'splits' must be an int in [1, inf]; got 0"),
+        ({"seed": -1}, "'seed' must be an int in [0, inf]; got -1"),
+    ],
+)
+def test_estimate_hellinger_argument_errors(kwargs: dict, message: str) -> None:
+    args = {"n": 3, **kwargs}
+    n = args.pop("n")
+    with pytest.raises(PosdiagError) as err:
+        estimate_hellinger(np.ones((4, 3)), n, **args)
+    assert str(err.value) == message
+
+
+def test_crossfit_of_no_halves_is_an_error() -> None:
+    with pytest.raises(PosdiagError, match=r"^'splits' must be an int in \[1, inf\]; got 0$"):
+        crossfit_bc([])
+
+
+def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
+    counts = np.array([[3, 1, 0, 0], [0, 2, 2, 0], [1, 1, 1, 1], [0, 0, 0, 5]])
+    s = np.sqrt(counts / counts.sum(axis=1, keepdims=True))
+    want = s @ s.T
+    np.fill_diagonal(want, 1.0)
+    got = plugin_bc(counts)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert np.all(np.diag(got) == 1.0) and got.min() >= 0.0 and got[0, 3] == 0.0
+    est = estimate_hellinger(counts, 3, estimator="plugin", seed=4)
+    assert (est.estimator, est.method, est.splits, est.seed) == ("plugin", "none", 0, 4)
+    np.testing.assert_allclose(est.gram, gram_from_bc(want[:3, :3]), atol=1e-15)
+    np.testing.assert_allclose(est.distances, implied_distances(want[:3, :3]), atol=1e-15)
+
+
+def test_sqrt_rows_keeps_empty_rows_zero() -> None:
+    counts = np.array([[1, 3], [0, 0], [2, 2]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by the zero support
+        got = sqrt_rows(counts).toarray()
+    np.testing.assert_allclose(got, [[0.5, math.sqrt(0.75)], [0.0, 0.0], [math.sqrt(0.5)] * 2])
+
+
+# --- split_half_grams ----------------------------------------------------------------------------
+
+
+def test_split_half_grams_by_shard_and_by_thinning() -> None:
+    shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
+    total = sum(s.toarray() for s in shards)
+    for kw in ({"shards": shards}, {}):
+        halves = split_half_grams(total, 4, splits=5, seed=1, repeats=3, **kw)
+        assert len(halves.grams) == 3
+        for g_p, g_q in halves.grams:
+            for g in (g_p, g_q):
+                assert g.shape == (4, 4)
+                np.testing.assert_allclose(g, g.T, atol=1e-15)
+                np.testing.assert_allclose(g.sum(axis=0), 0.0, atol=1e-13)  # centred
+            assert not np.allclose(g_p, g_q)  # independent halves
+    with pytest.raises(PosdiagError, match=r"^'repeats' must be an int in \[1, inf\]; got 0$"):
+        split_half_grams(total, 4, repeats=0)
+    for bad in (1, 5):
+        with pytest.raises(
+            PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=4\]; got {bad}$"
+        ):
+            split_half_grams(total, bad)
+    for kw, message in (
+        ({"seed": -1}, "'seed' must be an int in [0, inf]; got -1"),
+        ({"splits": 0}, "'splits' must be an int in [1, inf]; got 0"),
+    ):
+        with pytest.raises(PosdiagError) as err:
+            split_half_grams(total, 2, **kw)
+        assert str(err.value) == message
+    # Defaults: four repeats below 512 positions, seed 0; two positions are enough.
+    default, seeded = split_half_grams(total, 2), split_half_grams(total, 2, seed=0, repeats=4)
+    assert len(default.grams) == 4
+    for (p1, q1), (p2, q2) in zip(default.grams, seeded.grams, strict=True):
+        np.testing.assert_array_equal(p1, p2)
+        np.testing.assert_array_equal(q1, q2)
+    other = split_half_grams(total, 2, seed=1)
+    assert not np.array_equal(other.grams[0][0], default.grams[0][0])
+
+
+def test_split_half_grams_take_four_two_or_one_outer_splits_by_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import posdiag.geometry.estimator as est_mod
+
+    shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
+    total = sum(s.toarray() for s in shards)
+    assert (est_mod.FOUR_OUTER_SPLITS_BELOW, est_mod.ONE_OUTER_SPLIT_ABOVE) == (512, 2048)
+    for kw in ({"shards": shards}, {}):
+        four = split_half_grams(total, 4, **kw)
+        assert len(four.grams) == 4  # 4 < 512
+        # Thresholds scaled down to this input: below 4 positions four, above 3 one.
+        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", 4)
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 3)
+        assert len(split_half_grams(total, 3, **kw).grams) == 4
+        one = split_half_grams(total, 4, **kw)
+        assert len(one.grams) == 1
+        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 4)  # at the threshold: two
+        two = split_half_grams(total, 4, **kw)
+        assert len(two.grams) == 2  # at FOUR_OUTER_SPLITS_BELOW, up to ONE_OUTER_SPLIT_ABOVE
+        # Fewer outer splits are the first of the four a shorter input gets (same draws).
+        for fewer in (one, two):
+            for got, want in zip(fewer.grams, four.grams, strict=False):
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+        monkeypatch.undo()
+
+
+def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
+    # From TOP_MDS_FROM positions the fits take only the top pairs (Lanczos): same stresses.
+    rng = np.random.default_rng(8)
+    n = 512
+    truth = _centred_gram(rng, n, 4)
+    grams = [(truth + 0.05 * _centred_gram(rng, n, 12), truth + 0.05 * _centred_gram(rng, n, 12))]
+    got = heldout_mds_stress(SplitHalf(tuple(grams)), [1, 3])
+    for r in (1, 3):
+        assert got[r] == pytest.approx(_heldout_by_hand(grams, r), rel=1e-8, abs=1e-10)
+
+
+# --- expected_thinning_bc: the average over every thinning, by enumeration ----------------------
+
+
+def _expected_halves_by_enumeration(row: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """E sqrt(A / N_A), E sqrt(B / N_B) and E <sqrt(A / N_A), sqrt(B / N_B)> over every choice
+    of floor(N/2) of the row's N tokens (all subsets of token instances equally likely)."""
+    tokens = [v for v, c in enumerate(row) for _ in range(int(c))]
+    n, half = len(tokens), len(tokens) // 2
+    ma, mb, cross, count = np.zeros(row.size), np.zeros(row.size), 0.0, 0
+    for chosen in itertools.combinations(range(n), half):
+        a = np.bincount([tokens[t] for t in chosen], minlength=row.size)
+        b = row - a
+        ra, rb = np.sqrt(a / half), np.sqrt(b / (n - half))
+        ma += ra
+        mb += rb
+        cross += float(ra @ rb)
+        count += 1
+    return ma / count, mb / count, cross / count
+
+
+def test_expected_thinning_bc_equals_the_average_over_every_thinning() -> None:
+    counts = np.array([[2, 1, 0, 2], [0, 3, 1, 0], [1, 1, 1, 1], [4, 0, 0, 1], [0, 0, 2, 2]])
+    parts = [_expected_halves_by_enumeration(r) for r in counts]
+    n = len(counts)
+    want = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                want[i, i] = parts[i][2]
+            else:  # rows are thinned independently; X and X^T averaged
+                want[i, j] = (parts[i][0] @ parts[j][1] + parts[j][0] @ parts[i][1]) / 2.0
+    np.testing.assert_allclose(expected_thinning_bc(counts), want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(expected_thinning_bc(counts, 3), want[:3, :3], rtol=0, atol=1e-13)
+    # The thinning path of the estimator is that average, whatever the seed.
+    est = estimate_hellinger(counts, 4, seed=3)
+    assert est.method == "thinning"
+    np.testing.assert_allclose(est.gram, gram_from_bc(want[:4, :4]), rtol=0, atol=1e-13)
+
+
+def test_expected_thinning_bc_needs_two_tokens_per_position() -> None:
+    counts = np.array([[2, 1], [1, 1], [1, 0], [0, 0]])  # supports 3, 2, 1, 0
+    with pytest.raises(
+        PosdiagError, match=r"^cross-fit: position 2 has 1 tokens; thinning needs >= 2$"
+    ):
+        expected_thinning_bc(counts)
+    assert expected_thinning_bc(counts, 2).shape == (2, 2)
+
+
+def test_split_half_thinning_needs_four_tokens_per_position() -> None:
+    counts = np.array([[4, 1], [2, 2], [2, 1], [5, 5]])  # supports 5, 4, 3, 10
+    with pytest.raises(
+        PosdiagError,
+        match=r"^cross-fit: position 2 has 3 tokens; split-half thinning needs >= 4$",
+    ):
+        split_half_grams(counts, 4)
+    assert len(split_half_grams(counts[[0, 1, 3]], 3).grams) == 4
+
+
+@pytest.mark.parametrize(
+    ("lam", "line"),
+    [
+        ([5.0, 4.0, -1.0], "at least 2 eigenvalues exceed"),  # every computed one
+        ([5.0, 0.5, -1.0], "1 eigenvalue exceed"),
+        ([5.0, -1.0], "at least 1 eigenvalue exceed"),
+    ],
+)
+def test_negative_eigenvalue_note_of_a_partial_spectrum(lam: list[float], line: str) -> None:
+    note = negative_eigenvalue_note(np.array(lam), partial=True)
+    assert note is not None and note.endswith(f"; {line} its magnitude (signal rank)")
+    full = negative_eigenvalue_note(np.array(lam))
+    assert full is not None and "at least" not in full
+
+
+def test_cross_product_is_float64_exact_on_the_hybrid_path() -> None:
+    # >= 128 rows and columns in most rows: the blocked dense path runs; float32 there would
+    # err by ~1e-8 on these products.
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 50, size=(140, 30)) * (rng.random((140, 30)) < 0.7)
+    counts[:, 0] += 1
+    s = np.sqrt(counts / counts.sum(axis=1, keepdims=True))
+    got = cross_product(sqrt_rows(counts), sqrt_rows(counts))
+    np.testing.assert_allclose(got, s @ s.T, rtol=0, atol=1e-14)
+
+
+def test_split_half_grams_by_shard_are_the_cross_fits_of_single_shards() -> None:
+    # Four shards: each half holds two, and its inner split pits one against the other, so
+    # B_P = 1/2 J BC J with BC the symmetrised product of those two shards' square-root rows.
+    shards = _shards(4, seed=9)
+    rows = [np.sqrt(s / s.sum(axis=1, keepdims=True)) for s in shards]
+    j = np.eye(4) - 0.25
+
+    def half(i: int, k: int) -> np.ndarray:
+        x = rows[i] @ rows[k].T
+        return 0.5 * j @ ((x + x.T) / 2.0) @ j
+
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    ((g_p, g_q),) = split_half_grams(
+        sum(shards), 4, shards=[sp.csr_matrix(s) for s in shards], repeats=1
+    ).grams
+    found = [
+        (p, q)
+        for p in pairs
+        for q in pairs
+        if np.allclose(g_p, half(*p), atol=1e-14) and np.allclose(g_q, half(*q), atol=1e-14)
+    ]
+    assert len(found) == 1 and not set(found[0][0]) & set(found[0][1])
+
+
+def test_thinning_at_long_contexts_gives_every_split() -> None:
+    # From VECTORISED_FLOOR_FROM positions the compiled sampler draws: still one pair per split.
+    counts = np.random.default_rng(1).integers(1, 5, size=(VECTORISED_FLOOR_FROM, 3))
+    halves = thinned_halves(counts, VECTORISED_FLOOR_FROM, 3, np.random.default_rng(0))
+    assert len(halves) == 3
+    for a, b in halves:
+        np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
+        np.testing.assert_array_equal(a.toarray().sum(axis=1), counts.sum(axis=1) // 2)
+
+
+def test_expected_thinning_bc_reads_whole_float_counts() -> None:
+    counts = np.array([[2, 1, 0, 2], [0, 3, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(
+        expected_thinning_bc(counts.astype(np.float64)), expected_thinning_bc(counts)
+    )
+
+
+def test_crossfit_bc_is_float64_exact_on_the_hybrid_path() -> None:
+    # Two splits of >= 128 rows on the blocked dense path: float32 products there would err by
+    # ~1e-8 against the dense float64 mean of (X_s + X_s^T) / 2.
+    rng = np.random.default_rng(1)
+
+    def half() -> np.ndarray:
+        c = rng.integers(0, 50, size=(140, 30)) * (rng.random((140, 30)) < 0.7)
+        c[:, 0] += 1
+        return c
+
+    halves = [(half(), half()) for _ in range(2)]
+
+    def r(c: np.ndarray) -> np.ndarray:
+        return np.sqrt(c / c.sum(axis=1, keepdims=True))
+
+    want = sum((r(a) @ r(b).T + r(b) @ r(a).T) / 2 for a, b in halves) / 2
+    np.testing.assert_allclose(crossfit_bc(halves), want, rtol=0, atol=1e-14)
