@@ -44,7 +44,6 @@ __all__ = [
     "CountAccumulator",
     "count_ids",
     "count_texts",
-    "count_text_units",
     "count_source",
     "load_counts",
     "merge_counts",
@@ -418,48 +417,9 @@ def count_texts(
         tokenizer's vocabulary when it assigns ids per run (``whitespace``); ``shards`` the
         shard counts.
     """
-    return count_text_units(
-        [(0, texts)],
-        tokenizer,
-        view_name=view_name,
-        max_len=max_len,
-        batch_size=batch_size,
-        progress=progress,
-        source=source,
-        dense_limit=dense_limit,
-        shards=shards,
-        shard_seed=shard_seed,
-        group_by=group_by,
-        group_prefix=group_prefix,
-        dedup=dedup,
-    )
-
-
-def count_text_units(
-    units: Iterable[tuple[int, Iterable[str]]],
-    tokenizer: Tokenizer,
-    *,
-    view_name: str = "text",
-    max_len: int = 512,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
-    source: str = "<texts>",
-    dense_limit: int = DENSE_LIMIT,
-    shards: int = 0,
-    shard_seed: int = 0,
-    group_by: str | None = None,
-    group_prefix: int = DEFAULT_GROUP_PREFIX,
-    dedup: bool = False,
-) -> Counts:
-    """:func:`count_texts` of a corpus given as ``(unit, texts)`` pieces in reading order.
-
-    A sequence's shard depends on its content and the seed, not on its piece, so a corpus
-    counted piece by piece (:mod:`posdiag.counts.distributed`) and in one pass get the same shards.
-    The packed view carries windows across texts: give it a single unit.
-    """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    mats, docs, seqs, toks, state = _count_text_units(
-        units,
+    mats, docs, seqs, toks, state = _count_texts(
+        texts,
         tokenizer,
         view_name=view_name,
         max_len=max_len,
@@ -503,8 +463,8 @@ def units_meta(
     return {"units": tally_of(state, max_len, item, prefix, group_by, dedup=dedup).to_meta()}
 
 
-def _count_text_units(
-    units: Iterable[tuple[int, Iterable[str]]],
+def _count_texts(
+    texts: Iterable[str],
     tokenizer: Tokenizer,
     *,
     view_name: str,
@@ -519,12 +479,11 @@ def _count_text_units(
     dedup: bool = False,
     skip: np.ndarray | None = None,
 ) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
-    """Count the texts of each ``(unit, texts)`` in turn into one total (or ``shards`` shards).
+    """Count ``texts`` (a corpus, or one piece of it) into one total (or ``shards`` shards).
 
     The shard of a sequence is a function of its content (or its ``group_by`` value) and the
     seed alone (:mod:`posdiag.corpus.units`), so counting the pieces of a corpus anywhere, in any
-    order, gives the same shards. The packed view carries windows across texts: give it a single
-    unit.
+    order, gives the same shards. The packed view carries windows across the texts given.
 
     Returns
     -------
@@ -563,22 +522,21 @@ def _count_text_units(
         seen=skip,
     )
     docs = seqs = toks = 0
-    for _unit, texts in units:
-        for batch, consumed, keys in _keyed_view(
-            texts, tokenizer, view_name, max_len, batch_size, keyer
-        ):
-            if k:
-                which = keyer.shards(keys, k)
-                for s, acc in enumerate(accs):
-                    idx = np.flatnonzero(which == s)
-                    if idx.size:
-                        toks += acc.add_sequences([batch[j] for j in idx])
-            else:
-                toks += accs[0].add_sequences(batch)
-            seqs += len(batch)
-            docs += consumed
-            if progress is not None:
-                progress(docs, seqs, toks)
+    for batch, consumed, keys in _keyed_view(
+        texts, tokenizer, view_name, max_len, batch_size, keyer
+    ):
+        if k:
+            which = keyer.shards(keys, k)
+            for s, acc in enumerate(accs):
+                idx = np.flatnonzero(which == s)
+                if idx.size:
+                    toks += acc.add_sequences([batch[j] for j in idx])
+        else:
+            toks += accs[0].add_sequences(batch)
+        seqs += len(batch)
+        docs += consumed
+        if progress is not None:
+            progress(docs, seqs, toks)
     v = tokenizer.vocab_size
     return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks, keyer.state()
 
@@ -592,8 +550,7 @@ def _keyed_view(
     keyer: UnitKeyer,
 ) -> Iterator[tuple[list[list[int]], int, np.ndarray]]:
     """:func:`~posdiag.corpus.tokenizers.view` with each sequence's unit key, exact duplicates
-    left out
-    with ``--dedup`` and each unit's reach recorded: (sequences, documents, keys)."""
+    left out with ``--dedup`` and each unit's reach recorded: (sequences, documents, keys)."""
     if view_name == "packed":
         for windows, consumed, keys in packed_windows(
             texts, tokenizer, max_len, batch_size=batch_size, keyer=keyer

@@ -66,7 +66,7 @@ from .core import (
     CountAccumulator,
     Counts,
     ProgressFn,
-    _count_text_units,
+    _count_texts,
     _meta,
     _selection_meta,
     _start,
@@ -594,8 +594,8 @@ def count_piece(piece: Piece, job: Job) -> Partial:
     if piece.kind == "ids":
         return _count_id_piece(piece, job)
     tok = _tokenizer(job)
-    mats, docs, seqs, toks, units = _count_text_units(
-        [(piece.index, piece_texts(piece, job.source))],
+    mats, docs, seqs, toks, units = _count_texts(
+        piece_texts(piece, job.source),
         tok,
         view_name=job.view_name,
         max_len=job.max_len,
