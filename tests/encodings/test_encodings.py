@@ -189,7 +189,7 @@ def test_yarn_is_the_rotation_distance_with_ramped_frequencies() -> None:
     np.testing.assert_allclose(e.delta, rope_delta_brute(theta, d, N, m=m), atol=1e-9)
 
 
-def llama3_theta_brute(d: int, b: float, s: float, lf: float, hf: float, big_l: int) -> list:
+def llama3_theta_brute(d: int, b: float, s: float, lf: float, hf: float, big_l: int) -> list[float]:
     out = []
     for k in range(d // 2):
         t = b ** (-2 * k / d)
@@ -1016,25 +1016,10 @@ def test_yarn_range_clamps_at_d_minus_1_and_zero_width_ramp() -> None:
     assert yarn_mscale(math.e, 2.0) == pytest.approx(1.2, rel=1e-15)
 
 
-def llama3_loop(d: int, b: float, s: float, lf: float, hf: float, big_l: int) -> list[float]:
-    out = []
-    for k in range(d // 2):
-        t = b ** (-2 * k / d)
-        lam = 2 * math.pi / t
-        if lam < big_l / hf:
-            out.append(t)
-        elif lam > big_l / lf:
-            out.append(t / s)
-        else:
-            g = (big_l / lam - lf) / (hf - lf)
-            out.append((1 - g) * t / s + g * t)
-    return out
-
-
 def test_llama3_with_low_freq_factor_above_one() -> None:
     # lf = 2, hf = 6, L = 600, b = 100, d = 16: wavelengths 6.3 .. 4200 cover all three bands.
     got = llama3_frequencies(16, 100.0, 4.0, 2.0, 6.0, 600)
-    expected = llama3_loop(16, 100.0, 4.0, 2.0, 6.0, 600)
+    expected = llama3_theta_brute(16, 100.0, 4.0, 2.0, 6.0, 600)
     np.testing.assert_allclose(got, expected, rtol=1e-14)
     ratio = np.asarray(theta_loop(16, 100.0)) / got
     assert ratio[0] == 1.0 and ratio[-1] == pytest.approx(4.0)
@@ -1160,7 +1145,7 @@ def test_public_rope_helpers_at_their_defaults() -> None:
         llama3_frequencies(128, 5e5), llama3_frequencies(128, 5e5, 8.0, 1.0, 4.0, 8192)
     )
     np.testing.assert_allclose(
-        llama3_frequencies(128, 5e5), llama3_loop(128, 5e5, 8.0, 1.0, 4.0, 8192), rtol=1e-14
+        llama3_frequencies(128, 5e5), llama3_theta_brute(128, 5e5, 8.0, 1.0, 4.0, 8192), rtol=1e-14
     )
     assert yarn_attention_factor(40.0) == pytest.approx(0.1 * math.log(40) + 1, rel=1e-15)
     assert yarn_attention_factor(40.0, 0.707) == pytest.approx(0.1 * math.log(40) + 1, rel=1e-15)
@@ -1174,7 +1159,7 @@ def test_llama3_wavelength_exactly_at_the_low_frequency_edge() -> None:
     lf = 1000 / (2 * math.pi)
     assert 1000 / lf == 2 * math.pi
     got = llama3_frequencies(8, 1e4, 4.0, lf, 4 * lf, 1000)
-    expected = llama3_loop(8, 1e4, 4.0, lf, 4 * lf, 1000)
+    expected = llama3_theta_brute(8, 1e4, 4.0, lf, 4 * lf, 1000)
     assert expected[0] == 0.25
     np.testing.assert_allclose(got, expected, rtol=1e-15)
 
