@@ -57,6 +57,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._util.validate import check_choice, check_int
+from ..corpus import _datasets as H
+from ..corpus import _textfiles as T
 from ..corpus.sources import DATASETS_FORMATS, Source
 from ..corpus.tokenizers import Tokenizer, load_tokenizer, view
 from ..corpus.units import DEFAULT_GROUP_PREFIX, UnitKeyer, UnitState
@@ -425,12 +427,10 @@ def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
 
 
 def _dataset_pieces(source: Source) -> list[Piece]:
-    from ..corpus.sources import _load_disk, _load_hf
-
     if source.format == "disk":
-        ds = _load_disk(source.name, str(source.dataset), source.split)
+        ds = H._load_disk(source.name, str(source.dataset), source.split)
     else:
-        ds = _load_hf(source)
+        ds = H._load_hf(source)
     name = str(source.dataset)
     shards = getattr(ds, "n_shards", None) if not hasattr(ds, "__len__") else None
     if shards is not None:
@@ -448,17 +448,15 @@ def _dataset_pieces(source: Source) -> list[Piece]:
 
 def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
     """The texts of one text piece, in order, as the single-process reader yields them."""
-    from ..corpus import sources as S
-
-    column = source.column or S.DEFAULT_COLUMN
+    column = source.column or T.DEFAULT_COLUMN
     group = source.group_by
     if piece.kind == "file":
         if piece.format in DATASETS_FORMATS:
-            yield from S._datafile_texts(
+            yield from H._datafile_texts(
                 (piece.path,), piece.format, source.column, piece.path, group
             )
         else:
-            yield from S._file_texts(piece.path, piece.format, source.column, group)
+            yield from T._file_texts(piece.path, piece.format, source.column, group)
     elif piece.kind == "lines":
         yield from _range_texts(piece, column, group)
     elif piece.kind == "rowgroup":
@@ -478,21 +476,21 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
             raise
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise PosdiagError(
-                f"{piece.describe()}: cannot read the parquet file ({S._first_line(exc)})"
+                f"{piece.describe()}: cannot read the parquet file ({T._first_line(exc)})"
             ) from None
-        yield from S._column_texts([values], column, piece.path, group)
+        yield from H._column_texts([values], column, piece.path, group)
     elif piece.kind == "stream":
-        ds = S._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
+        ds = H._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
 
         def unreadable(exc: Exception) -> PosdiagError:
-            return PosdiagError(f"{piece.describe()}: reading failed ({S._first_line(exc)})")
+            return PosdiagError(f"{piece.describe()}: reading failed ({T._first_line(exc)})")
 
-        yield from S._streamed_texts(ds, column, source.name, unreadable, group)
+        yield from H._streamed_texts(ds, column, source.name, unreadable, group)
     elif piece.kind == "rows":
         if source.format == "disk":
-            ds = S._load_disk(source.name, str(source.dataset), source.split)
+            ds = H._load_disk(source.name, str(source.dataset), source.split)
         else:
-            ds = S._load_hf(source)
+            ds = H._load_hf(source)
         cols = [column] if group is None else [column, group]
         if group is not None and group not in ds.column_names:
             raise PosdiagError(
@@ -500,7 +498,7 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
                 f"columns: {', '.join(ds.column_names)}"
             )
         part = ds.select(range(piece.start, piece.stop)).select_columns(cols)
-        yield from S._column_texts(part.iter(batch_size=S._HF_BATCH), column, source.name, group)
+        yield from H._column_texts(part.iter(batch_size=H._HF_BATCH), column, source.name, group)
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
 
@@ -512,9 +510,7 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
     range where it starts, which reads it to its end past its own stop. So every line of the
     file is read by exactly one range, whatever the cut.
     """
-    from ..corpus import sources as S
-
-    with S._open_binary(piece.path) as fh:
+    with T._open_binary(piece.path) as fh:
         at = piece.start
         if at > 0:
             # Past the rest of the line holding byte at - 1 (in bounded reads: it may be long).
@@ -524,7 +520,7 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
                 at += len(chunk)
                 if chunk.endswith(b"\n"):
                     break
-        for raw in S._bounded_lines(fh, piece.path):
+        for raw in T._bounded_lines(fh, piece.path):
             if at >= piece.stop:
                 return
             yield at, raw
@@ -532,14 +528,12 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
 
 
 def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterator[str]:
-    """The texts of a byte-range piece, as :func:`posdiag.corpus.sources._file_texts` reads them;
+    """The texts of a byte-range piece, as :func:`posdiag.corpus._textfiles._file_texts` reads them;
     errors name the line by its byte offset (its number would need the lines before)."""
-    from ..corpus import sources as S
-
     name = piece.path
     for at, raw in _range_lines(piece):
-        if at == 0 and raw.startswith(S._BOM):
-            raw = raw[len(S._BOM) :]
+        if at == 0 and raw.startswith(T._BOM):
+            raw = raw[len(T._BOM) :]
         where = f"line at byte offset {at:,}"
         try:
             line = raw.decode("utf-8")
@@ -559,7 +553,7 @@ def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterato
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
-        value = S._record_text(record, name, where, column, group)
+        value = T._record_text(record, name, where, column, group)
         if value is not None:
             yield value
 
