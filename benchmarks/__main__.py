@@ -34,7 +34,8 @@ import numpy as np
 
 from posdiag.corpus.sources import Source, open_source
 from posdiag.corpus.tokenizers import FileTokenizer, Tokenizer, WhitespaceTokenizer
-from posdiag.counts.core import CountAccumulator, count_ids, count_texts
+from posdiag.counts.core import CountAccumulator, count_texts
+from posdiag.counts.ids import count_ids
 
 from .longctx import PEER_MAX_N, SIZES, bench_longctx
 

@@ -18,12 +18,12 @@ from .core import (
     Counts,
     ProgressFn,
     check_max_len,
-    count_ids,
     count_source,
     is_counts_file,
     load_counts,
 )
 from .distributed import Engine, count_on_dask, engine_from_options, job_for
+from .ids import count_ids
 
 __all__ = ["corpus_counts"]
 

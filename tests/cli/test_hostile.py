@@ -863,7 +863,7 @@ def test_signal_to_count_stops_the_forked_workers(sig: int, tmp_path: Path) -> N
     pids = tmp_path.parent / f"{tmp_path.name}.pids"
     pids.mkdir()
     code = (
-        "import os, time, posdiag.counts.core as c\n"
+        "import os, time, posdiag.counts.ids as c\n"
         "orig = c._die_with_parent\n"
         "def held(parent):\n"
         "    orig(parent)\n"

@@ -19,13 +19,13 @@ from posdiag.corpus.tokenizers import WhitespaceTokenizer, load_tokenizer, view
 from posdiag.counts.core import (
     CountAccumulator,
     Counts,
-    count_ids,
     count_texts,
     load_counts,
     merge_counts,
     save_counts,
 )
 from posdiag.counts.corpus import corpus_counts
+from posdiag.counts.ids import count_ids
 from posdiag.errors import PosdiagError
 
 
