@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from posdiag.corpus.sources import open_source
+from posdiag.counts._cluster import local_cluster
 from posdiag.counts.corpus import corpus_counts
-from posdiag.counts.distributed import local_cluster, plan_pieces
+from posdiag.counts.distributed import plan_pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"

@@ -59,7 +59,7 @@ def corpus_counts(
     vocab_size: int | None = None,
     shards: int = 0,
     shard_seed: int = 0,
-    engine: str | None = None,
+    engine: str | Engine | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
     group_by: str | None = None,
@@ -75,7 +75,8 @@ def corpus_counts(
 
     ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
     the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
-    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md).
+    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md); or an
+    :class:`~posdiag.counts.distributed.Engine` (its own piece size).
 
     ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
     :func:`count_texts`); counts files and token id files are read without shards.
@@ -88,7 +89,10 @@ def corpus_counts(
     and ``dtype``.
     """
 
-    where = engine_from_options(engine or "local", scheduler, workers)
+    if isinstance(engine, Engine):
+        where = engine
+    else:
+        where = engine_from_options(engine or "local", scheduler, workers)
     if is_counts_file(corpus):
         counts = load_counts(corpus)
         asked = {

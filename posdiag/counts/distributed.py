@@ -7,12 +7,12 @@ nothing here is a scheduler of its own.
 Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never the data):
 
 - text files of a folder or glob: one piece per file (``.txt``, ``.jsonl``, ``.json``, ``.csv``,
-  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl`` longer
-  than :data:`BYTES_PER_PIECE` is cut into byte ranges (a line belongs to the range where it
-  starts); a ``.parquet`` file: one piece per row group;
+  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl``
+  longer than ``PIECE_BYTES`` (8 MiB, :mod:`posdiag.counts._pieces`) is cut into byte ranges
+  (a line belongs to the range where it starts); a ``.parquet`` file: one piece per row group;
 - a Hugging Face data set streamed with ``datasets``: one piece per stream shard
   (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
-  folder: one piece per :data:`ROWS_PER_PIECE` rows;
+  folder: one piece per ``PIECE_BYTES / 128`` rows;
 - a ``.bin`` / ``.npy`` token id file: ranges of whole windows of ``max_len`` tokens, each
   cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
   position range, and its count matrix holds only its positions.
@@ -34,21 +34,17 @@ by the one sum task that depends on it). A piece that fails for a data reason fa
 run with the file and the offset (line, row group and byte offset, token offset).
 
 Memory per worker: one count matrix (``max_len x V``; with ``K`` shards, ``K`` sparse ones)
-plus one batch of texts (id files: a dense block of its positions, at most
-:data:`PIECE_BLOCK_BYTES`, plus one block of :data:`BLOCK_TOKENS` ids); a tree-sum task holds
-two partial sums and their total.
+plus one batch of texts (id files: a dense block of its positions, at most 8 x ``PIECE_BYTES``,
+plus one block of ``BLOCK_TOKENS`` ids); a tree-sum task holds two partial sums and their total.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import json
-import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,12 +53,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._util.validate import check_choice, check_int
-from ..corpus import _datasets as H
-from ..corpus import _textfiles as T
-from ..corpus.sources import DATASETS_FORMATS, Source
+from ..corpus.sources import Source
 from ..corpus.tokenizers import Tokenizer, load_tokenizer, view
 from ..corpus.units import DEFAULT_GROUP_PREFIX, UnitKeyer, UnitState
 from ..errors import PosdiagError
+from ._pieces import PIECE_BYTES, Piece, piece_texts, plan_pieces
 from .core import (
     DENSE_LIMIT,
     CountAccumulator,
@@ -74,6 +69,7 @@ from .core import (
     _start,
     units_meta,
 )
+from .ids import BLOCK_TOKENS
 
 __all__ = [
     "ENGINES",
@@ -93,30 +89,6 @@ __all__ = [
 ]
 
 ENGINES = ("local", "dask")
-# Rows of a map-style data set (Arrow cache, save_to_disk) per piece: fixed, not derived from
-# the cluster size, so that the pieces of a corpus do not depend on it.
-ROWS_PER_PIECE = 1 << 16
-# Uncompressed .txt / .jsonl files longer than this are cut into byte ranges of this length (a
-# line belongs to the range where it starts). Fixed for the same reason: ranges are units.
-BYTES_PER_PIECE = 1 << 23
-# Formats whose records are single lines, so that a byte range can start at any line.
-LINE_FORMATS = ("txt", "jsonl")
-# Id files. Every piece ends by turning its dense (positions x V) block into a sparse matrix, a
-# scan of the whole block whatever the piece's length: a window range is made at least
-# RANGE_PER_CELL x (max_len x V) tokens long (and at least TOKENS_PER_PIECE), so that scan costs
-# a small fraction of the counting, and the ranges are cut into position ranges for
-# parallelism (at least MIN_PIECES in all, so results stream to the client while others are
-# counted, and MIN_PIECES_PER_WORKER per worker thread) and memory (a piece's block at most
-# PIECE_BLOCK_BYTES). Ids carry no shards, so this layout may follow the cluster size without
-# changing the result.
-TOKENS_PER_PIECE = 1 << 24
-RANGE_PER_CELL = 8
-MIN_PIECES_PER_WORKER = 2
-MIN_PIECES = 8
-PIECE_BLOCK_BYTES = 1 << 26
-# Ids read, checked and counted at a time inside a piece (of which it copies its positions):
-# as count_ids reads them. Blocks of 4 M cost ~15% more CPU (more, shorter np.add.at calls).
-BLOCK_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -132,11 +104,14 @@ class Engine:
         ``LocalCluster`` for the run.
     workers : int or None
         Worker processes of that ``LocalCluster`` (one thread each); None: the CPU count.
+    piece_bytes : int
+        The size of a piece (:data:`~posdiag.counts._pieces.PIECE_BYTES`, :func:`plan_pieces`).
     """
 
     name: str = "local"
     scheduler: str | None = None
     workers: int | None = None
+    piece_bytes: int = PIECE_BYTES
 
     @property
     def is_dask(self) -> bool:
@@ -161,58 +136,6 @@ def engine_from_options(
     if scheduler is not None and not scheduler.strip():
         raise PosdiagError("'scheduler' must be an address such as tcp://host:8786; got ''")
     return Engine(engine, scheduler, workers)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """What a worker is sent: where one piece of the corpus is, never its contents.
-
-    Attributes
-    ----------
-    index : int
-        Position in reading order.
-    kind : str
-        ``file`` (a whole text or arrow file), ``rowgroup`` (one parquet row group), ``stream``
-        (one shard of a streamed data set), ``rows`` (a row range of a map-style data set),
-        ``lines`` (the lines starting in a byte range of a ``.txt`` / ``.jsonl`` file),
-        ``ids`` (a window-aligned token range of an id file).
-    path : str
-        Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
-    start, stop : int
-        Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
-        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
-        ``[start, stop)`` (``ids``).
-    format : str
-        The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
-    offset : int
-        ``rowgroup``: byte offset of the row group in the file (for error messages).
-    positions : (int, int)
-        ``ids``: the positions ``[lo, hi)`` this piece counts.
-    """
-
-    index: int
-    kind: str
-    path: str
-    start: int = 0
-    stop: int = 0
-    format: str = ""
-    offset: int = 0
-    positions: tuple[int, int] = (0, 0)
-
-    def describe(self) -> str:
-        """Where the piece is, as error messages name it."""
-        if self.kind == "rowgroup":
-            return f"{self.path}: row group {self.start} (byte offset {self.offset:,})"
-        if self.kind == "stream":
-            return f"{self.path}: stream shard {self.start} of {self.stop}"
-        if self.kind == "rows":
-            return f"{self.path}: rows {self.start:,} to {self.stop:,}"
-        if self.kind == "lines":
-            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
-        if self.kind == "ids":
-            lo, hi = self.positions
-            return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
-        return self.path
 
 
 @dataclass(frozen=True)
@@ -353,209 +276,6 @@ def _partial_from(
         vocab,
         units,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Planning: the pieces of a source
-
-
-def plan_pieces(
-    source: Source, max_len: int = 512, vocab_size: int | None = None, workers: int = 2
-) -> list[Piece]:
-    """The pieces of ``source`` in reading order (see the module docstring).
-
-    ``vocab_size`` and ``workers`` (worker threads of the cluster) size the pieces of an id
-    file; text pieces follow the files alone.
-
-    Raises
-    ------
-    PosdiagError
-        For stdin (a worker cannot read the client's stdin).
-    """
-    if source.name == "-":
-        raise PosdiagError("stdin cannot be cut into pieces; give the corpus files instead")
-    if source.is_ids:
-        n = check_int("max_len", max_len, 1)
-        return _id_pieces(source, n, vocab_size or 1, max(1, workers))
-    if source.format in ("hf", "disk"):
-        return _dataset_pieces(source)
-    from ..corpus.sources import _format_of
-
-    pieces: list[Piece] = []
-    for f in source.files:
-        path = os.path.abspath(f)
-        fmt = _format_of(f)
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            meta = pq.ParquetFile(path).metadata
-            for g in range(meta.num_row_groups):
-                col = meta.row_group(g).column(0)
-                offset = col.dictionary_page_offset or col.data_page_offset
-                pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
-        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
-            size = os.path.getsize(path)
-            if size <= BYTES_PER_PIECE:
-                pieces.append(Piece(len(pieces), "file", path, format=fmt))
-                continue
-            for a in range(0, size, BYTES_PER_PIECE):
-                b = min(a + BYTES_PER_PIECE, size)
-                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
-        else:
-            pieces.append(Piece(len(pieces), "file", path, format=fmt))
-    return pieces
-
-
-def _id_pieces(source: Source, n: int, v: int, workers: int) -> list[Piece]:
-    total = int(source.length if source.length is not None else source.token_ids().size)
-    if source.limit is not None and source.sample is None:
-        total = min(total, source.limit * n)
-    step = max(TOKENS_PER_PIECE, RANGE_PER_CELL * n * v) // n * n or n
-    ranges = [(a, min(a + step, total)) for a in range(0, total, step)]
-    cuts = max(
-        -(-n * v * 4 // PIECE_BLOCK_BYTES),
-        -(-max(MIN_PIECES, MIN_PIECES_PER_WORKER * workers) // max(len(ranges), 1)),
-    )
-    bounds = np.linspace(0, n, min(n, cuts) + 1).astype(int)
-    path = os.path.abspath(source.files[0])
-    return [
-        Piece(i, "ids", path, a, b, source.format, positions=(int(lo), int(hi)))
-        for i, ((a, b), (lo, hi)) in enumerate(
-            itertools.product(ranges, zip(bounds[:-1], bounds[1:], strict=True))
-        )
-    ]
-
-
-def _dataset_pieces(source: Source) -> list[Piece]:
-    if source.format == "disk":
-        ds = H._load_disk(source.name, str(source.dataset), source.split)
-    else:
-        ds = H._load_hf(source)
-    name = str(source.dataset)
-    shards = getattr(ds, "n_shards", None) if not hasattr(ds, "__len__") else None
-    if shards is not None:
-        return [Piece(i, "stream", name, i, int(shards)) for i in range(int(shards))]
-    rows = len(ds)
-    return [
-        Piece(i, "rows", name, r, min(r + ROWS_PER_PIECE, rows))
-        for i, r in enumerate(range(0, rows, ROWS_PER_PIECE))
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading one piece
-
-
-def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
-    """The texts of one text piece, in order, as the single-process reader yields them."""
-    column = source.column or T.DEFAULT_COLUMN
-    group = source.group_by
-    if piece.kind == "file":
-        if piece.format in DATASETS_FORMATS:
-            yield from H._datafile_texts(
-                (piece.path,), piece.format, source.column, piece.path, group
-            )
-        else:
-            yield from T._file_texts(piece.path, piece.format, source.column, group)
-    elif piece.kind == "lines":
-        yield from _range_texts(piece, column, group)
-    elif piece.kind == "rowgroup":
-        import pyarrow.parquet as pq
-
-        cols = [column] if group is None else [column, group]
-        try:
-            pf = pq.ParquetFile(piece.path)
-            if group is not None and group not in pf.schema_arrow.names:
-                raise PosdiagError(
-                    f"{piece.path}: no field {group!r} (--group-by); "
-                    f"columns: {', '.join(pf.schema_arrow.names)}"
-                )
-            table = pf.read_row_group(piece.start, columns=cols)
-            values = {c: table.column(c).to_pylist() for c in cols}
-        except PosdiagError:
-            raise
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-            raise PosdiagError(
-                f"{piece.describe()}: cannot read the parquet file ({T._first_line(exc)})"
-            ) from None
-        yield from H._column_texts([values], column, piece.path, group)
-    elif piece.kind == "stream":
-        ds = H._load_hf(source).shard(num_shards=piece.stop, index=piece.start)
-
-        def unreadable(exc: Exception) -> PosdiagError:
-            return PosdiagError(f"{piece.describe()}: reading failed ({T._first_line(exc)})")
-
-        yield from H._streamed_texts(ds, column, source.name, unreadable, group)
-    elif piece.kind == "rows":
-        if source.format == "disk":
-            ds = H._load_disk(source.name, str(source.dataset), source.split)
-        else:
-            ds = H._load_hf(source)
-        cols = [column] if group is None else [column, group]
-        if group is not None and group not in ds.column_names:
-            raise PosdiagError(
-                f"{source.name}: no field {group!r} (--group-by); "
-                f"columns: {', '.join(ds.column_names)}"
-            )
-        part = ds.select(range(piece.start, piece.stop)).select_columns(cols)
-        yield from H._column_texts(part.iter(batch_size=H._HF_BATCH), column, source.name, group)
-    else:
-        raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
-
-
-def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
-    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``.
-
-    A range that starts inside a line skips to the next line start: that line belongs to the
-    range where it starts, which reads it to its end past its own stop. So every line of the
-    file is read by exactly one range, whatever the cut.
-    """
-    with T._open_binary(piece.path) as fh:
-        at = piece.start
-        if at > 0:
-            # Past the rest of the line holding byte at - 1 (in bounded reads: it may be long).
-            fh.seek(at - 1)
-            at -= 1
-            while chunk := fh.readline(1 << 20):
-                at += len(chunk)
-                if chunk.endswith(b"\n"):
-                    break
-        for raw in T._bounded_lines(fh, piece.path):
-            if at >= piece.stop:
-                return
-            yield at, raw
-            at += len(raw)
-
-
-def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterator[str]:
-    """The texts of a byte-range piece, as :func:`posdiag.corpus._textfiles._file_texts` reads them;
-    errors name the line by its byte offset (its number would need the lines before)."""
-    name = piece.path
-    for at, raw in _range_lines(piece):
-        if at == 0 and raw.startswith(T._BOM):
-            raw = raw[len(T._BOM) :]
-        where = f"line at byte offset {at:,}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PosdiagError(
-                f"{name}: {where} is not valid UTF-8 "
-                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            ) from None
-        if piece.format == "txt":
-            text = line.strip()
-            if text:
-                yield text
-            continue
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
-        value = T._record_text(record, name, where, column, group)
-        if value is not None:
-            yield value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -776,69 +496,6 @@ def _stats(p: Partial) -> tuple[int, int, int]:
 # On the client
 
 
-@contextlib.contextmanager
-def _client(engine: Engine) -> Iterator[Any]:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise PosdiagError(
-            "--engine dask needs dask.distributed: pip install 'posdiag[dask]'"
-        ) from None
-    if engine.scheduler is not None:
-        try:
-            client = Client(engine.scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise PosdiagError(f"--scheduler {engine.scheduler}: cannot connect ({exc})") from None
-        with client:
-            yield client
-        return
-    with local_cluster(engine.workers or os.cpu_count() or 1) as cluster, Client(cluster) as client:
-        yield client
-
-
-@contextlib.contextmanager
-def local_cluster(workers: int) -> Iterator[Any]:
-    """A ``LocalCluster`` of ``workers`` single-threaded processes, closed without noise."""
-    from distributed import LocalCluster
-
-    from ._dask_quiet import QuietShutdown
-
-    # One single-threaded process per worker: counting holds the GIL (np.add.at, tokenizing
-    # in Python), so threads in one process would not count in parallel.
-    with LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # any free port: 8787 may be taken
-        silence_logs=logging.ERROR,
-        # One thread per worker includes the tokenizers library's own thread pool.
-        env={"TOKENIZERS_PARALLELISM": "false"},
-        plugins={QuietShutdown()},
-    ) as cluster:
-        yield cluster
-
-
-def _direct(client: Any) -> bool | None:
-    """Whether to fetch results straight from the workers rather than through the scheduler.
-
-    Through the scheduler every result crosses the network twice; straight needs the client to
-    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
-    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
-    default, through the scheduler).
-    """
-    import dask
-    from distributed.comm import get_address_host
-
-    setting = dask.config.get("distributed.client.direct-to-workers", None)
-    if setting is not None:
-        return bool(setting)
-    try:
-        host = get_address_host(client.scheduler.address)
-    except (AttributeError, ValueError):
-        return None
-    return True if host in ("127.0.0.1", "localhost", "::1") else None
-
-
 def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
     """One future for the sum of ``futures``, added pairwise in order (left before right)."""
     level = list(futures)
@@ -1003,13 +660,16 @@ def count_on_dask(
                 f"{given} selects documents in reading order across files; it is not available "
                 "with --engine dask for a text corpus (use --engine local)"
             )
-    pieces = [] if source.is_ids else plan_pieces(source, job.max_len)
+    size = engine.piece_bytes
+    pieces = [] if source.is_ids else plan_pieces(source, job.max_len, piece_bytes=size)
+    from ._cluster import _client, _direct  # imports dask
+
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(_client(engine))
         if source.is_ids:
             threads = sum(client.nthreads().values())
-            pieces = plan_pieces(source, job.max_len, job.vocab_size, threads)
+            pieces = plan_pieces(source, job.max_len, job.vocab_size, threads, size)
             _start(progress, sum(p.stop - p.start for p in pieces if p.positions[0] == 0), "tokens")
         else:
             _start(progress, source.expected, "documents")

@@ -30,7 +30,10 @@ from .core import (
     check_max_len,
 )
 
-__all__ = ["count_ids"]
+__all__ = ["BLOCK_TOKENS", "count_ids"]
+
+# Ids read, checked and counted at a time (one block of windows; a Dask id piece the same).
+BLOCK_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def count_ids(
     tokenizer: str = "ids",
     fingerprint: str | None = None,
     progress: ProgressFn | None = None,
-    block_tokens: int = 1 << 24,
+    block_tokens: int = BLOCK_TOKENS,
     dense_limit: int = DENSE_LIMIT,
     workers: int | None = None,
     parallel_min_tokens: int = 1 << 24,

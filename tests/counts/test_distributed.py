@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 from posdiag.cli.app import app
 from posdiag.corpus.sources import open_source
 from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts._pieces import PIECE_BYTES
 from posdiag.counts.core import Counts, align_vocabularies, count_texts, load_counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.counts.distributed import (
-    BYTES_PER_PIECE,
     Engine,
     Job,
     Partial,
@@ -70,6 +70,11 @@ def client(cluster: Any) -> Iterator[Any]:
 def _engine(cluster: Any) -> dict[str, Any]:
     """The keywords of corpus_counts that send the counting to ``cluster``."""
     return {"engine": "dask", "scheduler": cluster.scheduler_address}
+
+
+def _sized(cluster: Any, piece_bytes: int) -> Engine:
+    """The engine of ``cluster`` with pieces of ``piece_bytes``."""
+    return Engine("dask", cluster.scheduler_address, piece_bytes=piece_bytes)
 
 
 def _same(a: Counts, b: Counts) -> None:
@@ -214,20 +219,15 @@ def test_streamed_data_set_shards_match_one_process(parquet_files: Path, cluster
     _same(corpus_counts(name, **kw), corpus_counts(name, **_engine(cluster), **kw))
 
 
-def test_saved_data_set_row_ranges_match_one_process(
-    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A save_to_disk folder: one piece per ROWS_PER_PIECE rows (here 40 of 130)."""
+def test_saved_data_set_row_ranges_match_one_process(tmp_path: Path, cluster: Any) -> None:
+    """A save_to_disk folder: one piece per piece_bytes / 128 rows (here 40 of 130)."""
     import datasets
-
-    import posdiag.counts.distributed as D
 
     texts: list[str | None] = list(_lines(np.random.default_rng(2), 130))
     texts[41] = None
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"))
-    monkeypatch.setattr(D, "ROWS_PER_PIECE", 40)
     name = str(tmp_path / "saved")
-    pieces = plan_pieces(open_source(name))
+    pieces = plan_pieces(open_source(name), piece_bytes=40 * 128)
     assert [(p.kind, p.start, p.stop) for p in pieces] == [
         ("rows", 0, 40),
         ("rows", 40, 80),
@@ -236,7 +236,7 @@ def test_saved_data_set_row_ranges_match_one_process(
     ]
     kw: dict[str, Any] = {"max_len": 12, "shards": 3, "shard_seed": 1}
     one = corpus_counts(name, **kw)
-    _same(one, corpus_counts(name, **_engine(cluster), **kw))
+    _same(one, corpus_counts(name, engine=_sized(cluster, 40 * 128), **kw))
     assert one.meta["sequences"] == 129
 
 
@@ -250,24 +250,23 @@ def bin_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("select", [{}, {"limit": 200}, {"sample": 0.3, "seed": 5}])
 def test_bin_window_ranges_match_one_process(
-    bin_file: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch, select: dict[str, Any]
+    tmp_path: Path, cluster: Any, select: dict[str, Any]
 ) -> None:
-    import posdiag.counts.distributed as D
-
-    # 5 ranges of 128 windows x 4 ranges of 16 positions (dense blocks of 16 x 500 int32).
-    monkeypatch.setattr(D, "TOKENS_PER_PIECE", 8192)
-    monkeypatch.setattr(D, "RANGE_PER_CELL", 0)
-    monkeypatch.setattr(D, "PIECE_BLOCK_BYTES", 40_000)
-    pieces = plan_pieces(open_source(str(bin_file)), 64, 500)
-    assert len(pieces) == 20 and all(p.start % 64 == 0 for p in pieces)
-    assert [p.positions for p in pieces[:4]] == [(0, 16), (16, 32), (32, 48), (48, 64)]
-    kw: dict[str, Any] = {"max_len": 64, "vocab_size": 500, **select}
-    one = corpus_counts(str(bin_file), **kw)
-    dask = corpus_counts(str(bin_file), **_engine(cluster), **kw)
+    # V = 8, pieces of 4,096 bytes: ranges of 8,192 tokens (128 windows of 64; 8 x 64 x 8 is
+    # less), 5 of them, each cut into 2 position ranges (at least 8 pieces).
+    path = tmp_path / "ids.bin"
+    (np.random.default_rng(9).zipf(1.3, size=40_007) % 8).astype(np.uint16).tofile(path)
+    pieces = plan_pieces(open_source(str(path)), 64, 8, piece_bytes=4096)
+    assert len(pieces) == 10 and all(p.start % 64 == 0 for p in pieces)
+    assert [(p.start, p.stop) for p in pieces[::2]][:2] == [(0, 8192), (8192, 16384)]
+    assert [p.positions for p in pieces[:2]] == [(0, 32), (32, 64)]
+    kw: dict[str, Any] = {"max_len": 64, "vocab_size": 8, **select}
+    one = corpus_counts(str(path), **kw)
+    dask = corpus_counts(str(path), engine=_sized(cluster, 4096), **kw)
     _same(one, dask)
     if not select:
-        ids = np.fromfile(bin_file, dtype=np.uint16).astype(np.int64)
-        want = np.zeros((64, 500), dtype=np.int64)
+        ids = np.fromfile(path, dtype=np.uint16).astype(np.int64)
+        want = np.zeros((64, 8), dtype=np.int64)
         np.add.at(want, (np.arange(ids.size) % 64, ids), 1)
         assert np.array_equal(dask.matrix.toarray(), want)
 
@@ -486,7 +485,7 @@ def test_cli_run_on_its_own_local_cluster_leaves_stderr_clean(
 
 
 def test_only_the_heartbeat_race_is_kept_off_the_worker_log() -> None:
-    from posdiag.counts._dask_quiet import ShutdownNoise
+    from posdiag.counts._cluster import ShutdownNoise
 
     def record(msg: str) -> logging.LogRecord:
         return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, (), None)
@@ -519,17 +518,14 @@ def long_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("size", [1, 7, 64, 333, 1_000_000])
-def test_byte_ranges_read_every_line_exactly_once(
-    long_files: Path, monkeypatch: pytest.MonkeyPatch, size: int
-) -> None:
+def test_byte_ranges_read_every_line_exactly_once(long_files: Path, size: int) -> None:
     """Whatever the cut (one byte per range included), the ranges' texts in order are the
     file's texts as one reader yields them."""
     import posdiag.counts.distributed as D
 
-    monkeypatch.setattr(D, "BYTES_PER_PIECE", size)
     for name in ("big.txt", "big.jsonl"):
         source = open_source(str(long_files / name))
-        pieces = plan_pieces(source)
+        pieces = plan_pieces(source, piece_bytes=size)
         file_size = (long_files / name).stat().st_size
         if size < file_size:
             assert [p.kind for p in pieces] == ["lines"] * -(-file_size // size)
@@ -539,18 +535,15 @@ def test_byte_ranges_read_every_line_exactly_once(
 
 
 def test_a_long_text_file_in_byte_ranges_matches_one_process(
-    long_files: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+    long_files: Path, cluster: Any
 ) -> None:
     """Several tasks per file; shards by (range, index in range) in both passes."""
-    import posdiag.counts.distributed as D
-
-    monkeypatch.setattr(D, "BYTES_PER_PIECE", 1_500)
     for name in ("big.txt", "big.jsonl"):
         path = str(long_files / name)
-        assert len(plan_pieces(open_source(path))) >= 3
+        assert len(plan_pieces(open_source(path), piece_bytes=1_500)) >= 3
         kw: dict[str, Any] = {"max_len": 12, "shards": 4, "shard_seed": 3}
         one = corpus_counts(path, **kw)
-        dask = corpus_counts(path, **_engine(cluster), **kw)
+        dask = corpus_counts(path, engine=_sized(cluster, 1_500), **kw)
         _same(one, dask)
         # The totals equal a plain single pass over the file (no pieces at all).
         plain = corpus_counts(path, max_len=12)
@@ -558,19 +551,14 @@ def test_a_long_text_file_in_byte_ranges_matches_one_process(
         assert (one.matrix != plain.matrix).nnz == 0 and one.vocab == plain.vocab
 
 
-def test_a_bad_line_in_a_byte_range_names_its_offset(
-    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import posdiag.counts.distributed as D
-
-    monkeypatch.setattr(D, "BYTES_PER_PIECE", 100)
+def test_a_bad_line_in_a_byte_range_names_its_offset(tmp_path: Path, cluster: Any) -> None:
     good = "".join(f"line {i} of text\n" for i in range(30)).encode()
     (tmp_path / "bad.txt").write_bytes(good + b"broken \xff line\n" + good)
     with pytest.raises(PosdiagError, match=rf"bad\.txt: line at byte offset {len(good):,} is not"):
-        corpus_counts(str(tmp_path / "bad.txt"), **_engine(cluster))
+        corpus_counts(str(tmp_path / "bad.txt"), engine=_sized(cluster, 100))
     (tmp_path / "bad.jsonl").write_text('{"text": "a b"}\n' * 20 + "{oops\n")
     with pytest.raises(PosdiagError, match=r"bad\.jsonl: line at byte offset 320 is not valid"):
-        corpus_counts(str(tmp_path / "bad.jsonl"), **_engine(cluster))
+        corpus_counts(str(tmp_path / "bad.jsonl"), engine=_sized(cluster, 100))
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]])
@@ -610,7 +598,7 @@ def test_position_range_sums_are_appended_in_row_order_whatever_the_arrival(
 def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """1,500 sentences of the bundled corpus as .txt, .jsonl, one .json array, .csv, a parquet
     file of 4 row groups, a folder of three pieces (reversed order inside each), and a .jsonl
-    over BYTES_PER_PIECE (each record padded by an unused field) that Dask cuts into ranges."""
+    over PIECE_BYTES (each record padded by an unused field) that Dask cuts into ranges."""
     import csv
 
     import pyarrow as pa
@@ -639,12 +627,12 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     pq.write_table(pa.Table.from_pylist(rows[1000:][::-1]), folder / "3.parquet")
     out["folder"] = folder
-    pad = "x" * (BYTES_PER_PIECE // len(rows) + 64)
+    pad = "x" * (PIECE_BYTES // len(rows) + 64)
     out["big"] = d / "big.jsonl"
     out["big"].write_text(
         "".join(json.dumps({"text": t, "pad": pad}) + "\n" for t in lines), encoding="utf-8"
     )
-    assert out["big"].stat().st_size > BYTES_PER_PIECE
+    assert out["big"].stat().st_size > PIECE_BYTES
     return out
 
 
