@@ -94,31 +94,15 @@ def corpus_counts(
     else:
         where = engine_from_options(engine or "local", scheduler, workers)
     if is_counts_file(corpus):
-        counts = load_counts(corpus)
-        asked = {
+        asked: dict[str, Any] = {
             "column": column,
             "tokenizer": tokenizer,
             "view": view_name,
             "max_len": max_len,
-            "vocab_size": vocab_size,
-            "limit": limit,
-            "sample": sample,
         }
-        tally = counts.meta.get("units")
-        tally = tally if isinstance(tally, dict) else {}
-        units_asked = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
-        units_counted = {
-            "group_by": tally.get("group_by"),
-            "group_prefix": tally.get("prefix"),
-            "dedup": bool(tally.get("dedup", False)) if tally else None,
-        }
-        for key, value in asked.items():
-            if value is not None and counts.meta.get(key) != value:
-                raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
-        for key, value in units_asked.items():
-            if value is not None and units_counted[key] != value:
-                raise PosdiagError(_counted_otherwise(corpus, key, units_counted[key], value))
-        return counts
+        asked.update(vocab_size=vocab_size, limit=limit, sample=sample)
+        units = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
+        return _checked_counts_file(corpus, asked, units)
 
     group_by, prefix, dedup = check_group_options(group_by, group_prefix, dedup)
     source = open_source(
@@ -139,57 +123,24 @@ def corpus_counts(
                 f"{corpus}: {flag} needs documents, and token id files do not delimit them "
                 "(they are counted without shards, split by thinning)"
             )
-        if view_name not in (None, "packed"):
-            raise PosdiagError(
-                f"{corpus}: token id files are read in the packed view; got --view {view_name}"
-            )
-        tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
-        if vocab_size is None and (tok is None or tok.fingerprint == "run"):
-            raise PosdiagError(
-                f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed "
-                "vocabulary)"
-            )
-        v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
-        if where.is_dask:
-            return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
-        return count_ids(
-            source,
-            max_len=max_len,
-            vocab_size=v,
-            tokenizer=tok.name if tok else "ids",
-            fingerprint=tok.fingerprint if tok else None,
-            progress=progress,
+        return _count_id_file(
+            source, where, progress, view_name, max_len, vocab_size, tokenizer, pad_token
         )
     if vocab_size is not None:
         raise PosdiagError(f"{corpus}: --vocab-size applies to token id files (.npy, .bin)")
     tok = load_tokenizer(tokenizer or "whitespace", pad_token=pad_token)
+    how: dict[str, Any] = {
+        "view_name": view_name or "text",
+        "max_len": max_len,
+        "batch_size": batch_size,
+        "group_prefix": prefix,
+        "dedup": dedup,
+    }
     if where.is_dask:
         return _on_dask(
-            source,
-            tok,
-            where,
-            progress,
-            view_name=view_name or "text",
-            max_len=max_len,
-            pad_token=pad_token,
-            shards=shards,
-            seed=shard_seed,
-            batch_size=batch_size,
-            group_prefix=prefix,
-            dedup=dedup,
+            source, tok, where, progress, pad_token=pad_token, shards=shards, seed=shard_seed, **how
         )
-    return count_source(
-        source,
-        tok,
-        view_name=view_name or "text",
-        max_len=max_len,
-        batch_size=batch_size,
-        progress=progress,
-        shards=shards,
-        shard_seed=shard_seed,
-        group_prefix=prefix,
-        dedup=dedup,
-    )
+    return count_source(source, tok, progress=progress, shards=shards, shard_seed=shard_seed, **how)
 
 
 def _on_dask(
@@ -199,7 +150,6 @@ def _on_dask(
     progress: ProgressFn | None,
     **job: Any,
 ) -> Counts:
-
     if not source.is_ids:
         job.setdefault("view_name", "text")
     else:
@@ -209,5 +159,60 @@ def _on_dask(
         job_for(source, tok, **job),
         engine,
         tokenizer_name=tok.name if tok is not None else "ids",
+        progress=progress,
+    )
+
+
+def _checked_counts_file(corpus: str, asked: dict[str, Any], units: dict[str, Any]) -> Counts:
+    """The counts file ``corpus``, refused when an option given (not None) asks for another
+    reading than it was counted with."""
+    counts = load_counts(corpus)
+    tally = counts.meta.get("units")
+    tally = tally if isinstance(tally, dict) else {}
+    units_counted = {
+        "group_by": tally.get("group_by"),
+        "group_prefix": tally.get("prefix"),
+        "dedup": bool(tally.get("dedup", False)) if tally else None,
+    }
+    for key, value in asked.items():
+        if value is not None and counts.meta.get(key) != value:
+            raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
+    for key, value in units.items():
+        if value is not None and units_counted[key] != value:
+            raise PosdiagError(_counted_otherwise(corpus, key, units_counted[key], value))
+    return counts
+
+
+def _count_id_file(
+    source: Source,
+    where: Engine,
+    progress: ProgressFn | None,
+    view_name: str | None,
+    max_len: int,
+    vocab_size: int | None,
+    tokenizer: str | None,
+    pad_token: str | None,
+) -> Counts:
+    """A token id file in the packed view, here or on Dask; ``vocab_size`` defaults to the
+    tokenizer's."""
+    corpus = source.name
+    if view_name not in (None, "packed"):
+        raise PosdiagError(
+            f"{corpus}: token id files are read in the packed view; got --view {view_name}"
+        )
+    tok = load_tokenizer(tokenizer, pad_token=pad_token) if tokenizer else None
+    if vocab_size is None and (tok is None or tok.fingerprint == "run"):
+        raise PosdiagError(
+            f"{corpus}: token id files need --vocab-size (or a --tokenizer with a fixed vocabulary)"
+        )
+    v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
+    if where.is_dask:
+        return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
+    return count_ids(
+        source,
+        max_len=max_len,
+        vocab_size=v,
+        tokenizer=tok.name if tok else "ids",
+        fingerprint=tok.fingerprint if tok else None,
         progress=progress,
     )
