@@ -16,6 +16,7 @@ from scipy.spatial.distance import pdist, squareform
 from posdiag.geometry.core import compare, gram_from_distances
 from posdiag.scoring import _ranks as _fastrank
 from posdiag.scoring import scores as fastscore
+from posdiag.scoring._sort import _mac
 from posdiag.scoring.scores import corpus_side, score_profile, score_vectors, upper_distances
 from tests._data import toeplitz
 
@@ -242,7 +243,7 @@ def test_two_limb_sums_are_exact() -> None:
     def total(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
         hi, lo = 0, 0
         for q in range(a.size):
-            hi, lo = _fastrank._mac(hi, lo, a[q], b[q])
+            hi, lo = _mac(hi, lo, a[q], b[q])
         return hi, lo
 
     rng = np.random.default_rng(0)

@@ -1,0 +1,385 @@
+"""Compiled bucket sort of :mod:`posdiag.scoring._ranks`: each bucket of scattered pairs sorted
+in a thread's buffer (or in place when it outgrows it), and its tie groups walked for exact
+doubled average ranks or the rank cross sums, in two int64 limbs (:func:`_mac`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._util.jit import load_numba
+
+numba = load_numba()
+
+__all__ = ["LIMB_BITS", "bucket_offsets", "sort_buckets"]
+
+# Two int64 limbs hold value = hi * 2^31 + lo with 0 <= lo < 2^31 after each addition.
+LIMB_BITS = 31
+_LIMB_MASK = (1 << LIMB_BITS) - 1
+_SIGN = np.uint64(1 << 63)
+_NEG_ZERO = np.uint64(1 << 63)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
+    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62`` (int64 limbs), while the
+    running total stays below ``2^93`` in magnitude (``hi < 2^62``)."""
+    b_lo = b & _LIMB_MASK  # b = b_hi * 2^31 + b_lo with 0 <= b_lo < 2^31, also for b < 0
+    b_hi = b >> LIMB_BITS
+    lo += a * b_lo
+    hi += a * b_hi + (lo >> LIMB_BITS)
+    return hi, lo & _LIMB_MASK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _order_key(bits: np.uint64) -> np.uint64:
+    """Map the bit pattern of a float64 to a uint64 that sorts like the float (``-0.0`` as
+    ``+0.0``); NaN patterns land above every other key (callers check them apart)."""
+    if bits == _NEG_ZERO:
+        bits = np.uint64(0)
+    if bits & _SIGN:
+        return ~bits
+    return bits | _SIGN
+
+
+@numba.njit(cache=True, nogil=True)
+def _count(keys, lo, hi, kmin, shift, mask, hist):
+    for q in range(lo, hi):
+        hist[np.intp(((keys[q] - kmin) >> shift) & mask)] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
+    for q in range(lo, hi):
+        k = src_k[q]
+        d = np.intp(((k - kmin) >> shift) & mask)
+        at = pos[d]
+        pos[d] = at + 1
+        dst_k[at] = k
+        dst_v[at] = src_v[q]
+
+
+# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
+# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
+SMALL = 16
+SUB_BITS = 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insertion(keys, vals, lo, hi):  # stable, in place on [lo, hi)
+    for q in range(lo + 1, hi):
+        k = keys[q]
+        v = vals[q]
+        r = q - 1
+        while r >= lo and keys[r] > k:
+            keys[r + 1] = keys[r]
+            vals[r + 1] = vals[r]
+            r -= 1
+        keys[r + 1] = k
+        vals[r + 1] = v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bit_width(span: np.uint64) -> int:
+    """Bits of ``span`` up to its highest set bit (0 for 0)."""
+    width = 0
+    while width < 64 and (span >> np.uint64(width)) != np.uint64(0):
+        width += 1
+    return width
+
+
+@numba.njit(cache=True, nogil=True)
+def _lsd_segment(keys, vals, keys_tmp, vals_tmp, lo, hi, bits):  # sorts [lo, hi) in place
+    if hi - lo < 2:
+        return
+    if hi - lo <= SMALL:
+        _insertion(keys, vals, lo, hi)  # the many tiny buckets
+        return
+    kmin = keys[lo]
+    kmax = keys[lo]
+    for q in range(lo, hi):
+        kmin = min(kmin, keys[q])
+        kmax = max(kmax, keys[q])
+    width = _bit_width(kmax - kmin)
+    if width == 0:
+        return
+    passes = (width + bits - 1) // bits
+    digit = (width + passes - 1) // passes
+    buckets = 1 << digit
+    mask = np.uint64(buckets - 1)
+    pos = np.empty(buckets, np.int64)
+    swapped = False
+    for ps in range(passes):
+        shift = np.uint64(ps * digit)
+        src_k, src_v = (keys_tmp, vals_tmp) if swapped else (keys, vals)
+        dst_k, dst_v = (keys, vals) if swapped else (keys_tmp, vals_tmp)
+        pos[:] = 0
+        _count(src_k, lo, hi, kmin, shift, mask, pos)
+        total = lo
+        for b in range(buckets):
+            c = pos[b]
+            pos[b] = total
+            total += c
+        _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos)
+        swapped = not swapped
+    if swapped:
+        keys[lo:hi] = keys_tmp[lo:hi]
+        vals[lo:hi] = vals_tmp[lo:hi]
+
+
+@numba.njit(cache=True, nogil=True)
+def bucket_offsets(hist: np.ndarray) -> np.ndarray:
+    """Turn counts ``hist[t, b]`` into first write places (bucket-major, then part), in place;
+    returns the bucket starts, shape (buckets + 1,)."""
+    parts, buckets = hist.shape
+    starts = np.empty(buckets + 1, np.int64)
+    total = 0
+    for b in range(buckets):
+        starts[b] = total
+        for t in range(parts):
+            c = hist[t, b]
+            hist[t, b] = total
+            total += c
+    starts[buckets] = total
+    return starts
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
+    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals[lo:hi]``) into order
+    keys ``bk[:hi - lo]`` and payloads ``bv``. Returns False (writing nothing) when all keys
+    are equal.
+
+    One counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)``
+    sub-buckets (values within a bucket are close to uniform, so few sub-buckets hold two
+    keys), then one insertion sort over the whole range (it only moves keys within their
+    sub-bucket); when some sub-bucket is crowded, a radix sort of those
+    (:func:`_lsd_segment`, scratch ``tk``/``tv``) and insertion for the others. Stable."""
+    size = hi - lo
+    kmin = _order_key(src[lo])
+    kmax = kmin
+    for q in range(lo + 1, hi):
+        k = _order_key(src[q])
+        kmin = min(kmin, k)
+        kmax = max(kmax, k)
+    if kmin == kmax:
+        return False
+    width = _bit_width(kmax - kmin)
+    sub = 0
+    while (2 << sub) <= size:  # 2^sub <= size
+        sub += 1
+    sub = min(sub + SUB_BITS, width)
+    shift = np.uint64(width - sub)
+    count = 1 << sub
+    for b in range(count):
+        hist[b] = 0
+    for q in range(lo, hi):
+        hist[np.intp((_order_key(src[q]) - kmin) >> shift)] += 1
+    total = 0
+    crowded = 0
+    for b in range(count):
+        c = hist[b]
+        hist[b] = total
+        total += c
+        crowded = max(crowded, c)
+    for q in range(lo, hi):
+        k = _order_key(src[q])
+        slot = np.intp((k - kmin) >> shift)
+        at = hist[slot]
+        hist[slot] = at + 1
+        bk[at] = k
+        bv[at] = vals[q]
+    if crowded <= SMALL:
+        _insertion(bk, bv, 0, size)
+        return True
+    s = 0
+    for b in range(count):
+        e = hist[b]  # the end of sub-bucket b now
+        if e - s > SMALL:
+            _lsd_segment(bk, bv, tk, tv, s, e, bits)
+        elif e - s > 1:
+            _insertion(bk, bv, s, e)
+        s = e
+    return True
+
+
+# Digit of the in-place sort of buckets larger than the thread buffers.
+FLAG_BITS = 8
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_in_place(keys, vals, lo, hi):
+    """Sort ``keys[lo:hi]`` (float64 bit patterns, replaced by their order keys) with the
+    payloads ``vals`` in place and no memory beyond the digit counts: an MSD radix sort whose
+    passes permute by cycles (American flag sort) on :data:`FLAG_BITS` of ``key - min`` at a
+    time, from the top of the range's span; ranges of :data:`SMALL` keys by insertion. Not
+    stable (tie groups are walked as a whole)."""
+    for q in range(lo, hi):
+        keys[q] = _order_key(keys[q])
+    nb_max = 1 << FLAG_BITS
+    counts = np.empty(nb_max, np.int64)
+    heads = np.empty(nb_max, np.int64)
+    ends = np.empty(nb_max, np.int64)
+    # Depth-first: at most nb_max - 1 ranges wait per level, 64 / FLAG_BITS + 1 levels.
+    stack = np.empty((nb_max * (64 // FLAG_BITS + 2), 2), np.int64)
+    top = 0
+    stack[0, 0] = lo
+    stack[0, 1] = hi
+    top = 1
+    while top:
+        top -= 1
+        a = stack[top, 0]
+        e = stack[top, 1]
+        if e - a <= SMALL:
+            _insertion(keys, vals, a, e)
+            continue
+        kmin = keys[a]
+        kmax = kmin
+        for q in range(a + 1, e):
+            kmin = min(kmin, keys[q])
+            kmax = max(kmax, keys[q])
+        if kmin == kmax:
+            continue
+        width = _bit_width(kmax - kmin)
+        digit = min(FLAG_BITS, width)
+        shift = np.uint64(width - digit)
+        nb = 1 << digit
+        for b in range(nb):
+            counts[b] = 0
+        for q in range(a, e):
+            counts[np.intp((keys[q] - kmin) >> shift)] += 1
+        total = a
+        for b in range(nb):
+            heads[b] = total
+            total += counts[b]
+            ends[b] = total
+        for b in range(nb):
+            while heads[b] < ends[b]:
+                k = keys[heads[b]]
+                v = vals[heads[b]]
+                d = np.intp((k - kmin) >> shift)
+                while d != b:  # carry the key to its digit's next free place
+                    at = heads[d]
+                    heads[d] = at + 1
+                    k, keys[at] = keys[at], k
+                    v, vals[at] = vals[at], v
+                    d = np.intp((k - kmin) >> shift)
+                keys[heads[b]] = k
+                vals[heads[b]] = v
+                heads[b] += 1
+        start = a
+        for b in range(nb):
+            if ends[b] - start > 1:
+                stack[top, 0] = start
+                stack[top, 1] = ends[b]
+                top += 1
+            start = ends[b]
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_ranks(keys, payload, size, first, rank2, th, tl):
+    """Tie groups of the sorted ``keys[:size]`` at places ``first + ...`` of the whole order:
+    ``rank2[payload] = start + end + 1`` (twice the average 1-based rank); ``t^3 - t`` added
+    to the limbs ``(th, tl)``. ``keys`` empty: all ``size`` keys are equal."""
+    s = 0
+    while s < size:
+        e = size
+        if keys.size:
+            k = keys[s]
+            e = s + 1
+            while e < size and keys[e] == k:
+                e += 1
+        r = 2 * first + s + e + 1
+        for q in range(s, e):
+            rank2[payload[q]] = r
+        t = e - s
+        if t > 1:
+            th, tl = _mac(th, tl, t, t * t - 1)
+        s = e
+    return th, tl
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_cross(keys, payload, size, first, m, hi, lo, th, tl):
+    """As :func:`_walk_ranks` with payloads the doubled corpus ranks: adds ``c_E sum c_H``
+    (``c = 2 rank - (m + 1)``) of each group to the limbs ``(hi, lo)``."""
+    off = m + 1
+    s = 0
+    while s < size:
+        acc = np.int64(payload[s]) - off
+        e = s + 1
+        if keys.size:
+            k = keys[s]
+            while e < size and keys[e] == k:
+                acc += np.int64(payload[e]) - off
+                e += 1
+        else:
+            for q in range(1, size):
+                acc += np.int64(payload[q]) - off
+            e = size
+        # c_E = 2 * (first + s + 1 + first + e) / 2 - (m + 1)
+        hi, lo = _mac(hi, lo, 2 * first + s + e - m, acc)
+        t = e - s
+        if t > 1:
+            th, tl = _mac(th, tl, t, t * t - 1)
+        s = e
+    return hi, lo, th, tl
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def sort_buckets(
+    keys: np.ndarray,
+    vals: np.ndarray,
+    starts: np.ndarray,
+    rank2: np.ndarray,
+    ranks: bool,
+    threads: int,
+    bits: int,
+    cap: int,
+) -> np.ndarray:
+    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``)
+    in a buffer of the thread's and walk its tie groups: with ``ranks``, ``vals`` are pair
+    indices and ``rank2`` gets twice the average ranks (:func:`_walk_ranks`); else ``vals``
+    are the doubled corpus ranks and the cross sum is accumulated (:func:`_walk_cross`).
+    Equal values share a bucket, so no tie group crosses one. Buffers hold ``cap`` pairs;
+    larger buckets are sorted in place (:func:`_sort_in_place`), so memory stays bounded
+    whatever the distribution of the values.
+
+    Returns limbs ``(hi, lo, tie_hi, tie_lo)`` per thread, shape (threads, 4).
+    """
+    src = keys.view(np.uint64)
+    m = keys.size
+    buckets = starts.size - 1
+    out = np.zeros((threads, 4), np.int64)
+    equal = np.empty(0, np.uint64)  # "all keys equal" for the walks
+    for t in numba.prange(threads):
+        hi = 0
+        lo = 0
+        th = 0
+        tl = 0
+        bk0 = np.empty(cap, np.uint64)
+        bv0 = np.empty(cap, np.uint32)
+        tk0 = np.empty(cap, np.uint64)
+        tv0 = np.empty(cap, np.uint32)
+        hist0 = np.empty(cap << SUB_BITS, np.int64)
+        for b in range(t, buckets, threads):
+            first = starts[b]
+            size = starts[b + 1] - first
+            if size == 0:
+                continue
+            if size > cap:
+                # Too large for the buffers (a crowded value range): sorted where it lies.
+                _sort_in_place(src, vals, first, first + size)
+                sorted_keys, payload = src[first : first + size], vals[first : first + size]
+            elif _sort_bucket(src, vals, first, first + size, bk0, bv0, tk0, tv0, hist0, bits):
+                sorted_keys, payload = bk0, bv0
+            else:
+                sorted_keys, payload = equal, vals[first : first + size]
+            if ranks:
+                th, tl = _walk_ranks(sorted_keys, payload, size, first, rank2, th, tl)
+            else:
+                hi, lo, th, tl = _walk_cross(sorted_keys, payload, size, first, m, hi, lo, th, tl)
+        out[t, 0] = hi
+        out[t, 1] = lo
+        out[t, 2] = th
+        out[t, 3] = tl
+    return out
