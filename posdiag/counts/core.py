@@ -170,8 +170,6 @@ class CountAccumulator:
     corpus length.
     """
 
-    # Merge the per-batch buffers into the running totals past this many keys.
-    _COMPACT_AT = 1 << 22
     _INT32_MAX = np.iinfo(np.int32).max
 
     def __init__(
@@ -181,8 +179,10 @@ class CountAccumulator:
         vocab_size: int | None = None,
         dense_limit: int = DENSE_LIMIT,
         threads: int | None = None,
+        compact_at: int = 1 << 22,
     ) -> None:
         self.n = check_max_len(n)
+        self._compact_at = compact_at  # buffered keys merged into the totals past this many
         self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
         dense_bytes = self.n * (self.vocab_size or 0) * 4
         # The matrix's row pointers (n + 1) are built however sparse the counts are.
@@ -244,7 +244,7 @@ class CountAccumulator:
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
         self._buffered += keys.size
-        if self._buffered >= self._COMPACT_AT:
+        if self._buffered >= self._compact_at:
             self._compact()
         return total
 
@@ -267,7 +267,7 @@ class CountAccumulator:
             self._buf_keys.append(keys)
             self._buf_vals.append(vals.astype(np.int64))
             self._buffered += keys.size
-            if self._buffered >= self._COMPACT_AT:
+            if self._buffered >= self._compact_at:
                 self._compact()
             return w * m
         return self.add_columns(self.columns(block))

@@ -160,7 +160,6 @@ def count_ids(
     block_tokens: int = BLOCK_TOKENS,
     dense_limit: int = DENSE_LIMIT,
     workers: int | None = None,
-    parallel_min_tokens: int = 1 << 24,
 ) -> Counts:
     """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
 
@@ -168,10 +167,11 @@ def count_ids(
     window may be shorter. ``source.limit`` / ``source.sample``
     select windows; ``documents`` in the metadata counts windows (documents are not delimited).
 
-    With a dense count block, at least ``parallel_min_tokens`` tokens and ``workers > 1``
-    (default: the CPU count, at most 4) on a system with ``fork``, the positions are split
-    between forked worker processes that share the block (``np.add.at`` holds the GIL, so
-    threads cannot run it in parallel); otherwise one process counts, with a helper thread.
+    With a dense count block, at least one full block of ids and ``workers > 1`` (default: the
+    CPU count, at most 4) on a system with ``fork``, the positions are split between forked
+    worker processes that share the block (``np.add.at`` holds the GIL, so threads cannot run
+    it in parallel; below one block, starting them costs more than they save); otherwise one
+    process counts, with a helper thread.
 
     Raises
     ------
@@ -193,7 +193,7 @@ def count_ids(
         acc.dense
         and workers > 1
         and n >= 2
-        and sel.tokens >= parallel_min_tokens
+        and sel.tokens >= block_tokens
         and "fork" in multiprocessing.get_all_start_methods()
     ):
         big = sel.sequences > CountAccumulator._INT32_MAX

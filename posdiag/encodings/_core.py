@@ -352,9 +352,9 @@ def make_encoding(
 _WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
 
 
-# Up to this n a score may build an encoding's dense n x n delta and gram (the bootstrap's
-# posdiag.scoring.scores.DENSE_SCORER_MAX); beyond it every built-in encoding is scored from its lag
-# profile or its vectors, and no n x n array of it exists.
+# Up to this n a score may build an encoding's dense n x n delta and gram (<= 32 MB each; the
+# bootstrap's scorer: one vdot per replicate); beyond it every built-in encoding is scored from
+# its lag profile or its vectors, and no n x n array of it exists.
 DENSE_MATRICES_MAX = 2048
 
 

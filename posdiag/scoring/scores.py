@@ -42,6 +42,7 @@ from scipy.spatial.distance import pdist
 
 from .._util.jit import load_numba
 from ..encodings import Encoding
+from ..encodings._core import DENSE_MATRICES_MAX
 from ..errors import PosdiagError
 from ..geometry.core import StressMeasures, compare
 
@@ -50,6 +51,7 @@ __all__ = [
     "DIRECT_MAX_DIM",
     "CorpusSide",
     "GramScorer",
+    "SortLayout",
     "corpus_side",
     "average_ranks",
     "diagonal_sums",
@@ -61,48 +63,52 @@ __all__ = [
 ]
 
 
-# From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does (numba's
-# import and first compilation would cost more than the whole small score; beyond, the bucket
-# sort is several times faster than an argsort).
+# From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does, so small
+# corpora never import numba or wait for a compile. It must stay below 2^21: numpy's integer
+# rank sums are exact only while m^3 < 2^63.
 COMPILED_FROM_PAIRS = 1 << 17
-# numpy's integer rank sums are exact while m^3 < 2^63: at and above this many pairs the
-# compiled path (two-limb sums) is taken whatever COMPILED_FROM_PAIRS says.
-_NUMPY_MAX_PAIRS = 1 << 21
 # The exact sums hold while twice a centred rank fits the limbs' factor (|c| < 2^30: m < 2^30)
 # and the corpus ranks fit uint32 (2 m < 2^32): n(n-1)/2 < 2^30 pairs, i.e. n <= 46,341.
-# Beyond, corpus_side refuses (the memory check refuses first on machines under ~100 GB).
 EXACT_MAX_POSITIONS = 46_341
 # Position vectors of at most this many coordinates get their distances coordinate by
 # coordinate (as pdist: exactly compare()'s values); wider ones (learned tables, d = 768) by
 # the Gram expansion with BLAS, one block of rows at a time.
 DIRECT_MAX_DIM = 16
-# The sort of n(n-1)/2 pair values (_fastrank): one scatter into buckets of equal width in
-# value, about SORT_BUCKET_SIZE pairs each, then each bucket is sorted in a buffer of its
-# thread (in cache) and its tie groups walked there. A thread's buffers hold up to SORT_BUFFER
-# pairs (56 B each: keys, payloads, scratch, 4 sub-bucket counts: 7.3 MB); a larger bucket (a
-# crowded value range, e.g. below one outlier) is sorted in place, so no distribution of the
-# values costs memory beyond the scattered pairs.
-# The corpus side's values crowd (its fullest buckets outgrow the buffers), so it takes smaller
-# buckets than an encoding's sort (benchmarks/NOTES.md has the bucket-size measurements).
-CORPUS_BUCKET_SIZE = 2048
-CORPUS_MAX_BUCKETS = 1 << 16
-SORT_BUCKET_SIZE = 4096
-SORT_MAX_BUCKETS = 16384
-SORT_BUFFER = 1 << 17
-# Digits of the radix sort of the rare crowded sub-buckets inside a bucket.
-RADIX_BITS = 8
-# Rows per block of the Gram-expansion distances: (block, n) float64 = 64 MB at n = 16,384.
-BLOCK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class SortLayout:
+    """How the pairs are laid out for the compiled sort; results do not depend on it.
+
+    The ``n(n-1)/2`` pair values are scattered into buckets of equal width in value, about
+    ``bucket_size`` pairs each (at most ``max_buckets``), and each bucket is sorted in a buffer
+    of its thread of up to ``buffer`` pairs (56 B each: 7.3 MB), a larger one in place with
+    ``radix_bits`` digits. The corpus side's values crowd, so it takes smaller buckets
+    (benchmarks/NOTES.md). ``block_bytes``: the Gram-expansion distances of wide tables are
+    formed ``block_bytes`` of ``(rows, n)`` float64 at a time.
+    """
+
+    corpus_bucket_size: int = 2048
+    corpus_max_buckets: int = 1 << 16
+    bucket_size: int = 4096
+    max_buckets: int = 16384
+    buffer: int = 1 << 17
+    radix_bits: int = 8
+    block_bytes: int = 64 << 20
+
+    def block_rows(self, n: int) -> int:
+        return max(1, min(n, self.block_bytes // (8 * max(1, n))))
 
 
 def _kernels() -> ModuleType:
-    from . import _ranks as _fastrank
+    from . import _ranks
 
-    return _fastrank
+    return _ranks
 
 
-def _compiled(m: int) -> bool:
-    return m >= COMPILED_FROM_PAIRS or m >= _NUMPY_MAX_PAIRS
+def _compiled(m: int, compiled: bool | None = None) -> bool:
+    """Whether ``m`` pairs take the compiled kernels (``compiled`` forces a path)."""
+    return m >= COMPILED_FROM_PAIRS if compiled is None else compiled
 
 
 def _threads() -> int:
@@ -112,7 +118,7 @@ def _threads() -> int:
 
 
 def _bucket_hist(m: int, size: int, most: int) -> np.ndarray:
-    """Zero bucket counts of the ``_fastrank`` scatter of ``m`` pairs into buckets of about
+    """Zero bucket counts of the ``_ranks`` scatter of ``m`` pairs into buckets of about
     ``size`` pairs, at most ``most`` of them: shape (threads, buckets)."""
     buckets = min(most, max(256, m // size))
     return np.zeros((_threads(), buckets), dtype=np.int64)
@@ -128,14 +134,16 @@ def _scale(buckets: int, lo: float, hi: float) -> float:
     return scale if math.isfinite(scale) else 0.0
 
 
-def _walk(keys: np.ndarray, vals: np.ndarray, starts: np.ndarray, rank2: np.ndarray) -> list[int]:
-    """Sort the scattered buckets and walk their tie groups (``_fastrank.sort_buckets``):
+def _walk(
+    keys: np.ndarray, vals: np.ndarray, starts: np.ndarray, rank2: np.ndarray, layout: SortLayout
+) -> list[int]:
+    """Sort the scattered buckets and walk their tie groups (``_ranks.sort_buckets``):
     ``[cross, ties]`` as exact ints; with a ``rank2`` of ``keys.size`` (``vals`` then pair
     indices) the doubled average ranks are written there instead of the cross sum."""
     k = _kernels()
-    cap = int(min(SORT_BUFFER, max(1, int(np.diff(starts).max(initial=1)))))
+    cap = int(min(layout.buffer, max(1, int(np.diff(starts).max(initial=1)))))
     ranks = rank2.size == keys.size
-    out = k.sort_buckets(keys, vals, starts, rank2, ranks, _threads(), RADIX_BITS, cap)
+    out = k.sort_buckets(keys, vals, starts, rank2, ranks, _threads(), layout.radix_bits, cap)
     return [sum(_from_limbs(h, lo) for h, lo in out[:, c : c + 2]) for c in (0, 2)]
 
 
@@ -143,14 +151,14 @@ def _from_limbs(hi: int, lo: int) -> int:
     return (int(hi) << _kernels().LIMB_BITS) + int(lo)
 
 
-def diagonal_sums(m: np.ndarray) -> np.ndarray:
+def diagonal_sums(m: np.ndarray, compiled: bool | None = None) -> np.ndarray:
     """``s[l] = sum_i m[i, i + l]`` for ``l = 0..n-1`` (upper diagonals), of shape (n,).
 
     Walks rows (contiguous memory) instead of diagonals (a stride of ``n + 1``); compiled and
-    parallel from :data:`COMPILED_FROM_PAIRS` pairs on.
+    parallel from :data:`COMPILED_FROM_PAIRS` pairs on (``compiled`` forces a path).
     """
     n = m.shape[0]
-    if _compiled(n * (n - 1) // 2):
+    if _compiled(n * (n - 1) // 2, compiled):
         return np.asarray(_kernels().diagonal_sums(np.ascontiguousarray(m), False))
     out = np.zeros(n)
     for i in range(n):
@@ -200,10 +208,6 @@ def _upper_segments(n: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(lengths)))
 
 
-def _block_rows(n: int) -> int:
-    return max(1, min(n, BLOCK_BYTES // (8 * max(1, n))))
-
-
 def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
     """Euclidean distances ``||p_i - p_j||``, ``i < j``, row-major, shape (n(n-1)/2,).
 
@@ -219,7 +223,7 @@ def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
     out = np.empty(int(start[-1]))
     for lo in range(0, n, block_rows):
         hi = min(n, lo + block_rows)
-        # Same operations, in the same order, as the compiled _fastrank.block_distances.
+        # Same operations, in the same order, as the compiled _ranks.block_distances.
         d2 = (sq[lo:hi, None] + sq[None, lo:]) - 2.0 * (p[lo:hi] @ p[lo:].T)
         d = np.sqrt(np.clip(d2, 0.0, None))
         for i in range(lo, hi):
@@ -227,11 +231,11 @@ def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
     return out
 
 
-def _pair_distances(p: np.ndarray) -> np.ndarray:
+def _pair_distances(p: np.ndarray, layout: SortLayout) -> np.ndarray:
     """``delta_E`` of position vectors over the pairs ``i < j``, row-major (numpy path)."""
     if p.shape[1] <= DIRECT_MAX_DIM:
         return pdist(p) if p.shape[0] > 1 else np.zeros(0)
-    return upper_distances(p, _block_rows(p.shape[0]))
+    return upper_distances(p, layout.block_rows(p.shape[0]))
 
 
 def _rank2(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -292,6 +296,9 @@ class CorpusSide:
         lent to one :func:`score_vectors` call at a time: every encoding reuses the memory
         the corpus ranks were sorted in instead of faulting in ``12 m`` fresh bytes (1.6 GB
         at n = 16,384). Freed with the corpus side.
+    compiled : bool
+        Whether this side and every score against it take the compiled kernels.
+    layout : SortLayout
     """
 
     n: int
@@ -308,9 +315,17 @@ class CorpusSide:
     scratch: list[tuple[np.ndarray, np.ndarray]] = field(
         default_factory=list, repr=False, compare=False
     )
+    compiled: bool = False
+    layout: SortLayout = field(default_factory=SortLayout)
 
 
-def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
+def corpus_side(
+    d_h: np.ndarray,
+    b_h: np.ndarray,
+    *,
+    compiled: bool | None = None,
+    layout: SortLayout | None = None,
+) -> CorpusSide:
     """Summarise the corpus geometry for :func:`score_profile` and :func:`score_vectors`.
 
     Parameters
@@ -319,6 +334,9 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
         Corpus distances (symmetric).
     b_h : ndarray of shape (n, n)
         Their Gram matrix; must be double-centred (rows and columns sum to 0).
+    compiled : bool, optional
+        Force the compiled kernels or numpy (default: from :data:`COMPILED_FROM_PAIRS` pairs).
+    layout : SortLayout, optional
 
     Notes
     -----
@@ -336,7 +354,9 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
     d_h = np.ascontiguousarray(d_h, dtype=np.float64)
     start = _upper_segments(n)
     scratch: list[tuple[np.ndarray, np.ndarray]] = []
-    if _compiled(m):
+    layout = layout or SortLayout()
+    compiled = _compiled(m, compiled)
+    if compiled:
         k = _kernels()
         d_lags = np.zeros(n)
         row_sq = np.zeros(n)
@@ -348,7 +368,7 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
         if nan:
             rank2 = np.zeros(m, dtype=np.uint32)
         else:
-            hist = _bucket_hist(m, CORPUS_BUCKET_SIZE, CORPUS_MAX_BUCKETS)
+            hist = _bucket_hist(m, layout.corpus_bucket_size, layout.corpus_max_buckets)
             scale = _scale(hist.shape[1], vmin, vmax)
             k.square_hist(d_h, start, vmin, scale, hist)
             starts = k.bucket_offsets(hist)
@@ -356,7 +376,7 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
             idx = np.empty(m, dtype=np.uint32)  # payload: each pair's own index
             k.square_scatter(d_h, start, vmin, scale, hist, keys, idx)
             rank2 = np.empty(m, dtype=np.uint32)
-            ties = _walk(keys, idx, starts, rank2)[1]
+            ties = _walk(keys, idx, starts, rank2, layout)[1]
             scratch.append((keys, idx))
             del keys, idx
         rank_lags = np.asarray(k.rank_lag_sums(rank2, n, start))
@@ -366,9 +386,9 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
             dh[start[i] : start[i + 1]] = d_h[i, i + 1 :]
         nan = int(np.isnan(dh).sum())
         d_sq = float(dh @ dh)
-        d_lags = diagonal_sums(d_h)
+        d_lags = diagonal_sums(d_h, False)
         d_lags[0] = 0.0
-        b_lags = diagonal_sums(b_h)
+        b_lags = diagonal_sums(b_h, False)
         rank2, ties = _rank2(dh)
         rows, cols = np.triu_indices(n, k=1)
         # |sum| < n m < 2^53: the float64 bincount is exact.
@@ -388,6 +408,8 @@ def corpus_side(d_h: np.ndarray, b_h: np.ndarray) -> CorpusSide:
         rank_ss=ss2 / 4.0,
         d_nan=bool(nan),
         scratch=scratch,
+        compiled=compiled,
+        layout=layout,
     )
 
 
@@ -488,15 +510,12 @@ def score_vectors_many(
 
     On the compiled path, tables that are the leading columns of one another (the ``mds-r``
     family: ``mds-1`` is the first column of ``mds-3``) are scanned three at a time in one
-    pass (``_fastrank.nested_scan``): ``d_H`` and ``B_H`` read once, each pair's coordinate
+    pass (``_ranks.nested_scan``): ``d_H`` and ``B_H`` read once, each pair's coordinate
     differences formed once, the sums in registers, instead of three passes. Their sorts stay
-    one at a time, in the same memory (``12 m``
-    bytes, as :func:`score_vectors`).
+    one at a time, in the same memory (``12 m`` bytes, as :func:`score_vectors`).
     """
     ps = [np.asarray(p, dtype=np.float64) for p in vectors]
-    n = side.n
-    m = n * (n - 1) // 2
-    compiled = _compiled(m)
+    compiled = side.compiled
     scans: dict[int, _Scan] = {}
     family = _nested_family(ps) if compiled else []
     for lo in range(0, len(family), 3):
@@ -530,7 +549,7 @@ def _vector_sums_numpy(side: CorpusSide, p: np.ndarray) -> tuple[float, float, i
     ranks; both 0 when a distance is NaN) by numpy."""
     n = side.n
     m = n * (n - 1) // 2
-    de = _pair_distances(p)
+    de = _pair_distances(p, side.layout)
     rows, cols = np.triu_indices(n, k=1)
     s_he = float(side.d_h[rows, cols] @ de)
     s_ee = float(de @ de)
@@ -573,7 +592,7 @@ def _nested_family(ps: Sequence[np.ndarray]) -> list[int]:
 
 def _nested_scan(side: CorpusSide, b_h: np.ndarray, ps: Sequence[np.ndarray]) -> list[_Scan]:
     """The scans of up to three nested tables ``ps`` (each the leading columns of the last) in
-    one compiled pass (``_fastrank.nested_scan``; fewer than three: the last repeated and its
+    one compiled pass (``_ranks.nested_scan``; fewer than three: the last repeated and its
     copies dropped): distances recomputed in the pass and in each scatter, never stored;
     buckets over [0, an upper bound of the largest] (larger rounded values go to the top
     bucket), as :func:`_vector_sums_compiled`."""
@@ -582,7 +601,7 @@ def _nested_scan(side: CorpusSide, b_h: np.ndarray, ps: Sequence[np.ndarray]) ->
     m = n * (n - 1) // 2
     start = _upper_segments(n)
     slots = list(ps) + [ps[-1]] * (3 - len(ps))
-    one = _bucket_hist(m, SORT_BUCKET_SIZE, SORT_MAX_BUCKETS)
+    one = _bucket_hist(m, side.layout.bucket_size, side.layout.max_buckets)
     hist = np.zeros((3,) + one.shape, dtype=np.int64)
     scales = np.array([_scale(one.shape[1], 0.0, _diameter_bound(p)) for p in slots])
     dims = np.array([p.shape[1] for p in slots], dtype=np.int64)
@@ -615,7 +634,7 @@ def _vector_sums_compiled(
     start = _upper_segments(n)
     b_h = np.ascontiguousarray(b_h, dtype=np.float64)
     rows = np.zeros((3, n))
-    hist = _bucket_hist(m, SORT_BUCKET_SIZE, SORT_MAX_BUCKETS)
+    hist = _bucket_hist(m, side.layout.bucket_size, side.layout.max_buckets)
     if p.shape[1] <= DIRECT_MAX_DIM:
         # Distances recomputed in each of two passes, never stored; buckets over [0, an
         # upper bound of the largest] (larger rounded values go to the top bucket).
@@ -630,7 +649,7 @@ def _vector_sums_compiled(
         dist = np.empty(m)
         sq = np.einsum("ij,ij->i", p, p)
         ranges = np.empty((3, n))  # every row's (min, max, NaN count) of its distances
-        step = _block_rows(n)
+        step = side.layout.block_rows(n)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             gram = p[lo:hi] @ p[lo:].T
@@ -670,7 +689,7 @@ def _sort_sums(
     keys, vals = side.scratch.pop() if side.scratch else (np.empty(m), np.empty(m, np.uint32))
     try:
         scatter(keys, vals)
-        cross, ties = _walk(keys, vals, starts, np.empty(0, dtype=np.uint32))
+        cross, ties = _walk(keys, vals, starts, np.empty(0, dtype=np.uint32), side.layout)
     finally:
         side.scratch.append((keys, vals))
     return s_he, s_ee, inner, cross, _sum_c2(m, ties)
@@ -701,12 +720,8 @@ def score_encoding(
     return compare(d_h, b_h, enc.delta, enc.gram())
 
 
-# Up to this n a table's dense B_E (<= 32 MB) is kept: one vdot per replicate, where even the
-# small product B JP costs more (BLAS threads spinning on a loaded machine).
-DENSE_SCORER_MAX = 2048
 # Up to this n a table's B_E = (JP)(JP)^T is kept dense (one GEMM, <= 128 MiB; the bootstrap
-# reserves it): a replicate's <B, B_E> is then one vdot (n^2) instead of B JP (n^2 d
-# multiply-adds).
+# reserves it): a replicate's <B, B_E> is then one vdot (n^2) instead of B JP (n^2 d).
 DENSE_TABLE_MAX = 4096
 
 
@@ -715,12 +730,15 @@ class GramScorer:
 
     Precomputes the encoding side once: for a lag profile the weights of ``<B, B_E>`` over the
     diagonal sums of ``B`` (so a replicate costs one O(n^2) pass shared by every Toeplitz
-    encoding), for position vectors the dense ``B_E = (JP)(JP)^T`` up to
-    :data:`DENSE_TABLE_MAX` positions and ``JP`` beyond (``<B, B_E> = sum((B JP) o JP)``),
-    else the dense ``B_E``. ``||B_E||_F`` is computed once in every case.
+    encoding); up to ``dense_max`` positions (:data:`~posdiag.encodings._core.DENSE_MATRICES_MAX`:
+    one ``vdot`` per replicate) the dense ``B_E``; beyond, for position vectors, the dense
+    ``B_E = (JP)(JP)^T`` up to ``table_max`` positions and ``JP`` past them
+    (``<B, B_E> = sum((B JP) o JP)``). ``||B_E||_F`` is computed once in every case.
     """
 
-    def __init__(self, enc: Encoding) -> None:
+    def __init__(
+        self, enc: Encoding, dense_max: int = DENSE_MATRICES_MAX, table_max: int = DENSE_TABLE_MAX
+    ) -> None:
         self.weights: np.ndarray | None = None
         self.jp: np.ndarray | None = None
         self.dense: np.ndarray | None = None
@@ -735,11 +753,11 @@ class GramScorer:
             total = float(rows.sum())
             jgj = float(np.sum(count * g2 * g2)) - 2.0 / n * float(rows @ rows) + total**2 / n**2
             self.norm = 0.5 * float(np.sqrt(max(0.0, jgj)))
-        elif enc.vectors is not None and enc.vectors.shape[0] > DENSE_SCORER_MAX:
+        elif enc.vectors is not None and enc.vectors.shape[0] > dense_max:
             p = np.asarray(enc.vectors, dtype=np.float64)
             jp = p - p.mean(axis=0, keepdims=True)
             self.norm = float(np.linalg.norm(jp.T @ jp))
-            if jp.shape[0] <= DENSE_TABLE_MAX:
+            if jp.shape[0] <= table_max:
                 self.dense = jp @ jp.T
             else:
                 self.jp = jp

@@ -84,7 +84,7 @@ def test_token_files_count_like_brute_force(tmp_path: Path, dtype: str) -> None:
         ids.astype(dtype).tofile(path)
         src = open_source(str(path), dtype=dtype)
     windows = [ids[k : k + 10].tolist() for k in range(0, ids.size, 10)]  # last one: 3 tokens
-    for block in (1, 7, 1 << 20):  # many blocks, an uneven block, one block
+    for block in (1, 7, 1 << 20):  # many blocks, an uneven block, one block (one process)
         for dense_limit, workers in ((0, 1), (1 << 30, 1), (1 << 30, 3)):
             c = count_ids(
                 src,
@@ -93,7 +93,6 @@ def test_token_files_count_like_brute_force(tmp_path: Path, dtype: str) -> None:
                 block_tokens=block * 10,
                 dense_limit=dense_limit,
                 workers=workers,
-                parallel_min_tokens=0,
             )
             assert (c.matrix.toarray() == _brute(windows, 10, 70)).all()
     assert (c.meta["sequences"], c.meta["tokens"], c.meta["view"]) == (101, 1003, "packed")
@@ -106,9 +105,7 @@ def test_first_offending_offset_in_file_order(tmp_path: Path, workers: int) -> N
     ids.tofile(tmp_path / "ids.bin")
     src = open_source(str(tmp_path / "ids.bin"))
     with pytest.raises(PosdiagError) as err:
-        count_ids(
-            src, max_len=10, vocab_size=7, workers=workers, parallel_min_tokens=0, block_tokens=50
-        )
+        count_ids(src, max_len=10, vocab_size=7, workers=workers, block_tokens=50)
     assert str(err.value) == (
         f"{tmp_path / 'ids.bin'}: token id 9 at offset 57 is outside [0, --vocab-size=7)"
     )
@@ -130,7 +127,7 @@ def test_token_file_limit_and_sample_select_windows(tmp_path: Path) -> None:
     keep = np.flatnonzero(np.random.default_rng(2).random(len(windows)) < 0.9)
     assert keep[-1] == len(windows) - 1  # the short last window is in the sample
     for workers in (1, 2):
-        c = count_ids(src, max_len=10, vocab_size=50, workers=workers, parallel_min_tokens=0)
+        c = count_ids(src, max_len=10, vocab_size=50, workers=workers, block_tokens=100)
         assert (c.matrix.toarray() == _brute([windows[k] for k in keep], 10, 50)).all()
         assert (c.meta["sequences"], c.meta["tokens"]) == (keep.size, (keep.size - 1) * 10 + 5)
 
@@ -258,13 +255,10 @@ def test_count_texts_matches_brute_force() -> None:
     assert c.supports.tolist() == [4, 3, 2, 1]
 
 
-def test_accumulator_compaction_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.counts.core import CountAccumulator
-
-    monkeypatch.setattr(CountAccumulator, "_COMPACT_AT", 5)
+def test_accumulator_compaction_is_exact() -> None:
     rng = np.random.default_rng(0)
     seqs = [rng.integers(0, 9, size=rng.integers(1, 7)).tolist() for _ in range(300)]
-    acc = CountAccumulator(6)
+    acc = CountAccumulator(6, compact_at=5)
     for k in range(0, 300, 7):
         acc.add_sequences(seqs[k : k + 7])
     np.testing.assert_array_equal(acc.matrix(9).toarray(), _brute(seqs, 6, 9))

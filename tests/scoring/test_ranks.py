@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -17,16 +15,14 @@ from posdiag.geometry.core import compare, gram_from_distances
 from posdiag.scoring import _ranks as _fastrank
 from posdiag.scoring import scores as fastscore
 from posdiag.scoring._sort import _mac
-from posdiag.scoring.scores import corpus_side, score_profile, score_vectors, upper_distances
+from posdiag.scoring.scores import (
+    SortLayout,
+    corpus_side,
+    score_profile,
+    score_vectors,
+    upper_distances,
+)
 from tests._data import toeplitz
-
-
-@contextmanager
-def path(compiled: bool) -> Iterator[None]:
-    """Force the compiled kernels (threshold 0) or numpy (threshold above any test size)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fastscore, "COMPILED_FROM_PAIRS", 0 if compiled else 1 << 40)
-        yield
 
 
 def upper(a: np.ndarray) -> np.ndarray:
@@ -68,8 +64,7 @@ def test_spearman_of_tied_vectors_equals_scipy_on_both_paths(
     assume(d.any())  # B_H = 0 has no stress (a division by ||B_H||), whatever the path
     b = gram_from_distances(d)
     p = np.array(pvals, dtype=float).reshape(n, 2)
-    with path(compiled):
-        got = score_vectors(corpus_side(d, b), b, p)
+    got = score_vectors(corpus_side(d, b, compiled=compiled), b, p)
     delta = squareform(pdist(p))
     want = compare(d, b, delta, gram_from_distances(delta))
     assert same(got.spearman, spearman(upper(d), upper(delta)), 1e-12)
@@ -96,8 +91,7 @@ def test_profile_spearman_equals_scipy_on_both_paths(
     g = np.concatenate(([0.0], np.array(prof[: n - 1], dtype=float)))
     delta = toeplitz(lambda lag: g[lag.astype(int)], n)
     b = gram_from_distances(d)
-    with path(compiled):
-        got = score_profile(corpus_side(d, b), g)
+    got = score_profile(corpus_side(d, b, compiled=compiled), g)
     assert same(got.spearman, spearman(upper(d), upper(delta)), 1e-12)
 
 
@@ -113,8 +107,7 @@ def test_corpus_ranks_equal_rankdata(values: list[float]) -> None:
     d = np.zeros((n, n))
     d[np.triu_indices(n, k=1)] = x
     for compiled in (False, True):
-        with path(compiled):
-            side = corpus_side(d, np.zeros((n, n)))
+        side = corpus_side(d, np.zeros((n, n)), compiled=compiled)
         twice = 2 * stats.rankdata(x) if x.size else x
         np.testing.assert_array_equal(np.asarray(side.rank2, dtype=float), twice)
         centred = twice - (x.size + 1)
@@ -268,14 +261,15 @@ def test_nan_distances_give_nan_rho_on_both_paths() -> None:
     b = gram_from_distances(d)
     both = []
     for compiled in (False, True):
-        with path(compiled):
-            side = corpus_side(d, b)
-            assert math.isnan(score_vectors(side, b, p).spearman)
-            both.append(score_vectors(side, b, wide))
-            assert math.isnan(both[-1].spearman)
-            dn = d.copy()
-            dn[2, 5] = dn[5, 2] = np.nan
-            assert math.isnan(score_vectors(corpus_side(dn, b), b, p[:, :1] * 0 + 1).spearman)
+        side = corpus_side(d, b, compiled=compiled)
+        assert math.isnan(score_vectors(side, b, p).spearman)
+        both.append(score_vectors(side, b, wide))
+        assert math.isnan(both[-1].spearman)
+        dn = d.copy()
+        dn[2, 5] = dn[5, 2] = np.nan
+        assert math.isnan(
+            score_vectors(corpus_side(dn, b, compiled=compiled), b, p[:, :1] * 0 + 1).spearman
+        )
     for field in ("stress", "raw", "kruskal", "spearman"):  # the same figures on both paths
         assert same(getattr(both[0], field), getattr(both[1], field), 0.0), field
 
@@ -289,18 +283,12 @@ def medium() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_medium_input_takes_the_compiled_path_and_agrees(
-    medium: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+    medium: tuple[np.ndarray, np.ndarray],
 ) -> None:
     d, b = medium
     assert d.shape[0] * (d.shape[0] - 1) // 2 >= fastscore.COMPILED_FROM_PAIRS
-
-    def numpy_path(*args: object) -> None:
-        raise AssertionError("numpy path taken")
-
-    monkeypatch.setattr(fastscore, "_rank2", numpy_path)
-    monkeypatch.setattr(fastscore, "_vector_sums_numpy", numpy_path)
     side = corpus_side(d, b)
-    assert side.rank2.dtype == np.uint32
+    assert side.compiled and side.rank2.dtype == np.uint32  # numpy's ranks are int64
     rng = np.random.default_rng(3)
     for p in (np.round(rng.standard_normal((600, 3)), 1), rng.standard_normal((600, 20))):
         got = score_vectors(side, b, p)
@@ -314,7 +302,7 @@ def test_medium_input_takes_the_compiled_path_and_agrees(
 
 
 def test_paths_and_block_sizes_give_identical_results(
-    medium: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+    medium: tuple[np.ndarray, np.ndarray],
 ) -> None:
     d, b = medium
     rng = np.random.default_rng(5)
@@ -322,11 +310,9 @@ def test_paths_and_block_sizes_give_identical_results(
     profile = np.minimum(np.arange(600), 40).astype(float)
     results = []
     for compiled, block_bytes in ((False, 1 << 26), (True, 1 << 26), (True, 8 * 600 * 7)):
-        monkeypatch.setattr(fastscore, "BLOCK_BYTES", block_bytes)
-        with path(compiled):
-            side = corpus_side(d, b)
-            rows = [score_vectors(side, b, p) for p in vectors]
-            rows.append(score_profile(side, profile))
+        side = corpus_side(d, b, compiled=compiled, layout=SortLayout(block_bytes=block_bytes))
+        rows = [score_vectors(side, b, p) for p in vectors]
+        rows.append(score_profile(side, profile))
         results.append(rows)
     for rows in results[1:]:
         for got, want in zip(rows, results[0], strict=True):
@@ -343,7 +329,6 @@ def test_paths_and_block_sizes_give_identical_results(
 )
 def test_bucket_layout_does_not_change_scores(
     medium: tuple[np.ndarray, np.ndarray],
-    monkeypatch: pytest.MonkeyPatch,
     bucket_size: int,
     max_buckets: int,
     buffer: int,
@@ -355,11 +340,8 @@ def test_bucket_layout_does_not_change_scores(
     vectors = [np.round(rng.standard_normal((600, 3)), 1), rng.standard_normal((600, 20))]
     side = corpus_side(d, b)
     want = [score_vectors(side, b, p) for p in vectors]
-    for side_name in ("SORT", "CORPUS"):
-        monkeypatch.setattr(fastscore, f"{side_name}_BUCKET_SIZE", bucket_size)
-        monkeypatch.setattr(fastscore, f"{side_name}_MAX_BUCKETS", max_buckets)
-    monkeypatch.setattr(fastscore, "SORT_BUFFER", buffer)
-    other = corpus_side(d, b)
+    layout = SortLayout(bucket_size, max_buckets, bucket_size, max_buckets, buffer)
+    other = corpus_side(d, b, layout=layout)
     np.testing.assert_array_equal(other.rank2, side.rank2)
     assert other.rank_ss2 == side.rank_ss2
     for p, w in zip(vectors, want, strict=True):

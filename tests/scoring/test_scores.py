@@ -151,18 +151,14 @@ def test_gram_scorer_matches_compare(
     spec: str,
     dense_max: int,
     table_max: int,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every route of a table (the dense gram from its distances, (JP)(JP)^T kept dense, B JP
     per replicate) and of a lag profile gives compare's stress."""
-    from posdiag.scoring import scores as fastscore
     from posdiag.scoring.scores import GramScorer
 
-    monkeypatch.setattr(fastscore, "DENSE_SCORER_MAX", dense_max)
-    monkeypatch.setattr(fastscore, "DENSE_TABLE_MAX", table_max)
     d, b = geo
     enc = make_encoding(spec, d.shape[0])
-    scorer = GramScorer(enc)
+    scorer = GramScorer(enc, dense_max, table_max)
     table = spec == "learned-random"
     assert (scorer.jp is not None) == (table and dense_max == 0 and table_max == 0)
     assert (scorer.dense is not None) == (table and not (dense_max == 0 and table_max == 0))
@@ -209,20 +205,17 @@ def test_lazy_stats_is_scipy_stats() -> None:
     assert lazy.spearmanr is stats.spearmanr
 
 
-def test_corpus_side_refuses_more_positions_than_its_exact_sums_hold(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_corpus_side_refuses_more_positions_than_its_exact_sums_hold() -> None:
     from posdiag.errors import PosdiagError
     from posdiag.scoring import scores as fastscore
 
     # n(n-1)/2 < 2^30 pairs: the limbs' factor and the uint32 ranks; the real bound is 46,341.
     assert 46_341 * 46_340 // 2 < 2**30 <= 46_342 * 46_341 // 2
     assert fastscore.EXACT_MAX_POSITIONS == 46_341
-    monkeypatch.setattr(fastscore, "EXACT_MAX_POSITIONS", 5)
-    d = np.abs(np.subtract.outer(np.arange(6.0), np.arange(6.0)))
+    d = np.broadcast_to(0.0, (46_342, 46_342))  # no memory: the size is refused first
     with pytest.raises(
         PosdiagError,
-        match=r"^'n_eff' must be an int in \[2, 5\] for exact Spearman ranks \(the rank sums' "
-        r"integer range\); got 6$",
+        match=r"^'n_eff' must be an int in \[2, 46341\] for exact Spearman ranks \(the rank "
+        r"sums' integer range\); got 46342$",
     ):
-        fastscore.corpus_side(d, -0.5 * d**2)
+        fastscore.corpus_side(d, d)

@@ -64,10 +64,9 @@ def test_family_together_equals_one_at_a_time(
     tables = family(n, seed=3)
     tables.insert(1, rng.standard_normal((n, 20)))
     tables.append(np.round(rng.standard_normal((n, 2)), 1))
-    with path(compiled):
-        want = [score_vectors(corpus_side(d, b), b, p) for p in tables]
-        calls = counted(monkeypatch)
-        got = score_vectors_many(corpus_side(d, b), b, tables)
+    want = [score_vectors(corpus_side(d, b, compiled=compiled), b, p) for p in tables]
+    calls = counted(monkeypatch)
+    got = score_vectors_many(corpus_side(d, b, compiled=compiled), b, tables)
     assert [repr(g) for g in got] == [repr(w) for w in want]
     # Compiled: one nested pass for mds-1..3, one own pass for the other narrow table.
     assert calls == ({"vector_scan": 1, "nested_scan": 1} if compiled else dict.fromkeys(calls, 0))
@@ -127,9 +126,8 @@ def test_random_families_equal_one_at_a_time(n: int, seed: int, width: int, nega
         # -0.0 and 0.0 differ in bits: a table with them is no prefix of the others (and
         # is scored on its own), with the same figures either way.
         tables[0] = np.where(tables[0] == 0.0, -0.0, tables[0])
-    with path(True):
-        want = [score_vectors(corpus_side(d, b), b, p) for p in tables]
-        got = score_vectors_many(corpus_side(d, b), b, tables)
+    want = [score_vectors(corpus_side(d, b, compiled=True), b, p) for p in tables]
+    got = score_vectors_many(corpus_side(d, b, compiled=True), b, tables)
     assert [repr(g) for g in got] == [repr(w) for w in want]
 
 
