@@ -42,7 +42,6 @@ __all__ = [
     "dynamic_ntk_base",
     "llama3_frequencies",
     "longrope_config",
-    "longrope_factors",
     "rope_frequencies",
     "rotated_dim",
     "rotated_pairs",
@@ -276,12 +275,6 @@ def longrope_config(path: str, pairs: int) -> LongRopeConfig:
         value = next((d[key] for d in places if d.get(key) is not None), None)
         found[key] = None if value is None else _positive_number(path, key, value, kind)
     return LongRopeConfig(out[0], out[1], **found)
-
-
-def longrope_factors(path: str, pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """``short_factor`` and ``long_factor`` (each of shape (pairs,)) from a JSON file."""
-    cfg = longrope_config(path, pairs)
-    return cfg.short_factor, cfg.long_factor
 
 
 def _rope_encoding(name: str, n: int, f: RopeFrequencies, params: dict[str, Any]) -> Encoding:

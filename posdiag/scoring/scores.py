@@ -53,7 +53,6 @@ __all__ = [
     "GramScorer",
     "SortLayout",
     "corpus_side",
-    "average_ranks",
     "diagonal_sums",
     "score_encoding",
     "score_profile",
@@ -166,10 +165,6 @@ def diagonal_sums(m: np.ndarray, compiled: bool | None = None) -> np.ndarray:
     return out
 
 
-def _spread(x: np.ndarray) -> float:
-    return float(np.ptp(x)) if x.size else 0.0
-
-
 def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(order, starts, ends)``: an argsort of ``x`` of shape (m,) and the half-open ranges of
     ``x[order]`` that hold equal values (0-based; the 1-based ranks of a group are
@@ -188,18 +183,6 @@ def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     del xs
     starts = np.flatnonzero(new)
     return order, starts, np.append(starts[1:], m)
-
-
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..m with ties averaged (``scipy.stats.rankdata(x)``), with one argsort and about
-    half of rankdata's temporaries."""
-    if x.size == 0:
-        return np.zeros(0)
-    order, starts, ends = _tie_groups(x)
-    avg = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
-    out = np.empty(x.size)
-    out[order] = np.repeat(avg, ends - starts)
-    return out
 
 
 def _upper_segments(n: int) -> np.ndarray:

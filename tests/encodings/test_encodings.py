@@ -30,7 +30,6 @@ from posdiag.encodings.rope import (
     dynamic_ntk_base,
     llama3_frequencies,
     longrope_config,
-    longrope_factors,
     rope_frequencies,
     rotated_dim,
     yarn_attention_factor,
@@ -1079,7 +1078,8 @@ def test_longrope_config_reads_lengths_from_both_places(tmp_path: Path) -> None:
     doc = {"original_max_position_embeddings": 16, "rope_scaling": {**lists}}
     cfg = longrope_config(write(tmp_path, doc, "y.json"), 2)
     assert (cfg.length(), cfg.scale()) == (16, None)  # no max: no ratio
-    short, long = longrope_factors(write(tmp_path, lists, "z.json"), 2)
+    cfg = longrope_config(write(tmp_path, lists, "z.json"), 2)
+    short, long = cfg.short_factor, cfg.long_factor
     np.testing.assert_array_equal(short, [1.0, 2.0])
     np.testing.assert_array_equal(long, [3.0, 4.0])
     assert LongRopeConfig(short, long).scale() is None

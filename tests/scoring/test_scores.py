@@ -123,17 +123,6 @@ def test_property_any_profile(n: int, levels: list[int], seed: int) -> None:
     assert_same(score_profile(side, g), compare(d, b, delta, gram_from_distances(delta)))
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 6), min_size=0, max_size=60))
-def test_average_ranks_equal_rankdata(values: list[int]) -> None:
-    from scipy.stats import rankdata
-
-    from posdiag.scoring.scores import average_ranks
-
-    x = np.array(values, dtype=float)
-    np.testing.assert_array_equal(average_ranks(x), rankdata(x) if x.size else x)
-
-
 def test_symmetrize_in_place_any_block() -> None:
     from posdiag.geometry.core import symmetrize
 
