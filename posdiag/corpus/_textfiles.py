@@ -63,13 +63,8 @@ def _file_texts(name: str, fmt: str, column: str | None, group: str | None = Non
                 yield from _json_texts(fh, name, column or DEFAULT_COLUMN, group)
                 return
             lines = _decoded_lines(_bounded_lines(fh, name), name)
-            if fmt == "txt":
-                for _, line in lines:
-                    text = line.strip()
-                    if text:
-                        yield text
-            elif fmt == "jsonl":
-                yield from _jsonl_texts(lines, name, column or DEFAULT_COLUMN, group)
+            if fmt in ("txt", "jsonl"):
+                yield from _line_texts(lines, fmt, name, column or DEFAULT_COLUMN, group)
             else:
                 yield from _csv_texts(lines, name, column or DEFAULT_COLUMN, fmt == "tsv", group)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
@@ -104,18 +99,39 @@ def _bounded_lines(fh: Any, name: str) -> Iterator[bytes]:
         yield raw
 
 
-def _decoded_lines(fh: Iterable[bytes], name: str) -> Iterator[tuple[int, str]]:
-    """Decoded lines; a UTF-8 byte-order mark opening the file is dropped (not a character)."""
-    for lineno, raw in enumerate(fh, start=1):
-        if lineno == 1 and raw.startswith(_BOM):
+def _decoded_lines(fh: Iterable[bytes], name: str) -> Iterator[tuple[str, str]]:
+    """``(where, line)`` of each line (``where``: ``line K``, for messages)."""
+    return _decoded(((f"line {k}", raw) for k, raw in enumerate(fh, start=1)), name, True)
+
+
+def _decoded(
+    lines: Iterable[tuple[str, bytes]], name: str, at_start: bool
+) -> Iterator[tuple[str, str]]:
+    """Decoded ``(where, raw)`` lines; a UTF-8 byte-order mark opening the file (``at_start``:
+    the first line is the file's) is dropped (not a character)."""
+    for k, (where, raw) in enumerate(lines):
+        if k == 0 and at_start and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
         try:
-            yield lineno, raw.decode("utf-8")
+            yield where, raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise PosdiagError(
-                f"{name}: line {lineno} is not valid UTF-8 "
+                f"{name}: {where} is not valid UTF-8 "
                 f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
             ) from None
+
+
+def _line_texts(
+    lines: Iterator[tuple[str, str]], fmt: str, name: str, column: str, group: str | None
+) -> Iterator[str]:
+    """The texts of decoded ``.txt`` (a stripped line) or ``.jsonl`` lines."""
+    if fmt == "jsonl":
+        yield from _jsonl_texts(lines, name, column, group)
+        return
+    for _, line in lines:
+        text = line.strip()
+        if text:
+            yield text
 
 
 def _record_text(
@@ -139,16 +155,16 @@ def _record_text(
 
 
 def _jsonl_texts(
-    lines: Iterator[tuple[int, str]], name: str, column: str, group: str | None = None
+    lines: Iterator[tuple[str, str]], name: str, column: str, group: str | None = None
 ) -> Iterator[str]:
-    for lineno, line in lines:
+    for where, line in lines:
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise PosdiagError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
-        text = _record_text(record, name, f"line {lineno}", column, group)
+            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
+        text = _record_text(record, name, where, column, group)
         if text is not None:
             yield text
 
@@ -189,7 +205,7 @@ class _ChainLines:
 
 
 def _csv_texts(
-    lines: Iterator[tuple[int, str]], name: str, column: str, tab: bool, group: str | None = None
+    lines: Iterator[tuple[str, str]], name: str, column: str, tab: bool, group: str | None = None
 ) -> Iterator[str]:
     """The ``column`` of a CSV (quoted fields, strict) or TSV (no quoting) file.
 

@@ -9,7 +9,6 @@ id pieces may, since ids carry no shards.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -262,29 +261,6 @@ def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
 def _range_texts(piece: Piece, column: str, group: str | None = None) -> Iterator[str]:
     """The texts of a byte-range piece, as :func:`posdiag.corpus._textfiles._file_texts` reads them;
     errors name the line by its byte offset (its number would need the lines before)."""
-    name = piece.path
-    for at, raw in _range_lines(piece):
-        if at == 0 and raw.startswith(T._BOM):
-            raw = raw[len(T._BOM) :]
-        where = f"line at byte offset {at:,}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PosdiagError(
-                f"{name}: {where} is not valid UTF-8 "
-                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            ) from None
-        if piece.format == "txt":
-            text = line.strip()
-            if text:
-                yield text
-            continue
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PosdiagError(f"{name}: {where} is not valid JSON ({exc.msg})") from None
-        value = T._record_text(record, name, where, column, group)
-        if value is not None:
-            yield value
+    raw = ((f"line at byte offset {at:,}", line) for at, line in _range_lines(piece))
+    lines = T._decoded(raw, piece.path, piece.start == 0)
+    yield from T._line_texts(lines, piece.format, piece.path, column, group)

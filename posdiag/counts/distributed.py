@@ -1,41 +1,12 @@
 """Counting on a Dask cluster: a map over the pieces of a corpus and a tree sum of their counts.
 
-Counts are additive, so a corpus is counted by splitting it into pieces, counting every piece
-on a ``dask.distributed`` worker and summing. Dask schedules, retries and moves the results;
-nothing here is a scheduler of its own.
-
-Pieces (:class:`Piece`, a few hundred bytes each: what a worker receives, never the data):
-
-- text files of a folder or glob: one piece per file (``.txt``, ``.jsonl``, ``.json``, ``.csv``,
-  ``.tsv``, their ``.gz``, ``.arrow``), except that an uncompressed ``.txt`` / ``.jsonl``
-  longer than ``PIECE_BYTES`` (8 MiB, :mod:`posdiag.counts._pieces`) is cut into byte ranges
-  (a line belongs to the range where it starts); a ``.parquet`` file: one piece per row group;
-- a Hugging Face data set streamed with ``datasets``: one piece per stream shard
-  (``IterableDataset.n_shards``); a data set read from its Arrow cache or a ``save_to_disk``
-  folder: one piece per ``PIECE_BYTES / 128`` rows;
-- a ``.bin`` / ``.npy`` token id file: ranges of whole windows of ``max_len`` tokens, each
-  cut into ranges of positions (see :func:`plan_pieces`): a piece is a window range x a
-  position range, and its count matrix holds only its positions.
-
-Bit-identical to one process. A sequence's bootstrap / cross-fit shard is a hash of its content
-(or its ``--group-by`` value) and the seed (:mod:`posdiag.corpus.units`), so who counts a piece does
-not matter, and each piece returns the hashes of its units for the duplicate tally. The tree sum
-adds pieces in reading order (left before right), so per-run vocabularies (``whitespace``) are
-aligned into the order one process assigns. (Id pieces are
-added in one tree per position range and the client appends the rows of those sums in
-position order as they arrive: :class:`_RowStack`.) The
-packed view of a text corpus carries windows across files, so it cannot be cut into pieces: it
-is refused (pre-tokenize into a ``.bin`` instead), as are ``--limit`` and ``--sample`` of a
-text corpus, which select documents in reading order across pieces.
-
-Robustness: a worker that dies loses the results it held; the scheduler recomputes exactly
-those pieces (every piece is a pure function of its descriptor, and each result is summed once,
-by the one sum task that depends on it). A piece that fails for a data reason fails the
-run with the file and the offset (line, row group and byte offset, token offset).
-
-Memory per worker: one count matrix (``max_len x V``; with ``K`` shards, ``K`` sparse ones)
-plus one batch of texts (id files: a dense block of its positions, at most 8 x ``PIECE_BYTES``,
-plus one block of ``BLOCK_TOKENS`` ids); a tree-sum task holds two partial sums and their total.
+Counts are additive, so every piece (:mod:`posdiag.counts._pieces`: a path and a range, never
+the data) is counted on a ``dask.distributed`` worker and the partial counts are summed in
+reading order; Dask schedules, retries and moves the results. The result is bit-identical to
+one process: shards are hashes of content (:mod:`posdiag.corpus.units`), per-run vocabularies
+are aligned in reading order, and id pieces' position ranges are stacked as they arrive
+(:class:`_RowStack`). The packed view and ``--limit``/``--sample`` of a text corpus cross
+pieces and are refused. Pieces, memory per worker, failures: docs/scale.md.
 """
 
 from __future__ import annotations
@@ -689,6 +660,11 @@ def count_on_dask(
             direct=_direct(client),
             jobs=jobs,
         )
+    return _counts_of(part, source, job, tokenizer_name)
+
+
+def _counts_of(part: Partial, source: Source, job: Job, tokenizer_name: str) -> Counts:
+    """The :class:`Counts` of the summed ``part``, with the metadata one process records."""
     if part.tokens == 0:
         if source.is_ids:
             raise PosdiagError(f"{source.name}: no tokens to count")

@@ -431,6 +431,20 @@ def _lag_average_ranks(g: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _profile_terms(g2: np.ndarray) -> tuple[np.ndarray, float]:
+    """The weights ``w`` with ``<B, B_E> = w . diagonal_sums(B)`` (``B`` double-centred) and
+    ``||B_E||_F`` of a Toeplitz encoding with squared lag profile ``g2`` (shape (n,))."""
+    n = g2.size
+    lags = np.arange(n)
+    weights = -0.5 * np.where(lags == 0, 1.0, 2.0) * g2  # each off-diagonal lag appears twice
+    count = np.where(lags == 0, n, 2 * (n - lags)).astype(np.float64)
+    prefix = np.cumsum(g2)
+    rows = prefix + prefix[::-1] - g2[0]  # row i: lags 0..i and 1..n-1-i
+    total = float(rows.sum())
+    jgj = float(np.sum(count * g2 * g2)) - 2.0 / n * float(rows @ rows) + total * total / (n * n)
+    return weights, 0.5 * float(np.sqrt(max(0.0, jgj)))
+
+
 def score_profile(side: CorpusSide, g: np.ndarray) -> StressMeasures:
     """All measures of a Toeplitz encoding ``delta_E(i, j) = g[|i - j|]`` (``g[0] = 0``).
 
@@ -444,16 +458,9 @@ def score_profile(side: CorpusSide, g: np.ndarray) -> StressMeasures:
     g = np.asarray(g, dtype=np.float64)
     g2 = g * g
     lags = np.arange(n)
-    mult = np.where(lags == 0, 1.0, 2.0)  # each off-diagonal lag appears twice
-    inner = -0.5 * float(np.sum(mult * g2 * side.b_lags))
-    count = np.where(lags == 0, n, 2 * (n - lags)).astype(np.float64)
-    g_norm2 = float(np.sum(count * g2 * g2))
-    prefix = np.cumsum(g2)
-    rows = prefix + prefix[::-1] - g2[0]  # row i: lags 0..i and 1..n-1-i
-    total = float(rows.sum())
-    jgj = g_norm2 - 2.0 / n * float(rows @ rows) + total * total / (n * n)
-    ne = 0.5 * float(np.sqrt(max(0.0, jgj)))
-    stress, raw = _stress_from(inner, side.b_norm, ne)
+    weights, ne = _profile_terms(g2)
+    # np.sum, not a dot product: the summation order of the figures before (bit for bit).
+    stress, raw = _stress_from(float(np.sum(weights * side.b_lags)), side.b_norm, ne)
     pairs = (n - lags[1:]).astype(np.float64)
     s_he = float(np.sum(g[1:] * side.d_lags[1:]))
     s_ee = float(np.sum(pairs * g2[1:]))
@@ -726,16 +733,7 @@ class GramScorer:
         self.jp: np.ndarray | None = None
         self.dense: np.ndarray | None = None
         if enc.profile is not None:
-            g2 = np.asarray(enc.profile, dtype=np.float64) ** 2
-            n = g2.size
-            lags = np.arange(n)
-            self.weights = -0.5 * np.where(lags == 0, 1.0, 2.0) * g2
-            count = np.where(lags == 0, n, 2 * (n - lags)).astype(np.float64)
-            prefix = np.cumsum(g2)
-            rows = prefix + prefix[::-1] - g2[0]
-            total = float(rows.sum())
-            jgj = float(np.sum(count * g2 * g2)) - 2.0 / n * float(rows @ rows) + total**2 / n**2
-            self.norm = 0.5 * float(np.sqrt(max(0.0, jgj)))
+            self.weights, self.norm = _profile_terms(np.asarray(enc.profile, np.float64) ** 2)
         elif enc.vectors is not None and enc.vectors.shape[0] > dense_max:
             p = np.asarray(enc.vectors, dtype=np.float64)
             jp = p - p.mean(axis=0, keepdims=True)
