@@ -40,6 +40,8 @@ class Preset:
     splits: tuple[str, ...] = ()
 
 
+_TVT = ("train", "validation", "test")
+_WIKI = "Salesforce/wikitext"
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -50,7 +52,7 @@ PRESETS: dict[str, Preset] = {
             "train",
             "sentence",
             "SST-2 movie-review sentences",
-            ("train", "validation", "test"),
+            _TVT,
         ),
         Preset(
             "imdb",
@@ -63,30 +65,24 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "wikitext-2",
-            "Salesforce/wikitext",
+            _WIKI,
             "wikitext-2-raw-v1",
             "train",
             "text",
             "WikiText-2 (raw), one line per row",
-            ("train", "validation", "test"),
+            _TVT,
         ),
         Preset(
             "wikitext-103",
-            "Salesforce/wikitext",
+            _WIKI,
             "wikitext-103-raw-v1",
             "train",
             "text",
             "WikiText-103 (raw), one line per row",
-            ("train", "validation", "test"),
+            _TVT,
         ),
         Preset(
-            "tinystories",
-            "roneneldan/TinyStories",
-            None,
-            "train",
-            "text",
-            "TinyStories",
-            ("train", "validation"),
+            "tinystories", "roneneldan/TinyStories", None, "train", "text", "TinyStories", _TVT[:2]
         ),
         Preset(
             "c4-en",
@@ -95,7 +91,7 @@ PRESETS: dict[str, Preset] = {
             "validation",
             "text",
             "C4 English, validation split",
-            ("train", "validation"),
+            _TVT[:2],
         ),
     )
 }

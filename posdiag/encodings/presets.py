@@ -38,6 +38,21 @@ _LLAMA31 = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
+_YARN_64K = {"head_dim": 128, "base": 10000.0, "factor": 16.0}
+
+
+def _rope(base: float, head_dim: int = 128, **more: float) -> tuple[str, Mapping[str, Any]]:
+    return ("rope", {"head_dim": head_dim, "base": base, **more})
+
+
+def _t5(heads: int) -> tuple[str, Mapping[str, Any]]:
+    return ("t5", {"buckets": 32, "max_distance": 128, "bidirectional": True, "heads": heads})
+
+
+def _alibi(name: str, description: str, heads: int) -> ModelPreset:
+    """ALiBi in both readings (the additive bias and its kernel)."""
+    return _p(name, description, ("alibi", {"heads": heads}), ("alibi-kernel", {"heads": heads}))
+
 
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
@@ -50,50 +65,30 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
         _p(
             "llama3-8b-noscale",
             "Llama-3-8B (3.0): RoPE head_dim 128, rope_theta 500000, no rope_scaling",
-            ("rope", {"head_dim": 128, "base": 500000.0}),
+            _rope(500000.0),
         ),
-        _p(
-            "llama2-7b",
-            "Llama-2-7B: RoPE head_dim 128, rope_theta 10000",
-            ("rope", {"head_dim": 128, "base": 10000.0}),
-        ),
+        _p("llama2-7b", "Llama-2-7B: RoPE head_dim 128, rope_theta 10000", _rope(10000.0)),
         _p(
             "yarn-llama2-7b-64k",
             "Yarn-Llama-2-7b-64k: YaRN factor 16 over L 4096, head_dim 128",
-            (
-                "rope-yarn",
-                {
-                    "head_dim": 128,
-                    "base": 10000.0,
-                    "factor": 16.0,
-                    "original_max_position_embeddings": 4096,
-                },
-            ),
+            ("rope-yarn", {**_YARN_64K, "original_max_position_embeddings": 4096}),
         ),
-        _p(
-            "mistral-7b",
-            "Mistral-7B-v0.1: RoPE head_dim 128, rope_theta 10000",
-            ("rope", {"head_dim": 128, "base": 10000.0}),
-        ),
+        _p("mistral-7b", "Mistral-7B-v0.1: RoPE head_dim 128, rope_theta 10000", _rope(10000.0)),
         _p(
             "mistral-7b-v0.3",
             "Mistral-7B-v0.3: RoPE head_dim 128, rope_theta 1000000",
-            ("rope", {"head_dim": 128, "base": 1000000.0}),
+            _rope(1000000.0),
         ),
-        _p(
-            "qwen2-7b",
-            "Qwen2-7B: RoPE head_dim 128, rope_theta 1000000",
-            ("rope", {"head_dim": 128, "base": 1000000.0}),
-        ),
+        _p("qwen2-7b", "Qwen2-7B: RoPE head_dim 128, rope_theta 1000000", _rope(1000000.0)),
         _p(
             "gpt-neox-20b",
             "GPT-NeoX-20B: RoPE head_dim 96, rotary_pct 0.25 (24 rotated dims), base 10000",
-            ("rope", {"head_dim": 96, "base": 10000.0, "partial_rotary_factor": 0.25}),
+            _rope(10000.0, 96, partial_rotary_factor=0.25),
         ),
         _p(
             "phi-2",
             "Phi-2: RoPE head_dim 80, partial_rotary_factor 0.4 (32 rotated dims), base 10000",
-            ("rope", {"head_dim": 80, "base": 10000.0, "partial_rotary_factor": 0.4}),
+            _rope(10000.0, 80, partial_rotary_factor=0.4),
         ),
         _p(
             "bert-base",
@@ -110,31 +105,16 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
         _p(
             "t5-base",
             "T5-base encoder: 32 bidirectional buckets, max_distance 128, 12 heads",
-            ("t5", {"buckets": 32, "max_distance": 128, "bidirectional": True, "heads": 12}),
+            _t5(12),
         ),
         _p(
             "t5-small",
             "T5-small encoder: 32 bidirectional buckets, max_distance 128, 8 heads",
-            ("t5", {"buckets": 32, "max_distance": 128, "bidirectional": True, "heads": 8}),
+            _t5(8),
         ),
-        _p(
-            "bloom",
-            "BLOOM (176B): ALiBi with 112 heads, both readings",
-            ("alibi", {"heads": 112}),
-            ("alibi-kernel", {"heads": 112}),
-        ),
-        _p(
-            "bloom-560m",
-            "BLOOM-560m: ALiBi with 16 heads, both readings",
-            ("alibi", {"heads": 16}),
-            ("alibi-kernel", {"heads": 16}),
-        ),
-        _p(
-            "mpt-7b",
-            "MPT-7B: ALiBi with 32 heads, both readings",
-            ("alibi", {"heads": 32}),
-            ("alibi-kernel", {"heads": 32}),
-        ),
+        _alibi("bloom", "BLOOM (176B): ALiBi with 112 heads, both readings", 112),
+        _alibi("bloom-560m", "BLOOM-560m: ALiBi with 16 heads, both readings", 16),
+        _alibi("mpt-7b", "MPT-7B: ALiBi with 32 heads, both readings", 32),
     )
 }
 
