@@ -40,7 +40,7 @@ from .core import (
     _start,
     units_meta,
 )
-from .ids import BLOCK_TOKENS
+from .ids import BLOCK_TOKENS, _bad_id_error, _first_bad_id, _select_windows
 
 __all__ = [
     "ENGINES",
@@ -355,14 +355,11 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
     arr = _id_array(piece, src)
     total = int(arr.size)
     n_full = total // n
-    windows = -(-total // n)
     acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
     w0, w1 = piece.start // n, -(-piece.stop // n)
-    if src.sample is not None:
-        # The same seeded draw over all windows as count_ids, restricted to this piece.
-        chosen = np.flatnonzero(np.random.default_rng(src.seed).random(windows) < src.sample)
-        if src.limit is not None:
-            chosen = chosen[: src.limit]
+    # The same windows as count_ids selects, restricted to this piece.
+    chosen = _select_windows(total, n, src).chosen
+    if chosen is not None:
         rows = chosen[(chosen >= w0) & (chosen < w1)]
     else:
         rows = np.arange(w0, w1, dtype=np.int64)
@@ -398,18 +395,12 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
 
 
 def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
-    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``."""
-    signed = cols.dtype.kind == "i"
-    if cols.size and (cols.max() >= v or (signed and cols.min() < 0)):
-        bad = (cols >= v) | (cols < 0) if signed else cols >= v
-        # The first bad id in file order: the smallest offset among the bad entries.
-        cs, rs = np.nonzero(bad)
-        k = int(np.argmin(offsets[rs] + cs))
-        c, r = int(cs[k]), int(rs[k])
-        raise PosdiagError(
-            f"{name}: token id {int(cols[c, r])} at offset {int(offsets[r]) + c:,} "
-            f"is outside [0, --vocab-size={v})"
-        )
+    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``:
+    the first in file order (windows in order, each in position order)."""
+    bad = _first_bad_id(cols.T, v)
+    if bad is not None:
+        r, c = bad
+        raise _bad_id_error(name, int(cols[c, r]), int(offsets[r]) + c, v)
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
