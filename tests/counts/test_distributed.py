@@ -551,6 +551,21 @@ def test_a_long_text_file_in_byte_ranges_matches_one_process(
         assert (one.matrix != plain.matrix).nnz == 0 and one.vocab == plain.vocab
 
 
+def test_a_bad_id_on_dask_names_the_first_offset_in_the_file(tmp_path: Path, cluster: Any) -> None:
+    """Two bad ids in one piece (positions 0-31 of the first window range): window 10 at
+    position 30 comes before window 11 at position 2 in the file, as one process says."""
+    ids = np.zeros(40_000, dtype=np.uint16)
+    ids[[64 * 10 + 30, 64 * 11 + 2]] = [8, 9]
+    ids.tofile(tmp_path / "ids.bin")
+    want = r"ids\.bin: token id 8 at offset 670 is outside \[0, --vocab-size=8\)$"
+    with pytest.raises(PosdiagError, match=want):
+        corpus_counts(str(tmp_path / "ids.bin"), max_len=64, vocab_size=8)
+    with pytest.raises(PosdiagError, match=want):
+        corpus_counts(
+            str(tmp_path / "ids.bin"), max_len=64, vocab_size=8, engine=_sized(cluster, 4096)
+        )
+
+
 def test_a_bad_line_in_a_byte_range_names_its_offset(tmp_path: Path, cluster: Any) -> None:
     good = "".join(f"line {i} of text\n" for i in range(30)).encode()
     (tmp_path / "bad.txt").write_bytes(good + b"broken \xff line\n" + good)
