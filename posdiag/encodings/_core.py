@@ -364,9 +364,8 @@ def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
     width = max([abs(ints[k]) for k in _WIDTHS if k in ints] or [1])
     heads = abs(ints.get("heads", 1))
     # A few n x width tables (angles, sin, cos, the table), a few arrays of head slopes, and the
-    # dense delta and gram a short input's scores build lazily. Every built-in factory returns a
-    # lag profile or vectors: counting n x n matrices per head (as before) refused the default
-    # set at n = 16,384 ("alibi needs about 24.0 GiB") although none is ever built there.
+    # dense delta and gram a short input's scores build lazily (no n x n matrix per head: every
+    # built-in factory returns a lag profile or vectors).
     dense = 2 * n * n if n <= DENSE_MATRICES_MAX else 0
     need = 8 * (4 * n * width + 4 * heads + dense)
     shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))

@@ -29,6 +29,7 @@ from ..errors import PosdiagError
 from ._core import (
     Context,
     Encoding,
+    Factory,
     cosine_sum_distance,
     even,
     lag_profile,
@@ -291,6 +292,13 @@ _SEQ = (int, 0, "current sequence length l; 0 = n, the positions scored")
 _SUMMARY_ROPE = "delta^2 = ||mR_i - mR_j||_F^2 = 4m^2 sum_k (1 - cos((i-j) theta'_k))"
 
 
+def _register(name: str, fn: Factory, summary: str, **params: tuple[Any, ...]) -> None:
+    """Register a rotary encoding: no trained parameters, relative; head_dim, base and
+    partial_rotary_factor first (``params`` may override their defaults)."""
+    common = {"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF}
+    register(name, params={**common, **params}, summary=summary, n_params="0", kind="relative")(fn)
+
+
 def _common(head_dim: int, base: float, prf: float) -> tuple[int, float]:
     d = rotated_dim(head_dim, prf)
     return d, check_float("base", base, 1.0, lo_open=True)
@@ -328,18 +336,12 @@ def _rope(
     return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m), params)
 
 
-register(
+_register(
     "rope",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "attention_factor": (float, 1.0, "m, multiplies cos and sin"),
-    },
-    summary="Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
-    n_params="0",
-    kind="relative",
-)(_rope)
+    _rope,
+    "Su et al. 2021: rotations R_i, theta_k = base^(-2k/d); delta = ||R_i - R_j||_F",
+    attention_factor=(float, 1.0, "m, multiplies cos and sin"),
+)
 
 
 def _rope_linear(
@@ -351,13 +353,12 @@ def _rope_linear(
     return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
 
 
-register(
+_register(
     "rope-linear",
-    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
-    n_params="0",
-    kind="relative",
-)(_rope_linear)
+    _rope_linear,
+    "position interpolation (Chen et al. 2023): theta_k / s, i.e. position i -> i/s",
+    factor=_FACTOR,
+)
 
 
 def _rope_ntk(
@@ -372,13 +373,12 @@ def _rope_ntk(
     return _rope_encoding("rope-ntk", n, f, params)
 
 
-register(
+_register(
     "rope-ntk",
-    params={"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF, "factor": _FACTOR},
-    summary="static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
-    n_params="0",
-    kind="relative",
-)(_rope_ntk)
+    _rope_ntk,
+    "static NTK-aware scaling (bloc97 2023): base b' = b s^(d/(d-2))",
+    factor=_FACTOR,
+)
 
 
 def _rope_dynamic(
@@ -410,24 +410,18 @@ def _rope_dynamic(
     return _rope_encoding("rope-dynamic", n, f, params)
 
 
-register(
+_register(
     "rope-dynamic",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "factor": _FACTOR,
-        "max_position_embeddings": (
-            int,
-            4096,
-            "L, the trained length (HF max_position_embeddings)",
-        ),
-        "seq_len": _SEQ,
-    },
-    summary="dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
-    n_params="0",
-    kind="relative",
-)(_rope_dynamic)
+    _rope_dynamic,
+    "dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
+    factor=_FACTOR,
+    max_position_embeddings=(
+        int,
+        4096,
+        "L, the trained length (HF max_position_embeddings)",
+    ),
+    seq_len=_SEQ,
+)
 
 
 def _rope_yarn(
@@ -473,31 +467,25 @@ def _rope_yarn(
     return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m), params)
 
 
-register(
+_register(
     "rope-yarn",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "factor": _FACTOR,
-        "original_max_position_embeddings": _ORIG,
-        "beta_fast": (float, 32.0, "rotations fitting in L above which pairs are kept"),
-        "beta_slow": (float, 1.0, "rotations fitting in L below which pairs are divided by s"),
-        "attention_factor": (
-            float,
-            0.0,
-            "m; 0 = (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) if both are given, "
-            "else 0.1 ln s + 1 (HF)",
-        ),
-        "mscale": (float, 0.0, "HF mscale; 0 = not given (used only with mscale_all_dim)"),
-        "mscale_all_dim": (float, 0.0, "HF mscale_all_dim (DeepSeek); 0 = not given"),
-        "truncate": (bool, True, "round the ramp ends to integers (HF truncate)"),
-    },
-    summary="YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
+    _rope_yarn,
+    "YaRN (Peng et al. 2023): ramp from theta_k to theta_k/s between k_lo and k_hi, "
     "rotations scaled by m",
-    n_params="0",
-    kind="relative",
-)(_rope_yarn)
+    factor=_FACTOR,
+    original_max_position_embeddings=_ORIG,
+    beta_fast=(float, 32.0, "rotations fitting in L above which pairs are kept"),
+    beta_slow=(float, 1.0, "rotations fitting in L below which pairs are divided by s"),
+    attention_factor=(
+        float,
+        0.0,
+        "m; 0 = (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) if both are given, "
+        "else 0.1 ln s + 1 (HF)",
+    ),
+    mscale=(float, 0.0, "HF mscale; 0 = not given (used only with mscale_all_dim)"),
+    mscale_all_dim=(float, 0.0, "HF mscale_all_dim (DeepSeek); 0 = not given"),
+    truncate=(bool, True, "round the ramp ends to integers (HF truncate)"),
+)
 
 
 def _rope_llama3(
@@ -529,21 +517,17 @@ def _rope_llama3(
     return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0), params)
 
 
-register(
+_register(
     "rope-llama3",
-    params={
-        "head_dim": (int, 128, "head dimension (even); Llama-3.1's default"),
-        "base": (float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
-        "partial_rotary_factor": _PRF,
-        "factor": (float, 8.0, "s, the divisor of low frequencies"),
-        "low_freq_factor": (float, 1.0, "lf: wavelengths above L/lf are divided by s"),
-        "high_freq_factor": (float, 4.0, "hf: wavelengths below L/hf are kept"),
-        "original_max_position_embeddings": (int, 8192, "L, the original context length"),
-    },
-    summary="Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
-    n_params="0",
-    kind="relative",
-)(_rope_llama3)
+    _rope_llama3,
+    "Llama-3.1 scaling by wavelength: keep short, divide long by s, smooth between",
+    head_dim=(int, 128, "head dimension (even); Llama-3.1's default"),
+    base=(float, 500000.0, "rotary base (HF rope_theta); Llama-3.1's default"),
+    factor=(float, 8.0, "s, the divisor of low frequencies"),
+    low_freq_factor=(float, 1.0, "lf: wavelengths above L/lf are divided by s"),
+    high_freq_factor=(float, 4.0, "hf: wavelengths below L/hf are kept"),
+    original_max_position_embeddings=(int, 8192, "L, the original context length"),
+)
 
 
 def _rope_longrope(
@@ -595,37 +579,31 @@ def _rope_longrope(
     return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m), params)
 
 
-register(
+_register(
     "rope-longrope",
-    params={
-        "head_dim": _HEAD,
-        "base": _BASE,
-        "partial_rotary_factor": _PRF,
-        "factors": (
-            str,
-            "",
-            "JSON (a model's config.json) with short_factor/long_factor lists, one per rotated "
-            "pair, and the context lengths; empty = 1s",
-        ),
-        "factor": (
-            float,
-            0.0,
-            "s; 0 = max_position_embeddings / original_max_position_embeddings of the factors "
-            "file (HF), else its rope_scaling.factor, else 1",
-        ),
-        "original_max_position_embeddings": (
-            int,
-            0,
-            "L; 0 = the factors file's original_max_position_embeddings (else its "
-            "max_position_embeddings), else 4096",
-        ),
-        "attention_factor": (float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
-        "seq_len": _SEQ,
-    },
-    summary="LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
-    n_params="0",
-    kind="relative",
-)(_rope_longrope)
+    _rope_longrope,
+    "LongRoPE / Phi-3: theta_k / lambda_k, long_factor if seq_len > L else short_factor",
+    factors=(
+        str,
+        "",
+        "JSON (a model's config.json) with short_factor/long_factor lists, one per rotated "
+        "pair, and the context lengths; empty = 1s",
+    ),
+    factor=(
+        float,
+        0.0,
+        "s; 0 = max_position_embeddings / original_max_position_embeddings of the factors "
+        "file (HF), else its rope_scaling.factor, else 1",
+    ),
+    original_max_position_embeddings=(
+        int,
+        0,
+        "L; 0 = the factors file's original_max_position_embeddings (else its "
+        "max_position_embeddings), else 4096",
+    ),
+    attention_factor=(float, 0.0, "m; 0 = sqrt(1 + ln s / ln L) (1 if s <= 1)"),
+    seq_len=_SEQ,
+)
 
 
 def xpos_decay(d: int) -> np.ndarray:
