@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from posdiag.reports.options import Analysis
+
 V = 50_257
 TOKENS_PER_POSITION = 9_000
 DRIFT = 0.3
@@ -89,7 +91,7 @@ def child_posdiag(path: Path) -> dict[str, object]:
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
+    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
     t_stress = time.perf_counter() - t0
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     rss = _peak_gb()

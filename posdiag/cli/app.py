@@ -49,8 +49,9 @@ from .options import (
     SampleSeedOpt,
     SeedOpt,
     ShardsOpt,
+    analyse,
+    analysis_options,
     bootstrap_progress,
-    check_ci,
     check_plots,
     complete_preset,
     counts,
@@ -59,7 +60,6 @@ from .options import (
     output_option,
     progress,
     reads_corpus,
-    sharded,
     warn,
     write_plots,
 )
@@ -247,24 +247,19 @@ def stress(
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
-    check_ci(ci, replicates, shards, estimator)
+    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
     check_plots(plot, force)
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
-    with bootstrap_progress(quiet) as bar:
-        report = stress_report(
-            counted,
-            chosen or None,
-            min_count=min_count,
-            dim=dim,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=bar,
-            estimator=estimator,
-            # The plug-in column and the noise floor are shown by --verbose / --json only.
-            details=as_json or verbose,
-        )
-    warn(report.warnings)
+    # The plug-in column and the noise floor are shown by --verbose / --json only.
+    report = analyse(
+        corpus,
+        reading,
+        quiet,
+        seed,
+        lambda c, bar: stress_report(
+            c, chosen or None, analysis, dim=dim, progress=bar, details=as_json or verbose
+        ),
+        shards=shards,
+    )
     emit(
         as_json,
         lambda: stress_json(report),
@@ -319,7 +314,7 @@ def build_encoding(
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from .._util.atomic import check_output
     from ..render.stress import encoding_json, print_encoding
-    from ..reports.analysis import corpus_geometry
+    from ..reports.analysis import analysed_geometry
     from ..reports.export import FILE_SUFFIXES, low_rank_encoding, write_encoding
 
     if output.suffix not in FILE_SUFFIXES:
@@ -330,10 +325,8 @@ def build_encoding(
     if output.suffix == ".npy":
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
-    counted = counts(corpus, reading, quiet, seed=seed)
-    with bootstrap_progress(quiet):
-        geo = corpus_geometry(counted, min_count, estimator=estimator, seed=seed)
-    warn(geo.warnings)
+    analysis = analysis_options(min_count, estimator, seed)
+    geo = analyse(corpus, reading, quiet, seed, lambda c, _: analysed_geometry(c, analysis))
     enc = low_rank_encoding(geo, rank, dim, seed=seed)
     files = [str(p) for p in write_encoding(enc, output, force=force)]
     emit(as_json, lambda: encoding_json(enc, files), lambda out: print_encoding(enc, files, out))
@@ -497,20 +490,16 @@ def check(
     )
     if junit is not None:
         check_junit_path(junit)  # refuse a folder before a pass over the corpus
-    check_ci(ci, replicates, shards, estimator)
     # The config file's reading keys, overridden by the options given (build_config merged them).
-    counted = sharded(corpus, reading.merged(cfg.reading), quiet, shards=shards, seed=seed)
-    with bootstrap_progress(quiet) as bar:
-        report = run_gate(
-            counted,
-            cfg,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=bar,
-            estimator=estimator,
-        )
-    warn(report.warnings)  # as stress, diagnose and report warn
+    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    report = analyse(
+        corpus,
+        reading.merged(cfg.reading),
+        quiet,
+        seed,
+        lambda c, bar: run_gate(c, cfg, analysis, progress=bar),
+        shards=shards,
+    )
     if junit is not None:
         write_junit(report, junit)
     lines = github_annotations(report) if fmt == "github" else text_lines(report)
@@ -575,6 +564,7 @@ def diff(
     from ..reports.drift import check_draws, corpus_drift, count_pair
 
     specs = _specs(encoding)
+    analysis = analysis_options(min_count, estimator, seed)
     check_float("tolerance", tolerance, 0.0, 1.0)  # before two passes over the corpora
     check_draws(draws)
     check_plots(plot, force, drift=True)
@@ -594,12 +584,10 @@ def diff(
         drift = corpus_drift(
             a,
             b,
-            min_count=min_count,
+            analysis,
             rank=rank,
             tolerance=tolerance,
             encodings=specs,
-            seed=seed,
-            estimator=estimator,
             geometry_draws=draws,
         )
     warn(drift.warnings)
@@ -634,23 +622,17 @@ def plot_cmd(
     from ..reports.analysis import stress_report
 
     specs = _specs(encoding)
-    check_ci(ci, replicates, shards, estimator)
+    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
     check_plots(output, force)
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
-    with bootstrap_progress(quiet) as bar:
-        report = stress_report(
-            counted,
-            specs,
-            min_count=min_count,
-            dim=dim,
-            estimator=estimator,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=bar,
-            details=False,  # no plot shows the plug-in figures or the noise floor
-        )
-    warn(report.warnings)
+    # details=False: no plot shows the plug-in figures or the noise floor.
+    report = analyse(
+        corpus,
+        reading,
+        quiet,
+        seed,
+        lambda c, bar: stress_report(c, specs, analysis, dim=dim, progress=bar, details=False),
+        shards=shards,
+    )
     written = write(output, geometry=report.geometry, report=report, force=force)
     w, h = written.pixels
     lines = [f"  {f}" for f in written.files]
@@ -691,23 +673,17 @@ def report_cmd(
     from ..render.html import build_report, write_html
 
     specs = _specs(encoding)
-    check_ci(ci, replicates, shards, estimator)
+    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
     check_output(output, force)
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
-    with bootstrap_progress(quiet) as bar:
-        page = build_report(
-            counted,
-            specs,
-            min_count=min_count,
-            plots=not no_plots,
-            dim=dim if dim is not None else DEFAULT_DIM,
-            estimator=estimator,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=bar,
-        )
-    warn(page.warnings)
+    d = dim if dim is not None else DEFAULT_DIM
+    page = analyse(
+        corpus,
+        reading,
+        quiet,
+        seed,
+        lambda c, bar: build_report(c, specs, analysis, plots=not no_plots, dim=d, progress=bar),
+        shards=shards,
+    )
     write_html(page, output, force=force)
     extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
     emit(
@@ -762,26 +738,21 @@ def diagnose(
     from ..reports.analysis import diagnose as run_diagnose
 
     specs = _specs(encoding)
-    check_ci(ci, replicates, shards, estimator)
+    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     check_plots(plot, force)
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
-    with bootstrap_progress(quiet) as bar:
-        result = run_diagnose(
-            counted,
-            specs,
-            min_count=min_count,
-            target=target,
-            dim=dim,
-            level=ci,
-            replicates=replicates,
-            seed=seed,
-            progress=bar,
-            estimator=estimator,
-            details=as_json,  # each score's plug-in figure: the JSON only
-        )
-    warn(result.warnings)
+    # details: each score's plug-in figure, the JSON only.
+    result = analyse(
+        corpus,
+        reading,
+        quiet,
+        seed,
+        lambda c, bar: run_diagnose(
+            c, specs, analysis, target=target, dim=dim, progress=bar, details=as_json
+        ),
+        shards=shards,
+    )
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
     if plot is not None:
         geo = result.geometry

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .._util.defaults import DEFAULT_ESTIMATOR, DEFAULT_SHARDS
+from .._util.defaults import DEFAULT_SHARDS
 from .._util.jit import watch
 from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
@@ -38,6 +38,7 @@ from ..corpus.reading import READING_FIELDS, Reading
 
 if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
     from ..counts.core import Counts
+    from ..reports.options import Analysis
     from ..uncertainty.bootstrap import ShardedCounts
 
 # Help panels of `posdiag COMMAND --help`.
@@ -390,19 +391,48 @@ def warn(messages: Sequence[str]) -> None:
         typer.echo(f"Warning: {m}", err=True)
 
 
-def check_ci(
-    ci: float, replicates: int | None, shards: int | None = None, estimator: str | None = None
-) -> None:
-    """Check the interval options before a pass over the corpus, not after (``replicates``
-    None: the default for the corpus's length); ``shards`` against ``estimator``'s minimum."""
-    from .._util.validate import check_int
-    from ..uncertainty.bootstrap import check_level, check_shards
+def analysis_options(
+    min_count: int | None,
+    estimator: str,
+    seed: int,
+    ci: float | None = None,
+    replicates: int | None = None,
+    shards: int = 0,
+) -> Analysis:
+    """The analysis options as one :class:`~posdiag.reports.options.Analysis`, checked before a
+    pass over the corpus, not after; ``shards`` against ``estimator``'s minimum."""
+    from ..reports.options import Analysis
+    from ..uncertainty.bootstrap import check_shards
 
-    check_level(ci)
-    if replicates is not None:
-        check_int("replicates", replicates, 2)
-    if shards is not None:
-        check_shards(shards, estimator or DEFAULT_ESTIMATOR)
+    analysis = Analysis(min_count, estimator, seed, ci, replicates)
+    check_shards(shards, estimator)
+    return analysis
+
+
+class _Warns(Protocol):
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+
+Report = TypeVar("Report", bound=_Warns)
+
+
+def analyse(
+    corpus: str,
+    reading: Reading,
+    quiet: bool,
+    seed: int,
+    run: Callable[[ShardedCounts, Callable[[int, int], None] | None], Report],
+    *,
+    shards: int = 0,
+) -> Report:
+    """Count ``corpus`` (:func:`sharded`), then ``run(counted, progress)`` under the analysis
+    bar (:func:`bootstrap_progress`); its warnings go to stderr."""
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        result = run(counted, bar)
+    warn(result.warnings)
+    return result
 
 
 def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -19,14 +19,17 @@ from typing import Any
 
 from .. import __version__
 from .._util.atomic import atomic_outputs
-from .._util.defaults import (
-    DEFAULT_DIM,
-    DEFAULT_ESTIMATOR,
-    DEFAULT_LEVEL,
-    DEFAULT_MIN_COUNT,
-)
+from .._util.defaults import DEFAULT_DIM
 from ..counts.core import Counts
-from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
+from ..reports.analysis import (
+    DEFAULT_ANALYSIS,
+    EncodingRequest,
+    Progress,
+    StressReport,
+    diagnose,
+    rank_text,
+)
+from ..reports.options import Analysis
 from ..uncertainty.bootstrap import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
@@ -239,15 +242,11 @@ _CAPTIONS = {
 def build_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
     *,
-    min_count: int = DEFAULT_MIN_COUNT,
     plots: bool = True,
     dim: int = DEFAULT_DIM,
-    level: float = DEFAULT_LEVEL,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
+    progress: Progress = None,
 ) -> HtmlReport:
     """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
 
@@ -258,18 +257,8 @@ def build_report(
     (information, noise, shift, rank) and every warning are on it. ``warnings`` of the result
     repeats them for the terminal.
     """
-    d = diagnose(
-        counts,
-        encodings,
-        min_count=min_count,
-        dim=dim,
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
-        estimator=estimator,
-        details=False,  # the page shows no plug-in figure
-    )
+    # details=False: the page shows no plug-in figure.
+    d = diagnose(counts, encodings, analysis, dim=dim, progress=progress, details=False)
     geo = d.geometry
     assert geo is not None
     report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)

@@ -58,7 +58,6 @@ from ..scoring.scores import (
     score_vectors_many,
 )
 from ..uncertainty.bootstrap import (
-    DEFAULT_LEVEL,
     ShardedCounts,
     StressIntervals,
     bootstrap_stress,
@@ -67,6 +66,7 @@ from ..uncertainty.bootstrap import (
     noise_floor_by_shards,
     pair_floor,
 )
+from .options import Analysis
 from .padding import _ranges as position_ranges
 from .padding import padding_warnings
 
@@ -85,6 +85,7 @@ __all__ = [
     "Spectrum",
     "StressReport",
     "Uncertainty",
+    "analysed_geometry",
     "corpus_geometry",
     "corpus_summary",
     "diagnose",
@@ -95,6 +96,9 @@ __all__ = [
 ]
 
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
+DEFAULT_ANALYSIS = Analysis()
+# Called with (done, replicates) during the bootstrap.
+Progress = Callable[[int, int], None] | None
 # Largest Hellinger distance below which all positions count as one distribution: rounding in
 # 1 - BC is ~1e-16, which sqrt turns into distances of ~1e-8.
 IDENTICAL_TOL = 1e-6
@@ -494,6 +498,20 @@ def corpus_geometry(
         )
     with_shards = dataclasses.replace(counts, shards=tuple(shards))
     return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plug, with_shards, {})
+
+
+def analysed_geometry(
+    counts: Counts | ShardedCounts, analysis: Analysis, *, plain: bool = True
+) -> CorpusGeometry:
+    """:func:`corpus_geometry` with the parameters of ``analysis``."""
+    return corpus_geometry(
+        counts,
+        analysis.positions_from,
+        estimator=analysis.estimator,
+        splits=analysis.splits,
+        seed=analysis.seed,
+        plain=plain,
+    )
 
 
 # Positions whose distance to position 0 is tried first by _maybe_identical (fractions of n).
@@ -982,20 +1000,17 @@ def interval_scores(
     sharded: ShardedCounts,
     n_eff: int,
     scored: Sequence[tuple[EncodingScore, Encoding]],
-    level: float,
-    replicates: int | None,
-    seed: int,
-    progress: Callable[[int, int], None] | None = None,
+    analysis: Analysis,
+    progress: Progress = None,
     *,
-    estimator: str = "plugin",
     full_eigenvalues: np.ndarray | None = None,
     full_mds: MDS | None = None,
 ) -> tuple[list[EncodingScore], StressIntervals]:
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
     ``scored`` pairs each score with the encoding it was computed from, on positions
-    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
-    ``full_eigenvalues`` are those of the geometry scored (see
+    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``analysis`` and ``full_eigenvalues``
+    are those of the geometry scored (see
     :func:`~posdiag.uncertainty.bootstrap.bootstrap_stress`). Held-out ``mds-r`` scores (those with
     an ``in_sample`` figure) get the spread of their outer splits as well.
     """
@@ -1004,11 +1019,11 @@ def interval_scores(
         n_eff,
         [e for _, e in scored],
         [s.stress for s, _ in scored],
-        level=level,
-        replicates=replicates,
-        seed=seed,
+        level=analysis.coverage,
+        replicates=analysis.replicates,
+        seed=analysis.seed,
         progress=progress,
-        estimator=estimator,
+        estimator=analysis.estimator,
         full_eigenvalues=full_eigenvalues,
         full_mds=full_mds,
         distances=False,
@@ -1029,14 +1044,12 @@ def _with_intervals(
     geometry: CorpusGeometry,
     counts: Counts | ShardedCounts,
     scored: list[tuple[EncodingScore, Encoding]],
-    level: float,
-    replicates: int | None,
-    seed: int,
-    progress: Callable[[int, int], None] | None = None,
+    analysis: Analysis,
+    progress: Progress = None,
     *,
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
-    n = geometry.n_eff
+    n, seed = geometry.n_eff, analysis.seed
     # Plain counts that were counted with shards still get their intervals.
     sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     # A cross-fit's unstable positions come from the split-half grams; without details the
@@ -1056,17 +1069,14 @@ def _with_intervals(
     floors = () if floor is None else tuple(float(x) for x in floor)
     if sharded.k < 2:
         note = f"no intervals: {sharded.why_no_shards}"
-        unc = Uncertainty(level, 0, 0, seed, (), floors, unstable, note)
+        unc = Uncertainty(analysis.coverage, 0, 0, seed, (), floors, unstable, note)
         return [s for s, _ in scored], unc
     scores, iv = interval_scores(
         sharded,
         n,
         scored,
-        level,
-        replicates,
-        seed,
+        analysis,
         progress,
-        estimator=geometry.estimator,
         # Only a complete spectrum (a partial one holds the top eigenvalues only); the MDS
         # itself carries exact tails either way.
         full_eigenvalues=geometry.mds.eigenvalues if geometry.mds.total is None else None,
@@ -1127,40 +1137,27 @@ def geometry_report(
 def stress_report(
     counts: Counts | ShardedCounts,
     encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
     *,
-    min_count: int = DEFAULT_MIN_COUNT,
     dim: int | None = None,
-    level: float | None = None,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
-    splits: int = DEFAULT_SPLITS,
+    progress: Progress = None,
     details: bool = True,
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
     With sharded counts (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress
-    gets a bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
-    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap;
-    ``replicates`` defaults to :func:`~posdiag.uncertainty.bootstrap.default_replicates` of
-    ``n_eff``. ``dim`` is the model dimension of the encodings that have one (see
-    :func:`score_encodings`).
-    ``estimator``, ``splits`` and ``seed`` choose the geometry (:func:`corpus_geometry`).
-    ``details=False`` skips what only ``--verbose`` and the JSON show: each score's plug-in
-    figure (``plain``, then NaN) and, without intervals, the per-position noise floor
-    (``uncertainty.noise_floor``, then empty).
+    gets a bootstrap interval (:class:`~posdiag.reports.options.Analysis`: ``level`` None with
+    plain counts skips the uncertainty part altogether). ``progress(done, replicates)`` follows
+    the bootstrap. ``dim`` is the model dimension of the encodings that have one (see
+    :func:`score_encodings`). ``details=False`` skips what only ``--verbose`` and the JSON show:
+    each score's plug-in figure (``plain``, then NaN) and, without intervals, the per-position
+    noise floor (``uncertainty.noise_floor``, then empty).
     """
-    geo = corpus_geometry(
-        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
-    )
-    if level is None and not isinstance(counts, ShardedCounts):
+    geo = analysed_geometry(counts, analysis, plain=details)
+    if analysis.level is None and not isinstance(counts, ShardedCounts):
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim, noise=True)
-    lvl = DEFAULT_LEVEL if level is None else level
-    scores, unc = _with_intervals(
-        geo, counts, scored, lvl, replicates, seed, progress, details=details
-    )
+    scores, unc = _with_intervals(geo, counts, scored, analysis, progress, details=details)
     warned = (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff))
     return StressReport(geo.summary, spectrum(geo), tuple(scores), warned, unc, geo)
 
@@ -1564,16 +1561,11 @@ def _recommend(
 def diagnose(
     counts: Counts | ShardedCounts,
     encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
     *,
-    min_count: int = DEFAULT_MIN_COUNT,
     target: float = DEFAULT_TARGET_STRESS,
     dim: int = DEFAULT_DIM,
-    level: float = DEFAULT_LEVEL,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
-    splits: int = DEFAULT_SPLITS,
+    progress: Progress = None,
     details: bool = True,
 ) -> Diagnosis:
     """Run every theory diagnostic on a corpus (docs/geometry.md section 8, docs/theory.md).
@@ -1587,9 +1579,11 @@ def diagnose(
     dim : int
         Model dimension ``d``: of the parameter saving ``r(n+d)`` vs ``n d``, and of every
         encoding that has one and was not given it explicitly (``sinusoidal:d=512`` keeps 512).
+    analysis : Analysis
+        min_count, estimator, seed, level, replicates, splits
+        (:class:`~posdiag.reports.options.Analysis`).
     progress : callable, optional
         Called with (done, replicates) during the bootstrap.
-    estimator, splits : see :func:`corpus_geometry`.
     details : bool
         False skips each score's plug-in figure (``plain``, then NaN), which only the JSON
         shows: one Gram product and one eigensolve fewer. The noise floor is computed either
@@ -1598,12 +1592,10 @@ def diagnose(
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     total = counts.counts if isinstance(counts, ShardedCounts) else counts
-    geo = corpus_geometry(
-        counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
-    )
+    geo = analysed_geometry(counts, analysis, plain=details)
     scored = _scored(geo, encodings, dim, noise=True)
-    scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
-    info = _information(total, geo.n_eff, seed)
+    scores, unc = _with_intervals(geo, counts, scored, analysis, progress)
+    info = _information(total, geo.n_eff, analysis.seed)
     noise = _noise(geo, unc.noise_floor)
     shift = _shift(geo.distances)
     rank = _rank(geo, unc, target, dim)

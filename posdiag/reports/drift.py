@@ -46,12 +46,14 @@ from ..geometry.core import (
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
-    DEFAULT_MIN_COUNT,
+    DEFAULT_ANALYSIS,
     CorpusGeometry,
     CorpusSummary,
+    analysed_geometry,
     corpus_geometry,
     score_encodings,
 )
+from .options import Analysis
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -563,14 +565,12 @@ def _floor(mds: MDS) -> float:
 def corpus_drift(
     a: Counts,
     b: Counts,
+    analysis: Analysis = DEFAULT_ANALYSIS,
     *,
-    min_count: int = DEFAULT_MIN_COUNT,
     rank: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     draws: int = DEFAULT_DRAWS,
-    seed: int = 0,
-    estimator: str = DEFAULT_ESTIMATOR,
     geometry_draws: int = GEOMETRY_DRAWS,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
@@ -583,24 +583,24 @@ def corpus_drift(
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
         at ``tolerance`` on the common positions (its signal rank when the tolerance is below
         the stress floor of a cross-fitted geometry).
+    analysis : Analysis
+        min_count, estimator (of both corpora) and seed (of the cross-fit's splits and of the
+        re-splits of both no-drift references); no intervals.
     encodings : sequence, optional
         Encodings to rank (default set when None).
-    draws, seed : int
-        Random re-splits behind the per-position no-drift reference, and their seed (also of
-        the cross-fit's splits and of the geometry reference's re-splits).
+    draws : int
+        Random re-splits behind the per-position no-drift reference.
     geometry_draws : int
         Random re-splits behind the geometry stress's no-drift reference
         (:func:`geometry_reference`), each two geometries: 0 skips it (no verdict), else >= 2.
-    estimator : {"crossfit", "plugin"}
-        Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
     geometry_draws = check_draws(geometry_draws)
     # plain=False: no figure of the drift is a plug-in one (one Gram product and one
     # eigensolve fewer per corpus).
-    ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed, plain=False)
-    gb = corpus_geometry(b, min_count, estimator=estimator, seed=seed, plain=False)
+    ga, gb = (analysed_geometry(x, analysis, plain=False) for x in (a, b))
+    seed = analysis.seed
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     if rank is not None:
@@ -652,7 +652,9 @@ def corpus_drift(
             dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))
         ),
         geometry_reference=(
-            geometry_reference(a, b, n, draws=geometry_draws, seed=seed, estimator=estimator)
+            geometry_reference(
+                a, b, n, draws=geometry_draws, seed=seed, estimator=analysis.estimator
+            )
             if geometry_draws
             else ()
         ),

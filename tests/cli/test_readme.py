@@ -9,6 +9,7 @@ from typer.main import get_command
 
 import posdiag
 from posdiag.cli.app import app
+from posdiag.reports.options import Analysis
 
 
 def test_every_command_is_documented_in_the_readme(repo_root: Path) -> None:
@@ -98,7 +99,10 @@ def test_the_bundled_corpus_tables_are_what_stress_prints(repo_root: Path) -> No
 
     counts = corpus_counts_sharded(str(repo_root / "fixtures" / "corpus_en.txt")).counts
     cross = {e.name: e for e in stress_report(counts).encodings}
-    plug = {e.name: e.stress for e in stress_report(counts, estimator="plugin").encodings}
+    plug = {
+        e.name: e.stress
+        for e in stress_report(counts, analysis=Analysis(estimator="plugin")).encodings
+    }
     row = re.compile(
         r"^\| `([a-z0-9-]+)` \| ([0-9.]+) \| ([0-9.]+)(?: \(in-sample ([0-9.]+)\))? \|$", re.M
     )

@@ -30,6 +30,7 @@ from posdiag.geometry.core import stress_by_rank
 from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
 from posdiag.reports import analysis
 from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.reports.options import Analysis
 from posdiag.uncertainty.bootstrap import ShardedCounts
 from tests import _data
 
@@ -235,9 +236,9 @@ def test_report_without_details_skips_the_plugin_and_the_noise_floor(
     monkeypatch.setattr(
         analysis, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
     )
-    lean = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    lean = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=False)
     assert calls == []
-    full = stress_report(ShardedCounts(long_counts), min_count=1, details=True)
+    full = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=True)
     assert calls == ["plugin", "floor"]
     # The headline is the same geometry either way; only the detail columns differ.
     assert [(e.name, e.stress) for e in lean.encodings] == [
@@ -269,10 +270,10 @@ def test_report_with_intervals_and_without_details_skips_the_noise_floor(
             name,
             functools.partial(lambda real, *a, **k: calls.append("floor") or real(*a, **k), real),
         )
-    kw = {"min_count": 1, "replicates": 20}
-    lean = stress_report(ShardedCounts(counts, counts.shards), details=False, **kw)  # type: ignore[arg-type]
+    kw = Analysis(min_count=1, replicates=20)
+    lean = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=False)
     assert calls == []
-    full = stress_report(ShardedCounts(counts, counts.shards), details=True, **kw)  # type: ignore[arg-type]
+    full = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=True)
     assert calls == ["floor"]
     assert lean.uncertainty is not None and full.uncertainty is not None
     assert lean.uncertainty.shards == full.uncertainty.shards == 8
@@ -328,14 +329,14 @@ def test_float32_headline_moves_every_printed_number_below_1e6(
         return real(*args, **kwargs)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(estimator, product, spy)
-    f32 = stress_report(sharded, min_count=1, details=False, replicates=20)
+    f32 = stress_report(sharded, analysis=Analysis(min_count=1, replicates=20), details=False)
     assert seen[0] == "float32"  # the headline's own product
 
     def as64(*args: object, **kwargs: object) -> np.ndarray:
         return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
 
     monkeypatch.setattr(estimator, product, as64)
-    f64 = stress_report(sharded, min_count=1, details=False, replicates=20)
+    f64 = stress_report(sharded, analysis=Analysis(min_count=1, replicates=20), details=False)
     lam32, lam64 = np.array(f32.spectrum.eigenvalues), np.array(f64.spectrum.eigenvalues)
     assert 0 < float(np.abs(lam32 - lam64).max()) < 1e-6  # float32 was used, and only that
     assert f32.spectrum.effective_rank == f64.spectrum.effective_rank

@@ -21,6 +21,7 @@ from posdiag.geometry.estimator import (
 )
 from posdiag.reports import analysis
 from posdiag.reports.analysis import corpus_geometry, stress_report
+from posdiag.reports.options import Analysis
 from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts
 
@@ -184,7 +185,7 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
     monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
-    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
+    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
     geo = report.geometry
     assert geo is not None and "split_half" not in geo._cache
     summary = geo._cache["split_half_summary"]

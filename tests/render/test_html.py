@@ -15,6 +15,7 @@ from posdiag.counts.corpus import corpus_counts
 from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
 from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
 from tests.render.test_plots import PIXELS, png_size
 
 
@@ -73,7 +74,9 @@ def test_report_escapes_text(tmp_path: Path) -> None:
     corpus = tmp_path / "a<b>&.txt"
     # 120 distinct lines: copies would count once towards min_count (docs/geometry.md 2b).
     corpus.write_text("".join(f"x{i % 7} y{i % 11} z{i % 13} w{i % 5}\n" for i in range(120)))
-    page = build_report(corpus_counts(str(corpus)), ["rope"], min_count=50, plots=False)
+    page = build_report(
+        corpus_counts(str(corpus)), ["rope"], analysis=Analysis(min_count=50), plots=False
+    )
     assert "a&lt;b&gt;&amp;.txt" in page.html and "a<b>" not in page.html
 
 
