@@ -26,8 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from posdiag.counts.core import Counts
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
 
 from .estimator import interval_calibration

@@ -30,8 +30,10 @@ from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
 from posdiag.geometry.core import mds_from_gram, stress
 from posdiag.geometry.estimator import estimate_hellinger, gram_from_bc
-from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import (
     BALANCED_FROM,

@@ -165,7 +165,7 @@ def _before_replicates(sharded: ShardedCounts) -> float:
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn
     (the fewest allowed) and not timed."""
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
 
     marks: list[float] = []
     t0 = time.perf_counter()

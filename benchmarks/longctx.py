@@ -85,7 +85,7 @@ def child_posdiag(path: Path) -> dict[str, object]:
     from posdiag.counts.core import Counts
     from posdiag.geometry._gram import cross_product, sqrt_rows, symmetric_product
     from posdiag.geometry._thinning import expected_halves
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import ShardedCounts
 
     m = sp.load_npz(path).tocsr()

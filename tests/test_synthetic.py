@@ -13,8 +13,10 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import Counts, count_texts
 from posdiag.geometry.core import classical_mds, hellinger_distances, stress_by_rank
-from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import (
     SynthSpec,
     drift_distributions,

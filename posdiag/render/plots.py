@@ -19,13 +19,9 @@ import numpy as np
 
 from .._util.atomic import atomic_outputs, check_output
 from ..errors import PosdiagError
-from ..reports.analysis import (
-    EFFECTIVE_RANK_TOLERANCES,
-    CorpusGeometry,
-    CorpusSummary,
-    StressReport,
-)
+from ..reports.analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary
 from ..reports.analysis import spectrum as spectrum_of
+from ..reports.stress import StressReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -51,9 +51,9 @@ from .analysis import (
     CorpusSummary,
     analysed_geometry,
     corpus_geometry,
-    score_encodings,
 )
 from .options import Analysis
+from .scores import score_encodings
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -542,6 +542,21 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
     return max(1, min(signal, top))
 
 
+def _rankings(
+    pa: CorpusGeometry,
+    pb: CorpusGeometry,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
+) -> tuple[RankChange, ...]:
+    """Each encoding's stress and rank on A and on B, in A's order."""
+    sa, sb = score_encodings(pa, encodings), score_encodings(pb, encodings)
+    rank_in_b = {_key(s.name, s.params): (i + 1, s.stress) for i, s in enumerate(sb)}
+    rows = []
+    for i, s in enumerate(sa):
+        rk_b, st_b = rank_in_b[_key(s.name, s.params)]
+        rows.append(RankChange(s.name, dict(s.params), s.stress, st_b, i + 1, rk_b))
+    return tuple(rows)
+
+
 def check_draws(draws: int) -> int:
     """``--draws``: 0 (no verdict) or >= 2 re-splits (a spread needs two)."""
     draws = check_int("draws", draws, 0)
@@ -613,22 +628,14 @@ def corpus_drift(
     by_a, by_b = pa.mds.stress_by_rank(), pb.mds.stress_by_rank()
     reached_a, reached_b = bool(by_a[ra - 1] <= tolerance), bool(by_b[rb - 1] <= tolerance)
     floor_a, floor_b = _floor(pa.mds), _floor(pb.mds)
-    notes = []
-    for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b)):
-        if not ok and rank is None:
-            notes.append(
-                f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
-                f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
-            )
+    notes = [
+        f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
+        f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
+        for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b))
+        if not ok and rank is None
+    ]
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
-    sa = score_encodings(pa, encodings)
-    sb = score_encodings(pb, encodings)
-    rank_in_b = {_key(s.name, s.params): (i + 1, s.stress) for i, s in enumerate(sb)}
-    rows = []
-    for i, s in enumerate(sa):
-        rk_b, st_b = rank_in_b[_key(s.name, s.params)]
-        rows.append(RankChange(s.name, dict(s.params), s.stress, st_b, i + 1, rk_b))
     return Drift(
         a=ga.summary,
         b=gb.summary,
@@ -643,7 +650,7 @@ def corpus_drift(
         a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
-        rankings=tuple(rows),
+        rankings=_rankings(pa, pb, encodings),
         position_reference=tuple(
             float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
         ),

@@ -37,17 +37,11 @@ from ..errors import PosdiagError
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
 from ..geometry.spectral import partial_spectrum
 from ..uncertainty.bootstrap import ShardedCounts
-from .analysis import (
-    CorpusSummary,
-    Progress,
-    analysed_geometry,
-    corpus_summary,
-    interval_scores,
-    score_encodings,
-    spectrum,
-)
+from .analysis import CorpusSummary, Progress, analysed_geometry, corpus_summary, spectrum
 from .config import CONFIG_FILES, find_config, read_toml
+from .intervals import interval_scores
 from .options import Analysis
+from .scores import score_encodings
 
 __all__ = [
     "CONFIG_FILES",
@@ -335,7 +329,7 @@ def measure(
 
     ``analysis.min_count`` None: the config file's ``min-count``, else the default.
     ``scores`` may supply precomputed
-    :class:`~posdiag.reports.analysis.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    :class:`~posdiag.reports.scores.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
     ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
     counts (>= 2 shards) those get bootstrap intervals too, on the same geometry
     (``progress(done, replicates)`` follows the bootstrap).

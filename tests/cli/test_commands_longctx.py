@@ -33,11 +33,13 @@ from posdiag.geometry import estimator, spectral
 from posdiag.geometry.core import gram_from_vectors, positional_information, reached_rank
 from posdiag.render.html import build_report
 from posdiag.reports import analysis, gate
-from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.drift import corpus_drift
 from posdiag.reports.gate import build_config, run_gate
 from posdiag.reports.inspection import _figures, _table_eigenvalues
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.uncertainty import _permnull
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._permnull import permuted_kl, shuffle_segments, shuffled_null

@@ -94,7 +94,7 @@ def test_public_api_is_exactly_what_the_package_imports(repo_root: Path) -> None
 def test_the_bundled_corpus_tables_are_what_stress_prints(repo_root: Path) -> None:
     """README and docs/geometry.md quote `posdiag stress fixtures/corpus_en.txt` (plug-in and
     cross-fit, 3 decimals); they had drifted from the output by up to 0.008."""
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     counts = corpus_counts_sharded(str(repo_root / "fixtures" / "corpus_en.txt")).counts

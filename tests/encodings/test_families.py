@@ -14,7 +14,7 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import REGISTRY, parse_encoding
 from posdiag.encodings.families import FAMILIES, family, is_relative
-from posdiag.reports.analysis import diagnose
+from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty.bootstrap import count_texts_sharded
@@ -89,7 +89,7 @@ def test_plot_legend_names_the_families(synth_corpus: Path) -> None:
     pytest.importorskip("matplotlib")
     from posdiag.counts.corpus import corpus_counts
     from posdiag.render.plots import plot_stress
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
 
     specs = [parse_encoding(e) for e in ENCODINGS[1::2]]
     report = stress_report(corpus_counts(str(synth_corpus)), specs, analysis=Analysis(min_count=50))

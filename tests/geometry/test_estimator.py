@@ -52,8 +52,10 @@ from posdiag.geometry.estimator import (
     stacked_halves,
     thinned_halves,
 )
-from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 

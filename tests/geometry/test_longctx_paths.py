@@ -28,9 +28,10 @@ from posdiag.geometry import estimator, spectral
 from posdiag.geometry._thinning import draw_half, expected_halves
 from posdiag.geometry.core import stress_by_rank
 from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
-from posdiag.reports import analysis
-from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.reports import analysis, intervals
+from posdiag.reports.analysis import corpus_geometry, spectrum
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts
 from tests import _data
 
@@ -231,10 +232,10 @@ def test_report_without_details_skips_the_plugin_and_the_noise_floor(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real_plugin, real_floor = estimator.plugin_bc, analysis.noise_floor
+    real_plugin, real_floor = estimator.plugin_bc, intervals.noise_floor
     monkeypatch.setattr(estimator, "plugin_bc", lambda c: calls.append("plugin") or real_plugin(c))
     monkeypatch.setattr(
-        analysis, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
+        intervals, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
     )
     lean = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=False)
     assert calls == []
@@ -264,9 +265,9 @@ def test_report_with_intervals_and_without_details_skips_the_noise_floor(
     calls: list[str] = []
     # With shards the floor splits halves of the shards (docs/geometry.md 2b); either function.
     for name in ("noise_floor", "noise_floor_by_shards"):
-        real = getattr(analysis, name)
+        real = getattr(intervals, name)
         monkeypatch.setattr(
-            analysis,
+            intervals,
             name,
             functools.partial(lambda real, *a, **k: calls.append("floor") or real(*a, **k), real),
         )

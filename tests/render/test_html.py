@@ -14,8 +14,8 @@ from click.testing import Result
 from posdiag.counts.corpus import corpus_counts
 from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from tests.render.test_plots import PIXELS, png_size
 
 

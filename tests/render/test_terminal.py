@@ -18,8 +18,8 @@ from posdiag.render.corpora import corpora_json, print_corpora
 from posdiag.render.encodings import print_encoding_detail, print_encodings
 from posdiag.render.stress import print_stress
 from posdiag.render.takeaway import takeaway
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
 runner = CliRunner()

@@ -26,7 +26,7 @@ from posdiag.geometry.core import (
     smoothness,
     violation_rate,
 )
-from posdiag.reports.analysis import diagnose
+from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
 from posdiag.uncertainty.bootstrap import count_texts_sharded

@@ -17,9 +17,10 @@ from posdiag.corpus.reading import Reading
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import count_texts, save_counts
 from posdiag.geometry.core import stress
-from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import drift_distributions, sample_texts
 from tests.render.test_plots import PIXELS, png_size
 

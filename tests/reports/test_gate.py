@@ -18,7 +18,7 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.gate import github_annotations, junit_xml, rule_line
-from posdiag.reports.analysis import EncodingScore, corpus_geometry, score_encodings
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.gate import (
     GateConfig,
     GateFacts,
@@ -31,6 +31,7 @@ from posdiag.reports.gate import (
     run_gate,
 )
 from posdiag.reports.options import Analysis
+from posdiag.reports.scores import EncodingScore, score_encodings
 from posdiag.uncertainty.bootstrap import ShardedCounts
 
 
@@ -398,7 +399,7 @@ def test_strict_without_interval_says_so(cli: Callable[..., Result], synth_corpu
 def test_check_computes_bootstrap_intervals_for_strict(
     cli: Callable[..., Result], synth_corpus: Path
 ) -> None:
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     sharded = corpus_counts_sharded(str(synth_corpus), shards=10, seed=0)

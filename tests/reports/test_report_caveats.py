@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from posdiag.cli.app import app
 from posdiag.counts.corpus import corpus_counts
 from posdiag.render.plots import FAMILY_COLOURS, plot_spectrum, plot_stress, plot_support
-from posdiag.reports.analysis import corpus_geometry, stress_report
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 
 runner = CliRunner()
 BUNDLED = Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt"

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import make_encoding
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._hadamard import hadamard

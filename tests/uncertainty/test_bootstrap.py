@@ -15,8 +15,8 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import count_texts, save_counts
 from posdiag.errors import PosdiagError
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty.bootstrap import (
     corpus_counts_sharded,

@@ -26,8 +26,8 @@ from posdiag.geometry.estimator import (
     outer_splits,
     split_half_grams,
 )
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import (
     SynthSpec,
     sample_sharded_counts,

@@ -15,8 +15,8 @@ from click.testing import Result
 from scipy import stats
 
 from posdiag.corpus.tokenizers import load_tokenizer
-from posdiag.reports.analysis import stress_report
 from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import count_texts_sharded, default_replicates, interval_method
