@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
     from .reports.export import LowRankEncoding, low_rank_encoding, write_encoding
     from .reports.gate import GateReport, build_config, run_gate
     from .reports.inspection import Inspection, inspect_table
+    from .reports.options import Analysis
     from .reports.scores import EncodingScore, score_encodings
     from .reports.stress import StressReport, stress_report
     from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
@@ -75,6 +76,7 @@ _LAZY = {
     "stress": "geometry.core",
     "stress_by_rank": "geometry.core",
     "Inspection": "reports.inspection",
+    "Analysis": "reports.options",
     "inspect_table": "reports.inspection",
     "open_source": "corpus.sources",
     "load_tokenizer": "corpus.tokenizers",
@@ -100,6 +102,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Analysis",
     "HellingerEstimate",
     "estimate_hellinger",
     "Diagnosis",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -55,6 +55,9 @@ from .options import (
     write_plots,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..counts.core import Counts
+
 __all__ = ["app", "main"]
 
 
@@ -84,6 +87,20 @@ def _npz_output(output: Path, force: bool) -> None:
     if not str(output).endswith(".npz"):
         raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
     check_output(output, force)  # refuse before a long pass, not after
+
+
+def _save_counts(counted: Counts, output: Path, force: bool, as_json: bool, what: str = "") -> None:
+    """Write a counts file and say what it holds (``what``: a prefix of the summary line)."""
+    from ..counts.core import save_counts
+
+    save_counts(counted, output, force=force)
+    info = {**dict(counted.meta), "output": str(output), "nnz": int(counted.matrix.nnz)}
+    emit(
+        as_json,
+        info,
+        f"wrote {output}: {what}{info['sequences']:,} sequences, {info['tokens']:,} tokens, "
+        f"{counted.n} x {counted.vocab_size:,} counts ({info['nnz']:,} non-zero)",
+    )
 
 
 @app.command()
@@ -153,18 +170,8 @@ def count(
     sample_seed: SampleSeedOpt = 0,
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
-    from ..counts.core import save_counts
-
     _npz_output(output, force)
-    counted = counts(corpus, reading, quiet, seed=sample_seed)
-    save_counts(counted, output, force=force)
-    info = {**dict(counted.meta), "output": str(output), "nnz": int(counted.matrix.nnz)}
-    emit(
-        as_json,
-        info,
-        f"wrote {output}: {info['sequences']:,} sequences, {info['tokens']:,} tokens, "
-        f"{counted.n} x {counted.vocab_size:,} counts ({info['nnz']:,} non-zero)",
-    )
+    _save_counts(counts(corpus, reading, quiet, seed=sample_seed), output, force, as_json)
 
 
 @app.command("build-encoding")
@@ -621,20 +628,12 @@ def merge(
     as_json: JsonOpt = False,
 ) -> None:
     """Sum counts files of the same tokenizer, view, max_len and vocabulary."""
-    from ..counts.core import load_counts, merge_counts, save_counts
+    from ..counts.core import load_counts, merge_counts
 
     _npz_output(output, force)
     names = [str(p) for p in inputs]
     merged = merge_counts([load_counts(p) for p in inputs], names)
-    save_counts(merged, output, force=force)
-    info = {**dict(merged.meta), "output": str(output), "nnz": int(merged.matrix.nnz)}
-    emit(
-        as_json,
-        info,
-        f"wrote {output}: {len(names)} files, {info['sequences']:,} sequences, "
-        f"{info['tokens']:,} tokens, {merged.n} x {merged.vocab_size:,} counts "
-        f"({info['nnz']:,} non-zero)",
-    )
+    _save_counts(merged, output, force, as_json, f"{len(names)} files, ")
 
 
 @app.command()

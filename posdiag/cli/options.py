@@ -60,155 +60,110 @@ CorpusArg = Annotated[
 ]
 
 # ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
-ColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--column",
-        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+# field -> (type, flags, help, panel); every one defaults to None ("the default", see Reading).
+_READING_HELP: dict[str, tuple[Any, tuple[str, ...], str, str]] = {
+    "column": (
+        str | None,
+        ("--column",),
+        "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
         "\\[default: text; presets: their own].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tokenizer",
-        "-t",
-        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+    "tokenizer": (
+        str | None,
+        ("--tokenizer", "-t"),
+        "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
         "\\[default: whitespace].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-ViewOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--view", help="text | model | packed \\[default: text].", rich_help_panel=READING
+    "view": (str | None, ("--view",), "text | model | packed \\[default: text].", READING),
+    "max_len": (int | None, ("--max-len", "-n"), "Positions counted, n \\[default: 512].", READING),
+    "pad_token": (
+        str | None,
+        ("--pad-token",),
+        "Pad token for --view model, if not found.",
+        READING,
     ),
-]
-MaxLenOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-len", "-n", help="Positions counted, n \\[default: 512].", rich_help_panel=READING
+    "limit": (
+        int | None,
+        ("--limit",),
+        "Analyse only the first N documents (token ids: windows).",
+        READING,
     ),
-]
-PadOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--pad-token", help="Pad token for --view model, if not found.", rich_help_panel=READING
+    "sample": (
+        float | None,
+        ("--sample",),
+        "Analyse a seeded random fraction F in (0, 1] of the documents.",
+        READING,
     ),
-]
-LimitOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--limit",
-        help="Analyse only the first N documents (token ids: windows).",
-        rich_help_panel=READING,
+    "data_dir": (
+        str | None,
+        ("--data-dir",),
+        "Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
+        READING,
     ),
-]
-SampleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--sample",
-        help="Analyse a seeded random fraction F in (0, 1] of the documents.",
-        rich_help_panel=READING,
+    "dtype": (
+        str | None,
+        ("--dtype",),
+        "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
+        READING,
     ),
-]
-DataDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--data-dir",
-        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
-        rich_help_panel=READING,
+    "vocab_size": (
+        int | None,
+        ("--vocab-size",),
+        "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
+        READING,
     ),
-]
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--dtype",
-        help="Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
-        rich_help_panel=READING,
-    ),
-]
-VocabSizeOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--vocab-size",
-        help="Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
-        rich_help_panel=READING,
-    ),
-]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--engine",
-        help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+    "engine": (
+        str | None,
+        ("--engine",),
+        "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
         f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-SchedulerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--scheduler",
-        help="--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+    "scheduler": (
+        str | None,
+        ("--scheduler",),
+        "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
         "\\[default: start a LocalCluster].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-WorkersOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--workers",
-        help="--engine dask without --scheduler: LocalCluster worker processes "
+    "workers": (
+        int | None,
+        ("--workers",),
+        "--engine dask without --scheduler: LocalCluster worker processes "
         "\\[default: the CPU count].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-GroupByOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--group-by",
-        help="Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
+    "group_by": (
+        str | None,
+        ("--group-by",),
+        "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
         "record's sampling unit (a document, book or source id): records with one value share a "
         f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-GroupPrefixOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--group-prefix",
-        help="Sequences sharing their first K tokens are one sampling unit (0: exact copies "
+    "group_prefix": (
+        int | None,
+        ("--group-prefix",),
+        "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
         "only) \\[default: 6].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-DedupOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--dedup",
-        help="Drop exact duplicate sequences (--view packed: documents) before counting.",
-        show_default=False,
-        rich_help_panel=READING,
+    "dedup": (
+        bool | None,
+        ("--dedup",),
+        "Drop exact duplicate sequences (--view packed: documents) before counting.",
+        READING,
     ),
-]
+}
 _READING_OPTIONS: dict[str, Any] = {
-    "column": ColumnOpt,
-    "tokenizer": TokenizerOpt,
-    "view": ViewOpt,
-    "max_len": MaxLenOpt,
-    "pad_token": PadOpt,
-    "limit": LimitOpt,
-    "sample": SampleOpt,
-    "data_dir": DataDirOpt,
-    "dtype": DtypeOpt,
-    "vocab_size": VocabSizeOpt,
-    "engine": EngineOpt,
-    "scheduler": SchedulerOpt,
-    "workers": WorkersOpt,
-    "group_by": GroupByOpt,
-    "group_prefix": GroupPrefixOpt,
-    "dedup": DedupOpt,
+    name: Annotated[
+        typ,
+        # A flag shows no default ("--dedup" is off unless given).
+        typer.Option(*flags, help=help, rich_help_panel=panel, show_default=typ != (bool | None)),
+    ]
+    for name, (typ, flags, help, panel) in _READING_HELP.items()
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 

@@ -324,13 +324,7 @@ def plot_drift_positions(drift: Drift) -> Figure:
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("position i")
     ax.set_ylabel("Hellinger distance between A and B at position i")
-    a, b = drift.a, drift.b
-    fig.suptitle(
-        f"Per-position drift between corpora\nA {a.source} · B {b.source} · view {a.view} · "
-        f"tokenizer {a.tokenizer} · common n_eff {drift.n}",
-        fontsize=10,
-    )
-    return fig
+    return _drift_title(fig, "Per-position drift between corpora", drift)
 
 
 def plot_drift_stress(drift: Drift) -> Figure:
@@ -348,10 +342,14 @@ def plot_drift_stress(drift: Drift) -> Figure:
     ax.set_xlabel("stress on positions 0..n-1 (common n)")
     ax.set_ylabel("encoding (rank in A → rank in B)")
     ax.legend(fontsize=8)
+    return _drift_title(fig, "Stress per encoding on A and B", drift)
+
+
+def _drift_title(fig: Figure, what: str, drift: Drift) -> Figure:
     a, b = drift.a, drift.b
     fig.suptitle(
-        f"Stress per encoding on A and B\nA {a.source} · B {b.source} · view {a.view} · "
-        f"tokenizer {a.tokenizer} · common n_eff {drift.n}",
+        f"{what}\nA {a.source} · B {b.source} · view {a.view} · tokenizer {a.tokenizer} · "
+        f"common n_eff {drift.n}",
         fontsize=10,
     )
     return fig

@@ -59,6 +59,7 @@ __all__ = [
     "analysed_geometry",
     "corpus_geometry",
     "corpus_summary",
+    "mds_floor",
     "rank_text",
     "spectrum",
 ]
@@ -560,8 +561,7 @@ def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> 
     bottom = mds.min_eigenvalue
     known = not math.isnan(bottom)
     low = min(0.0, bottom) if known else 0.0
-    total = float(mds.total or 0.0)
-    floor = math.sqrt(low * low / total) if total > 0 else 0.0
+    floor = mds_floor(mds)
     eff: dict[float, int | None] = {}
     for t in tolerances:
         eps = check_float("eps", t, 0.0, 1.0)
@@ -586,6 +586,17 @@ def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> 
         estimator=geometry.estimator,
         computed=k,
     )
+
+
+def mds_floor(mds: MDS) -> float:
+    """The stress floor the negative eigenvalues leave; of a partial spectrum a lower bound, the
+    share of the most negative eigenvalue alone (0 when it is not known)."""
+    if mds.total is None:
+        return stress_floor(mds.eigenvalues)
+    low, total = mds.min_eigenvalue, float(mds.total or 0.0)
+    if math.isnan(low) or total <= 0:
+        return 0.0
+    return math.sqrt(min(0.0, low) ** 2 / total)
 
 
 def rank_text(rank: int | None, floor: float, computed: int = 0) -> str:

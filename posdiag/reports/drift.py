@@ -41,7 +41,6 @@ from ..geometry.core import (
     classical_mds,
     gram_from_vectors,
     reached_rank,
-    stress_floor,
 )
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
@@ -51,6 +50,7 @@ from .analysis import (
     CorpusSummary,
     analysed_geometry,
     corpus_geometry,
+    mds_floor,
 )
 from .options import Analysis
 from .scores import score_encodings
@@ -565,18 +565,6 @@ def check_draws(draws: int) -> int:
     return draws
 
 
-def _floor(mds: MDS) -> float:
-    """The stress floor the negative eigenvalues leave (as
-    :func:`posdiag.reports.analysis.spectrum`)."""
-    if mds.total is None:
-        return stress_floor(mds.eigenvalues)
-    low = mds.min_eigenvalue
-    total = float(mds.total or 0.0)
-    if math.isnan(low) or total <= 0:
-        return 0.0
-    return math.sqrt(min(0.0, low) ** 2 / total)
-
-
 def corpus_drift(
     a: Counts,
     b: Counts,
@@ -627,7 +615,7 @@ def corpus_drift(
     rb = rank if rank is not None else _default_rank(pb.mds, tolerance)
     by_a, by_b = pa.mds.stress_by_rank(), pb.mds.stress_by_rank()
     reached_a, reached_b = bool(by_a[ra - 1] <= tolerance), bool(by_b[rb - 1] <= tolerance)
-    floor_a, floor_b = _floor(pa.mds), _floor(pb.mds)
+    floor_a, floor_b = mds_floor(pa.mds), mds_floor(pb.mds)
     notes = [
         f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
         f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
