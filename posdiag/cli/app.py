@@ -436,6 +436,7 @@ def report_cmd(
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
     from .._util.atomic import check_output
     from ..render.html import build_report, write_html
+    from ..reports.diagnosis import diagnose as run_diagnose
 
     specs = _specs(encoding)
     analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
@@ -446,7 +447,11 @@ def report_cmd(
         reading,
         quiet,
         seed,
-        lambda c, bar: build_report(c, specs, analysis, plots=not no_plots, dim=d, progress=bar),
+        # details=False: the page shows no plug-in figure.
+        lambda c, bar: build_report(
+            run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False),
+            plots=not no_plots,
+        ),
         shards=shards,
     )
     write_html(page, output, force=force)

@@ -19,14 +19,9 @@ from typing import Any
 
 from .. import __version__
 from .._util.atomic import atomic_outputs
-from .._util.defaults import DEFAULT_DIM
-from ..counts.core import Counts
-from ..reports.analysis import DEFAULT_ANALYSIS, Progress, Spectrum, rank_text
-from ..reports.diagnosis import diagnose
-from ..reports.options import Analysis
-from ..reports.scores import EncodingRequest
+from ..reports.analysis import Spectrum, rank_text
+from ..reports.diagnosis import Diagnosis
 from ..reports.stress import StressReport
-from ..uncertainty.bootstrap import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
@@ -236,26 +231,14 @@ _CAPTIONS = {
 }
 
 
-def build_report(
-    counts: Counts | ShardedCounts,
-    encodings: Sequence[EncodingRequest] | None = None,
-    analysis: Analysis = DEFAULT_ANALYSIS,
-    *,
-    plots: bool = True,
-    dim: int = DEFAULT_DIM,
-    progress: Progress = None,
-) -> HtmlReport:
-    """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
+def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
+    """The page of a diagnosis (plots inline when matplotlib is installed).
 
-    The page says what ``posdiag diagnose`` says: with sharded counts
-    (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress carries its
-    interval; the
-    recommendation with its reason, the spectrum with its effective ranks, the readings
-    (information, noise, shift, rank) and every warning are on it. ``warnings`` of the result
-    repeats them for the terminal.
+    The page says what ``posdiag diagnose`` says: every stress with its interval when there is
+    one, the recommendation with its reason, the spectrum with its effective ranks, the readings
+    (information, noise, shift, rank) and every warning. ``warnings`` of the result repeats them
+    for the terminal.
     """
-    # details=False: the page shows no plug-in figure.
-    d = diagnose(counts, encodings, analysis, dim=dim, progress=progress, details=False)
     geo = d.geometry
     assert geo is not None
     report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)

@@ -2,7 +2,7 @@
 
 The reports take it as is (:func:`posdiag.reports.stress.stress_report`,
 :func:`posdiag.reports.diagnosis.diagnose`, :func:`posdiag.reports.gate.run_gate`,
-:func:`posdiag.reports.drift.corpus_drift`, :func:`posdiag.render.html.build_report`); the CLI
+:func:`posdiag.reports.drift.corpus_drift`); the CLI
 builds one from its options, as it builds a :class:`~posdiag.corpus.reading.Reading`. A progress
 callback is not an option of the analysis: every report takes it as ``progress``.
 """

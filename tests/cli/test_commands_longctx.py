@@ -31,7 +31,6 @@ from posdiag.counts.core import Counts, save_counts
 from posdiag.errors import PosdiagError
 from posdiag.geometry import estimator, spectral
 from posdiag.geometry.core import gram_from_vectors, positional_information, reached_rank
-from posdiag.render.html import build_report
 from posdiag.reports import analysis, gate
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.diagnosis import diagnose
@@ -301,10 +300,12 @@ def test_inspect_and_report_skip_the_plugin(
     np.save(tmp_path / "t.npy", np.random.default_rng(0).standard_normal((160, 16)))
     out = cli(["inspect", str(tmp_path / "t.npy"), "--corpus", str(path), "--min-count", "1"])
     assert out.exit_code == 0, out.output
-    page = build_report(ShardedCounts(corpus_a), analysis=Analysis(min_count=1), plots=False)
+    html = tmp_path / "r.html"
+    out = cli(["report", str(path), "-o", str(html), "--no-plots", "--min-count", "1"])
+    assert out.exit_code == 0, out.output
     assert plugin_calls == []
     d = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1))
-    assert d.recommendation.text.split(" Caution")[0][:60] in page.html
+    assert d.recommendation.text.split(" Caution")[0][:60] in html.read_text(encoding="utf-8")
 
 
 def test_check_rank_rules_settled_by_the_headline_spectrum_grow_nothing(
