@@ -26,7 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from posdiag.counts.core import Counts
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
 
 from .estimator import interval_calibration
@@ -88,7 +89,9 @@ def calibrate(
         t0 = time.perf_counter()
         for i in range(samples):
             rep = stress_report(
-                draw(100 + i), min_count=min_count, replicates=replicates, seed=i, details=False
+                draw(100 + i),
+                analysis=Analysis(min_count=min_count, seed=i, replicates=replicates),
+                details=False,
             )
             for e in rep.encodings:
                 est.setdefault(e.name, []).append(e.stress)

@@ -30,7 +30,10 @@ from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
 from posdiag.geometry.core import mds_from_gram, stress
 from posdiag.geometry.estimator import estimate_hellinger, gram_from_bc
-from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import (
     BALANCED_FROM,
@@ -138,7 +141,9 @@ def calibration(samples: int, replicates: int, size: int) -> None:
         for r in counts_:
             # Same seed; the balanced replicates are rows of a Hadamard matrix, not a subset.
             report = stress_report(
-                ShardedCounts(counts, counts.shards, i), specs, replicates=r, seed=i
+                ShardedCounts(counts, counts.shards, i),
+                specs,
+                analysis=Analysis(seed=i, replicates=r),
             )
             for e in report.encodings:
                 if r == replicates:
@@ -168,13 +173,18 @@ def cost(sharded: ShardedCounts, repeat: int) -> None:
         ("plug-in B_H", lambda: estimate_hellinger(m, n, estimator="plugin")),
         ("cross-fit B_H (S = 10)", lambda: estimate_hellinger(m, n, shards=sharded.shards)),
         ("cross-fit by thinning (S = 10)", lambda: estimate_hellinger(m, n)),
-        ("stress table, plug-in", lambda: stress_report(sharded.counts, estimator="plugin")),
+        (
+            "stress table, plug-in",
+            lambda: stress_report(sharded.counts, analysis=Analysis(estimator="plugin")),
+        ),
         ("stress table, cross-fit (incl. held-out mds-r)", lambda: stress_report(sharded.counts)),
     ]
     for label, fn in rows:
         print(f"{label:48} {_ms(fn, repeat):9.1f}")
     for est in ("plugin", "crossfit"):
-        ms = _ms(lambda e=est: stress_report(sharded, estimator=e, replicates=200), 1)
+        ms = _ms(
+            lambda e=est: stress_report(sharded, analysis=Analysis(estimator=e, replicates=200)), 1
+        )
         print(f"{'stress + 200 bootstrap replicates, ' + est:48} {ms:9.1f}")
 
 

@@ -32,6 +32,7 @@ from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
 from posdiag.geometry.core import MDS
 from posdiag.geometry.estimator import gram_from_bc, plugin_bc
 from posdiag.geometry.spectral import top_eigenpairs
+from posdiag.reports.options import Analysis
 from posdiag.uncertainty.bootstrap import (
     ShardedCounts,
     bootstrap_stress,
@@ -164,15 +165,14 @@ def _before_replicates(sharded: ShardedCounts) -> float:
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn
     (the fewest allowed) and not timed."""
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
 
     marks: list[float] = []
     t0 = time.perf_counter()
     stress_report(
         sharded,
-        min_count=1,
+        analysis=Analysis(min_count=1, replicates=2),
         details=False,
-        replicates=2,
         progress=lambda done, total: marks.append(time.perf_counter() - t0),
     )
     return marks[0] if marks else time.perf_counter() - t0

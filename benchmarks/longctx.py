@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from posdiag.reports.options import Analysis
+
 V = 50_257
 TOKENS_PER_POSITION = 9_000
 DRIFT = 0.3
@@ -83,13 +85,13 @@ def child_posdiag(path: Path) -> dict[str, object]:
     from posdiag.counts.core import Counts
     from posdiag.geometry._gram import cross_product, sqrt_rows, symmetric_product
     from posdiag.geometry._thinning import expected_halves
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import ShardedCounts
 
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
+    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
     t_stress = time.perf_counter() - t0
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     rss = _peak_gb()

@@ -24,21 +24,15 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
         stress_by_rank,
     )
     from .geometry.estimator import HellingerEstimate, estimate_hellinger
-    from .reports.analysis import (
-        DEFAULT_MIN_COUNT,
-        CorpusGeometry,
-        Diagnosis,
-        EncodingScore,
-        StressReport,
-        corpus_geometry,
-        diagnose,
-        score_encodings,
-        stress_report,
-    )
+    from .reports.analysis import DEFAULT_MIN_COUNT, CorpusGeometry, corpus_geometry
+    from .reports.diagnosis import Diagnosis, diagnose
     from .reports.drift import Drift, corpus_drift
     from .reports.export import LowRankEncoding, low_rank_encoding, write_encoding
     from .reports.gate import GateReport, build_config, run_gate
     from .reports.inspection import Inspection, inspect_table
+    from .reports.options import Analysis
+    from .reports.scores import EncodingScore, score_encodings
+    from .reports.stress import StressReport, stress_report
     from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
 # Imported on first use (PEP 562): `posdiag --version` and `--help` must not pay for numpy and
@@ -46,13 +40,13 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
 _LAZY = {
     "DEFAULT_MIN_COUNT": "reports.analysis",
     "CorpusGeometry": "reports.analysis",
-    "Diagnosis": "reports.analysis",
-    "EncodingScore": "reports.analysis",
-    "StressReport": "reports.analysis",
+    "Diagnosis": "reports.diagnosis",
+    "EncodingScore": "reports.scores",
+    "StressReport": "reports.stress",
     "corpus_geometry": "reports.analysis",
-    "diagnose": "reports.analysis",
-    "score_encodings": "reports.analysis",
-    "stress_report": "reports.analysis",
+    "diagnose": "reports.diagnosis",
+    "score_encodings": "reports.scores",
+    "stress_report": "reports.stress",
     "Counts": "counts.core",
     "corpus_counts": "counts.corpus",
     "count_texts": "counts.core",
@@ -82,6 +76,7 @@ _LAZY = {
     "stress": "geometry.core",
     "stress_by_rank": "geometry.core",
     "Inspection": "reports.inspection",
+    "Analysis": "reports.options",
     "inspect_table": "reports.inspection",
     "open_source": "corpus.sources",
     "load_tokenizer": "corpus.tokenizers",
@@ -107,6 +102,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Analysis",
     "HellingerEstimate",
     "estimate_hellinger",
     "Diagnosis",

@@ -7,6 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from posdiag.geometry.estimator import SplitHalf, split_half_grams
+from posdiag.reports.analysis import CorpusGeometry
+
 
 def toeplitz(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
     """Symmetric matrix ``M[i, j] = f(|i - j|)``, of shape (n, n): a Toeplitz encoding's whole
@@ -37,3 +40,32 @@ def zipf_counts(
         ids = np.where(rng.random(per_row) < drift, loc[(r + step * i) % v], glob[r])
         rows.append(np.bincount(ids, minlength=v))
     return sp.csr_matrix(np.array(rows, dtype=dtype))
+
+
+def whole_split_half(geo: CorpusGeometry) -> SplitHalf:
+    """The whole split-half grams of a cross-fitted geometry (the reference; a report keeps
+    only their summary, :func:`posdiag.geometry.estimator.split_half_summary`)."""
+    assert geo.estimate is not None and geo.counts is not None
+    est, counts = geo.estimate, geo.counts
+    return split_half_grams(
+        counts.matrix, geo.n_eff, shards=counts.shards, splits=est.splits, seed=est.seed
+    )
+
+
+def gram_sq_distances(gram: np.ndarray) -> np.ndarray:
+    """Squared distances ``B_ii + B_jj - 2 B_ij`` a Gram matrix implies, shape (n, n)."""
+    diag = np.diag(gram)
+    return np.asarray(diag[:, None] + diag[None, :] - 2.0 * gram)
+
+
+def whole_mask(grams: tuple[tuple[np.ndarray, np.ndarray], ...], gram: np.ndarray) -> np.ndarray:
+    """The pairs within sampling error from whole n x n arrays (the definition): the squared
+    distance at most the rms of ``(d2_P - d2_Q) / 2`` over the outer splits, shape (n, n)."""
+    acc = np.zeros(gram.shape)
+    for p, q in grams:
+        d = gram_sq_distances(p - q)
+        acc += d * d
+    acc = np.sqrt(acc / (4.0 * len(grams)))
+    mask = gram_sq_distances(gram) <= acc
+    np.fill_diagonal(mask, False)
+    return mask

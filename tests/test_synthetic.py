@@ -13,7 +13,10 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import Counts, count_texts
 from posdiag.geometry.core import classical_mds, hellinger_distances, stress_by_rank
-from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.diagnosis import diagnose
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import (
     SynthSpec,
     drift_distributions,
@@ -53,7 +56,7 @@ def test_drift_geometry_has_the_asked_rank(rank: int) -> None:
 def test_paper_claims_on_the_sampled_drift_corpus() -> None:
     spec = SynthSpec(positions=32, vocab=200, rank=3, sequences=20_000, seed=0)
     counts = count_texts(synth_texts(spec), load_tokenizer(), max_len=32)
-    d = diagnose(counts, dim=128, level=0.95)
+    d = diagnose(counts, analysis=Analysis(level=0.95), dim=128)
     stress = {s.name: s.stress for s in d.encodings}
     rows = {s.name: s for s in d.encodings}
     # The paper's claim is spectral (the eigenvalue tail): the in-sample figure. The held-out

@@ -1,9 +1,10 @@
 """Faults that are not the user's input: signals, OS errors, memory, closed streams.
 
-The CLI's one error handler (``posdiag.cli.app._Group``) asks :func:`error_message` for the single
-``Error: ...`` line and exit code of any exception, so no traceback ever reaches the user, and
-runs every command inside :func:`signals_as_interrupts`, so SIGTERM unwinds like Ctrl-C: every
-``finally`` runs, temporary files are removed and forked workers are stopped.
+The CLI's one error handler (:class:`CommandGroup`, ``posdiag``'s command group) asks
+:func:`error_message` for the single ``Error: ...`` line and exit code of any exception, so no
+traceback ever reaches the user, and runs every command inside :func:`signals_as_interrupts`, so
+SIGTERM unwinds like Ctrl-C: every ``finally`` runs, temporary files are removed and forked
+workers are stopped.
 
 Set ``POSDIAG_DEBUG=1`` to get the traceback of an unexpected exception instead.
 """
@@ -15,7 +16,14 @@ import errno
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable
+from typing import Any
+
+import typer
+from typer._click.exceptions import UsageError
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from .._util.signals import (
     Interrupted,
@@ -23,9 +31,10 @@ from .._util.signals import (
     exit_on_signals_at_shutdown,
     signals_as_interrupts,
 )
-from ..errors import PosdiagError
+from ..errors import PosdiagError, PosdiagWarning
 
 __all__ = [
+    "CommandGroup",
     "Interrupted",
     "check_stdout",
     "deferred_signals",
@@ -163,3 +172,71 @@ def silence_stdout() -> None:
         os.close(fd)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+class CommandGroup(TyperGroup):
+    """``posdiag``'s command group: turns every exception into ``Error: <message>`` and its
+    exit code (:func:`error_message`), the one place that does so."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _bare_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _bare_flags(cmd.get_params(ctx))
+        return cmd
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["posdiag_argv"] = list(args)  # the command line, for messages that repeat it
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        from .._util.atomic import forget_outputs
+
+        forget_outputs()  # the interruption message names this command's outputs only
+        run_error_hooks(None)  # hooks of an earlier command in this process (tests) go
+        try:
+            with signals_as_interrupts(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", PosdiagWarning)
+                check_stdout()  # every command reports on standard output
+                result = super().invoke(ctx)
+                if sys.stdout is not None:
+                    sys.stdout.flush()  # a full disk or closed pipe fails here, not at exit
+                return result
+        except UsageError as exc:  # a bad option value (exit 2): click prints it itself
+            _annotate(ctx, exc.format_message())
+            raise
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # typer's own exits and usage errors keep their codes
+        except BaseException as exc:
+            found = error_message(exc)
+            if found is None or (debug() and not isinstance(exc, PosdiagError)):
+                raise
+            run_error_hooks(found[0])  # e.g. check --junit's error report, written first
+            message, code = error_message(exc) or found  # so an interruption names it
+            from ..corpus.sources import HubUnavailable
+
+            if isinstance(exc, HubUnavailable):
+                message = exc.message_for(ctx.meta.get("posdiag_argv"))
+            if isinstance(exc, OSError) and exc.filename is None:  # standard output failed
+                silence_stdout()
+            _annotate(ctx, message)
+            typer.echo(f"Error: {message}", err=True)
+            raise typer.Exit(code) from None
+
+
+def _bare_flags(params: list[Any]) -> list[Any]:
+    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help; every other
+    parameter shows one plain placeholder (posdiag.cli._help)."""
+    from ._help import tidy_params
+
+    return tidy_params(params)
+
+
+def _annotate(ctx: Any, message: str) -> None:
+    """With ``--format github``, an error (exit 2) is also a workflow ``::error`` annotation."""
+    from ..render.gate import asks_github_format, error_annotation
+
+    if asks_github_format(ctx.meta.get("posdiag_argv")):
+        typer.echo(error_annotation(message))

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .._util.defaults import DEFAULT_ESTIMATOR, DEFAULT_SHARDS
+from .._util.defaults import DEFAULT_SHARDS
 from .._util.jit import watch
 from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
@@ -38,6 +38,7 @@ from ..corpus.reading import READING_FIELDS, Reading
 
 if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
     from ..counts.core import Counts
+    from ..reports.options import Analysis
     from ..uncertainty.bootstrap import ShardedCounts
 
 # Help panels of `posdiag COMMAND --help`.
@@ -59,155 +60,110 @@ CorpusArg = Annotated[
 ]
 
 # ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
-ColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--column",
-        help="Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+# field -> (type, flags, help, panel); every one defaults to None ("the default", see Reading).
+_READING_HELP: dict[str, tuple[Any, tuple[str, ...], str, str]] = {
+    "column": (
+        str | None,
+        ("--column",),
+        "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
         "\\[default: text; presets: their own].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tokenizer",
-        "-t",
-        help="'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+    "tokenizer": (
+        str | None,
+        ("--tokenizer", "-t"),
+        "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
         "\\[default: whitespace].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-ViewOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--view", help="text | model | packed \\[default: text].", rich_help_panel=READING
+    "view": (str | None, ("--view",), "text | model | packed \\[default: text].", READING),
+    "max_len": (int | None, ("--max-len", "-n"), "Positions counted, n \\[default: 512].", READING),
+    "pad_token": (
+        str | None,
+        ("--pad-token",),
+        "Pad token for --view model, if not found.",
+        READING,
     ),
-]
-MaxLenOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-len", "-n", help="Positions counted, n \\[default: 512].", rich_help_panel=READING
+    "limit": (
+        int | None,
+        ("--limit",),
+        "Analyse only the first N documents (token ids: windows).",
+        READING,
     ),
-]
-PadOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--pad-token", help="Pad token for --view model, if not found.", rich_help_panel=READING
+    "sample": (
+        float | None,
+        ("--sample",),
+        "Analyse a seeded random fraction F in (0, 1] of the documents.",
+        READING,
     ),
-]
-LimitOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--limit",
-        help="Analyse only the first N documents (token ids: windows).",
-        rich_help_panel=READING,
+    "data_dir": (
+        str | None,
+        ("--data-dir",),
+        "Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
+        READING,
     ),
-]
-SampleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--sample",
-        help="Analyse a seeded random fraction F in (0, 1] of the documents.",
-        rich_help_panel=READING,
+    "dtype": (
+        str | None,
+        ("--dtype",),
+        "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
+        READING,
     ),
-]
-DataDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--data-dir",
-        help="Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
-        rich_help_panel=READING,
+    "vocab_size": (
+        int | None,
+        ("--vocab-size",),
+        "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
+        READING,
     ),
-]
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--dtype",
-        help="Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
-        rich_help_panel=READING,
-    ),
-]
-VocabSizeOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--vocab-size",
-        help="Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
-        rich_help_panel=READING,
-    ),
-]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--engine",
-        help="Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+    "engine": (
+        str | None,
+        ("--engine",),
+        "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
         f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-SchedulerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--scheduler",
-        help="--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+    "scheduler": (
+        str | None,
+        ("--scheduler",),
+        "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
         "\\[default: start a LocalCluster].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-WorkersOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--workers",
-        help="--engine dask without --scheduler: LocalCluster worker processes "
+    "workers": (
+        int | None,
+        ("--workers",),
+        "--engine dask without --scheduler: LocalCluster worker processes "
         "\\[default: the CPU count].",
-        rich_help_panel=ENGINE,
+        ENGINE,
     ),
-]
-GroupByOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--group-by",
-        help="Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
+    "group_by": (
+        str | None,
+        ("--group-by",),
+        "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
         "record's sampling unit (a document, book or source id): records with one value share a "
         f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-GroupPrefixOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--group-prefix",
-        help="Sequences sharing their first K tokens are one sampling unit (0: exact copies "
+    "group_prefix": (
+        int | None,
+        ("--group-prefix",),
+        "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
         "only) \\[default: 6].",
-        rich_help_panel=READING,
+        READING,
     ),
-]
-DedupOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--dedup",
-        help="Drop exact duplicate sequences (--view packed: documents) before counting.",
-        show_default=False,
-        rich_help_panel=READING,
+    "dedup": (
+        bool | None,
+        ("--dedup",),
+        "Drop exact duplicate sequences (--view packed: documents) before counting.",
+        READING,
     ),
-]
+}
 _READING_OPTIONS: dict[str, Any] = {
-    "column": ColumnOpt,
-    "tokenizer": TokenizerOpt,
-    "view": ViewOpt,
-    "max_len": MaxLenOpt,
-    "pad_token": PadOpt,
-    "limit": LimitOpt,
-    "sample": SampleOpt,
-    "data_dir": DataDirOpt,
-    "dtype": DtypeOpt,
-    "vocab_size": VocabSizeOpt,
-    "engine": EngineOpt,
-    "scheduler": SchedulerOpt,
-    "workers": WorkersOpt,
-    "group_by": GroupByOpt,
-    "group_prefix": GroupPrefixOpt,
-    "dedup": DedupOpt,
+    name: Annotated[
+        typ,
+        # A flag shows no default ("--dedup" is off unless given).
+        typer.Option(*flags, help=help, rich_help_panel=panel, show_default=typ != (bool | None)),
+    ]
+    for name, (typ, flags, help, panel) in _READING_HELP.items()
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
@@ -390,19 +346,48 @@ def warn(messages: Sequence[str]) -> None:
         typer.echo(f"Warning: {m}", err=True)
 
 
-def check_ci(
-    ci: float, replicates: int | None, shards: int | None = None, estimator: str | None = None
-) -> None:
-    """Check the interval options before a pass over the corpus, not after (``replicates``
-    None: the default for the corpus's length); ``shards`` against ``estimator``'s minimum."""
-    from .._util.validate import check_int
-    from ..uncertainty.bootstrap import check_level, check_shards
+def analysis_options(
+    min_count: int | None,
+    estimator: str,
+    seed: int,
+    ci: float | None = None,
+    replicates: int | None = None,
+    shards: int = 0,
+) -> Analysis:
+    """The analysis options as one :class:`~posdiag.reports.options.Analysis`, checked before a
+    pass over the corpus, not after; ``shards`` against ``estimator``'s minimum."""
+    from ..reports.options import Analysis
+    from ..uncertainty.bootstrap import check_shards
 
-    check_level(ci)
-    if replicates is not None:
-        check_int("replicates", replicates, 2)
-    if shards is not None:
-        check_shards(shards, estimator or DEFAULT_ESTIMATOR)
+    analysis = Analysis(min_count, estimator, seed, ci, replicates)
+    check_shards(shards, estimator)
+    return analysis
+
+
+class _Warns(Protocol):
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+
+Report = TypeVar("Report", bound=_Warns)
+
+
+def analyse(
+    corpus: str,
+    reading: Reading,
+    quiet: bool,
+    seed: int,
+    run: Callable[[ShardedCounts, Callable[[int, int], None] | None], Report],
+    *,
+    shards: int = 0,
+) -> Report:
+    """Count ``corpus`` (:func:`sharded`), then ``run(counted, progress)`` under the analysis
+    bar (:func:`bootstrap_progress`); its warnings go to stderr."""
+    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    with bootstrap_progress(quiet) as bar:
+        result = run(counted, bar)
+    warn(result.warnings)
+    return result
 
 
 def check_plots(plot: Path | None, force: bool, *, drift: bool = False) -> None:

@@ -6,7 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..reports.analysis import CorpusSummary, EncodingScore
+from ..reports.analysis import CorpusSummary
+from ..reports.scores import EncodingScore
 
 __all__ = [
     "SHOWN_RANKS",

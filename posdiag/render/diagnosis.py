@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..reports.analysis import Diagnosis, Uncertainty, noise_share_text
+from ..reports.diagnosis import Diagnosis, noise_share_text
+from ..reports.intervals import Uncertainty
 from ._fit import Column, fitted_table
 from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line

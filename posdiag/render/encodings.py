@@ -46,10 +46,6 @@ def print_presets(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(t)
 
 
-def _params(r: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_shown(v)}" for k, v in r["params"].items()) or "-"
-
-
 def _dropped(headers: list[str], console: Console) -> None:
     if headers:
         console.print(f"(not shown at this width: {', '.join(headers)}; see --json)")

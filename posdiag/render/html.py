@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -19,15 +19,9 @@ from typing import Any
 
 from .. import __version__
 from .._util.atomic import atomic_outputs
-from .._util.defaults import (
-    DEFAULT_DIM,
-    DEFAULT_ESTIMATOR,
-    DEFAULT_LEVEL,
-    DEFAULT_MIN_COUNT,
-)
-from ..counts.core import Counts
-from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
-from ..uncertainty.bootstrap import ShardedCounts
+from ..reports.analysis import Spectrum, rank_text
+from ..reports.diagnosis import Diagnosis
+from ..reports.stress import StressReport
 from ._format import SHOWN_RANKS, fmt, params, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
@@ -93,20 +87,65 @@ def render_html(
     diagnostics : mapping of str to str, optional
         Extra rows for the diagnostics table (e.g. noise floor, shift-equivariance).
     recommendation : str, optional
-        The recommendation with its reason (:class:`~posdiag.reports.analysis.Recommendation`),
+        The recommendation with its reason (:class:`~posdiag.reports.diagnosis.Recommendation`),
         shown first.
 
     Every warning of ``report`` (and its unstable positions and interval note) is listed in a
     Warnings section at the top, as the terminal prints them.
     """
     c = report.corpus
-    sp = report.spectrum
-    summary = _table(
-        ("corpus", "value"),
-        summary_rows(c),
-        "summary",
-        (False, False),
+    cautions = [*report.warnings, *_uncertainty_notes(report)]
+    warn_html = (
+        '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in cautions) + "</ul>"
+        if cautions
+        else '<p class="note">none</p>'
     )
+    rec_html = (
+        ["<h2>Recommendation</h2>", f'<p class="recommendation">{escape(recommendation)}</p>']
+        if recommendation
+        else []
+    )
+    figs = [
+        f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{escape(caption)}</figcaption>'
+        "</figure>"
+        for caption, png in (plots or {}).items()
+    ] or [f'<p class="note">{escape(plots_omitted or "no plots")}</p>']
+    title = f"posdiag report: {c.source}"
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{escape(title)}</title>",
+            f"<style>{_CSS}</style></head><body>",
+            f"<h1>{escape(title)}</h1>",
+            f'<p class="note">{escape(c.tokenizer)} tokenizer, {escape(c.view)} view, '
+            f"n = {c.max_len}, n_eff = {c.n_eff}, min_count = {c.min_count}. Stress: 0 = the "
+            "encoding reproduces the corpus geometry, 1 = it carries none of it.</p>",
+            *rec_html,
+            "<h2>Warnings</h2>",
+            warn_html,
+            "<h2>Summary</h2>",
+            _table(("corpus", "value"), summary_rows(c), "summary", (False, False)),
+            "<h2>Stress per encoding (best first)</h2>",
+            _stress_table(report),
+            f'<p class="note legend">{escape(f"{RAW_LEGEND}; {COLUMNS_LEGEND}")}</p>',
+            f'<p class="note">{escape(_interval_note(report))}</p>',
+            *_spectrum_html(report.spectrum),
+            "<h2>Diagnostics</h2>",
+            _diagnostics_table(report, positional_info, diagnostics),
+            "<h2>Plots</h2>",
+            *figs,
+            f'<p class="note">posdiag {escape(__version__)}; theory: Cirrincione, "On the '
+            'Geometry of Positional Encodings in Transformers", arXiv 2604.05217.</p>',
+            "</body></html>",
+            "",
+        ]
+    )
+
+
+def _stress_table(report: StressReport) -> str:
+    """The stress table, with an interval column when any score has one."""
     has_ci = any(
         math.isfinite(float(getattr(e, "ci_high", float("nan")))) for e in report.encodings
     )
@@ -124,20 +163,36 @@ def render_html(
         row += [fmt(e.raw, 3), fmt(e.kruskal), fmt(e.spearman, 3), f"{e.n_params:,}"]
         rows.append(row)
     numeric = [h not in ("encoding", "parameters") for h in headers]
-    stress_table = _table(headers, rows, "stress", numeric)
-    spec_rows = [
+    return _table(headers, rows, "stress", numeric)
+
+
+def _spectrum_html(sp: Spectrum) -> list[str]:
+    """The spectrum's heading, its first ranks and the effective ranks."""
+    rows = [
         (str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
         for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
     ]
-    spec_table = _table(
-        ("rank", "eigenvalue", "in-sample stress"), spec_rows, "spectrum", (True, True, True)
+    eff = ", ".join(
+        f"{rank_text(r, sp.floor, sp.computed)} at stress <= {eps:g}"
+        for eps, r in sp.effective_rank.items()
     )
+    return [
+        "<h2>MDS spectrum</h2>",
+        _table(("rank", "eigenvalue", "in-sample stress"), rows, "spectrum", (True, True, True)),
+        f'<p class="effective-rank">effective rank: {escape(eff)}</p>',
+    ]
+
+
+def _diagnostics_table(
+    report: StressReport, positional_info: float | None, extra: Mapping[str, str] | None
+) -> str:
+    sp = report.spectrum
     diag: list[tuple[str, str]] = []
     if positional_info is not None:
         diag.append(
             (
                 "positional information I(position; token)",
-                f"{positional_info:.4f} bits (positions 0..{c.n_eff - 1})",
+                f"{positional_info:.4f} bits (positions 0..{report.corpus.n_eff - 1})",
             )
         )
     diag.append(("geometry estimator", sp.estimator))
@@ -145,68 +200,8 @@ def render_html(
         diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor, sp.computed)))
     if sp.negative:
         diag.append(("negative eigenvalues", sp.negative))
-    diag += list((diagnostics or {}).items())
-    diag_table = _table(("diagnostic", "value"), diag, "diagnostics", (False, False))
-    eff = ", ".join(
-        f"{rank_text(r, sp.floor, sp.computed)} at stress <= {eps:g}"
-        for eps, r in sp.effective_rank.items()
-    )
-    cautions = [*report.warnings, *_uncertainty_notes(report)]
-    warn_html = (
-        '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in cautions) + "</ul>"
-        if cautions
-        else '<p class="note">none</p>'
-    )
-    rec_html = (
-        [
-            "<h2>Recommendation</h2>",
-            f'<p class="recommendation">{escape(recommendation)}</p>',
-        ]
-        if recommendation
-        else []
-    )
-    figs = []
-    for caption, png in (plots or {}).items():
-        data = base64.b64encode(png).decode("ascii")
-        figs.append(
-            f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>"
-        )
-    if not figs:
-        figs.append(f'<p class="note">{escape(plots_omitted or "no plots")}</p>')
-    title = f"posdiag report: {c.source}"
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{escape(title)}</title>",
-            f"<style>{_CSS}</style></head><body>",
-            f"<h1>{escape(title)}</h1>",
-            f'<p class="note">{escape(c.tokenizer)} tokenizer, {escape(c.view)} view, '
-            f"n = {c.max_len}, n_eff = {c.n_eff}, min_count = {c.min_count}. Stress: 0 = the "
-            "encoding reproduces the corpus geometry, 1 = it carries none of it.</p>",
-            *rec_html,
-            "<h2>Warnings</h2>",
-            warn_html,
-            "<h2>Summary</h2>",
-            summary,
-            "<h2>Stress per encoding (best first)</h2>",
-            stress_table,
-            f'<p class="note legend">{escape(f"{RAW_LEGEND}; {COLUMNS_LEGEND}")}</p>',
-            f'<p class="note">{escape(_interval_note(report))}</p>',
-            "<h2>MDS spectrum</h2>",
-            spec_table,
-            f'<p class="effective-rank">effective rank: {escape(eff)}</p>',
-            "<h2>Diagnostics</h2>",
-            diag_table,
-            "<h2>Plots</h2>",
-            *figs,
-            f'<p class="note">posdiag {escape(__version__)}; theory: Cirrincione, "On the '
-            'Geometry of Positional Encodings in Transformers", arXiv 2604.05217.</p>',
-            "</body></html>",
-            "",
-        ]
-    )
+    diag += list((extra or {}).items())
+    return _table(("diagnostic", "value"), diag, "diagnostics", (False, False))
 
 
 def _interval_note(report: StressReport) -> str:
@@ -236,40 +231,14 @@ _CAPTIONS = {
 }
 
 
-def build_report(
-    counts: Counts | ShardedCounts,
-    encodings: Sequence[EncodingRequest] | None = None,
-    *,
-    min_count: int = DEFAULT_MIN_COUNT,
-    plots: bool = True,
-    dim: int = DEFAULT_DIM,
-    level: float = DEFAULT_LEVEL,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
-) -> HtmlReport:
-    """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
+def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
+    """The page of a diagnosis (plots inline when matplotlib is installed).
 
-    The page says what ``posdiag diagnose`` says: with sharded counts
-    (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress carries its
-    interval; the
-    recommendation with its reason, the spectrum with its effective ranks, the readings
-    (information, noise, shift, rank) and every warning are on it. ``warnings`` of the result
-    repeats them for the terminal.
+    The page says what ``posdiag diagnose`` says: every stress with its interval when there is
+    one, the recommendation with its reason, the spectrum with its effective ranks, the readings
+    (information, noise, shift, rank) and every warning. ``warnings`` of the result repeats them
+    for the terminal.
     """
-    d = diagnose(
-        counts,
-        encodings,
-        min_count=min_count,
-        dim=dim,
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
-        estimator=estimator,
-        details=False,  # the page shows no plug-in figure
-    )
     geo = d.geometry
     assert geo is not None
     report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)

@@ -19,13 +19,9 @@ import numpy as np
 
 from .._util.atomic import atomic_outputs, check_output
 from ..errors import PosdiagError
-from ..reports.analysis import (
-    EFFECTIVE_RANK_TOLERANCES,
-    CorpusGeometry,
-    CorpusSummary,
-    StressReport,
-)
+from ..reports.analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary
 from ..reports.analysis import spectrum as spectrum_of
+from ..reports.stress import StressReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -328,13 +324,7 @@ def plot_drift_positions(drift: Drift) -> Figure:
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("position i")
     ax.set_ylabel("Hellinger distance between A and B at position i")
-    a, b = drift.a, drift.b
-    fig.suptitle(
-        f"Per-position drift between corpora\nA {a.source} · B {b.source} · view {a.view} · "
-        f"tokenizer {a.tokenizer} · common n_eff {drift.n}",
-        fontsize=10,
-    )
-    return fig
+    return _drift_title(fig, "Per-position drift between corpora", drift)
 
 
 def plot_drift_stress(drift: Drift) -> Figure:
@@ -352,10 +342,14 @@ def plot_drift_stress(drift: Drift) -> Figure:
     ax.set_xlabel("stress on positions 0..n-1 (common n)")
     ax.set_ylabel("encoding (rank in A → rank in B)")
     ax.legend(fontsize=8)
+    return _drift_title(fig, "Stress per encoding on A and B", drift)
+
+
+def _drift_title(fig: Figure, what: str, drift: Drift) -> Figure:
     a, b = drift.a, drift.b
     fig.suptitle(
-        f"Stress per encoding on A and B\nA {a.source} · B {b.source} · view {a.view} · "
-        f"tokenizer {a.tokenizer} · common n_eff {drift.n}",
+        f"{what}\nA {a.source} · B {b.source} · view {a.view} · tokenizer {a.tokenizer} · "
+        f"common n_eff {drift.n}",
         fontsize=10,
     )
     return fig

@@ -11,8 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._util.userdocs import doc_ref
-from ..reports.analysis import CorpusSummary, Spectrum, StressReport, rank_text, saving_phrase
+from ..reports.analysis import CorpusSummary, Spectrum, rank_text
+from ..reports.diagnosis import saving_phrase
 from ..reports.export import LowRankEncoding, typed_meta
+from ..reports.stress import StressReport
 from ._fit import Column, fitted_table
 from ._format import (
     SHOWN_RANKS,

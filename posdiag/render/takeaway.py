@@ -4,7 +4,7 @@ A first-time user sees a table of numbers; these lines read it for them in plain
 standard encoding fits best and its family (posdiag.encodings.families), how many MDS dimensions the
 corpus geometry needs (its effective rank), whether sampling noise is large enough to reorder
 the table, and which command and document explain more. Computed from the
-:class:`~posdiag.reports.analysis.StressReport` alone.
+:class:`~posdiag.reports.stress.StressReport` alone.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import shlex
 
 from .._util.userdocs import doc_ref
 from ..encodings.families import family
-from ..reports.analysis import EncodingScore, StressReport
+from ..reports.scores import EncodingScore
+from ..reports.stress import StressReport
 
 __all__ = ["IN_SHORT", "takeaway"]
 

@@ -41,17 +41,19 @@ from ..geometry.core import (
     classical_mds,
     gram_from_vectors,
     reached_rank,
-    stress_floor,
 )
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
-    DEFAULT_MIN_COUNT,
+    DEFAULT_ANALYSIS,
     CorpusGeometry,
     CorpusSummary,
+    analysed_geometry,
     corpus_geometry,
-    score_encodings,
+    mds_floor,
 )
+from .options import Analysis
+from .scores import score_encodings
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -540,6 +542,21 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
     return max(1, min(signal, top))
 
 
+def _rankings(
+    pa: CorpusGeometry,
+    pb: CorpusGeometry,
+    encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
+) -> tuple[RankChange, ...]:
+    """Each encoding's stress and rank on A and on B, in A's order."""
+    sa, sb = score_encodings(pa, encodings), score_encodings(pb, encodings)
+    rank_in_b = {_key(s.name, s.params): (i + 1, s.stress) for i, s in enumerate(sb)}
+    rows = []
+    for i, s in enumerate(sa):
+        rk_b, st_b = rank_in_b[_key(s.name, s.params)]
+        rows.append(RankChange(s.name, dict(s.params), s.stress, st_b, i + 1, rk_b))
+    return tuple(rows)
+
+
 def check_draws(draws: int) -> int:
     """``--draws``: 0 (no verdict) or >= 2 re-splits (a spread needs two)."""
     draws = check_int("draws", draws, 0)
@@ -548,29 +565,15 @@ def check_draws(draws: int) -> int:
     return draws
 
 
-def _floor(mds: MDS) -> float:
-    """The stress floor the negative eigenvalues leave (as
-    :func:`posdiag.reports.analysis.spectrum`)."""
-    if mds.total is None:
-        return stress_floor(mds.eigenvalues)
-    low = mds.min_eigenvalue
-    total = float(mds.total or 0.0)
-    if math.isnan(low) or total <= 0:
-        return 0.0
-    return math.sqrt(min(0.0, low) ** 2 / total)
-
-
 def corpus_drift(
     a: Counts,
     b: Counts,
+    analysis: Analysis = DEFAULT_ANALYSIS,
     *,
-    min_count: int = DEFAULT_MIN_COUNT,
     rank: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
     draws: int = DEFAULT_DRAWS,
-    seed: int = 0,
-    estimator: str = DEFAULT_ESTIMATOR,
     geometry_draws: int = GEOMETRY_DRAWS,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
@@ -583,24 +586,24 @@ def corpus_drift(
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
         at ``tolerance`` on the common positions (its signal rank when the tolerance is below
         the stress floor of a cross-fitted geometry).
+    analysis : Analysis
+        min_count, estimator (of both corpora) and seed (of the cross-fit's splits and of the
+        re-splits of both no-drift references); no intervals.
     encodings : sequence, optional
         Encodings to rank (default set when None).
-    draws, seed : int
-        Random re-splits behind the per-position no-drift reference, and their seed (also of
-        the cross-fit's splits and of the geometry reference's re-splits).
+    draws : int
+        Random re-splits behind the per-position no-drift reference.
     geometry_draws : int
         Random re-splits behind the geometry stress's no-drift reference
         (:func:`geometry_reference`), each two geometries: 0 skips it (no verdict), else >= 2.
-    estimator : {"crossfit", "plugin"}
-        Geometry estimator of both corpora (:func:`~posdiag.diagnostics.corpus_geometry`).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
     geometry_draws = check_draws(geometry_draws)
     # plain=False: no figure of the drift is a plug-in one (one Gram product and one
     # eigensolve fewer per corpus).
-    ga = corpus_geometry(a, min_count, estimator=estimator, seed=seed, plain=False)
-    gb = corpus_geometry(b, min_count, estimator=estimator, seed=seed, plain=False)
+    ga, gb = (analysed_geometry(x, analysis, plain=False) for x in (a, b))
+    seed = analysis.seed
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     if rank is not None:
@@ -612,23 +615,15 @@ def corpus_drift(
     rb = rank if rank is not None else _default_rank(pb.mds, tolerance)
     by_a, by_b = pa.mds.stress_by_rank(), pb.mds.stress_by_rank()
     reached_a, reached_b = bool(by_a[ra - 1] <= tolerance), bool(by_b[rb - 1] <= tolerance)
-    floor_a, floor_b = _floor(pa.mds), _floor(pb.mds)
-    notes = []
-    for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b)):
-        if not ok and rank is None:
-            notes.append(
-                f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
-                f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
-            )
+    floor_a, floor_b = mds_floor(pa.mds), mds_floor(pb.mds)
+    notes = [
+        f"no MDS rank of {side} reaches stress <= {tolerance:g} on the common positions "
+        f"(floor {fl:.3f}); the cross-stress uses {side}'s signal rank {r} instead"
+        for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b))
+        if not ok and rank is None
+    ]
     a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
     b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
-    sa = score_encodings(pa, encodings)
-    sb = score_encodings(pb, encodings)
-    rank_in_b = {_key(s.name, s.params): (i + 1, s.stress) for i, s in enumerate(sb)}
-    rows = []
-    for i, s in enumerate(sa):
-        rk_b, st_b = rank_in_b[_key(s.name, s.params)]
-        rows.append(RankChange(s.name, dict(s.params), s.stress, st_b, i + 1, rk_b))
     return Drift(
         a=ga.summary,
         b=gb.summary,
@@ -643,7 +638,7 @@ def corpus_drift(
         a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
-        rankings=tuple(rows),
+        rankings=_rankings(pa, pb, encodings),
         position_reference=tuple(
             float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
         ),
@@ -652,7 +647,9 @@ def corpus_drift(
             dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))
         ),
         geometry_reference=(
-            geometry_reference(a, b, n, draws=geometry_draws, seed=seed, estimator=estimator)
+            geometry_reference(
+                a, b, n, draws=geometry_draws, seed=seed, estimator=analysis.estimator
+            )
             if geometry_draws
             else ()
         ),

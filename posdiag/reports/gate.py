@@ -23,7 +23,7 @@ figures.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,19 +35,13 @@ from ..counts.core import Counts
 from ..encodings import make_encoding, parse_encoding
 from ..errors import PosdiagError
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
-from ..geometry.estimator import DEFAULT_ESTIMATOR
 from ..geometry.spectral import partial_spectrum
-from ..uncertainty.bootstrap import DEFAULT_LEVEL, ShardedCounts
-from .analysis import (
-    DEFAULT_MIN_COUNT,
-    CorpusSummary,
-    corpus_geometry,
-    corpus_summary,
-    interval_scores,
-    score_encodings,
-    spectrum,
-)
+from ..uncertainty.bootstrap import ShardedCounts
+from .analysis import CorpusSummary, Progress, analysed_geometry, corpus_summary, spectrum
 from .config import CONFIG_FILES, find_config, read_toml
+from .intervals import interval_scores
+from .options import Analysis
+from .scores import score_encodings
 
 __all__ = [
     "CONFIG_FILES",
@@ -326,30 +320,27 @@ class GateFacts:
 def measure(
     counts: Counts | ShardedCounts,
     config: GateConfig,
+    analysis: Analysis | None = None,
     *,
-    min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
-    level: float = DEFAULT_LEVEL,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
+    progress: Progress = None,
 ) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
-    ``min_count`` defaults to the config file's ``min-count``, else
-    :data:`~posdiag.reports.analysis.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
-    :class:`~posdiag.reports.analysis.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
+    ``analysis.min_count`` None: the config file's ``min-count``, else the default.
+    ``scores`` may supply precomputed
+    :class:`~posdiag.reports.scores.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
     ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
-    counts (>= 2 shards) those get bootstrap intervals of coverage ``level`` too, on the same
-    geometry (``progress(done, replicates)`` follows the bootstrap).
+    counts (>= 2 shards) those get bootstrap intervals too, on the same geometry
+    (``progress(done, replicates)`` follows the bootstrap).
     """
     sharded = counts if isinstance(counts, ShardedCounts) else None
     total_counts = sharded.counts if sharded is not None else counts
     assert isinstance(total_counts, Counts)
-    if min_count is None:
-        min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
-    min_count = check_int("min_count", min_count, 1)
+    analysis = analysis or Analysis()
+    if analysis.min_count is None:
+        analysis = replace(analysis, min_count=config.reading.get("min_count"))
+    min_count = analysis.positions_from
     if not (config.max_stress or config.max_rank_for_stress):
         # Support and information rules need no geometry, so they can judge a corpus too thin
         # for one (the case --min-support exists to catch).
@@ -357,13 +348,8 @@ def measure(
         n = summary.n_eff
         total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
-    geo = corpus_geometry(
-        sharded if sharded is not None else total_counts,
-        min_count,
-        estimator=estimator,
-        seed=seed,
-        plain=False,  # no verdict and no output uses the plug-in figure
-    )
+    # plain=False: no verdict and no output uses the plug-in figure.
+    geo = analysed_geometry(sharded if sharded is not None else total_counts, analysis, plain=False)
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
@@ -376,11 +362,8 @@ def measure(
             sharded,
             geo.n_eff,
             pairs,
-            level,
-            replicates,
-            seed,
+            analysis,
             progress,
-            estimator=geo.estimator,
             # The MDS, not its eigenvalues: at long n they are only the top ones, and the MDS
             # also warm-starts the replicates' partial eigensolver.
             full_mds=geo.mds,
@@ -581,25 +564,10 @@ def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:
 def run_gate(
     counts: Counts | ShardedCounts,
     config: GateConfig,
+    analysis: Analysis | None = None,
     *,
-    min_count: int | None = None,
     scores: Mapping[str, Any] | None = None,
-    level: float = DEFAULT_LEVEL,
-    replicates: int | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    estimator: str = DEFAULT_ESTIMATOR,
+    progress: Progress = None,
 ) -> GateReport:
     """:func:`measure` then :func:`evaluate`."""
-    facts = measure(
-        counts,
-        config,
-        min_count=min_count,
-        scores=scores,
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        progress=progress,
-        estimator=estimator,
-    )
-    return evaluate(config, facts)
+    return evaluate(config, measure(counts, config, analysis, scores=scores, progress=progress))

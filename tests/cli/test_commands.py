@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 import posdiag
 from posdiag.encodings import REGISTRY
-from posdiag.reports.analysis import saving_phrase
+from posdiag.reports.diagnosis import saving_phrase
 
 
 def run(cli: Callable[..., Result], *args: str, input: str | None = None):  # type: ignore[no-untyped-def]

@@ -31,12 +31,14 @@ from posdiag.counts.core import Counts, save_counts
 from posdiag.errors import PosdiagError
 from posdiag.geometry import estimator, spectral
 from posdiag.geometry.core import gram_from_vectors, positional_information, reached_rank
-from posdiag.render.html import build_report
 from posdiag.reports import analysis, gate
-from posdiag.reports.analysis import corpus_geometry, diagnose, score_encodings
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.drift import corpus_drift
 from posdiag.reports.gate import build_config, run_gate
 from posdiag.reports.inspection import _figures, _table_eigenvalues
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.uncertainty import _permnull
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._permnull import permuted_kl, shuffle_segments, shuffled_null
@@ -150,9 +152,9 @@ def _partial(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_diagnose_computes_the_plugin_for_the_json_only(
     corpus_a: Counts, plugin_calls: list[int]
 ) -> None:
-    lean = diagnose(ShardedCounts(corpus_a), min_count=1, details=False)
+    lean = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1), details=False)
     assert plugin_calls == []
-    full = diagnose(ShardedCounts(corpus_a), min_count=1)
+    full = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1))
     assert plugin_calls == [1]
     # Everything printed is the same; only the JSON's plain column differs.
     for part in ("information", "noise", "shift", "rank", "recommendation", "uncertainty"):
@@ -189,7 +191,7 @@ def test_check_scores_a_fixed_encoding_without_plugin_or_split_halves(
         analysis, "split_half_summary", lambda *a, **k: halves.append(1) or real(*a, **k)
     )
     cfg = build_config(encodings=["rope"], max_stress=[0.9])
-    report = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
+    report = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
     assert plugin_calls == [] and halves == []
     want = score_encodings(corpus_geometry(corpus_a, 1), ["rope"])[0].stress
     assert report.results[0].figure == want
@@ -200,7 +202,7 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
 ) -> None:
     rules = ["0.7:3", "0.4:30", "0.3:10", "0.0001:50"]
     cfg = build_config(max_rank_for_stress=rules)
-    full = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
+    full = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
     lam = np.linalg.eigvalsh(corpus_geometry(corpus_a, 1, plain=False).mds.gram)[::-1]
     by_eps = {float(r.target): r for r in full.results}
     for eps, want in ((0.7, 5), (0.4, 21), (0.3, reached_rank(lam, 0.3))):
@@ -213,7 +215,7 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
     grown: list[int] = []
     real = gate.partial_spectrum
     monkeypatch.setattr(gate, "partial_spectrum", lambda *a, **k: grown.append(1) or real(*a, **k))
-    part = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
+    part = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
     assert grown == [1]
     assert [r.passed for r in part.results] == [r.passed for r in full.results]
     got = {float(r.target): r for r in part.results}
@@ -225,7 +227,9 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
     assert got[0.0001].figure == 52 and "more than 51" in got[0.0001].note
     # One rule: grown to its rank + 1 (21) only.
     short = run_gate(
-        ShardedCounts(corpus_a), build_config(max_rank_for_stress=["0.3:20"]), min_count=1
+        ShardedCounts(corpus_a),
+        build_config(max_rank_for_stress=["0.3:20"]),
+        analysis=Analysis(min_count=1),
     )
     (r,) = short.results
     assert r.figure == 22 and not r.passed and "more than 21" in r.note
@@ -235,10 +239,10 @@ def test_diff_skips_the_plugin_and_agrees_on_a_partial_spectrum(
     corpus_a: Counts, plugin_calls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = Counts(zipf_counts(160, 1500, 700, seed=12), {"source": "b"})
-    full = corpus_drift(corpus_a, b, min_count=1)
+    full = corpus_drift(corpus_a, b, analysis=Analysis(min_count=1))
     assert plugin_calls == []
     _partial(monkeypatch)
-    part = corpus_drift(corpus_a, b, min_count=1)
+    part = corpus_drift(corpus_a, b, analysis=Analysis(min_count=1))
     assert (part.rank_a, part.rank_b) == (full.rank_a, full.rank_b)
     for key in ("b_optimum", "a_optimum"):
         assert getattr(part, key) == pytest.approx(getattr(full, key), abs=1e-7)
@@ -267,13 +271,13 @@ def test_diff_on_a_shorter_corpus_restricts_the_crossfit(
     monkeypatch.setattr(estimator, "expected_thinning_bc", as64)
     m = zipf_counts(120, 1500, 700, seed=12)
     b = Counts(sp.csr_matrix(sp.vstack([m, sp.csr_matrix((40, 1500), dtype=np.int64)])), {})
-    drift = corpus_drift(corpus_a, b, min_count=1)
+    drift = corpus_drift(corpus_a, b, analysis=Analysis(min_count=1))
     assert drift.n == 120 and drift.a.n_eff == 160 and plugin_calls == []
     head = Counts(sp.csr_matrix(corpus_a.matrix[:120]), {"source": "a"})
     geo = corpus_geometry(head, 1, plain=False)
     want = float(geo.mds.stress_by_rank()[drift.rank_b - 1])
     assert drift.a_optimum == pytest.approx(want, abs=1e-12)
-    assert drift.rank_a == corpus_drift(head, b, min_count=1).rank_a
+    assert drift.rank_a == corpus_drift(head, b, analysis=Analysis(min_count=1)).rank_a
 
 
 @pytest.mark.parametrize("shape", [(50, 8), (30, 30), (20, 45)])
@@ -296,10 +300,12 @@ def test_inspect_and_report_skip_the_plugin(
     np.save(tmp_path / "t.npy", np.random.default_rng(0).standard_normal((160, 16)))
     out = cli(["inspect", str(tmp_path / "t.npy"), "--corpus", str(path), "--min-count", "1"])
     assert out.exit_code == 0, out.output
-    page = build_report(ShardedCounts(corpus_a), min_count=1, plots=False)
+    html = tmp_path / "r.html"
+    out = cli(["report", str(path), "-o", str(html), "--no-plots", "--min-count", "1"])
+    assert out.exit_code == 0, out.output
     assert plugin_calls == []
-    d = diagnose(ShardedCounts(corpus_a), min_count=1)
-    assert d.recommendation.text.split(" Caution")[0][:60] in page.html
+    d = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1))
+    assert d.recommendation.text.split(" Caution")[0][:60] in html.read_text(encoding="utf-8")
 
 
 def test_check_rank_rules_settled_by_the_headline_spectrum_grow_nothing(
@@ -309,7 +315,7 @@ def test_check_rank_rules_settled_by_the_headline_spectrum_grow_nothing(
     grown: list[int] = []
     monkeypatch.setattr(gate, "partial_spectrum", lambda *a, **k: grown.append(1))
     cfg = build_config(max_rank_for_stress=["0.7:3", "0.4:30"])  # ranks 5 and 21
-    report = run_gate(ShardedCounts(corpus_a), cfg, min_count=1)
+    report = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
     assert grown == []
     assert [(r.figure, r.passed) for r in report.results] == [(5.0, False), (21.0, True)]
 
@@ -318,11 +324,11 @@ def test_diff_rank_beyond_the_computed_pairs_grows_the_partial_spectrum(
     corpus_a: Counts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = Counts(zipf_counts(160, 1500, 700, seed=12), {"source": "b"})
-    full = corpus_drift(corpus_a, b, min_count=1, rank=140)
+    full = corpus_drift(corpus_a, b, analysis=Analysis(min_count=1), rank=140)
     _partial(monkeypatch)
     computed = corpus_geometry(b, 1, plain=False).mds.eigenvalues.size
     assert computed < 140  # the headline's pairs stop short of the rank asked for
-    part = corpus_drift(corpus_a, b, min_count=1, rank=140)
+    part = corpus_drift(corpus_a, b, analysis=Analysis(min_count=1), rank=140)
     assert (part.rank_a, part.rank_b) == (140, 140)
     for key in ("b_optimum", "a_optimum"):
         assert getattr(part, key) == pytest.approx(getattr(full, key), abs=1e-7)
@@ -330,7 +336,7 @@ def test_diff_rank_beyond_the_computed_pairs_grows_the_partial_spectrum(
         assert getattr(part, key) == pytest.approx(getattr(full, key), abs=1e-6)
     # Still refused beyond n - 1, with the n - 1 bound in the message.
     with pytest.raises(PosdiagError, match=r"'rank' must be an int in \[1, n-1=159\]; got 160"):
-        corpus_drift(corpus_a, b, min_count=1, rank=160)
+        corpus_drift(corpus_a, b, analysis=Analysis(min_count=1), rank=160)
 
 
 @pytest.mark.parametrize("how", ["crossfit", "plugin"])

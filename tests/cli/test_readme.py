@@ -9,6 +9,7 @@ from typer.main import get_command
 
 import posdiag
 from posdiag.cli.app import app
+from posdiag.reports.options import Analysis
 
 
 def test_every_command_is_documented_in_the_readme(repo_root: Path) -> None:
@@ -93,12 +94,15 @@ def test_public_api_is_exactly_what_the_package_imports(repo_root: Path) -> None
 def test_the_bundled_corpus_tables_are_what_stress_prints(repo_root: Path) -> None:
     """README and docs/geometry.md quote `posdiag stress fixtures/corpus_en.txt` (plug-in and
     cross-fit, 3 decimals); they had drifted from the output by up to 0.008."""
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     counts = corpus_counts_sharded(str(repo_root / "fixtures" / "corpus_en.txt")).counts
     cross = {e.name: e for e in stress_report(counts).encodings}
-    plug = {e.name: e.stress for e in stress_report(counts, estimator="plugin").encodings}
+    plug = {
+        e.name: e.stress
+        for e in stress_report(counts, analysis=Analysis(estimator="plugin")).encodings
+    }
     row = re.compile(
         r"^\| `([a-z0-9-]+)` \| ([0-9.]+) \| ([0-9.]+)(?: \(in-sample ([0-9.]+)\))? \|$", re.M
     )

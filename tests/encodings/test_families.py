@@ -14,7 +14,8 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import REGISTRY, parse_encoding
 from posdiag.encodings.families import FAMILIES, family, is_relative
-from posdiag.reports.analysis import diagnose
+from posdiag.reports.diagnosis import diagnose
+from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty.bootstrap import count_texts_sharded
 
@@ -88,10 +89,10 @@ def test_plot_legend_names_the_families(synth_corpus: Path) -> None:
     pytest.importorskip("matplotlib")
     from posdiag.counts.corpus import corpus_counts
     from posdiag.render.plots import plot_stress
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
 
     specs = [parse_encoding(e) for e in ENCODINGS[1::2]]
-    report = stress_report(corpus_counts(str(synth_corpus)), specs, min_count=50)
+    report = stress_report(corpus_counts(str(synth_corpus)), specs, analysis=Analysis(min_count=50))
     legend = plot_stress(report).axes[0].get_legend()
     assert legend.get_title().get_text() == "family"
     # Legend order is FAMILIES order: absolute, rotary, attention bias, MDS, none.
@@ -104,7 +105,7 @@ def test_a_shift_corpus_recommends_any_relative_encoding() -> None:
     spec = SynthSpec(mode="shift", positions=16, vocab=80, sequences=4_000)
     sc = count_texts_sharded(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
     specs = [parse_encoding(e) for e in ("rope-yarn", "sinusoidal", "mds-2")]
-    d = diagnose(sc, specs, min_count=10, dim=128)
+    d = diagnose(sc, specs, analysis=Analysis(min_count=10), dim=128)
     assert d.shift.r2 > 0.95
     assert (d.recommendation.encoding, d.recommendation.family) == (
         "rope-yarn",

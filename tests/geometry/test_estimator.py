@@ -52,7 +52,10 @@ from posdiag.geometry.estimator import (
     stacked_halves,
     thinned_halves,
 )
-from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
 
@@ -220,7 +223,10 @@ def test_bundled_corpus_ranking(bundled_sharded: Counts) -> None:
     fixed = [n for n in names if not n.startswith("mds")]
     assert max(names.index("mds-2"), names.index("mds-3")) < min(names.index(n) for n in fixed)
     assert names[-2:] == ["learned-random", "nope"]
-    plain = [s.name for s in stress_report(bundled_sharded, estimator="plugin").encodings]
+    plain = [
+        s.name
+        for s in stress_report(bundled_sharded, analysis=Analysis(estimator="plugin")).encodings
+    ]
     assert plain[0] == "learned-random"
 
 
@@ -395,7 +401,9 @@ def test_bootstrap_bias_of_heldout_mds_is_measured_from_in_sample(tmp_path: Path
     total, shards = _sample(mu, 1000, seed=1)
     counts = Counts(sp.csr_matrix(total), {}, None, tuple(sp.csr_matrix(s) for s in shards))
     sharded = ShardedCounts(counts, counts.shards, 0)
-    report = stress_report(sharded, ["mds-3", "alibi"], min_count=10, replicates=30, seed=2)
+    report = stress_report(
+        sharded, ["mds-3", "alibi"], analysis=Analysis(min_count=10, seed=2, replicates=30)
+    )
     assert report.uncertainty is not None and report.geometry is not None
     scores = {e.name: e for e in report.encodings}
     encs = [make_encoding("mds", N_POS, {"rank": 3}, mds=report.geometry.mds)]

@@ -28,8 +28,10 @@ from posdiag.geometry import estimator, spectral
 from posdiag.geometry._thinning import draw_half, expected_halves
 from posdiag.geometry.core import stress_by_rank
 from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
-from posdiag.reports import analysis
-from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.reports import analysis, intervals
+from posdiag.reports.analysis import corpus_geometry, spectrum
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts
 from tests import _data
 
@@ -230,14 +232,14 @@ def test_report_without_details_skips_the_plugin_and_the_noise_floor(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real_plugin, real_floor = estimator.plugin_bc, analysis.noise_floor
+    real_plugin, real_floor = estimator.plugin_bc, intervals.noise_floor
     monkeypatch.setattr(estimator, "plugin_bc", lambda c: calls.append("plugin") or real_plugin(c))
     monkeypatch.setattr(
-        analysis, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
+        intervals, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
     )
-    lean = stress_report(ShardedCounts(long_counts), min_count=1, details=False)
+    lean = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=False)
     assert calls == []
-    full = stress_report(ShardedCounts(long_counts), min_count=1, details=True)
+    full = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=True)
     assert calls == ["plugin", "floor"]
     # The headline is the same geometry either way; only the detail columns differ.
     assert [(e.name, e.stress) for e in lean.encodings] == [
@@ -263,16 +265,16 @@ def test_report_with_intervals_and_without_details_skips_the_noise_floor(
     calls: list[str] = []
     # With shards the floor splits halves of the shards (docs/geometry.md 2b); either function.
     for name in ("noise_floor", "noise_floor_by_shards"):
-        real = getattr(analysis, name)
+        real = getattr(intervals, name)
         monkeypatch.setattr(
-            analysis,
+            intervals,
             name,
             functools.partial(lambda real, *a, **k: calls.append("floor") or real(*a, **k), real),
         )
-    kw = {"min_count": 1, "replicates": 20}
-    lean = stress_report(ShardedCounts(counts, counts.shards), details=False, **kw)  # type: ignore[arg-type]
+    kw = Analysis(min_count=1, replicates=20)
+    lean = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=False)
     assert calls == []
-    full = stress_report(ShardedCounts(counts, counts.shards), details=True, **kw)  # type: ignore[arg-type]
+    full = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=True)
     assert calls == ["floor"]
     assert lean.uncertainty is not None and full.uncertainty is not None
     assert lean.uncertainty.shards == full.uncertainty.shards == 8
@@ -328,14 +330,14 @@ def test_float32_headline_moves_every_printed_number_below_1e6(
         return real(*args, **kwargs)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(estimator, product, spy)
-    f32 = stress_report(sharded, min_count=1, details=False, replicates=20)
+    f32 = stress_report(sharded, analysis=Analysis(min_count=1, replicates=20), details=False)
     assert seen[0] == "float32"  # the headline's own product
 
     def as64(*args: object, **kwargs: object) -> np.ndarray:
         return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
 
     monkeypatch.setattr(estimator, product, as64)
-    f64 = stress_report(sharded, min_count=1, details=False, replicates=20)
+    f64 = stress_report(sharded, analysis=Analysis(min_count=1, replicates=20), details=False)
     lam32, lam64 = np.array(f32.spectrum.eigenvalues), np.array(f64.spectrum.eigenvalues)
     assert 0 < float(np.abs(lam32 - lam64).max()) < 1e-6  # float32 was used, and only that
     assert f32.spectrum.effective_rank == f64.spectrum.effective_rank

@@ -19,10 +19,13 @@ from posdiag.geometry.estimator import (
     split_half_grams,
     split_half_summary,
 )
-from posdiag.reports import analysis
-from posdiag.reports.analysis import corpus_geometry, stress_report
+from posdiag.reports import analysis, intervals
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts
+from tests._data import whole_mask, whole_split_half
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
@@ -31,18 +34,6 @@ def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
     rng = np.random.default_rng(seed)
     p = drift_distributions(n, v, seed=2)
     return sp.csr_matrix(np.stack([rng.multinomial(60 + i, p[i]) for i in range(n)]))
-
-
-def whole_mask(grams: tuple[tuple[np.ndarray, np.ndarray], ...], gram: np.ndarray) -> np.ndarray:
-    """The pairs within sampling error from whole n x n arrays (the definition)."""
-    acc = np.zeros(gram.shape)
-    for p, q in grams:
-        d = analysis._gram_sq_distances(p - q)
-        acc += d * d
-    acc = np.sqrt(acc / (4.0 * len(grams)))
-    mask = analysis._gram_sq_distances(gram) <= acc
-    np.fill_diagonal(mask, False)
-    return mask
 
 
 @pytest.fixture(scope="module")
@@ -184,17 +175,17 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
     monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
-    report = stress_report(ShardedCounts(counts), min_count=1, details=False)
+    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
     geo = report.geometry
     assert geo is not None and "split_half" not in geo._cache
     summary = geo._cache["split_half_summary"]
-    half = geo.split_half()  # the whole grams, for the reference only
+    half = whole_split_half(geo)  # the whole grams, for the reference only
     assert half is not None and len(half.grams) == 1
     mask = whole_mask(half.grams, geo.mds.gram)
-    share = analysis._noise_shares(geo, np.zeros(40))[1]
+    share = intervals._noise_shares(geo, np.zeros(40))[1]
     assert report.uncertainty is not None
-    assert report.uncertainty.unstable == analysis._unstable(mask.sum(axis=1), share)
-    partners, within, first = analysis._noise_pairs(geo, np.zeros(40))
+    assert report.uncertainty.unstable == intervals._unstable(mask.sum(axis=1), share)
+    partners, within, first = intervals._noise_pairs(geo, np.zeros(40))
     assert partners is summary.partners and within == int(np.triu(mask, 1).sum())
     mds = {s.name: s.stress for s in report.encodings if s.name.startswith("mds")}
     want = heldout_mds_stress(half, [1, 2, 3])

@@ -14,7 +14,9 @@ from click.testing import Result
 from posdiag.counts.corpus import corpus_counts
 from posdiag.geometry.core import positional_information
 from posdiag.render.html import build_report
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.diagnosis import diagnose
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from tests.render.test_plots import PIXELS, png_size
 
 
@@ -52,7 +54,7 @@ def test_report_has_the_stress_table_and_no_external_url(
 
 def test_report_diagnostics_and_plots_off(synth_corpus: Path, tmp_path: Path) -> None:
     counts = corpus_counts(str(synth_corpus))
-    page = build_report(counts, ["rope", "nope"], plots=False)
+    page = build_report(diagnose(counts, ["rope", "nope"], details=False), plots=False)
     assert page.plots == () and "plots were not requested" in page.html
     assert "<img" not in page.html
     bits, _ = positional_information(counts.matrix[:12])
@@ -64,7 +66,7 @@ def test_report_without_matplotlib_says_so(
     synth_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    page = build_report(corpus_counts(str(synth_corpus)), ["rope"])
+    page = build_report(diagnose(corpus_counts(str(synth_corpus)), ["rope"], details=False))
     assert page.plots == ()
     assert "plots omitted: matplotlib is not installed" in page.html
 
@@ -73,7 +75,8 @@ def test_report_escapes_text(tmp_path: Path) -> None:
     corpus = tmp_path / "a<b>&.txt"
     # 120 distinct lines: copies would count once towards min_count (docs/geometry.md 2b).
     corpus.write_text("".join(f"x{i % 7} y{i % 11} z{i % 13} w{i % 5}\n" for i in range(120)))
-    page = build_report(corpus_counts(str(corpus)), ["rope"], min_count=50, plots=False)
+    d = diagnose(corpus_counts(str(corpus)), ["rope"], Analysis(min_count=50), details=False)
+    page = build_report(d, plots=False)
     assert "a&lt;b&gt;&amp;.txt" in page.html and "a<b>" not in page.html
 
 

@@ -23,7 +23,8 @@ from posdiag.render.plots import (
     png_bytes,
     write_plots,
 )
-from posdiag.reports.analysis import corpus_geometry, stress_report
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.stress import stress_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -18,7 +18,8 @@ from posdiag.render.corpora import corpora_json, print_corpora
 from posdiag.render.encodings import print_encoding_detail, print_encodings
 from posdiag.render.stress import print_stress
 from posdiag.render.takeaway import takeaway
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
 runner = CliRunner()
@@ -42,7 +43,7 @@ def report(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         ("nope", {}),
     ]
     counted = corpus_counts_sharded(str(path), shards=5, seed=0, max_len=48)
-    return stress_report(counted, specs, level=0.95, min_count=50, replicates=20)
+    return stress_report(counted, specs, analysis=Analysis(min_count=50, level=0.95, replicates=20))
 
 
 def _lines(buf: io.StringIO) -> list[str]:
@@ -189,7 +190,7 @@ def test_equal_spearman_of_encodings_monotone_in_the_lag_as_the_legend_says() ->
     # pairs, so the same Spearman to the last digit; rope's distance is not monotone in |i-j|.
     path = Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt"
     counted = corpus_counts_sharded(str(path), shards=0, seed=0, max_len=64)
-    rep = stress_report(counted, min_count=100, details=False)
+    rep = stress_report(counted, analysis=Analysis(min_count=100), details=False)
     by = {s.name: s.spearman for s in rep.encodings}
     assert by["alibi"] == by["alibi-kernel"]
     assert by["rope"] != by["alibi"]

@@ -26,7 +26,8 @@ from posdiag.geometry.core import (
     smoothness,
     violation_rate,
 )
-from posdiag.reports.analysis import diagnose
+from posdiag.reports.diagnosis import diagnose
+from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
 from posdiag.uncertainty.bootstrap import count_texts_sharded
 
@@ -51,7 +52,7 @@ def test_positional_information_matches_a_dense_brute_force() -> None:
 
 def test_information_is_zero_within_noise_on_iid_positions() -> None:
     counts = _iid_counts(3_000)
-    d = diagnose(counts, min_count=10, level=0.95)
+    d = diagnose(counts, analysis=Analysis(min_count=10, level=0.95))
     info = d.information
     # The plug-in I of the supported positions, by a dense brute force over the joint table.
     c = counts.matrix[: d.corpus.n_eff].toarray().astype(float)
@@ -68,10 +69,10 @@ def test_information_is_zero_within_noise_on_iid_positions() -> None:
 def test_information_is_large_on_a_position_dependent_corpus() -> None:
     texts = synth_texts(SynthSpec(positions=10, vocab=30, sequences=3_000))
     counts = count_texts(texts, load_tokenizer(), max_len=10)
-    info = diagnose(counts, min_count=10).information
+    info = diagnose(counts, analysis=Analysis(min_count=10)).information
     assert info.significant and info.z > 50
     assert info.excess > 0.1
-    iid = diagnose(_iid_counts(3_000), min_count=10).information
+    iid = diagnose(_iid_counts(3_000), analysis=Analysis(min_count=10)).information
     assert info.bits > 10 * iid.bits
 
 
@@ -145,7 +146,7 @@ def test_noise_floor_flags_identical_positions_as_indistinguishable() -> None:
     p, q = rng.dirichlet(np.ones(20)), rng.dirichlet(np.ones(20))
     mu = np.vstack([p, p, p, q, q, q])
     counts = count_texts(sample_texts(mu, 2_000, seed=1), load_tokenizer(), max_len=6)
-    d = diagnose(counts, min_count=10, level=0.95)
+    d = diagnose(counts, analysis=Analysis(min_count=10, level=0.95))
     within = {(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5)}
     found = set(d.noise.pairs)
     assert found <= within
@@ -157,7 +158,7 @@ def test_noise_floor_flags_identical_positions_as_indistinguishable() -> None:
 def test_diagnose_on_the_shift_corpus_recommends_a_relative_encoding() -> None:
     spec = SynthSpec(mode="shift", positions=16, vocab=80, sequences=4_000)
     sc = count_texts_sharded(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
-    d = diagnose(sc, min_count=10, dim=128)
+    d = diagnose(sc, analysis=Analysis(min_count=10), dim=128)
     assert d.shift.r2 > 0.95
     assert d.recommendation.family == "relative: attention bias"
     assert d.recommendation.encoding == "alibi"
@@ -221,7 +222,7 @@ def test_noise_dominated_positions_are_flagged_unstable() -> None:
     p, q = rng.dirichlet(np.ones(25)), rng.dirichlet(np.ones(25))
     mu = np.vstack([p, *[q] * 15])
     counts = count_texts(sample_texts(mu, 500, seed=3), load_tokenizer(), max_len=16)
-    d = diagnose(counts, min_count=10)
+    d = diagnose(counts, analysis=Analysis(min_count=10))
     # The split-half noise bound is itself one random split: on this seed 14 of the 15 noise
     # positions cross the flagging rule (position 6 has 7 of 15 pairs within noise, the rule
     # needs 8, and a share of 0.2). Before the thinning cross-fit averaged over every split

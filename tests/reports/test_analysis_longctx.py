@@ -14,10 +14,12 @@ from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
 from posdiag.geometry import spectral
 from posdiag.geometry.core import compare, double_center, gram_from_distances
-from posdiag.reports import analysis
-from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports import analysis, intervals
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.scores import score_encodings
 from posdiag.scoring import scores as fastscore
 from posdiag.synthetic import drift_distributions, sample_texts
+from tests._data import whole_mask, whole_split_half
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def test_noise_gram_diagonal_without_the_matrix() -> None:
     floor = np.array([0.3, np.nan, 0.1, 0.25, 0.05])
     e = np.nan_to_num(floor) ** 2 / 4
     want = np.diag(double_center(np.diag(e)))
-    np.testing.assert_allclose(analysis._noise_gram_diagonal(floor), want, rtol=1e-14)
+    np.testing.assert_allclose(intervals._noise_gram_diagonal(floor), want, rtol=1e-14)
 
 
 def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,28 +175,23 @@ def test_noise_bounds_by_row_blocks_equal_the_whole_matrix_formulas(
     from posdiag.geometry.estimator import noise_energy, noise_energy_rows
 
     geo = _noisy_geometry()
-    half = geo.split_half()
+    half = whole_split_half(geo)
     assert half is not None
     whole = noise_energy(half)
     # 1, 2 or 3 rows per block, and one block: the same numbers bit for bit.
     n = whole.shape[0]
     for block in (8 * n, 16 * n, 24 * n, 1 << 30):
         np.testing.assert_array_equal(noise_energy_rows(half, block), whole.sum(axis=1))
-    # The old whole-matrix mask (two n x n temporaries per outer split).
-    acc = np.zeros((n, n))
-    for p, q in half.grams:
-        d = analysis._gram_sq_distances(p - q)
-        acc += d * d
-    acc = np.sqrt(acc / (4.0 * len(half.grams)))
-    want = analysis._gram_sq_distances(geo.mds.gram) <= acc
-    np.fill_diagonal(want, False)
+    want = whole_mask(half.grams, geo.mds.gram)
     rows = geo.mds.gram
     share_want = whole.sum(axis=1) / np.sum(rows * rows, axis=1)
+    # The pairs come from the split-half summary (posdiag.geometry.estimator), not by blocks.
+    partners, within, _ = intervals._noise_pairs(geo, np.zeros(n))
+    np.testing.assert_array_equal(partners, want.sum(axis=1))
+    assert within == int(np.triu(want, 1).sum())
     for block in (8 * n, 24 * n, 1 << 30):
-        monkeypatch.setattr(analysis, "NOISE_BLOCK_BYTES", block)
-        got = analysis._pairs_within_noise(geo, np.zeros(n))
-        np.testing.assert_array_equal(got, want)
-        total, per = analysis._noise_shares(geo, np.zeros(n))
+        monkeypatch.setattr(intervals, "NOISE_BLOCK_BYTES", block)
+        total, per = intervals._noise_shares(geo, np.zeros(n))
         np.testing.assert_allclose(per, share_want, rtol=1e-13)
         assert total == pytest.approx(whole.sum() / np.sum(rows * rows), rel=1e-13)
     assert 0 < want.sum() < n * (n - 1)  # the test data has pairs on both sides of the bound

@@ -17,8 +17,10 @@ from posdiag.corpus.reading import Reading
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import count_texts, save_counts
 from posdiag.geometry.core import stress
-from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.drift import corpus_drift, count_pair, fitted_stress
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import drift_distributions, sample_texts
 from tests.render.test_plots import PIXELS, png_size
 
@@ -85,7 +87,7 @@ def test_drift_matches_brute_force(tmp_path: Path) -> None:
     pb = _corpus(tmp_path / "b.txt", 10, seed=5)
     a, b = count_pair(str(pa), str(pb), Reading(max_len=16))
     # The brute force below is the plug-in geometry.
-    d = corpus_drift(a, b, min_count=50, rank=2, estimator="plugin")
+    d = corpus_drift(a, b, analysis=Analysis(min_count=50, estimator="plugin"), rank=2)
     assert (d.a.n_eff, d.b.n_eff, d.n) == (12, 10, 10)
     ca, cb = _dense([pa, pb], 10)
     sa = np.sqrt(ca / ca.sum(axis=1, keepdims=True))
@@ -164,7 +166,7 @@ def test_whitespace_counts_of_separate_runs_are_aligned_by_word(
         from_npz["position_hellinger"], from_files["position_hellinger"], atol=1e-12
     )
     # Counts files keep no shards: their cross-fit thins, as the files' counts without shards.
-    unsharded = corpus_drift(*count_pair(str(synth_corpus), str(pb)), min_count=50)
+    unsharded = corpus_drift(*count_pair(str(synth_corpus), str(pb)), Analysis(min_count=50))
     assert from_npz["geometry_stress"] == pytest.approx(unsharded.geometry_stress, abs=1e-12)
     assert max(from_npz["position_hellinger"]) > 0.05  # different corpora: real drift
     # The same counts file against itself: zero drift.
@@ -213,7 +215,9 @@ def test_no_drift_reference_separates_noise_from_drift(tmp_path: Path) -> None:
     assert np.mean(real.position_hellinger) > 1.5 * np.mean(real.position_reference)
     # Seeded: the same seed gives the same reference, another seed another one.
     assert corpus_drift(a, c).position_reference == real.position_reference
-    assert corpus_drift(a, c, seed=1).position_reference != real.position_reference
+    assert (
+        corpus_drift(a, c, analysis=Analysis(seed=1)).position_reference != real.position_reference
+    )
 
 
 def test_diff_reads_presets_from_the_data_dir_with_limit_and_sample(

@@ -18,7 +18,7 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.errors import PosdiagError
 from posdiag.render.gate import github_annotations, junit_xml, rule_line
-from posdiag.reports.analysis import EncodingScore, corpus_geometry, score_encodings
+from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.gate import (
     GateConfig,
     GateFacts,
@@ -30,6 +30,8 @@ from posdiag.reports.gate import (
     measure,
     run_gate,
 )
+from posdiag.reports.options import Analysis
+from posdiag.reports.scores import EncodingScore, score_encodings
 from posdiag.uncertainty.bootstrap import ShardedCounts
 
 
@@ -397,11 +399,11 @@ def test_strict_without_interval_says_so(cli: Callable[..., Result], synth_corpu
 def test_check_computes_bootstrap_intervals_for_strict(
     cli: Callable[..., Result], synth_corpus: Path
 ) -> None:
-    from posdiag.reports.analysis import stress_report
+    from posdiag.reports.stress import stress_report
     from posdiag.uncertainty.bootstrap import corpus_counts_sharded
 
     sharded = corpus_counts_sharded(str(synth_corpus), shards=10, seed=0)
-    ref = stress_report(sharded, ["rope"], replicates=50, seed=0).encodings[0]
+    ref = stress_report(sharded, ["rope"], analysis=Analysis(seed=0, replicates=50)).encodings[0]
     args = [
         "--no-config",
         "-e",
@@ -517,7 +519,7 @@ def test_info_only_path_measures_the_analysed_prefix() -> None:
     assert facts.corpus.n_eff == 4
     assert facts.positional_info == pytest.approx(info_bits(MATRIX[:4]), rel=1e-12)
     # A larger min_count argument wins over the config's: n_eff = 0, no information.
-    facts = measure(counts(), cfg, min_count=13)
+    facts = measure(counts(), cfg, analysis=Analysis(min_count=13))
     assert (facts.corpus.n_eff, facts.positional_info) == (0, 0.0)
     # The default min_count (100) leaves nothing either.
     assert measure(counts(), build_config(min_positional_info=0.0)).corpus.n_eff == 0
@@ -571,7 +573,7 @@ def test_max_stress_figure_is_the_stress_and_judges_both_ways() -> None:
     expected = math.sqrt(1 - cos * cos)
     for thr, passed in ((expected + 1e-9, True), (expected - 1e-9, False)):
         cfg = build_config(encodings=["alibi"], max_stress=[thr], reading={"min_count": 10})
-        facts = measure(c, cfg, estimator="plugin")
+        facts = measure(c, cfg, analysis=Analysis(estimator="plugin"))
         assert facts.scores["alibi"].stress == pytest.approx(expected, rel=1e-9)
         lam = np.sort(np.linalg.eigvalsh(b_h))[::-1]
         np.testing.assert_allclose(facts.eigenvalues, lam, atol=1e-12)
@@ -590,12 +592,12 @@ def test_max_stress_figure_is_the_stress_and_judges_both_ways() -> None:
 def test_measure_uses_the_config_min_count() -> None:
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 10})
     assert measure(counts(), cfg).corpus.n_eff == 4
-    assert measure(counts(), cfg, min_count=5).corpus.n_eff == 5
-    assert run_gate(counts(), cfg, min_count=5).corpus.n_eff == 5
+    assert measure(counts(), cfg, analysis=Analysis(min_count=5)).corpus.n_eff == 5
+    assert run_gate(counts(), cfg, analysis=Analysis(min_count=5)).corpus.n_eff == 5
     with pytest.raises(PosdiagError, match="fewer than 2 positions"):
         measure(counts(), build_config(encodings=["alibi"], max_stress=[1.0]))
     with pytest.raises(PosdiagError) as exc:
-        measure(counts(), cfg, min_count=0)
+        measure(counts(), cfg, analysis=Analysis(min_count=0))
     assert str(exc.value) == "'min_count' must be an int in [1, inf]; got 0"
 
 
@@ -614,7 +616,7 @@ def test_sharded_counts_give_intervals_and_strict_judges_the_upper_bound() -> No
     total = sum(s.toarray() for s in shards)
     sharded = ShardedCounts(counts(total), shards)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
-    facts = measure(sharded, cfg, replicates=30, seed=1)
+    facts = measure(sharded, cfg, analysis=Analysis(seed=1, replicates=30))
     s = facts.scores["alibi"]
     assert s.ci_low <= s.stress <= s.ci_high and s.ci_high > s.ci_low
     (r,) = evaluate(cfg, facts).results
@@ -899,9 +901,9 @@ def test_run_gate_passes_scores_and_seed_on() -> None:
     shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(4))
     sharded = ShardedCounts(counts(sum(s.toarray() for s in shards)), shards)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
-    (r,) = run_gate(sharded, cfg, replicates=20).results
-    ref = measure(sharded, cfg, replicates=20, seed=0).scores["alibi"]
-    other = measure(sharded, cfg, replicates=20, seed=1).scores["alibi"]
+    (r,) = run_gate(sharded, cfg, analysis=Analysis(replicates=20)).results
+    ref = measure(sharded, cfg, analysis=Analysis(seed=0, replicates=20)).scores["alibi"]
+    other = measure(sharded, cfg, analysis=Analysis(seed=1, replicates=20)).scores["alibi"]
     assert r.note == f"interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}]"
     assert (ref.ci_low, ref.ci_high) != (other.ci_low, other.ci_high)
 
@@ -913,10 +915,15 @@ def test_run_gate_passes_level_and_progress_on() -> None:
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
     calls: list[tuple[int, int]] = []
     (r,) = run_gate(
-        sharded, cfg, replicates=12, seed=4, level=0.5, progress=lambda d, t: calls.append((d, t))
+        sharded,
+        cfg,
+        analysis=Analysis(seed=4, level=0.5, replicates=12),
+        progress=lambda d, t: calls.append((d, t)),
     ).results
-    ref = measure(sharded, cfg, replicates=12, seed=4, level=0.5).scores["alibi"]
-    wide = measure(sharded, cfg, replicates=12, seed=4, level=0.99).scores["alibi"]
+    ref = measure(sharded, cfg, analysis=Analysis(seed=4, level=0.5, replicates=12)).scores["alibi"]
+    wide = measure(sharded, cfg, analysis=Analysis(seed=4, level=0.99, replicates=12)).scores[
+        "alibi"
+    ]
     assert r.note == f"interval [{ref.ci_low:.4f}, {ref.ci_high:.4f}]"
     assert wide.ci_high - wide.ci_low > ref.ci_high - ref.ci_low
     assert calls and calls[-1] == (12, 12)
@@ -951,7 +958,7 @@ def test_rank_rule_on_two_and_one_eigenvalues() -> None:
 def test_report_carries_strict_source_and_empty_targets(tmp_path: Path) -> None:
     f = write(tmp_path, "strict = true\nmin-support = 1\nmin-positional-info = 0\n")
     cfg = build_config(file=f)
-    report = evaluate(cfg, measure(counts(), cfg, min_count=10))
+    report = evaluate(cfg, measure(counts(), cfg, analysis=Analysis(min_count=10)))
     assert (report.strict, report.config_file) == (True, str(f))
     assert [(r.rule, r.target, r.id) for r in report.results] == [
         ("min-positional-info", "", "min-positional-info"),
@@ -970,8 +977,10 @@ def test_measure_intervals_from_two_shards_with_the_default_seed() -> None:
     # Two shards are enough for plug-in intervals (the cross-fit needs four).
     sharded = sharded_counts(2)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
-    s = measure(sharded, cfg, replicates=16, estimator="plugin").scores["alibi"]
-    ref = measure(sharded, cfg, replicates=16, seed=0, estimator="plugin").scores["alibi"]
+    s = measure(sharded, cfg, analysis=Analysis(estimator="plugin", replicates=16)).scores["alibi"]
+    ref = measure(
+        sharded, cfg, analysis=Analysis(estimator="plugin", seed=0, replicates=16)
+    ).scores["alibi"]
     assert not math.isnan(s.ci_high) and (s.ci_low, s.ci_high) == (ref.ci_low, ref.ci_high)
 
 
@@ -984,7 +993,7 @@ def test_measure_intervals_use_the_encoding_parameters_and_the_corpus_mds() -> N
         max_stress=[1.0],
         reading={"min_count": 1},
     )
-    scores = measure(sharded, cfg, replicates=16, seed=2).scores
+    scores = measure(sharded, cfg, analysis=Analysis(seed=2, replicates=16)).scores
     line, kp = scores["alibi"], scores["kerple-power:p=2.0"]
     assert kp.stress == pytest.approx(line.stress, rel=1e-12)
     assert (kp.ci_low, kp.ci_high) == pytest.approx((line.ci_low, line.ci_high), rel=1e-12)
@@ -995,11 +1004,19 @@ def test_run_gate_passes_the_estimator_on() -> None:
     sharded = sharded_counts(4, seed=8)
     cfg = build_config(encodings=["alibi"], max_stress=[1.0], reading={"min_count": 1})
     for estimator in ("plugin", "crossfit"):
-        (r,) = run_gate(sharded, cfg, replicates=8, estimator=estimator).results
-        ref = measure(sharded, cfg, replicates=8, estimator=estimator).scores["alibi"]
+        (r,) = run_gate(sharded, cfg, analysis=Analysis(estimator=estimator, replicates=8)).results
+        ref = measure(sharded, cfg, analysis=Analysis(estimator=estimator, replicates=8)).scores[
+            "alibi"
+        ]
         assert r.figure == ref.stress
-    plug = measure(sharded, cfg, replicates=8, estimator="plugin").scores["alibi"].stress
-    cross = measure(sharded, cfg, replicates=8).scores["alibi"].stress  # the default
+    plug = (
+        measure(sharded, cfg, analysis=Analysis(estimator="plugin", replicates=8))
+        .scores["alibi"]
+        .stress
+    )
+    cross = (
+        measure(sharded, cfg, analysis=Analysis(replicates=8)).scores["alibi"].stress
+    )  # the default
     assert plug != cross
 
 

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from posdiag.cli.app import app
 from posdiag.counts.corpus import corpus_counts
 from posdiag.render.plots import FAMILY_COLOURS, plot_spectrum, plot_stress, plot_support
-from posdiag.reports.analysis import corpus_geometry, stress_report
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 
 runner = CliRunner()
 BUNDLED = Path(__file__).resolve().parents[2] / "fixtures" / "corpus_en.txt"
@@ -88,7 +90,7 @@ def test_each_family_keeps_its_colour(small_corpus: Path) -> None:
     counts = corpus_counts(str(small_corpus))
 
     def colours(specs: list[str]) -> dict[str, str]:
-        report = stress_report(counts, specs, min_count=50)
+        report = stress_report(counts, specs, analysis=Analysis(min_count=50))
         ax = plot_stress(report).axes[0]
         labels = [t.get_text() for t in ax.get_yticklabels()]
         return {lab: to_hex(p.get_facecolor()) for lab, p in zip(labels, ax.patches, strict=False)}

@@ -136,8 +136,9 @@ def test_score_encodings_scores_the_mds_family_in_one_pass(
 ) -> None:
     from posdiag.corpus.tokenizers import load_tokenizer
     from posdiag.counts.core import count_texts
-    from posdiag.reports import analysis
-    from posdiag.reports.analysis import corpus_geometry, score_encodings
+    from posdiag.reports import scores as scores_module
+    from posdiag.reports.analysis import corpus_geometry
+    from posdiag.reports.scores import score_encodings
     from posdiag.synthetic import drift_distributions, sample_texts
 
     mu = drift_distributions(40, 60, rank=3, seed=4)
@@ -151,7 +152,7 @@ def test_score_encodings_scores_the_mds_family_in_one_pass(
         def one_at_a_time(side: object, b: np.ndarray, ps: list[np.ndarray]) -> list[object]:
             return [score_vectors(side, b, p) for p in ps]  # type: ignore[arg-type]
 
-        monkeypatch.setattr(analysis, "score_vectors_many", one_at_a_time)
+        monkeypatch.setattr(scores_module, "score_vectors_many", one_at_a_time)
         want = score_encodings(geo)
     assert {s.name for s in got} >= {"mds-1", "mds-2", "mds-3"}
     assert [repr(s) for s in got] == [repr(s) for s in want]

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.encodings import make_encoding
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._hadamard import hadamard
@@ -150,7 +151,7 @@ def test_bootstrap_uses_the_balanced_design_where_it_can() -> None:
 def test_report_names_the_balanced_design(monkeypatch: pytest.MonkeyPatch) -> None:
     sc = _sharded(8)
     monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
-    rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
+    rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.design) == (14, "balanced")
     assert (

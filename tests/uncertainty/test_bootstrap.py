@@ -15,7 +15,8 @@ from click.testing import Result
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import count_texts, save_counts
 from posdiag.errors import PosdiagError
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty.bootstrap import (
     corpus_counts_sharded,
@@ -54,7 +55,7 @@ def test_shard_assignment_is_seeded() -> None:
 
 def _report(sequences: int):
     sc = count_texts_sharded(_texts(sequences), load_tokenizer(), shards=20, seed=0, max_len=12)
-    return stress_report(sc, min_count=10, seed=0)
+    return stress_report(sc, analysis=Analysis(min_count=10, seed=0))
 
 
 def test_intervals_contain_the_full_data_stress_and_shrink_with_more_data() -> None:
@@ -81,7 +82,7 @@ def test_counts_file_has_no_shards_and_says_so(tmp_path: Path) -> None:
     save_counts(counts, path)
     sc = corpus_counts_sharded(str(path), shards=20)
     assert sc.k == 0
-    rep = stress_report(sc, min_count=10)
+    rep = stress_report(sc, analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None and "counts file" in rep.uncertainty.note
     assert all(np.isnan(e.ci_low) and np.isnan(e.ci_high) for e in rep.encodings)
 
@@ -90,7 +91,7 @@ def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them()
     # A library caller passing Counts (not ShardedCounts) with a level: no CLI option was
     # involved, so the note must not blame "--shards 0".
     plain = count_texts(_texts(400), load_tokenizer(), max_len=12)
-    rep = stress_report(plain, min_count=10, level=0.9, replicates=20)
+    rep = stress_report(plain, analysis=Analysis(min_count=10, level=0.9, replicates=20))
     assert rep.uncertainty is not None
     assert rep.uncertainty.note == (
         "no intervals: the counts carry no shards (count the corpus with shards >= 2)"
@@ -98,7 +99,7 @@ def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them()
     # Counts that were counted with shards carry them: the intervals follow.
     sharded = count_texts_sharded(_texts(400), load_tokenizer(), shards=8, max_len=12).counts
     assert len(sharded.shards) == 8
-    rep = stress_report(sharded, min_count=10, level=0.9, replicates=20)
+    rep = stress_report(sharded, analysis=Analysis(min_count=10, level=0.9, replicates=20))
     assert rep.uncertainty is not None and rep.uncertainty.shards == 8
     assert rep.uncertainty.note == ""
     assert all(e.ci_low <= e.stress <= e.ci_high for e in rep.encodings)
@@ -237,7 +238,10 @@ def test_bootstrap_reports_progress_per_replicate() -> None:
     sc = count_texts_sharded(_texts(300), load_tokenizer(), shards=5, seed=0, max_len=12)
     calls: list[tuple[int, int]] = []
     rep = stress_report(
-        sc, ["sinusoidal"], min_count=10, replicates=7, progress=lambda d, t: calls.append((d, t))
+        sc,
+        ["sinusoidal"],
+        analysis=Analysis(min_count=10, replicates=7),
+        progress=lambda d, t: calls.append((d, t)),
     )
     assert calls == [(i, 7) for i in range(1, 8)]
     assert rep.uncertainty is not None and rep.uncertainty.replicates == 7
@@ -284,7 +288,7 @@ def test_interval_widths_match_the_spread_across_independent_samples() -> None:
     for rep in range(20):
         sub = [lines[i] for i in rng.choice(len(lines), 3000, replace=False)]
         sc = count_texts_sharded(sub, load_tokenizer(), shards=20, seed=rep, max_len=16)
-        for e in stress_report(sc, encs, replicates=60, seed=rep).encodings:
+        for e in stress_report(sc, encs, analysis=Analysis(seed=rep, replicates=60)).encodings:
             stress[e.name].append(e.stress)
             width[e.name].append(e.ci_high - e.ci_low)
     ratio = {e: np.mean(width[e]) / 3.92 / np.std(stress[e], ddof=1) for e in stress}

@@ -26,7 +26,8 @@ from posdiag.geometry.estimator import (
     outer_splits,
     split_half_grams,
 )
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import (
     SynthSpec,
     sample_sharded_counts,
@@ -146,7 +147,7 @@ def test_the_pairs_spread_is_the_headlines_spread_over_outer_splits() -> None:
         halves = split_half_grams(sc.counts.matrix, n, shards=sc.shards, splits=10, seed=seed)
         heads.append(heldout_mds_stress(halves, [4])[4])
     direct = float(np.std(heads, ddof=1))
-    rep = stress_report(sc, ["mds-4"], min_count=1, replicates=80, seed=0)
+    rep = stress_report(sc, ["mds-4"], analysis=Analysis(min_count=1, seed=0, replicates=80))
     (score,) = rep.encodings
     assert rep.uncertainty is not None and rep.uncertainty.heldout_pairs == 40
     half_width = (score.ci_high - score.ci_low) / 2
@@ -160,7 +161,9 @@ def test_the_pairs_spread_is_the_headlines_spread_over_outer_splits() -> None:
         sc, n, [enc], [score.stress], replicates=80, seed=0, estimator="crossfit"
     ).encodings[0]
     assert (hi - lo) / 2 / stats.t.ppf(0.975, 79) < 0.5 * direct
-    in_sample = stress_report(sc, ["mds-4"], min_count=1, replicates=80, seed=0, estimator="plugin")
+    in_sample = stress_report(
+        sc, ["mds-4"], analysis=Analysis(min_count=1, estimator="plugin", seed=0, replicates=80)
+    )
     assert in_sample.uncertainty is not None and in_sample.uncertainty.heldout_pairs == 0
 
 
@@ -211,7 +214,7 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
         monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", below)
         monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", above)
         divided.clear()
-        rep = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+        rep = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
         assert rep.uncertainty is not None and rep.geometry is not None
         assert est_mod.outer_splits(rep.geometry.n_eff) == want
         assert rep.uncertainty.heldout_splits == want and divided == [want]
@@ -223,10 +226,12 @@ def test_check_judges_held_out_mds_r_on_the_same_widened_interval() -> None:
     from posdiag.reports.gate import build_config, measure
 
     sc = _synthetic(seed=4)
-    report = stress_report(sc, ["mds-3"], min_count=1, replicates=60, seed=1)
+    report = stress_report(sc, ["mds-3"], analysis=Analysis(min_count=1, seed=1, replicates=60))
     (score,) = report.encodings
     facts = measure(
-        sc, build_config(encodings=["mds-3"], max_stress=[0.9]), min_count=1, replicates=60, seed=1
+        sc,
+        build_config(encodings=["mds-3"], max_stress=[0.9]),
+        analysis=Analysis(min_count=1, seed=1, replicates=60),
     )
     (gated,) = facts.scores.values()
     assert gated.stress == score.stress
@@ -257,9 +262,9 @@ def test_too_few_pairs_fall_back_to_the_in_sample_interval_and_say_so(
         return (*rest, pairs[:1])
 
     sc = _synthetic()
-    wide = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+    wide = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
     monkeypatch.setattr(unc_mod, "_exact_replicates", one_pair)
-    rep = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
+    rep = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
     unc = rep.uncertainty
     assert unc is not None and (unc.heldout_pairs, unc.heldout_splits) == (0, 4)
     assert unc.describe().endswith(

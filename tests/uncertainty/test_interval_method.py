@@ -15,7 +15,8 @@ from click.testing import Result
 from scipy import stats
 
 from posdiag.corpus.tokenizers import load_tokenizer
-from posdiag.reports.analysis import stress_report
+from posdiag.reports.options import Analysis
+from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import count_texts_sharded, default_replicates, interval_method
@@ -82,16 +83,16 @@ def test_the_default_follows_n_eff_and_an_explicit_count_wins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sc = _sharded()
-    rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
+    rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (200, "percentile")
     # The corpus made long: every other input the same.
     monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
-    rep = stress_report(sc, ["sinusoidal", "mds-2"], min_count=10)
+    rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (50, "t")
     assert "50 replicates, t interval from their sd" in rep.uncertainty.describe()
-    rep = stress_report(sc, ["sinusoidal"], min_count=10, replicates=120)
+    rep = stress_report(sc, ["sinusoidal"], analysis=Analysis(min_count=10, replicates=120))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (120, "percentile")
 
@@ -109,7 +110,7 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
 
     monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     monkeypatch.setattr(uncertainty, "_interval", spy)
-    rep = stress_report(sc, ["sinusoidal"], min_count=10, seed=4)
+    rep = stress_report(sc, ["sinusoidal"], analysis=Analysis(min_count=10, seed=4))
     (score,) = rep.encodings
     samples = seen[0]
     assert samples.size == 50

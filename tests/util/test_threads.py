@@ -10,7 +10,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from posdiag._util import threads as _threads
 from posdiag.counts.core import Counts
-from posdiag.reports.analysis import corpus_geometry, score_encodings
+from posdiag.reports.analysis import corpus_geometry
+from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 
 
@@ -37,15 +38,15 @@ def test_small_work_runs_on_one_thread_and_large_work_keeps_its_own(two_threads)
 
 def test_the_report_scores_small_geometries_on_one_thread(two_threads, monkeypatch):
     seen: list[set[int]] = []
-    import posdiag.reports.analysis as analysis
+    import posdiag.reports.scores as scores_module
 
-    real = analysis.score_encoding
+    real = scores_module.score_encoding
 
     def spy(*args, **kwargs):
         seen.append(_blas_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(analysis, "score_encoding", spy)
+    monkeypatch.setattr(scores_module, "score_encoding", spy)
     total, shards = sample_sharded_counts(zipf_drift_distributions(24, 500), 400, seed=1)
     counts = Counts(
         sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(map(sp.csr_matrix, shards))

@@ -1,0 +1,83 @@
+"""The stress report (``posdiag stress``): the stress table, the spectrum and the intervals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..counts.core import Counts
+from ..uncertainty.bootstrap import (
+    ShardedCounts,
+)
+from .analysis import (
+    DEFAULT_ANALYSIS,
+    CorpusGeometry,
+    CorpusSummary,
+    Progress,
+    Spectrum,
+    analysed_geometry,
+    spectrum,
+)
+from .intervals import Uncertainty, _with_intervals, unstable_warnings
+from .options import Analysis
+from .scores import EncodingRequest, EncodingScore, _scored, score_encodings
+
+__all__ = ["StressReport", "geometry_report", "stress_report"]
+
+
+@dataclass(frozen=True)
+class StressReport:
+    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for.
+
+    ``geometry`` is the corpus geometry the report was computed on (kept for plots, so they need
+    not recompute it); not part of the printed or JSON report.
+    """
+
+    corpus: CorpusSummary
+    spectrum: Spectrum
+    encodings: tuple[EncodingScore, ...]
+    warnings: tuple[str, ...] = ()
+    uncertainty: Uncertainty | None = None
+    geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
+
+
+def geometry_report(
+    geometry: CorpusGeometry,
+    encodings: Sequence[EncodingRequest] | None = None,
+    *,
+    dim: int | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
+    intervals; ``dim`` as in :func:`score_encodings`."""
+    scores = tuple(score_encodings(geometry, encodings, dim=dim))
+    return StressReport(
+        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
+    )
+
+
+def stress_report(
+    counts: Counts | ShardedCounts,
+    encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
+    *,
+    dim: int | None = None,
+    progress: Progress = None,
+    details: bool = True,
+) -> StressReport:
+    """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
+
+    With sharded counts (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress
+    gets a bootstrap interval (:class:`~posdiag.reports.options.Analysis`: ``level`` None with
+    plain counts skips the uncertainty part altogether). ``progress(done, replicates)`` follows
+    the bootstrap. ``dim`` is the model dimension of the encodings that have one (see
+    :func:`score_encodings`). ``details=False`` skips what only ``--verbose`` and the JSON show:
+    each score's plug-in figure (``plain``, then NaN) and, without intervals, the per-position
+    noise floor (``uncertainty.noise_floor``, then empty).
+    """
+    geo = analysed_geometry(counts, analysis, plain=details)
+    if analysis.level is None and not isinstance(counts, ShardedCounts):
+        return geometry_report(geo, encodings, dim=dim)
+    scored = _scored(geo, encodings, dim, noise=True)
+    scores, unc = _with_intervals(geo, counts, scored, analysis, progress, details=details)
+    warned = (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff))
+    return StressReport(geo.summary, spectrum(geo), tuple(scores), warned, unc, geo)
