@@ -3,8 +3,18 @@
 
 from __future__ import annotations
 
-import functools
 import os
+
+# Helper threads that spin while idle burn the shared cores between the suite's thousands of
+# small parallel calls: numba's OpenMP threads after each kernel, OpenBLAS's after each product.
+# Measured (CPU s): draw_half on a 2 x 5 matrix 2.5 ms -> 0.06 ms a call (OpenMP passive);
+# geometry/test_spectral_fast's eigh/Lanczos tests 9.5 -> 2.9 (OpenBLAS timeout 2^4 cycles).
+# Set before numpy or numba loads (conftest imports run first); results do not depend on the
+# thread schedule, and values already set are kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,13 +25,6 @@ from typer.testing import CliRunner
 
 from posdiag.cli.app import app
 from posdiag.synthetic import drift_distributions, sample_texts
-
-# numba's parallel kernels run on OpenMP threads, which by default spin after each parallel
-# region; between the suite's thousands of small kernel calls on shared cores the spinning
-# cost more CPU than the work (draw_half on a 2 x 5 matrix: 2.5 ms CPU a call, 0.06 ms
-# passive). Set before anything loads libgomp (posdiag imports numba only when a kernel runs);
-# results do not depend on the thread schedule.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # CI runs the same examples every time (a red CI must mean a regression, not a new random draw);
 # local runs keep exploring. CI sets CI=true.
