@@ -3,8 +3,18 @@
 
 from __future__ import annotations
 
-import functools
 import os
+
+# Helper threads that spin while idle burn the shared cores between the suite's thousands of
+# small parallel calls: numba's OpenMP threads after each kernel, OpenBLAS's after each product.
+# Measured (CPU s): draw_half on a 2 x 5 matrix 2.5 ms -> 0.06 ms a call (OpenMP passive);
+# geometry/test_spectral_fast's eigh/Lanczos tests 9.5 -> 2.9 (OpenBLAS timeout 2^4 cycles).
+# Set before numpy or numba loads (conftest imports run first); results do not depend on the
+# thread schedule, and values already set are kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
