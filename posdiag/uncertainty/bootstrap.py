@@ -10,9 +10,8 @@ multinomial bootstrap).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,39 +27,31 @@ from .._util.defaults import (  # why: see there
     DEFAULT_SHARDS,
 )
 from .._util.memory import require
-from .._util.threads import one_blas_thread
+from .._util.threads import small_blas
 from .._util.validate import check_choice, check_int
 from ..corpus.tokenizers import Tokenizer
 from ..counts.core import Counts, ProgressFn, count_texts, is_counts_file
 from ..counts.corpus import corpus_counts
 from ..encodings import Encoding
 from ..errors import PosdiagError
-from ..geometry._hypergeom import VECTORISED_FLOOR_FROM, _half_draw
 from ..geometry.core import (
     MDS,
     gram_from_distances,
     hellinger_distances,
-    hellinger_distances_fast,
     mds_from_gram,
     positional_information,
     stress_by_rank,
 )
 from ..geometry.estimator import (
     ESTIMATORS,
-    crossfit_bc,
-    gram_from_bc,
+    TOP_MDS_FROM,
     heldout_pair,
-    implied_distances,
-    split_picks,
-    stack_shards,
-    stacked_halves,
 )
 from ..geometry.spectral import top_eigenpairs
 from ..scoring.scores import GramScorer, diagonal_sums
 from ._hadamard import hadamard
 from ._permnull import PERMUTED_NULL_FROM, shuffled_null
-from ._replicates import PatternTooLarge, ShardPattern
-from ._shardsum import ShardStack
+from ._replicates import ReplicateGrams, replicate_grams
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -337,24 +328,17 @@ PERCENTILE_FROM = 100
 # Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
 # the interval, and 2 keep it calibrated (benchmarks/estimator.py measures it).
 REPLICATE_SPLITS = 2
-# Replicate Grams whose eigenvalues are computed in one stacked call (bytes of the stack).
-EIG_BATCH_BYTES = 32 << 20
-ENGINES = ("auto", "pattern", "scipy")
-# From this n a replicate's rank stresses come from its top REPLICATE_RANKS eigenpairs (block
-# subspace iteration warm-started from the full-data eigenvectors) and ||B||_F^2, not a full
-# eigvalsh (O(n^3) per replicate). The rank intervals
-# then cover ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
-PARTIAL_EIG_FROM = 512
+# Replicate Grams whose eigenvalues one LAPACK call computes (the per-call overhead dominated at
+# n = 76; 32 Grams below TOP_MDS_FROM positions are at most 64 MB).
+_EIG_BATCH = 32
+# From TOP_MDS_FROM positions a replicate's rank stresses come from its top REPLICATE_RANKS
+# eigenpairs (warm-started block subspace iteration) and ||B||_F^2: its rank intervals cover
+# ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
 REPLICATE_RANKS = 10
 # Residual bound of the replicates' Ritz pairs, relative to ||B||_F: a rank stress then errs by
 # ~1e-7 against eigvalsh, far below an interval's width.
 REPLICATE_EIG_TOL = 1e-4
 REPLICATE_EIG_ITER = 200
-# Below this n the replicate loop runs on one BLAS thread, whatever the engine: its products,
-# subspace passes and scoring are sequential and small, and two threads fought for the shared
-# cores (load ~6 on 2 cores: n = 512 1.2-1.4 s a replicate with two, 0.25-0.44 s with one;
-# n = 1,024 2.0-4.2 s against 1.0-1.7 s; the same intervals).
-REPLICATE_THREADS_FROM = 2048
 
 
 def bootstrap_stress(
@@ -370,43 +354,29 @@ def bootstrap_stress(
     estimator: str = "plugin",
     replicate_splits: int = REPLICATE_SPLITS,
     full_eigenvalues: np.ndarray | None = None,
-    engine: str = "auto",
     full_mds: MDS | None = None,
     distances: bool = True,
     heldout_splits: int = 0,
+    ranks: int | None = None,
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
     A replicate keeps ``h = floor(K/2)`` of the ``K`` shards, drawn without replacement
-    (half-sampling), and recomputes ``D_H``, ``B_H`` and each stress; ``mds-r`` encodings are
-    refitted on the replicate (their stress is the replicate's eigenvalue tail), the others are
-    fixed geometries. Why half-samples and not the multinomial bootstrap: Hellinger distances
-    carry a small-sample bias that depends on how many distinct sequences a replicate holds; a
-    multinomial replicate holds a varying number (a shard drawn twice adds none), so that bias
-    varied between replicates and swamped the spread of noise-dominated stresses (intervals up
-    to 6x too wide, others 0.66x too narrow, measured on 30 independent subsamples). Every
-    half-sample holds the same number of shards, so the bias is a constant shift, removed by
-    centring. With ``f = h/K`` the spread of half-sample statistics is ``(1-f)/f`` times the
-    full sample's variance (finite-population correction), so deviations are scaled by
-    ``sqrt(f/(1-f))`` (1 for even ``K``).
-
-    With ``estimator="crossfit"`` each replicate recomputes the cross-fitted geometry from its
-    own shards (``replicate_splits`` random halves of the replicate's shards,
-    posdiag.geometry.estimator),
-    so the interval carries the noise of the estimator actually reported.
-
-    From :data:`PERCENTILE_FROM` kept replicates the intervals are percentile intervals of the
-    replicates (centred and scaled as above), with fewer a Student t interval from their sd
-    (:func:`_interval`).
+    (half-sampling; why not the multinomial bootstrap: docs/theory.md, "Uncertainty"), and
+    recomputes ``D_H``, ``B_H`` and each stress; ``mds-r`` encodings are refitted on the
+    replicate (their stress is the replicate's eigenvalue tail), the others are fixed
+    geometries. Deviations from the replicates' mean are scaled by ``sqrt(h / (K - h))`` (the
+    finite-population correction; 1 for even ``K``) and centred on the estimate
+    (:func:`_interval`). With ``estimator="crossfit"`` each replicate cross-fits its own shards
+    (``replicate_splits`` random halves), so the interval carries the noise of the estimator
+    reported.
 
     Parameters
     ----------
     estimates : sequence of float
         Full-data stress of each encoding, where the intervals are centred.
     replicates : int, optional
-        Replicates drawn; default :func:`default_replicates` of ``n_eff`` and the shards (200;
-        from 128 positions 38 balanced half-samples for 20 shards, at most 50), drawn by
-        :func:`replicate_halves`.
+        Replicates drawn by :func:`replicate_halves`; default :func:`default_replicates`.
     progress : callable, optional
         Called after each replicate with (done, replicates).
     estimator : {"crossfit", "plugin"}
@@ -415,107 +385,84 @@ def bootstrap_stress(
     full_eigenvalues : ndarray of shape (n_eff,), optional
         Eigenvalues of the full-data ``B_H`` (centre of the rank intervals when ``full_mds`` is
         not given); default: those of the plug-in.
-    engine : {"auto", "pattern", "scipy"}
-        How each replicate's counts and products are formed: on the shards' fixed pattern
-        (:class:`~posdiag.uncertainty._replicates.ShardPattern`) or with scipy selections and
-        :mod:`posdiag.geometry._gram` products per split. ``auto``: the pattern while it fits its
-        memory bounds, and from :data:`PARTIAL_EIG_FROM` positions the replicates' top
-        eigenpairs only. ``scipy``: the loop as it was (scipy products, a full ``eigvalsh`` per
-        replicate), the reference of tests and ``make bench``; same draws, same numbers to
-        ~1e-14.
     full_mds : MDS, optional
-        The full-data geometry (eigenvalues, eigenvectors; partial spectra allowed): the centre
-        of the rank intervals, and the warm start of the
-        replicates' partial eigensolver from :data:`PARTIAL_EIG_FROM` positions (a cold start
-        without it). Default: the plug-in's, computed here when ``full_eigenvalues`` is not
-        given either.
+        The full-data geometry (partial spectra allowed): the centre of the rank intervals and
+        the warm start of the replicates' partial eigensolver. Default: the plug-in's, computed
+        here when ``full_eigenvalues`` is not given either.
     distances : bool
-        Also the bootstrap spread of every distance (:attr:`StressIntervals.distance_sd`):
-        two ``n x n`` running sums and each replicate's implied distances, which no report
-        prints (``False`` from :mod:`posdiag.reports.analysis`).
+        Also the bootstrap spread of every distance (:attr:`StressIntervals.distance_sd`; two
+        ``n x n`` running sums, which no report prints).
     heldout_splits : int
         Outer splits averaged in the ``estimates`` of the ``mds-r`` encodings when those are
-        held-out figures (:func:`posdiag.geometry.estimator.heldout_mds_stress`, cross-fit only); 0
-        when they are in-sample tails.
+        held-out figures (:func:`posdiag.geometry.estimator.heldout_mds_stress`, cross-fit
+        only); 0 when they are in-sample tails.
+    ranks : int, optional
+        Rank intervals for ranks ``1..ranks`` (and every ``mds-r``) only, from each replicate's
+        top eigenpairs; default: every rank below ``TOP_MDS_FROM`` positions, from it
+        :data:`REPLICATE_RANKS`.
 
     Notes
     -----
-    Replicates come in complementary pairs: replicate ``2j+1`` holds the shards replicate
-    ``2j`` left out (``h`` of them when ``K`` is odd). Each replicate is still a uniform
-    half-sample. A held-out ``mds-r`` figure varies for two reasons: the data (what the
-    replicates' in-sample tails spread by) and which shards its outer split put in which half,
-    a random choice made given the data. From the true rank up, the second dominates (sd 0.0147
-    against 0.0032 over 100 synthetic corpora, docs/theory.md), and intervals from the first
-    alone covered 35-45% of the time. A pair of complementary replicates is such an outer split
-    of the full data, so the sd of its held-out figure over the pairs, ``s``, over
-    ``sqrt(heldout_splits)``, is that part; each side of the interval adds it in quadrature,
-    with the Student quantile of ``pairs - 1`` degrees of freedom.
+    Replicates come in complementary pairs (:func:`replicate_halves`). With ``heldout_splits``,
+    the sd of a pair's held-out ``mds-r`` figure over the pairs, over ``sqrt(heldout_splits)``,
+    is the part of the headline's spread that comes from its outer splits; each side of the
+    interval adds it in quadrature, with the Student quantile of ``pairs - 1`` degrees of
+    freedom (docs/theory.md, "Uncertainty").
     """
     if sharded.k < 2:
         raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
     level = check_level(level)
     n = check_int("n_eff", n_eff, 2)
+    k = sharded.k
     replicates = check_int(
-        "replicates", default_replicates(n, sharded.k) if replicates is None else replicates, 2
+        "replicates", default_replicates(n, k) if replicates is None else replicates, 2
     )
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
-    engine = check_choice("engine", engine, ENGINES)
     heldout_splits = check_int("heldout_splits", heldout_splits, 0)
-    k = sharded.k
     ranks_of = [_mds_rank(e) for e in encodings]
-    # Replicate weights and samples, plus the running sums and one replicate's geometry, and
-    # each table's dense B_E where the scorer keeps one (fastscore.DENSE_TABLE_MAX).
-    tables = sum(
-        1 for e, r in zip(encodings, ranks_of, strict=True) if e.profile is None and r is None
-    )
     heldout_ranks = (
         sorted({r for r in ranks_of if r is not None})
         if heldout_splits and estimator == "crossfit"
         else []
     )
-    require(
-        f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
-        # One more n x n: a pair's first replicate waits for its complement.
-        8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables + bool(heldout_ranks)) * n * n,
-    )
+    _reserve(n, k, replicates, encodings, ranks_of, bool(heldout_ranks))
     check_shards(k, estimator)
-    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum
-    # pass per replicate, tables a vdot (or B JP past fastscore.DENSE_TABLE_MAX positions);
-    # no n x n Gram per Toeplitz encoding.
-    scorers = [
-        None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
-    ]
-    h = k // 2
     rng = np.random.default_rng(seed)
-    # A separate stream for the splits inside replicates: the replicate weights stay the ones
-    # the plug-in path draws for the same seed.
+    # The splits inside replicates draw from their own stream: the replicate weights stay the
+    # ones the plug-in path draws for the same seed.
     split_rng = np.random.default_rng([seed, 2])
     weights, design = replicate_halves(k, replicates, rng)
-    scale = float(np.sqrt(h / (k - h)))
     if full_mds is None and full_eigenvalues is None:
         full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
     if full_mds is not None:
-        # A partial spectrum (long contexts) carries ||B||_F^2: its tails stay exact.
-        full_by_rank = full_mds.stress_by_rank()
+        full_by_rank = full_mds.stress_by_rank()  # a partial spectrum keeps ||B||_F^2
     else:
         assert full_eigenvalues is not None
         full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
-    enc_arrays, ranks, sd, used, pairs = _exact_replicates(
-        sharded,
+    if ranks is None and n >= TOP_MDS_FROM:
+        ranks = REPLICATE_RANKS
+    if ranks is not None:
+        ranks = min(n - 1, max([check_int("ranks", ranks, 1), *(r for r in ranks_of if r)]))
+    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum pass per
+    # replicate, tables a vdot.
+    scorers = [
+        None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
+    ]
+    start = None if full_mds is None else full_mds.vectors
+    samples = _Samples(n, ranks_of, scorers, heldout_ranks, distances, ranks, start)
+    grams = replicate_grams(
+        sharded.shards,
         n,
-        ranks_of,
-        scorers,
         weights,
         estimator,
         replicate_splits,
         split_rng,
         progress,
-        engine,
-        full_mds,
         distances,
-        heldout_ranks,
+        cells=_cells(sharded.counts.matrix, n),
     )
+    enc_arrays, by_rank, sd, used, pairs = _exact_replicates(samples, grams, n)
     if used < 2:
         raise PosdiagError(
             f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
@@ -523,7 +470,7 @@ def bootstrap_stress(
         )
     if pairs.shape[0] < 2:
         pairs = pairs[:0]  # one pair has no spread: the held-out intervals stay in-sample
-    n_ranks = min(full_by_rank.size, ranks.shape[1])
+    scale = float(np.sqrt((k // 2) / (k - k // 2)))
     return StressIntervals(
         level=level,
         shards=k,
@@ -540,7 +487,8 @@ def bootstrap_stress(
             for est, smp, r in zip(estimates, enc_arrays, ranks_of, strict=True)
         ),
         stress_by_rank=tuple(
-            _interval(float(full_by_rank[r]), ranks[:, r], level, scale) for r in range(n_ranks)
+            _interval(float(full_by_rank[r]), by_rank[:, r], level, scale)
+            for r in range(min(full_by_rank.size, by_rank.shape[1]))
         ),
         distance_sd=sd,
         bias=tuple(
@@ -551,6 +499,31 @@ def bootstrap_stress(
         heldout_splits=heldout_splits if heldout_ranks else 0,
         design=design,
     )
+
+
+def _reserve(
+    n: int,
+    k: int,
+    replicates: int,
+    encodings: Sequence[Encoding],
+    ranks_of: list[int | None],
+    heldout: bool,
+) -> None:
+    """Refuse a bootstrap whose samples and ``n x n`` arrays would not fit in memory: the
+    weights and samples, the running sums, one replicate's geometry, each table's dense
+    ``B_E`` and, with held-out pairs, a pair's first replicate waiting for its complement."""
+    tables = sum(
+        1 for e, r in zip(encodings, ranks_of, strict=True) if e.profile is None and r is None
+    )
+    require(
+        f"{replicates:,} bootstrap replicates (--replicates) of {len(encodings)} encodings",
+        8 * replicates * (k + len(encodings) + n) + 8 * (8 + tables + heldout) * n * n,
+    )
+
+
+def _cells(total: sp.spmatrix | sp.sparray | np.ndarray, n: int) -> int | None:
+    """Stored cells of ``total``'s first ``n`` rows, when a csr knows them at once."""
+    return int(total.indptr[n]) if isinstance(total, sp.csr_matrix) else None
 
 
 DESIGNS = ("balanced", "random")
@@ -633,126 +606,106 @@ def _split_spread(
 Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray | None, int, np.ndarray]
 
 
-def _exact_replicates(
-    sharded: ShardedCounts,
-    n: int,
-    ranks_of: list[int | None],
-    scorers: list[GramScorer | None],
-    weights: np.ndarray,
-    estimator: str,
-    replicate_splits: int,
-    split_rng: np.random.Generator,
-    progress: Callable[[int, int], None] | None,
-    engine: str,
-    full: MDS | None,
-    distances: bool = True,
-    heldout_ranks: Sequence[int] = (),
-) -> Samples:
-    """Every replicate recomputed: samples per encoding, rank samples (R, n-1), the spread of
-    each distance, the number of replicates kept, and the held-out stress of ``heldout_ranks``
-    of each complementary pair both of whose replicates were kept (P, len(heldout_ranks))."""
-    enc_samples: list[list[float]] = [[] for _ in ranks_of]
-    rank_samples: list[np.ndarray] = []
-    pair_samples: list[list[float]] = []
-    fit_top = max(heldout_ranks, default=0)
-    # The first replicate of a pair (index, B, MDS coordinates) until its complement comes.
-    waiting: tuple[int, np.ndarray, np.ndarray] | None = None
-    # The spread of each distance: two n x n sums, and each cross-fitted replicate's implied
-    # distances (an n x n pass a replicate), only when asked for.
-    d_sum = np.zeros((n, n)) if distances else None
-    d_sq = np.zeros((n, n)) if distances else None
-    used = 0
-    pattern: ShardPattern | None = None
-    if engine != "scipy":
-        try:
-            total = sharded.counts.matrix
-            cells = int(total.indptr[n]) if isinstance(total, sp.csr_matrix) else None
-            pattern = ShardPattern(sharded.shards, n, cells)
-        except PatternTooLarge:
-            if engine == "pattern":
-                raise
-    if pattern is not None:
-        grams = _pattern_replicates(
-            pattern, n, weights, estimator, replicate_splits, split_rng, progress, distances
-        )
-    else:
-        grams = _scipy_replicates(
-            sharded,
-            n,
-            weights,
-            estimator,
-            replicate_splits,
-            split_rng,
-            progress,
-            dense_dtype=np.float64 if engine == "scipy" else np.float32,
-            distances=distances,
-        )
-    # Eigenvalues of several replicates in one stacked call (the same LAPACK routine per matrix,
-    # without the per-call overhead that dominated at n = 76); memory bounded by EIG_BATCH_BYTES.
-    # From PARTIAL_EIG_FROM positions only the top pairs the rank intervals show, warm-started.
-    partial = n >= PARTIAL_EIG_FROM and engine != "scipy"  # scipy: the previous loop
-    top = min(n - 1, max([REPLICATE_RANKS, *(r for r in ranks_of if r is not None)]))
-    # Every full-data eigenvector there is, not only the ``top`` wanted: the solver's block
-    # holds ``top`` + 8 (oversampling), and warm oversampled vectors converge in 5-6 passes
-    # where random ones took 8-9.
-    start = None if full is None else full.vectors
-    batch = 1 if engine == "scipy" else max(1, EIG_BATCH_BYTES // (8 * n * n))
-    pending: list[np.ndarray] = []
+class _Samples:
+    """Each kept replicate's figures: its stress per encoding, its rank stresses, the running
+    sums of its distances and the held-out stress of ``heldout_ranks`` of each complementary
+    pair both of whose replicates were kept.
 
-    def add_ranks(by_rank: np.ndarray) -> None:
-        rank_samples.append(by_rank)
-        for idx, rank in enumerate(ranks_of):
+    ``top``: the rank stresses from the replicate's top ``top`` eigenpairs (warm-started from
+    ``start``) and ``||B||_F^2``; None: every eigenvalue, :data:`_EIG_BATCH` replicates a call.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        ranks_of: list[int | None],
+        scorers: list[GramScorer | None],
+        heldout_ranks: Sequence[int],
+        distances: bool,
+        top: int | None,
+        start: np.ndarray | None,
+    ) -> None:
+        self.n, self.ranks_of, self.scorers = n, ranks_of, scorers
+        self.heldout_ranks, self.top, self.start = list(heldout_ranks), top, start
+        self.enc: list[list[float]] = [[] for _ in ranks_of]
+        self.by_rank: list[np.ndarray] = []
+        self.pairs: list[list[float]] = []
+        self.fit_top = max(heldout_ranks, default=0)
+        # The first replicate of a pair (index, B, MDS coordinates) until its complement comes.
+        self.waiting: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.d_sum = np.zeros((n, n)) if distances else None
+        self.d_sq = np.zeros((n, n)) if distances else None
+        self.used = 0
+        self.pending: list[np.ndarray] = []
+
+    def _add_ranks(self, by_rank: np.ndarray) -> None:
+        self.by_rank.append(by_rank)
+        for idx, rank in enumerate(self.ranks_of):
             if rank is not None:
-                enc_samples[idx].append(float(by_rank[rank - 1]))
+                self.enc[idx].append(float(by_rank[rank - 1]))
 
-    def flush() -> None:
-        if pending:
-            for lam_desc in np.linalg.eigvalsh(np.stack(pending))[:, ::-1]:
-                add_ranks(_tail_stress(lam_desc))
-            pending.clear()
+    def flush(self) -> None:
+        if self.pending:
+            for lam_desc in np.linalg.eigvalsh(np.stack(self.pending))[:, ::-1]:
+                self._add_ranks(_tail_stress(lam_desc))
+            self.pending.clear()
 
-    with one_blas_thread() if n < REPLICATE_THREADS_FROM else contextlib.nullcontext():
+    def add(self, j: int, b: np.ndarray, d: np.ndarray | None) -> None:
+        nb = float(np.linalg.norm(b))
+        if nb == 0.0:
+            return
+        if self.top is not None:
+            lam, vecs, _, _ = top_eigenpairs(
+                b, self.top, tol=REPLICATE_EIG_TOL, start=self.start, max_iter=REPLICATE_EIG_ITER
+            )
+            kept = np.cumsum(np.clip(lam, 0.0, None) ** 2)
+            self._add_ranks(np.sqrt(np.clip((nb * nb - kept) / (nb * nb), 0.0, 1.0)))
+        else:
+            self.pending.append(b)
+        if self.fit_top:
+            if self.top is None:
+                lam, vecs = _top_pairs(b, self.fit_top)
+            self._pair(
+                j, b, vecs[:, : self.fit_top] * np.sqrt(np.clip(lam[: self.fit_top], 0, None))
+            )
+        lags = diagonal_sums(b) if any(sc is not None for sc in self.scorers) else np.zeros(self.n)
+        for idx, scorer in enumerate(self.scorers):
+            if scorer is not None:
+                self.enc[idx].append(scorer.stress(b, nb, lags))
+        if self.d_sum is not None and self.d_sq is not None and d is not None:
+            self.d_sum += d
+            self.d_sq += d * d
+        self.used += 1
+        if len(self.pending) >= _EIG_BATCH:
+            self.flush()
+
+    def _pair(self, j: int, b: np.ndarray, x: np.ndarray) -> None:
+        if j % 2 == 0:
+            self.waiting = (j, b, x)
+        elif self.waiting is not None and self.waiting[0] == j - 1:
+            ho = heldout_pair(self.waiting[1], self.waiting[2], b, x, self.heldout_ranks)
+            self.pairs.append([ho[r] for r in self.heldout_ranks])
+            self.waiting = None
+
+    def result(self) -> Samples:
+        self.flush()
+        enc = [np.array(x) for x in self.enc]
+        pairs = np.array(self.pairs).reshape(len(self.pairs), len(self.heldout_ranks))
+        if self.used < 2:
+            return enc, np.zeros((self.used, self.n - 1)), self.d_sum, self.used, pairs
+        sd = None
+        if self.d_sum is not None and self.d_sq is not None:
+            mean = self.d_sum / self.used
+            sd = np.sqrt(np.clip(self.d_sq / self.used - mean * mean, 0.0, None))
+        return enc, np.array(self.by_rank), sd, self.used, pairs
+
+
+def _exact_replicates(samples: _Samples, grams: ReplicateGrams, n: int) -> Samples:
+    """Every replicate recomputed into ``samples`` (:func:`posdiag._util.threads.small_blas`)."""
+    with small_blas(n):
         for j, b, d in grams:
-            nb = float(np.linalg.norm(b))
-            if nb == 0.0:
-                continue
-            if partial:
-                lam, vecs, _, _ = top_eigenpairs(
-                    b, top, tol=REPLICATE_EIG_TOL, start=start, max_iter=REPLICATE_EIG_ITER
-                )
-                kept = np.cumsum(np.clip(lam, 0.0, None) ** 2)
-                add_ranks(np.sqrt(np.clip((nb * nb - kept) / (nb * nb), 0.0, 1.0)))
-            else:
-                pending.append(b)
-            if fit_top:
-                if not partial:
-                    lam, vecs = _top_pairs(b, fit_top)
-                x = vecs[:, :fit_top] * np.sqrt(np.clip(lam[:fit_top], 0.0, None))[None, :]
-                if j % 2 == 0:
-                    waiting = (j, b, x)
-                elif waiting is not None and waiting[0] == j - 1:
-                    ho = heldout_pair(waiting[1], waiting[2], b, x, heldout_ranks)
-                    pair_samples.append([ho[r] for r in heldout_ranks])
-                    waiting = None
-            lags = diagonal_sums(b) if any(sc is not None for sc in scorers) else np.zeros(n)
-            for idx, scorer in enumerate(scorers):
-                if scorer is not None:
-                    enc_samples[idx].append(scorer.stress(b, nb, lags))
-            if d_sum is not None and d_sq is not None and d is not None:
-                d_sum += d
-                d_sq += d * d
-            used += 1
-            if len(pending) >= batch:
-                flush()
-        flush()
-    pairs = np.array(pair_samples).reshape(len(pair_samples), len(heldout_ranks))
-    if used < 2:
-        return [np.array(x) for x in enc_samples], np.zeros((used, n - 1)), d_sum, used, pairs
-    sd = None
-    if d_sum is not None and d_sq is not None:
-        mean = d_sum / used
-        sd = np.sqrt(np.clip(d_sq / used - mean * mean, 0.0, None))
-    return [np.array(x) for x in enc_samples], np.array(rank_samples), sd, used, pairs
+            samples.add(j, b, d)
+        return samples.result()
 
 
 def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
@@ -764,116 +717,6 @@ def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     # check_finite=False: a replicate's gram is made here, finite (a third of the call at n = 76).
     lam, vecs = eigh(b, subset_by_index=(n - top, n - 1), check_finite=False)
     return lam[::-1], vecs[:, ::-1]
-
-
-# (index of the replicate in the weights, B, D or None) of each replicate kept.
-ReplicateGrams = Iterator[tuple[int, np.ndarray, np.ndarray | None]]
-
-
-def _pattern_replicates(
-    pattern: ShardPattern,
-    n: int,
-    weights: np.ndarray,
-    estimator: str,
-    splits: int,
-    split_rng: np.random.Generator,
-    progress: Callable[[int, int], None] | None,
-    distances: bool = True,
-) -> ReplicateGrams:
-    """``(B, D)`` of each replicate whose every position keeps support, on the fixed pattern of
-    :class:`~posdiag.uncertainty._replicates.ShardPattern` (same draws, same numbers as
-    :func:`_scipy_replicates` up to the order of additions)."""
-    k = pattern.k
-    for done, w in enumerate(weights, 1):
-        j = done - 1
-        if progress is not None:
-            progress(done, len(weights))
-        cw = pattern.counts(w)
-        if np.any(pattern.supports(cw) <= 0):
-            continue
-        if estimator != "crossfit":
-            d = hellinger_distances_fast(pattern.csr(cw))
-            yield j, gram_from_distances(d), d
-            continue
-        subset = np.flatnonzero(w)
-        acc: np.ndarray | None = None
-        made = 0
-        for first in split_picks(subset.size, splits, split_rng):
-            # The draw of posdiag.geometry.estimator.stacked_halves, checked split by split as
-            # there.
-            pick = np.zeros(k)
-            pick[subset[first]] = 1.0
-            ca = pattern.counts(pick)
-            cb = cw - ca
-            na, nb = pattern.supports(ca), pattern.supports(cb)
-            if np.any(na <= 0) or np.any(nb <= 0):
-                acc = None  # a position lost all its support in a quarter of the shards
-                break
-            x = pattern.product(pattern.sqrt_rows(ca, na), pattern.sqrt_rows(cb, nb))
-            acc = x + x.T if acc is None else acc + x + x.T
-            made += 1
-        if acc is None:
-            continue
-        bc = acc / (2.0 * made)
-        yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
-
-
-def _scipy_replicates(
-    sharded: ShardedCounts,
-    n: int,
-    weights: np.ndarray,
-    estimator: str,
-    splits: int,
-    split_rng: np.random.Generator,
-    progress: Callable[[int, int], None] | None,
-    dense_dtype: type[np.floating] = np.float64,
-    distances: bool = True,
-) -> ReplicateGrams:
-    """The replicates as computed before :class:`~posdiag.uncertainty._replicates.ShardPattern`:
-    scipy selections and :mod:`posdiag.geometry._gram` products per split (with float64 dense
-    blocks: the
-    reference of tests and `make bench`).
-
-    ``dense_dtype=np.float32`` (long contexts, where the pattern does not fit): the products'
-    dense BLAS block in float32, faster; a replicate's ``B_H`` then moves by
-    ~1e-6 relative (BC entries by 2e-7), three orders below the interval widths.
-    """
-    k = sharded.k
-    # Float64 (as the selection products made it): a ShardStack then shares its arrays.
-    stack = stack_shards(sharded.shards, n)
-    rows = np.tile(np.arange(n), k)
-    cols = np.arange(k * n)
-    # Long contexts: every sum of shards on their union pattern (posdiag.uncertainty._shardsum),
-    # made once; the reference loop (float64) keeps the selection products it had.
-    lists = ShardStack(stack, n) if dense_dtype is not np.float64 else None
-    for done, w in enumerate(weights, 1):
-        j = done - 1
-        if progress is not None:
-            progress(done, len(weights))
-        if lists is not None:
-            if np.any(lists.supports(w) <= 0):
-                continue
-        else:
-            select = sp.csr_matrix(
-                (np.repeat(w, n).astype(np.float64), (rows, cols)), shape=(n, k * n)
-            )
-            c = select @ stack
-            if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
-                continue
-        if estimator == "crossfit":
-            try:
-                halves = stacked_halves(
-                    stack if lists is None else lists, n, np.flatnonzero(w), splits, split_rng
-                )
-            except PosdiagError:
-                continue  # a position lost all its support in a quarter of the shards
-            bc = crossfit_bc(halves, dtype=dense_dtype)
-            yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
-        else:
-            if lists is not None:
-                c = lists.sum(np.flatnonzero(w))
-            d = hellinger_distances_fast(c)
-            yield j, gram_from_distances(d), d
 
 
 def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
@@ -902,28 +745,20 @@ def noise_floor(
     repeats = check_int("repeats", repeats, 1)
     c = sp.csr_matrix(counts)
     c.sum_duplicates()
-    if c.shape[0] < VECTORISED_FLOOR_FROM:
-        return _noise_floor_by_row(c, repeats, seed)
     rng = np.random.default_rng(seed)
-    totals = np.asarray(c.sum(axis=1)).ravel().astype(np.int64)
     out = np.full(c.shape[0], np.nan)
-    rows = np.flatnonzero(totals >= 2)
-    if rows.size == 0:
-        return out
-    acc = np.zeros(rows.size)
-    for _ in range(repeats):
-        a = _half_draw(c, rows, totals[rows], rng)
-        data = c.data.astype(np.float64)
-        total = totals[rows].astype(np.float64)
-        half = np.floor(total / 2.0)
-        per_entry_row = np.repeat(np.arange(c.shape[0]), np.diff(c.indptr))
-        keep = np.isin(per_entry_row, rows)
-        pos = np.searchsorted(rows, per_entry_row[keep])
-        b = data[keep] - a[keep]
-        terms = np.sqrt(a[keep] / half[pos] * b / (total[pos] - half[pos]))
-        bc = np.bincount(pos, weights=terms, minlength=rows.size)
-        acc += np.sqrt(np.clip(1.0 - bc, 0.0, None))
-    out[rows] = acc / repeats
+    for i in range(c.shape[0]):
+        row = c.data[c.indptr[i] : c.indptr[i + 1]].astype(np.int64)
+        total = int(row.sum())
+        if total < 2:
+            continue
+        half = total // 2
+        acc = 0.0
+        for _ in range(repeats):
+            a = rng.multivariate_hypergeometric(row, half).astype(np.float64)
+            bc = float(np.sum(np.sqrt(a / half * (row - a) / (total - half))))
+            acc += float(np.sqrt(max(0.0, 1.0 - bc)))
+        out[i] = acc / repeats
     return out
 
 
@@ -967,26 +802,6 @@ def noise_floor_by_shards(
         seen[ok] += 1
     out = np.full(n, np.nan)
     out[seen > 0] = acc[seen > 0] / seen[seen > 0]
-    return out
-
-
-def _noise_floor_by_row(c: sp.csr_matrix, repeats: int, seed: int) -> np.ndarray:
-    """:func:`noise_floor` one row at a time (numpy's multivariate hypergeometric per row)."""
-    rng = np.random.default_rng(seed)
-    out = np.full(c.shape[0], np.nan)
-    for i in range(c.shape[0]):
-        row = c.data[c.indptr[i] : c.indptr[i + 1]].astype(np.int64)
-        total = int(row.sum())
-        if total < 2:
-            continue
-        half = total // 2
-        acc = 0.0
-        for _ in range(repeats):
-            a = rng.multivariate_hypergeometric(row, half).astype(np.float64)
-            b = row - a
-            bc = float(np.sum(np.sqrt(a / half * b / (total - half))))
-            acc += float(np.sqrt(max(0.0, 1.0 - bc)))
-        out[i] = acc / repeats
     return out
 
 
