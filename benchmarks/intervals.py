@@ -36,7 +36,6 @@ from posdiag.geometry.estimator import gram_from_bc, plugin_bc
 from posdiag.geometry.spectral import top_eigenpairs
 from posdiag.uncertainty import bootstrap
 from posdiag.uncertainty.bootstrap import (
-    ShardedCounts,
     bootstrap_stress,
     corpus_counts_sharded,
     default_replicates,
@@ -68,7 +67,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     return time.perf_counter() - t0, time.process_time() - c0, out
 
 
-def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> ShardedCounts:
+def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> Counts:
     """The long synthetic corpus on ``n`` positions, its counts split into ``shards`` shards.
 
     Each count goes to the shards multinomially (a chain of binomial draws over all stored
@@ -86,13 +85,13 @@ def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> ShardedCounts:
         part.eliminate_zeros()
         parts.append(part)
     counts = Counts(m, {"source": f"synthetic long corpus, n = {n}"}, None, tuple(parts))
-    return ShardedCounts(counts, counts.shards, seed)
+    return counts
 
 
-def _plugin_geometry(sharded: ShardedCounts, n: int, k: int = 16) -> MDS:
+def _plugin_geometry(sharded: Counts, n: int, k: int = 16) -> MDS:
     """The plug-in Gram and its top ``k`` eigenpairs: the replicates' centre and warm start
     (the estimates only centre the intervals; the cost measured is the replicates')."""
-    b = gram_from_bc(plugin_bc(sharded.counts.matrix[:n]))
+    b = gram_from_bc(plugin_bc(sharded.matrix[:n]))
     lam, u, _, _ = top_eigenpairs(b, k)
     return MDS(eigenvalues=lam, vectors=u, gram=b, total=float(np.vdot(b, b)))
 
@@ -152,7 +151,7 @@ def bench_bundled() -> None:
     )
 
 
-def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int) -> float:
+def _loop(sharded: Counts, n: int, mds: MDS, engine: str, replicates: int) -> float:
     """Wall seconds of ``replicates`` cross-fitted replicates of the default encodings."""
     encs = _encodings(n, mds)
     t0 = time.perf_counter()
@@ -171,7 +170,7 @@ def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int
     return time.perf_counter() - t0
 
 
-def _before_replicates(sharded: ShardedCounts) -> float:
+def _before_replicates(sharded: Counts) -> float:
     """Wall seconds of the whole report (``stress_report(..., details=False)``, what ``posdiag
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
     from .reports.export import LowRankEncoding, low_rank_encoding, write_encoding
     from .reports.gate import GateReport, build_config, run_gate
     from .reports.inspection import Inspection, inspect_table
-    from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+    from .uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
 
 # Imported on first use (PEP 562): `posdiag --version` and `--help` must not pay for numpy and
 # scipy's imports, so `import posdiag` loads nothing until a name is asked for.
@@ -85,7 +85,6 @@ _LAZY = {
     "inspect_table": "reports.inspection",
     "open_source": "corpus.sources",
     "load_tokenizer": "corpus.tokenizers",
-    "ShardedCounts": "uncertainty.bootstrap",
     "bootstrap_stress": "uncertainty.bootstrap",
     "corpus_counts_sharded": "uncertainty.bootstrap",
 }
@@ -113,7 +112,6 @@ __all__ = [
     "Drift",
     "GateReport",
     "Inspection",
-    "ShardedCounts",
     "bootstrap_stress",
     "build_config",
     "corpus_counts_sharded",

@@ -27,7 +27,6 @@ from .._util.defaults import (
 )
 from ..counts.core import Counts
 from ..reports.analysis import EncodingRequest, StressReport, diagnose, rank_text
-from ..uncertainty.bootstrap import ShardedCounts
 from ._format import SHOWN_RANKS, fmt, params, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
@@ -237,7 +236,7 @@ _CAPTIONS = {
 
 
 def build_report(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
@@ -251,7 +250,7 @@ def build_report(
 ) -> HtmlReport:
     """Diagnose ``counts`` and render its page (plots inline when matplotlib is installed).
 
-    The page says what ``posdiag diagnose`` says: with sharded counts
+    The page says what ``posdiag diagnose`` says: with shards
     (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress carries its
     interval; the
     recommendation with its reason, the spectrum with its effective ranks, the readings

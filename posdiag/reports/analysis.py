@@ -59,13 +59,13 @@ from ..scoring.scores import (
 )
 from ..uncertainty.bootstrap import (
     DEFAULT_LEVEL,
-    ShardedCounts,
     StressIntervals,
     bootstrap_stress,
     information_null,
     noise_floor,
     noise_floor_by_shards,
     pair_floor,
+    why_no_intervals,
 )
 from .padding import _ranges as position_ranges
 from .padding import padding_warnings
@@ -367,7 +367,7 @@ def _two_positions_advice(summary: CorpusSummary, need: int) -> str:
 
 
 def corpus_geometry(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     min_count: int = DEFAULT_MIN_COUNT,
     *,
     estimator: str = DEFAULT_ESTIMATOR,
@@ -380,7 +380,7 @@ def corpus_geometry(
 
     Parameters
     ----------
-    counts : Counts or ShardedCounts
+    counts : Counts
         With shards (either kind) the cross-fit splits by sequence, otherwise by thinning.
     estimator : {"crossfit", "plugin"}
         ``crossfit`` (default) removes the noise bias of the plug-in (docs/geometry.md).
@@ -395,10 +395,7 @@ def corpus_geometry(
         :func:`posdiag.geometry.estimator.no_spectrum`), for callers that use the gram and the
         distances alone (``inspect --corpus``).
     """
-    if isinstance(counts, ShardedCounts):
-        counts = counts.counts
-    # The shards live on the counts too (ShardedCounts.shards are the same matrices, or empty
-    # when intervals were declined with --shards 0; the geometry uses them either way).
+    # The geometry uses the shards even where intervals were declined (--shards 0).
     shards = counts.shards
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
@@ -979,7 +976,7 @@ def _unstable(partners: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
 
 
 def interval_scores(
-    sharded: ShardedCounts,
+    counts: Counts,
     n_eff: int,
     scored: Sequence[tuple[EncodingScore, Encoding]],
     level: float,
@@ -994,13 +991,13 @@ def interval_scores(
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
     ``scored`` pairs each score with the encoding it was computed from, on positions
-    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``estimator`` and
+    ``0..n_eff-1``; ``counts`` need at least 2 shards. ``estimator`` and
     ``full_eigenvalues`` are those of the geometry scored (see
     :func:`~posdiag.uncertainty.bootstrap.bootstrap_stress`). Held-out ``mds-r`` scores (those with
     an ``in_sample`` figure) get the spread of their outer splits as well.
     """
     iv = bootstrap_stress(
-        sharded,
+        counts,
         n_eff,
         [e for _, e in scored],
         [s.stress for s, _ in scored],
@@ -1027,7 +1024,7 @@ def interval_scores(
 
 def _with_intervals(
     geometry: CorpusGeometry,
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     scored: list[tuple[EncodingScore, Encoding]],
     level: float,
     replicates: int | None,
@@ -1037,29 +1034,27 @@ def _with_intervals(
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n = geometry.n_eff
-    # Plain counts that were counted with shards still get their intervals.
-    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     # A cross-fit's unstable positions come from the split-half grams; without details the
     # per-position floor would only fill the JSON's noise_floor (not asked for), at the cost of
     # a draw per position.
     floor = None
     if details or geometry.estimator != "crossfit":
         # Halves of the shards when there are any: copies of a sequence then stay on one side.
-        own = sharded.counts.shards
         floor = (
-            noise_floor_by_shards(own, n, seed=seed)
-            if len(own) >= 2
-            else noise_floor(sharded.counts.matrix[:n], seed=seed)
+            noise_floor_by_shards(counts.shards, n, seed=seed)
+            if len(counts.shards) >= 2
+            else noise_floor(counts.matrix[:n], seed=seed)
         )
     probe = np.full(n, np.nan) if floor is None else floor
     unstable = _unstable(_noise_pairs(geometry, probe)[0], _noise_shares(geometry, probe)[1])
     floors = () if floor is None else tuple(float(x) for x in floor)
-    if sharded.k < 2:
-        note = f"no intervals: {sharded.why_no_shards}"
+    why = why_no_intervals(counts)
+    if why:
+        note = f"no intervals: {why}"
         unc = Uncertainty(level, 0, 0, seed, (), floors, unstable, note)
         return [s for s, _ in scored], unc
     scores, iv = interval_scores(
-        sharded,
+        counts,
         n,
         scored,
         level,
@@ -1125,7 +1120,7 @@ def geometry_report(
 
 
 def stress_report(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
@@ -1140,9 +1135,10 @@ def stress_report(
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
-    With sharded counts (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress
-    gets a bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with plain counts
-    skips the uncertainty part altogether. ``progress(done, replicates)`` follows the bootstrap;
+    With shards (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress gets a
+    bootstrap interval of coverage ``level`` (default 0.95); ``level=None`` with counts that have
+    no shards and say nothing of intervals (:attr:`Counts.no_intervals`) skips the uncertainty
+    part altogether. ``progress(done, replicates)`` follows the bootstrap;
     ``replicates`` defaults to :func:`~posdiag.uncertainty.bootstrap.default_replicates` of
     ``n_eff``. ``dim`` is the model dimension of the encodings that have one (see
     :func:`score_encodings`).
@@ -1154,7 +1150,7 @@ def stress_report(
     geo = corpus_geometry(
         counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
     )
-    if level is None and not isinstance(counts, ShardedCounts):
+    if level is None and not counts.shards and not counts.no_intervals:
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim, noise=True)
     lvl = DEFAULT_LEVEL if level is None else level
@@ -1562,7 +1558,7 @@ def _recommend(
 
 
 def diagnose(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     encodings: Sequence[EncodingRequest] | None = None,
     *,
     min_count: int = DEFAULT_MIN_COUNT,
@@ -1580,7 +1576,7 @@ def diagnose(
 
     Parameters
     ----------
-    counts : Counts or ShardedCounts
+    counts : Counts
         With shards, every stress carries a bootstrap interval.
     target : float
         Stress the recommended MDS rank must reach, in (0, 1).
@@ -1597,13 +1593,12 @@ def diagnose(
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
-    total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = corpus_geometry(
         counts, min_count, estimator=estimator, splits=splits, seed=seed, plain=details
     )
     scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, level, replicates, seed, progress)
-    info = _information(total, geo.n_eff, seed)
+    info = _information(counts, geo.n_eff, seed)
     noise = _noise(geo, unc.noise_floor)
     shift = _shift(geo.distances)
     rank = _rank(geo, unc, target, dim)

@@ -37,7 +37,7 @@ from ..errors import PosdiagError
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
 from ..geometry.estimator import DEFAULT_ESTIMATOR
 from ..geometry.spectral import partial_spectrum
-from ..uncertainty.bootstrap import DEFAULT_LEVEL, ShardedCounts
+from ..uncertainty.bootstrap import DEFAULT_LEVEL, why_no_intervals
 from .analysis import (
     DEFAULT_MIN_COUNT,
     CorpusSummary,
@@ -324,7 +324,7 @@ class GateFacts:
 
 
 def measure(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     config: GateConfig,
     *,
     min_count: int | None = None,
@@ -340,25 +340,23 @@ def measure(
     ``min_count`` defaults to the config file's ``min-count``, else
     :data:`~posdiag.reports.analysis.DEFAULT_MIN_COUNT`. ``scores`` may supply precomputed
     :class:`~posdiag.reports.analysis.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
-    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
-    counts (>= 2 shards) those get bootstrap intervals of coverage ``level`` too, on the same
-    geometry (``progress(done, replicates)`` follows the bootstrap).
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With shards
+    (:func:`~posdiag.uncertainty.bootstrap.why_no_intervals`) those get bootstrap intervals of
+    coverage ``level`` too, on the same geometry (``progress(done, replicates)`` follows the
+    bootstrap).
     """
-    sharded = counts if isinstance(counts, ShardedCounts) else None
-    total_counts = sharded.counts if sharded is not None else counts
-    assert isinstance(total_counts, Counts)
     if min_count is None:
         min_count = config.reading.get("min_count", DEFAULT_MIN_COUNT)
     min_count = check_int("min_count", min_count, 1)
     if not (config.max_stress or config.max_rank_for_stress):
         # Support and information rules need no geometry, so they can judge a corpus too thin
         # for one (the case --min-support exists to catch).
-        summary = corpus_summary(total_counts, min_count)
+        summary = corpus_summary(counts, min_count)
         n = summary.n_eff
-        total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
+        total = positional_information(counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
     geo = corpus_geometry(
-        sharded if sharded is not None else total_counts,
+        counts,
         min_count,
         estimator=estimator,
         seed=seed,
@@ -367,13 +365,13 @@ def measure(
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
-    if fresh and sharded is not None and sharded.k >= 2:
+    if fresh and not why_no_intervals(counts):
         pairs = []
         for key, score in fresh.items():
             name, params = parse_encoding(key)
             pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
         with_ci, _ = interval_scores(
-            sharded,
+            counts,
             geo.n_eff,
             pairs,
             level,
@@ -387,7 +385,7 @@ def measure(
         )
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
-    total, _ = positional_information(total_counts.matrix[: geo.n_eff])
+    total, _ = positional_information(counts.matrix[: geo.n_eff])
     if geo.mds.total is not None and config.max_rank_for_stress:
         partial = _partial_facts(geo.summary, by_key, geo.mds, config, total)
         return replace(partial, warnings=geo.warnings)
@@ -579,7 +577,7 @@ def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:
 
 
 def run_gate(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     config: GateConfig,
     *,
     min_count: int | None = None,

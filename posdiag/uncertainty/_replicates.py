@@ -1,29 +1,19 @@
 """Each bootstrap replicate's ``B_H`` (and ``D_H``), from a half of the shards.
 
-A replicate of :func:`posdiag.uncertainty.bootstrap.bootstrap_stress` keeps half of the ``K``
-shards; cross-fitted, each split sums a quarter of the shards into ``C^A`` and ``C^B``, takes
-``R = sqrt(C / N)`` row-wise and multiplies ``R^A (R^B)^T``. Two layouts, one choice by size
-(:data:`PATTERN_MAX_BYTES`):
-
-- :class:`ShardPattern` lays the shards out once on the total's sparsity pattern, a dense
-  ``(K, nnz)`` table: a subset's counts are one matrix-vector product, the supports a
-  ``reduceat``, and the product is split by column, the frequent tokens as a dense BLAS block
-  (the rule of :mod:`posdiag.geometry._gram`), the rare ones as a precomputed list of entry
-  pairs sharing a column, summed by one ``bincount``. No scipy overhead per split and no
-  compiled code, so the bundled corpus never waits for a compile.
-- Beyond it, the shards are summed on their union pattern
-  (:class:`~posdiag.uncertainty._shardsum.ShardStack`) and multiplied by the compiled Gram
-  products, with the dense block in float32 (``B_H`` moves by ~1e-6 relative, three orders
-  below an interval's width).
-
-Both give the numbers of scipy selections and float64 products per split (the oracle in
-tests/uncertainty/oracle.py): the pattern to the order of additions (~1e-14), the float32 path
-to ~1e-6.
+A cross-fitted replicate sums a quarter of the shards into ``C^A`` and ``C^B`` per split and
+multiplies ``R^A (R^B)^T`` (``R = sqrt(C / N)``). Up to :data:`PATTERN_MAX_BYTES`,
+:class:`ShardPattern` lays the shards out once on the total's sparsity pattern: a subset's counts
+are one matrix-vector product, and the product a dense BLAS block (frequent tokens) plus a
+``bincount`` over rare-token entry pairs; no compiled code. Beyond, shards are summed on their
+union pattern (:class:`~posdiag.uncertainty._shardsum.ShardStack`) and multiplied by the
+compiled Gram products with a float32 dense block. Both give the numbers of the float64 oracle
+(tests/uncertainty/oracle.py): to ~1e-14 and to ~1e-6.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -99,7 +89,7 @@ class ShardPattern:
         max_bytes: int = PATTERN_MAX_BYTES,
     ) -> None:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
-        # Too large known before summing the shards, itself a cost at long contexts.
+        # Too large, known before summing the shards (a cost at long contexts).
         _check_size(len(parts), max(cells or 0, *(p.nnz for p in parts)), 0, max_bytes)
         total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
         for p in parts[1:]:
@@ -208,40 +198,47 @@ def replicate_grams(
     its support in a quarter of the shards is skipped. ``progress(done, R)`` after each.
     :class:`ShardPattern` (``cells``, ``max_bytes``: see there) while it fits, else shard sums.
     """
+    draw = _Draw(weights, estimator, splits, split_rng, progress, distances)
     try:
         pattern = ShardPattern(shards, n, cells, max_bytes)
     except PatternTooLarge:
-        return _summed_replicates(
-            shards, n, weights, estimator, splits, split_rng, progress, distances
-        )
-    return _pattern_replicates(pattern, weights, estimator, splits, split_rng, progress, distances)
+        return _summed_replicates(ShardStack(stack_shards(shards, n), n), draw)
+    return _pattern_replicates(pattern, draw)
 
 
-def _pattern_replicates(
-    pattern: ShardPattern,
-    weights: np.ndarray,
-    estimator: str,
-    splits: int,
-    split_rng: np.random.Generator,
-    progress: Callable[[int, int], None] | None,
-    distances: bool,
-) -> ReplicateGrams:
-    k = pattern.k
-    for j, w in enumerate(weights):
-        if progress is not None:
-            progress(j + 1, len(weights))
+@dataclass(frozen=True)
+class _Draw:
+    """What every replicate engine is given (:func:`replicate_grams`)."""
+
+    weights: np.ndarray
+    estimator: str
+    splits: int
+    split_rng: np.random.Generator
+    progress: Callable[[int, int], None] | None
+    distances: bool
+
+    def kept(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Each replicate's index and weights, reporting progress."""
+        for j, w in enumerate(self.weights):
+            if self.progress is not None:
+                self.progress(j + 1, len(self.weights))
+            yield j, w
+
+
+def _pattern_replicates(pattern: ShardPattern, draw: _Draw) -> ReplicateGrams:
+    for j, w in draw.kept():
         cw = pattern.counts(w)
         if np.any(pattern.supports(cw) <= 0):
             continue
-        if estimator != "crossfit":
+        if draw.estimator != "crossfit":
             d = hellinger_distances_fast(pattern.csr(cw))
             yield j, gram_from_distances(d), d
             continue
         subset = np.flatnonzero(w)
         acc: np.ndarray | None = None
         made = 0
-        for first in split_picks(subset.size, splits, split_rng):
-            pick = np.zeros(k)
+        for first in split_picks(subset.size, draw.splits, draw.split_rng):
+            pick = np.zeros(pattern.k)
             pick[subset[first]] = 1.0
             ca = pattern.counts(pick)
             cb = cw - ca
@@ -255,33 +252,21 @@ def _pattern_replicates(
         if acc is None:
             continue
         bc = acc / (2.0 * made)
-        yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
+        yield j, gram_from_bc(bc), implied_distances(bc) if draw.distances else None
 
 
-def _summed_replicates(
-    shards: Sequence[sp.csr_matrix],
-    n: int,
-    weights: np.ndarray,
-    estimator: str,
-    splits: int,
-    split_rng: np.random.Generator,
-    progress: Callable[[int, int], None] | None,
-    distances: bool,
-) -> ReplicateGrams:
-    sums = ShardStack(stack_shards(shards, n), n)
-    for j, w in enumerate(weights):
-        if progress is not None:
-            progress(j + 1, len(weights))
+def _summed_replicates(sums: ShardStack, draw: _Draw) -> ReplicateGrams:
+    for j, w in draw.kept():
         if np.any(sums.supports(w) <= 0):
             continue
         subset = np.flatnonzero(w)
-        if estimator != "crossfit":
+        if draw.estimator != "crossfit":
             d = hellinger_distances_fast(sums.sum(subset))
             yield j, gram_from_distances(d), d
             continue
         try:
-            halves = stacked_halves(sums, n, subset, splits, split_rng)
+            halves = stacked_halves(sums, sums.n, subset, draw.splits, draw.split_rng)
         except PosdiagError:
             continue  # a position lost all its support in a quarter of the shards
         bc = crossfit_bc(halves, dtype=np.float32)
-        yield j, gram_from_bc(bc), implied_distances(bc) if distances else None
+        yield j, gram_from_bc(bc), implied_distances(bc) if draw.distances else None

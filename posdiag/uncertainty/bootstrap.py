@@ -1,17 +1,15 @@
-"""How sure are the numbers? Sharded counts, the shard bootstrap, the split-half noise floor and
-the noise level of positional information (docs/geometry.md section 8; docs/theory.md).
+"""How sure are the numbers? The shard bootstrap, the split-half noise floor and the noise level
+of positional information (docs/geometry.md section 8; docs/theory.md, "Uncertainty").
 
-Counts are additive, so counting a corpus into ``K`` random shards (each sequence goes to one
-shard, chosen with a seeded generator) costs one pass and gives, for free, the total (the sum of
-the shards) and a resampling scheme for intervals: a replicate corpus is the sum of half of the
-shards, drawn without replacement (half-sampling; see :func:`bootstrap_stress` for why not the
-multinomial bootstrap).
+Counts are additive, so counting a corpus into ``K`` seeded random shards (:attr:`Counts.shards`)
+costs one pass and gives a resampling scheme: a replicate corpus is the sum of half the shards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +27,7 @@ from .._util.defaults import (  # why: see there
 from .._util.memory import require
 from .._util.threads import small_blas
 from .._util.validate import check_choice, check_int
-from ..corpus.tokenizers import Tokenizer
-from ..counts.core import Counts, ProgressFn, count_texts, is_counts_file
+from ..counts.core import Counts, is_counts_file
 from ..counts.corpus import corpus_counts
 from ..encodings import Encoding
 from ..errors import PosdiagError
@@ -57,19 +54,17 @@ __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_REPLICATES",
     "DEFAULT_SHARDS",
-    "DESIGNS",
     "BALANCED_FROM",
     "BALANCED_MAX_REPLICATES",
     "PERCENTILE_FROM",
     "REPLICATE_SPLITS",
     "InformationNull",
-    "ShardedCounts",
+    "NO_SHARDS",
     "StressIntervals",
     "balanced_halves",
     "bootstrap_stress",
     "check_level",
     "corpus_counts_sharded",
-    "count_texts_sharded",
     "default_replicates",
     "information_null",
     "interval_method",
@@ -78,66 +73,19 @@ __all__ = [
     "pair_floor",
     "paired_halves",
     "replicate_halves",
+    "why_no_intervals",
 ]
 
 
-@dataclass(frozen=True)
-class ShardedCounts:
-    """The counts of a corpus and of ``K`` random shards of it.
-
-    Attributes
-    ----------
-    counts : Counts
-        The whole corpus: the sum of the shards.
-    shards : tuple of csr_matrix, each of shape (n_positions, vocab_size)
-        Empty when the corpus was read from a counts file (sequences can no longer be split).
-    seed : int
-        Seed of the shard assignment.
-    why_no_shards : str
-        When ``shards`` is empty: why (reported instead of intervals).
-    """
-
-    counts: Counts
-    shards: tuple[sp.csr_matrix, ...] = ()
-    seed: int = 0
-    # The CLI and corpus_counts_sharded say why they made no shards; plain counts handed to the
-    # library just have none.
-    why_no_shards: str = "the counts carry no shards (count the corpus with shards >= 2)"
-
-    @property
-    def k(self) -> int:
-        return len(self.shards)
+NO_SHARDS = "the counts carry no shards (count the corpus with shards >= 2)"
 
 
-def count_texts_sharded(
-    texts: Iterable[str],
-    tokenizer: Tokenizer,
-    *,
-    shards: int = DEFAULT_SHARDS,
-    seed: int = 0,
-    view_name: str = "text",
-    max_len: int = 512,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
-    source: str = "<texts>",
-) -> ShardedCounts:
-    """Tokenize, apply a view and count into ``shards`` seeded random shards in one pass.
-
-    Each sequence (after the view: a window in the packed view) goes to one shard drawn
-    uniformly with ``numpy.random.default_rng(seed)``; see :func:`posdiag.counts.core.count_texts`.
-    """
-    counts = count_texts(
-        texts,
-        tokenizer,
-        view_name=view_name,
-        max_len=max_len,
-        batch_size=batch_size,
-        progress=progress,
-        source=source,
-        shards=check_int("shards", shards, 2),
-        shard_seed=seed,
-    )
-    return ShardedCounts(counts, counts.shards, seed)
+def why_no_intervals(counts: Counts) -> str:
+    """Why ``counts`` give no bootstrap intervals (:attr:`Counts.no_intervals`, or fewer than 2
+    shards), or "" when they do."""
+    if counts.no_intervals:
+        return counts.no_intervals
+    return "" if len(counts.shards) >= 2 else NO_SHARDS
 
 
 def corpus_counts_sharded(
@@ -146,7 +94,7 @@ def corpus_counts_sharded(
     shards: int = DEFAULT_SHARDS,
     seed: int = 0,
     **read: Any,
-) -> ShardedCounts:
+) -> Counts:
     """:func:`~posdiag.counts.corpus.corpus_counts` with shards.
 
     ``read`` takes every keyword of ``corpus_counts`` (column, tokenizer, view_name, max_len,
@@ -158,14 +106,14 @@ def corpus_counts_sharded(
     k = check_shards(shards, "plugin")  # the estimator's own minimum: when intervals start
     counts = corpus_counts(corpus, shards=k, shard_seed=seed, seed=seed, **read)
     if counts.shards:
-        return ShardedCounts(counts, counts.shards, seed)
+        return counts
     if k == 0:
         why = "--shards 0 was given"
     elif is_counts_file(corpus):
         why = "a counts file keeps no shards; pass the corpus itself for intervals"
     else:
         why = "token id files are counted without shards; intervals need a text corpus"
-    return ShardedCounts(counts, (), seed, why)
+    return dataclasses.replace(counts, no_intervals=why)
 
 
 @dataclass(frozen=True)
@@ -177,32 +125,22 @@ class StressIntervals:
     level : float
         Coverage, e.g. 0.95.
     shards, replicates, seed : int
-        Shards re-weighted, replicates used (replicates where a position lost all its support
-        are skipped), seed of the weights.
+        Shards, replicates kept (those where a position lost all support are skipped), seed.
     encodings : tuple of (float, float)
         ``(low, high)`` for each encoding, in the order given.
     stress_by_rank : tuple of (float, float)
         ``(low, high)`` of the rank-r MDS stress, r = 1..n_eff-1.
     method : {"percentile", "t"}
-        How the intervals were read from the replicates (:func:`interval_method` of
-        ``replicates``).
+        :func:`interval_method` of ``replicates``.
     distance_sd : ndarray of shape (n_eff, n_eff), or None
-        Bootstrap standard deviation of each ``d_H(i, j)``; None when not asked for
-        (``distances=False``).
+        Bootstrap standard deviation of each ``d_H(i, j)``; None with ``distances=False``.
     bias : tuple of float
-        Mean replicate stress minus the estimate, per encoding: how much extra sampling noise
-        moves the stress (positive: noise inflates it; the estimate is likely inflated too).
-    heldout_pairs : int
-        Complementary replicate pairs whose held-out ``mds-r`` figures widened the held-out
-        ``mds-r`` intervals (0: none did; :func:`bootstrap_stress`, Notes).
-    heldout_splits : int
-        Outer splits each held-out ``mds-r`` headline averages (the pairs' spread is divided
-        by its square root); 0 when no held-out ``mds-r`` was scored. With ``heldout_pairs``
-        0 the pairs could not widen its intervals (fewer than 2 kept every position).
+        Mean replicate stress minus the estimate, per encoding (positive: noise inflates it).
+    heldout_pairs, heldout_splits : int
+        Complementary pairs whose held-out ``mds-r`` figures widened those intervals (0: none
+        did), and the outer splits each held-out headline averages (0: none scored).
     design : {"balanced", "random"}
-        How the half-samples were drawn (:func:`replicate_halves`): rows of a Hadamard matrix
-        of order ``shards`` and their complements, or uniform random halves in complementary
-        pairs.
+        How the half-samples were drawn (:func:`replicate_halves`).
     """
 
     level: float
@@ -311,17 +249,6 @@ def _mds_rank(enc: Encoding) -> int | None:
     return int(rank) if rank is not None and enc.name == f"mds-{rank}" else None
 
 
-def _stress_against(b: np.ndarray, nb: float, b_e: np.ndarray, ne: float) -> float:
-    if ne == 0.0:
-        return 1.0
-    cos = max(0.0, float(np.vdot(b, b_e))) / (nb * ne)
-    return float(np.sqrt(max(0.0, 1.0 - cos * cos)))
-
-
-def _tail_stress(lam: np.ndarray) -> np.ndarray:
-    return stress_by_rank(lam)
-
-
 # Percentile intervals from this many replicates (2.5 values in each 2.5% tail); fewer give a
 # t interval from their sd (_interval).
 PERCENTILE_FROM = 100
@@ -342,7 +269,7 @@ REPLICATE_EIG_ITER = 200
 
 
 def bootstrap_stress(
-    sharded: ShardedCounts,
+    counts: Counts,
     n_eff: int,
     encodings: Sequence[Encoding],
     estimates: Sequence[float],
@@ -361,144 +288,109 @@ def bootstrap_stress(
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
-    A replicate keeps ``h = floor(K/2)`` of the ``K`` shards, drawn without replacement
-    (half-sampling; why not the multinomial bootstrap: docs/theory.md, "Uncertainty"), and
-    recomputes ``D_H``, ``B_H`` and each stress; ``mds-r`` encodings are refitted on the
-    replicate (their stress is the replicate's eigenvalue tail), the others are fixed
-    geometries. Deviations from the replicates' mean are scaled by ``sqrt(h / (K - h))`` (the
-    finite-population correction; 1 for even ``K``) and centred on the estimate
-    (:func:`_interval`). With ``estimator="crossfit"`` each replicate cross-fits its own shards
-    (``replicate_splits`` random halves), so the interval carries the noise of the estimator
-    reported.
+    A replicate keeps ``h = floor(K/2)`` of the ``K`` shards (half-sampling, in complementary
+    pairs: docs/theory.md, "Uncertainty") and recomputes ``B_H`` and each stress, cross-fitting
+    its own shards with ``estimator="crossfit"``; ``mds-r`` encodings are refitted on it.
+    Deviations from the replicates' mean, scaled by ``sqrt(h / (K - h))``, are centred on the
+    estimate (:func:`_interval`).
 
     Parameters
     ----------
     estimates : sequence of float
         Full-data stress of each encoding, where the intervals are centred.
     replicates : int, optional
-        Replicates drawn by :func:`replicate_halves`; default :func:`default_replicates`.
+        Drawn by :func:`replicate_halves`; default :func:`default_replicates`.
     progress : callable, optional
         Called after each replicate with (done, replicates).
     estimator : {"crossfit", "plugin"}
-    replicate_splits : int
-        Cross-fit splits per replicate.
+        With ``replicate_splits`` cross-fit splits per replicate.
     full_eigenvalues : ndarray of shape (n_eff,), optional
-        Eigenvalues of the full-data ``B_H`` (centre of the rank intervals when ``full_mds`` is
-        not given); default: those of the plug-in.
     full_mds : MDS, optional
-        The full-data geometry (partial spectra allowed): the centre of the rank intervals and
-        the warm start of the replicates' partial eigensolver. Default: the plug-in's, computed
-        here when ``full_eigenvalues`` is not given either.
+        The full-data geometry (partial spectra allowed), else its eigenvalues, else the
+        plug-in's: the centres of the rank intervals (and the replicates' warm start).
     distances : bool
-        Also the bootstrap spread of every distance (:attr:`StressIntervals.distance_sd`; two
-        ``n x n`` running sums, which no report prints).
+        Also :attr:`StressIntervals.distance_sd` (two ``n x n`` running sums).
     heldout_splits : int
-        Outer splits averaged in the ``estimates`` of the ``mds-r`` encodings when those are
-        held-out figures (:func:`posdiag.geometry.estimator.heldout_mds_stress`, cross-fit
-        only); 0 when they are in-sample tails.
+        Outer splits averaged in the held-out ``mds-r`` ``estimates``
+        (:func:`posdiag.geometry.estimator.heldout_mds_stress`), whose spread the complementary
+        pairs add (:func:`_split_spread`); 0 for in-sample tails.
     ranks : int, optional
         Rank intervals for ranks ``1..ranks`` (and every ``mds-r``) only, from each replicate's
-        top eigenpairs; default: every rank below ``TOP_MDS_FROM`` positions, from it
+        top eigenpairs; default: all below ``TOP_MDS_FROM`` positions, else
         :data:`REPLICATE_RANKS`.
-
-    Notes
-    -----
-    Replicates come in complementary pairs (:func:`replicate_halves`). With ``heldout_splits``,
-    the sd of a pair's held-out ``mds-r`` figure over the pairs, over ``sqrt(heldout_splits)``,
-    is the part of the headline's spread that comes from its outer splits; each side of the
-    interval adds it in quadrature, with the Student quantile of ``pairs - 1`` degrees of
-    freedom (docs/theory.md, "Uncertainty").
     """
-    if sharded.k < 2:
-        raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
-    level = check_level(level)
-    n = check_int("n_eff", n_eff, 2)
-    k = sharded.k
-    replicates = check_int(
-        "replicates", default_replicates(n, k) if replicates is None else replicates, 2
-    )
+    k, n, level, replicates = _checked(counts, n_eff, level, replicates)
     estimator = check_choice("estimator", estimator, ESTIMATORS)
     replicate_splits = check_int("replicate_splits", replicate_splits, 1)
     heldout_splits = check_int("heldout_splits", heldout_splits, 0)
     ranks_of = [_mds_rank(e) for e in encodings]
-    heldout_ranks = (
-        sorted({r for r in ranks_of if r is not None})
-        if heldout_splits and estimator == "crossfit"
-        else []
-    )
+    fitted = sorted({r for r in ranks_of if r is not None})
+    heldout_ranks = fitted if heldout_splits and estimator == "crossfit" else []
     _reserve(n, k, replicates, encodings, ranks_of, bool(heldout_ranks))
     check_shards(k, estimator)
-    rng = np.random.default_rng(seed)
-    # The splits inside replicates draw from their own stream: the replicate weights stay the
-    # ones the plug-in path draws for the same seed.
+    weights, design = replicate_halves(k, replicates, np.random.default_rng(seed))
+    # The splits inside replicates draw from their own stream: the weights stay the plug-in's.
     split_rng = np.random.default_rng([seed, 2])
-    weights, design = replicate_halves(k, replicates, rng)
-    if full_mds is None and full_eigenvalues is None:
-        full_mds = mds_from_gram(gram_from_distances(_full_distances(sharded, n)))
-    if full_mds is not None:
-        full_by_rank = full_mds.stress_by_rank()  # a partial spectrum keeps ||B||_F^2
-    else:
-        assert full_eigenvalues is not None
-        full_by_rank = _tail_stress(np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1])
-    if ranks is None and n >= TOP_MDS_FROM:
-        ranks = REPLICATE_RANKS
-    if ranks is not None:
-        ranks = min(n - 1, max([check_int("ranks", ranks, 1), *(r for r in ranks_of if r)]))
-    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum pass per
-    # replicate, tables a vdot.
-    scorers = [
-        None if r is not None else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)
-    ]
-    start = None if full_mds is None else full_mds.vectors
+    full_by_rank, start = _full_by_rank(counts, n, full_mds, full_eigenvalues)
+    if ranks is not None or n >= TOP_MDS_FROM:
+        top = REPLICATE_RANKS if ranks is None else check_int("ranks", ranks, 1)
+        ranks = min(n - 1, max([top, *fitted]))
+    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum pass a replicate.
+    scorers = [None if r else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)]
     samples = _Samples(n, ranks_of, scorers, heldout_ranks, distances, ranks, start)
     grams = replicate_grams(
-        sharded.shards,
-        n,
-        weights,
-        estimator,
-        replicate_splits,
-        split_rng,
-        progress,
-        distances,
-        cells=_cells(sharded.counts.matrix, n),
-    )
-    enc_arrays, by_rank, sd, used, pairs = _exact_replicates(samples, grams, n)
-    if used < 2:
-        raise PosdiagError(
-            f"bootstrap: only {used} of {replicates} replicates kept every position supported; "
-            "use fewer --shards or a larger --min-count"
-        )
-    if pairs.shape[0] < 2:
-        pairs = pairs[:0]  # one pair has no spread: the held-out intervals stay in-sample
+        counts.shards, n, weights, estimator, replicate_splits, split_rng, progress, distances,
+        cells=_cells(counts.matrix, n),
+    )  # fmt: skip
+    enc_arrays, by_rank, sd, used, pairs = _exact_replicates(samples, grams, n, replicates)
     scale = float(np.sqrt((k // 2) / (k - k // 2)))
+    spreads = [_split_spread(pairs, heldout_ranks, r, heldout_splits) for r in ranks_of]
+    est_smp = list(zip(map(float, estimates), enc_arrays, strict=True))
     return StressIntervals(
         level=level,
         shards=k,
         replicates=used,
         seed=seed,
         encodings=tuple(
-            _interval(
-                float(est),
-                smp,
-                level,
-                scale,
-                _split_spread(pairs, heldout_ranks, r, heldout_splits),
-            )
-            for est, smp, r in zip(estimates, enc_arrays, ranks_of, strict=True)
+            _interval(e, smp, level, scale, x) for (e, smp), x in zip(est_smp, spreads, strict=True)
         ),
         stress_by_rank=tuple(
             _interval(float(full_by_rank[r]), by_rank[:, r], level, scale)
             for r in range(min(full_by_rank.size, by_rank.shape[1]))
         ),
         distance_sd=sd,
-        bias=tuple(
-            float(np.mean(smp)) - float(est) for est, smp in zip(estimates, enc_arrays, strict=True)
-        ),
+        bias=tuple(float(np.mean(smp)) - e for e, smp in est_smp),
         method=interval_method(used),
         heldout_pairs=pairs.shape[0],
         heldout_splits=heldout_splits if heldout_ranks else 0,
         design=design,
     )
+
+
+def _checked(
+    counts: Counts, n_eff: int, level: float, replicates: int | None
+) -> tuple[int, int, float, int]:
+    """Shards, positions, coverage and replicates of a bootstrap, checked."""
+    k = len(counts.shards)
+    if k < 2:
+        raise PosdiagError("intervals need a corpus counted into >= 2 shards (--shards)")
+    level = check_level(level)
+    n = check_int("n_eff", n_eff, 2)
+    drawn = default_replicates(n, k) if replicates is None else replicates
+    return k, n, level, check_int("replicates", drawn, 2)
+
+
+def _full_by_rank(
+    counts: Counts, n: int, full_mds: MDS | None, full_eigenvalues: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The full data's rank stresses (the rank intervals' centres) and eigenvectors (the
+    replicates' warm start), from ``full_mds``, else ``full_eigenvalues``, else the plug-in."""
+    if full_mds is None and full_eigenvalues is None:
+        full_mds = mds_from_gram(gram_from_distances(hellinger_distances(counts.matrix[:n])))
+    if full_mds is not None:
+        return full_mds.stress_by_rank(), full_mds.vectors  # a partial spectrum keeps ||B||_F^2
+    lam = np.sort(np.asarray(full_eigenvalues, dtype=np.float64))[::-1]
+    return stress_by_rank(lam), None
 
 
 def _reserve(
@@ -526,24 +418,13 @@ def _cells(total: sp.spmatrix | sp.sparray | np.ndarray, n: int) -> int | None:
     return int(total.indptr[n]) if isinstance(total, sp.csr_matrix) else None
 
 
-DESIGNS = ("balanced", "random")
-
-
 def replicate_halves(k: int, replicates: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """0/1 weights of ``replicates`` half-samples of ``k`` shards in complementary pairs, of
-    shape (replicates, k), and the design that drew them (one of :data:`DESIGNS`).
+    shape (replicates, k), and the design that drew them: ``"balanced"`` or ``"random"``.
 
     ``"balanced"`` (:func:`balanced_halves`) where a Hadamard matrix of order ``k`` is built
-    and ``replicates <= 2 (k - 1)``, else ``"random"`` (:func:`paired_halves`).
-
-    Why balanced: for a statistic linear in the shards, the spread of all ``C(k, k/2)``
-    half-samples is the usual variance estimate with ``k - 1`` degrees of freedom, and random
-    half-samples add Monte Carlo noise to it (25 random pairs: about as much again as the
-    ``k - 1`` degrees of freedom carry at ``k = 20``). The ``k - 1`` non-trivial rows of a
-    Hadamard matrix reproduce that spread exactly, with no Monte Carlo noise, and a random
-    subset of them with less noise than as many random pairs: the 19 balanced pairs of 20
-    shards spread the widths of the fixed encodings' 95% intervals less than 25 random pairs
-    did (docs/theory.md, "Balanced half-samples").
+    and ``replicates <= 2 (k - 1)``, else ``"random"`` (:func:`paired_halves`); why balanced:
+    docs/theory.md, "Balanced half-samples".
     """
     weights = balanced_halves(k, replicates, rng)
     if weights is not None:
@@ -557,11 +438,9 @@ def balanced_halves(k: int, replicates: int, rng: np.random.Generator) -> np.nda
     (:func:`posdiag.uncertainty._hadamard.hadamard`) or ``replicates > 2 (k - 1)``.
 
     Row ``2j`` keeps the ``k/2`` shards where row ``j`` of a Hadamard matrix (first row all
-    ones, left out) is +1, row ``2j+1`` the other ``k/2``: the same pair layout as
-    :func:`paired_halves`. Which ``ceil(replicates / 2)`` of the ``k - 1`` rows, and which
-    column each shard takes, are seeded random choices, so every shard is equally likely in
-    every row. All ``k - 1`` rows balance exactly: any two shards share a half in ``k/2 - 1``
-    of them and are apart in ``k/2`` (columns of a Hadamard matrix are orthogonal).
+    ones, left out) is +1, row ``2j+1`` the other ``k/2`` (the pair layout of
+    :func:`paired_halves`). Which rows, and which column each shard takes, are seeded random
+    choices, so every shard is equally likely in every row.
     """
     h = hadamard(k) if k >= 2 else None
     if h is None or replicates > 2 * (k - 1):
@@ -576,9 +455,8 @@ def paired_halves(k: int, replicates: int, rng: np.random.Generator) -> np.ndarr
     """0/1 weights of ``replicates`` half-samples of ``k`` shards, of shape (replicates, k).
 
     Row ``2j`` keeps ``floor(k/2)`` shards drawn without replacement; row ``2j+1`` keeps the
-    shards row ``2j`` left out (``floor(k/2)`` of them, drawn, when ``k`` is odd). Every row is
-    a uniform half-sample; a pair is two disjoint halves, one outer split of the held-out
-    ``mds-r`` fit (:func:`bootstrap_stress`, Notes).
+    shards row ``2j`` left out (``floor(k/2)`` of them, drawn, when ``k`` is odd): a pair is
+    one outer split of the held-out ``mds-r`` fit (:func:`_split_spread`).
     """
     h = k // 2
     weights = np.zeros((replicates, k))
@@ -647,7 +525,7 @@ class _Samples:
     def flush(self) -> None:
         if self.pending:
             for lam_desc in np.linalg.eigvalsh(np.stack(self.pending))[:, ::-1]:
-                self._add_ranks(_tail_stress(lam_desc))
+                self._add_ranks(stress_by_rank(lam_desc))
             self.pending.clear()
 
     def add(self, j: int, b: np.ndarray, d: np.ndarray | None) -> None:
@@ -700,12 +578,20 @@ class _Samples:
         return enc, np.array(self.by_rank), sd, self.used, pairs
 
 
-def _exact_replicates(samples: _Samples, grams: ReplicateGrams, n: int) -> Samples:
-    """Every replicate recomputed into ``samples`` (:func:`posdiag._util.threads.small_blas`)."""
+def _exact_replicates(samples: _Samples, grams: ReplicateGrams, n: int, drawn: int) -> Samples:
+    """Every replicate recomputed into ``samples`` (:func:`posdiag._util.threads.small_blas`);
+    at least 2 of the ``drawn`` must keep every position, and a single complementary pair has
+    no spread (the held-out intervals then stay in-sample)."""
     with small_blas(n):
         for j, b, d in grams:
             samples.add(j, b, d)
-        return samples.result()
+        enc, by_rank, sd, used, pairs = samples.result()
+    if used < 2:
+        raise PosdiagError(
+            f"bootstrap: only {used} of {drawn} replicates kept every position supported; "
+            "use fewer --shards or a larger --min-count"
+        )
+    return enc, by_rank, sd, used, pairs if pairs.shape[0] >= 2 else pairs[:0]
 
 
 def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
@@ -717,10 +603,6 @@ def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     # check_finite=False: a replicate's gram is made here, finite (a third of the call at n = 76).
     lam, vecs = eigh(b, subset_by_index=(n - top, n - 1), check_finite=False)
     return lam[::-1], vecs[:, ::-1]
-
-
-def _full_distances(sharded: ShardedCounts, n: int) -> np.ndarray:
-    return hellinger_distances(sharded.counts.matrix[:n])
 
 
 def noise_floor(
@@ -828,9 +710,8 @@ class InformationNull:
     Attributes
     ----------
     mean, sd : float
-        Mean and standard deviation, in bits, over ``repeats`` permuted tables: the tokens of the
-        analysed positions shuffled across positions, keeping every support ``N_i`` and every
-        token's total count.
+        Mean and standard deviation, in bits, over ``repeats`` permuted tables (tokens shuffled
+        across positions, keeping every support ``N_i`` and every token's total count).
     per_position : ndarray of shape (n_positions,)
         Mean ``KL(mu_i || mu_bar)`` of each position under the permutation, in bits.
     repeats : int
@@ -848,11 +729,10 @@ def information_null(
     """The level of the plug-in ``I`` on data where position carries no information.
 
     The plug-in estimate is biased upward (about ``(V-1)(n-1) / (2 N ln 2)`` bits for large
-    samples, more with many rare types). Shuffling tokens across positions keeps both margins
-    (supports and token totals), so the rare types stay as rare as they are: a permuted table is
-    drawn row by row as a multivariate hypergeometric sample of ``N_i`` tokens from those not
-    yet placed. Drawing rows from the pooled distribution instead would lose a third of the
-    singletons and understate the bias on word-level corpora.
+    samples, more with many rare types). Shuffling tokens across positions keeps both margins,
+    so rare types stay as rare (drawing rows from the pooled distribution would lose a third of
+    the singletons): row by row, a multivariate hypergeometric sample of ``N_i`` tokens from
+    those not yet placed; from :data:`PERMUTED_NULL_FROM` cells, one shuffle of the token list.
 
     Parameters
     ----------
@@ -865,9 +745,7 @@ def information_null(
     seen = np.flatnonzero(pooled > 0)
     rng = np.random.default_rng(seed)
     if c.shape[0] * seen.size >= PERMUTED_NULL_FROM:
-        # The same law as one shuffle of the token list, O(tokens) instead of O(n V) a table
-        # (posdiag.uncertainty._permnull; another random stream, like the noise floor's from 1,024
-        # rows).
+        # The same law by one shuffle of the token list (another random stream).
         bits, per_mean = shuffled_null(supports, pooled[seen], repeats, rng)
         return InformationNull(float(bits.mean()), float(bits.std(ddof=1)), per_mean, repeats)
     totals = np.empty(repeats)

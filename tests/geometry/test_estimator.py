@@ -54,7 +54,7 @@ from posdiag.geometry.estimator import (
 )
 from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+from posdiag.uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
 
 N_POS, VOCAB = 32, 5000
 
@@ -181,7 +181,7 @@ def test_thinning_splits_each_position_exactly() -> None:
 @pytest.fixture(scope="module")
 def bundled_sharded() -> Counts:
     root = Path(__file__).resolve().parents[2]
-    return corpus_counts_sharded(str(root / "fixtures" / "corpus_en.txt"), shards=20).counts
+    return corpus_counts_sharded(str(root / "fixtures" / "corpus_en.txt"), shards=20)
 
 
 def test_thinning_agrees_with_the_split_by_sequence(bundled_sharded: Counts) -> None:
@@ -394,7 +394,7 @@ def test_bootstrap_bias_of_heldout_mds_is_measured_from_in_sample(tmp_path: Path
     mu = zipf_drift_distributions(N_POS, VOCAB, 3, sharpness=2.0, seed=0)
     total, shards = _sample(mu, 1000, seed=1)
     counts = Counts(sp.csr_matrix(total), {}, None, tuple(sp.csr_matrix(s) for s in shards))
-    sharded = ShardedCounts(counts, counts.shards, 0)
+    sharded = counts
     report = stress_report(sharded, ["mds-3", "alibi"], min_count=10, replicates=30, seed=2)
     assert report.uncertainty is not None and report.geometry is not None
     scores = {e.name: e for e in report.encodings}

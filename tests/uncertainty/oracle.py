@@ -5,6 +5,7 @@ shards' pattern, to ~1e-6 where the production path's dense block is float32).""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -22,17 +23,13 @@ from posdiag.uncertainty._replicates import ReplicateGrams
 
 
 def reference_grams(
-    shards: Sequence[sp.csr_matrix],
-    n: int,
-    weights: np.ndarray,
-    estimator: str,
-    splits: int,
-    split_rng: np.random.Generator,
-    progress: object = None,
-    distances: bool = True,
-    cells: int | None = None,
+    shards: Sequence[sp.csr_matrix], n: int, weights: np.ndarray, *args: Any, **kw: Any
 ) -> ReplicateGrams:
-    """``(j, B, D)`` of each replicate, as posdiag.uncertainty._replicates.replicate_grams."""
+    """``(j, B, D)`` of each replicate: the arguments and results of
+    posdiag.uncertainty._replicates.replicate_grams (``estimator, splits, split_rng, progress,
+    distances``; the size bounds do not apply)."""
+    estimator, splits, split_rng = args[:3]
+    distances = kw.get("distances", args[4] if len(args) > 4 else True)
     k = len(shards)
     stack = stack_shards(shards, n)
     rows = np.tile(np.arange(n), k)

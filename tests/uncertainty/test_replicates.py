@@ -15,7 +15,7 @@ from posdiag.geometry.estimator import estimate_hellinger
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty import bootstrap
 from posdiag.uncertainty._replicates import PatternTooLarge, ShardPattern, replicate_grams
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty.bootstrap import bootstrap_stress
 
 from .oracle import reference_grams
 
@@ -69,11 +69,11 @@ def test_pattern_uses_both_the_dense_block_and_the_rare_pairs() -> None:
     np.testing.assert_allclose(pat.product(r, r), s @ s.T, atol=1e-15)
 
 
-def _sharded(n: int, sequences: int, shards: int, seed: int) -> ShardedCounts:
+def _sharded(n: int, sequences: int, shards: int, seed: int) -> Counts:
     mu = zipf_drift_distributions(n, 400, 3, sharpness=2.0, seed=seed)
     total, parts = sample_sharded_counts(mu, sequences, shards=shards, seed=seed + 1)
     counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(parts))
-    return ShardedCounts(counts, counts.shards, 0)
+    return counts
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_replicates_reproduce_the_oracle_intervals(
     support (12 sequences in 8 shards: quarters often miss a position)."""
     n = 12
     sharded = _sharded(n, sequences, shards, seed=3)
-    est = estimate_hellinger(sharded.counts.matrix, n, estimator="plugin")
+    est = estimate_hellinger(sharded.matrix, n, estimator="plugin")
     encs = [make_encoding(nm, n, p, mds=est.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
     # Held-out mds-r intervals too: their complementary pairs, skipped replicates included.
     kw = {"replicates": 60, "seed": 4, "estimator": estimator, "heldout_splits": 2}
@@ -128,7 +128,7 @@ def test_partial_eigensolver_replicates_match_full_eigh(
 
     n = 24
     sharded = _sharded(n, 600, 20, seed=5)
-    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.counts.matrix[:n])))
+    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.matrix[:n])))
     encs = [make_encoding("mds", n, {"rank": 3}, mds=full), make_encoding("alibi", n, {})]
     kw = {
         "replicates": 30,
@@ -191,9 +191,11 @@ def test_pattern_refuses_a_table_the_total_already_shows_too_large() -> None:
     ``max_bytes`` is refused from them, and a small one is still built."""
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
-    nnz = int(sharded.counts.matrix[:n].nnz)
+    nnz = int(sharded.matrix[:n].nnz)
     want = r"^the replicate pattern needs 0 MB \(max 0 MB\)$"
     with pytest.raises(PatternTooLarge, match=want):
-        ShardPattern(sharded.shards, n, nnz, max_bytes=8 * sharded.k * nnz - 1)
-    pattern = ShardPattern(sharded.shards, n, nnz, max_bytes=8 * sharded.k * nnz + 24 * nnz**2)
-    assert pattern.table.shape == (sharded.k, nnz)
+        ShardPattern(sharded.shards, n, nnz, max_bytes=8 * len(sharded.shards) * nnz - 1)
+    pattern = ShardPattern(
+        sharded.shards, n, nnz, max_bytes=8 * len(sharded.shards) * nnz + 24 * nnz**2
+    )
+    assert pattern.table.shape == (len(sharded.shards), nnz)

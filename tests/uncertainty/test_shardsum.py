@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
 from posdiag.geometry.estimator import stack_shards, stacked_halves
 from posdiag.uncertainty import _shardsum
@@ -144,13 +145,12 @@ def test_a_stack_that_is_not_whole_shards_is_refused() -> None:
             lists.sum(np.array(bad))
 
 
-def _long_sharded(n: int) -> uncertainty.ShardedCounts:
-    from posdiag.counts.core import Counts
+def _long_sharded(n: int) -> Counts:
 
     shards = _shards(8, n, 40, 0.4, seed=1)
     total = sum(s.astype(np.float64) for s in shards)
     counts = Counts(sp.csr_matrix(total), {"source": "test"}, None, tuple(shards))
-    return uncertainty.ShardedCounts(counts, counts.shards, 0)
+    return counts
 
 
 def test_long_context_replicates_sum_shards_on_the_union_pattern(
