@@ -39,9 +39,8 @@ __all__ = [
     "replicate_grams",
 ]
 
-# The pattern's table (8 bytes a shard and cell) and rare-pair list (24 bytes a pair). Beyond,
-# the compiled products on shard sums are ~3x faster (the bench's text corpus: n = 512 needs
-# 139 MB and keeps the pattern, n = 1,024 280 MB; docs/performance.md).
+# The pattern's table (8 bytes a shard and cell) and rare pairs (24 bytes each): beyond, shard
+# sums and compiled products are faster (docs/performance.md).
 PATTERN_MAX_BYTES = 192 << 20
 
 # (index of the replicate in the weights, B, D or None) of each replicate kept.

@@ -163,12 +163,8 @@ def check_shards(shards: int, estimator: str = DEFAULT_ESTIMATOR) -> int:
     k = check_int("shards", shards, 0)
     low = 4 if estimator == "crossfit" else 2
     if 0 < k < low:
-        why = (
-            " (a cross-fitted replicate splits its half of the shards again; 2 suffice with "
-            "--estimator plugin)"
-            if low == 4
-            else ""
-        )
+        why = " (a cross-fitted replicate splits its half of the shards again; 2 suffice with "
+        why = f"{why}--estimator plugin)" if low == 4 else ""
         raise PosdiagError(f"'shards' must be 0 (no intervals) or an int >= {low}{why}; got {k}")
     return k
 
@@ -255,8 +251,8 @@ PERCENTILE_FROM = 100
 # Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
 # the interval, and 2 keep it calibrated (benchmarks/estimator.py measures it).
 REPLICATE_SPLITS = 2
-# Replicate Grams whose eigenvalues one LAPACK call computes (the per-call overhead dominated at
-# n = 76; 32 Grams below TOP_MDS_FROM positions are at most 64 MB).
+# Replicate Grams whose eigenvalues one LAPACK call computes (per-call overhead dominates small
+# Grams; at most 64 MB below TOP_MDS_FROM positions).
 _EIG_BATCH = 32
 # From TOP_MDS_FROM positions a replicate's rank stresses come from its top REPLICATE_RANKS
 # eigenpairs (warm-started block subspace iteration) and ||B||_F^2: its rank intervals cover
@@ -569,10 +565,8 @@ class _Samples:
         self.flush()
         enc = [np.array(x) for x in self.enc]
         pairs = np.array(self.pairs).reshape(len(self.pairs), len(self.heldout_ranks))
-        if self.used < 2:
-            return enc, np.zeros((self.used, self.n - 1)), self.d_sum, self.used, pairs
         sd = None
-        if self.d_sum is not None and self.d_sq is not None:
+        if self.d_sum is not None and self.d_sq is not None and self.used:
             mean = self.d_sum / self.used
             sd = np.sqrt(np.clip(self.d_sq / self.used - mean * mean, 0.0, None))
         return enc, np.array(self.by_rank), sd, self.used, pairs
@@ -600,7 +594,7 @@ def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     from scipy.linalg import eigh
 
     n = b.shape[0]
-    # check_finite=False: a replicate's gram is made here, finite (a third of the call at n = 76).
+    # check_finite=False: a replicate's gram is made here, finite.
     lam, vecs = eigh(b, subset_by_index=(n - top, n - 1), check_finite=False)
     return lam[::-1], vecs[:, ::-1]
 
