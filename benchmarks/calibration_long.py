@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from posdiag.counts.core import Counts
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty.bootstrap import bootstrap_stress
 
 from .estimator import interval_calibration
 from .longctx import DRIFT, TOKENS_PER_POSITION, V
@@ -48,7 +48,7 @@ class LongModel:
         self.glob, self.loc = rng.permutation(V), rng.permutation(V)
         self.n = n
 
-    def sample(self, seed: int) -> ShardedCounts:
+    def sample(self, seed: int) -> Counts:
         rng = np.random.default_rng(seed)
         n = self.n
         r = np.minimum(np.searchsorted(self.cdf, rng.random((n, TOKENS_PER_POSITION))), V - 1)
@@ -66,7 +66,7 @@ class LongModel:
             parts.append(part)
         total = sp.csr_matrix(sum(parts[1:], parts[0]))
         counts = Counts(total, {"source": "long corpus model"}, None, tuple(parts))
-        return ShardedCounts(counts, counts.shards, seed)
+        return counts
 
 
 def calibrate(

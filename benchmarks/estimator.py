@@ -37,7 +37,6 @@ from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import (
     BALANCED_FROM,
-    ShardedCounts,
     corpus_counts_sharded,
     default_replicates,
 )
@@ -87,7 +86,7 @@ def synthetic_table(n: int, vocab: int, sizes: tuple[int, ...]) -> None:
             )
 
 
-def bundled_table(sharded: ShardedCounts) -> None:
+def bundled_table(sharded: Counts) -> None:
     print("\n2. Bundled corpus (fixtures/corpus_en.txt, whitespace, min_count 100)")
     cross = corpus_geometry(sharded, 100)
     plain = corpus_geometry(sharded, 100, estimator="plugin")
@@ -140,11 +139,7 @@ def calibration(samples: int, replicates: int, size: int) -> None:
         counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(shards))
         for r in counts_:
             # Same seed; the balanced replicates are rows of a Hadamard matrix, not a subset.
-            report = stress_report(
-                ShardedCounts(counts, counts.shards, i),
-                specs,
-                analysis=Analysis(seed=i, replicates=r),
-            )
+            report = stress_report(counts, specs, analysis=Analysis(seed=i, replicates=r))
             for e in report.encodings:
                 if r == replicates:
                     values[e.name].append(e.stress)
@@ -165,19 +160,19 @@ def calibration(samples: int, replicates: int, size: int) -> None:
         print(f"{k:16} {v.mean():7.3f} {sd:7.4f} | " + " | ".join(cells))
 
 
-def cost(sharded: ShardedCounts, repeat: int) -> None:
+def cost(sharded: Counts, repeat: int) -> None:
     print("\n4. Cost on the bundled corpus (best of runs, CPU ms)")
     n = corpus_geometry(sharded, 100, estimator="plugin").n_eff
-    m = sharded.counts.matrix
+    m = sharded.matrix
     rows = [
         ("plug-in B_H", lambda: estimate_hellinger(m, n, estimator="plugin")),
         ("cross-fit B_H (S = 10)", lambda: estimate_hellinger(m, n, shards=sharded.shards)),
         ("cross-fit by thinning (S = 10)", lambda: estimate_hellinger(m, n)),
         (
             "stress table, plug-in",
-            lambda: stress_report(sharded.counts, analysis=Analysis(estimator="plugin")),
+            lambda: stress_report(sharded, analysis=Analysis(estimator="plugin")),
         ),
-        ("stress table, cross-fit (incl. held-out mds-r)", lambda: stress_report(sharded.counts)),
+        ("stress table, cross-fit (incl. held-out mds-r)", lambda: stress_report(sharded)),
     ]
     for label, fn in rows:
         print(f"{label:48} {_ms(fn, repeat):9.1f}")

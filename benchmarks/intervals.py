@@ -1,8 +1,8 @@
 """Bootstrap intervals (issue 13): the replicate loop now against the previous one, same process.
 
 1. Bundled corpus (``make run``'s input: n_eff = 76, 20 shards, 200 cross-fitted replicates with
-   2 splits each): ``bootstrap_stress`` with the default engine against ``engine="scipy"`` (the
-   loop as it was: scipy selections and products per split, one ``eigvalsh`` per replicate);
+   2 splits each): ``bootstrap_stress`` against the same with the replicates of the oracle in
+   tests/uncertainty/oracle.py (the loop as it was: scipy selections and products per split);
    CPU and wall time, and ``make run`` itself (target < 3 s).
 2. Long contexts: the synthetic corpus of benchmarks/longctx.py (V = 50,257, ~3,000 distinct
    tokens per position) split into 20 shards (each position's counts multinomially), n = 1k,
@@ -22,7 +22,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,12 +35,13 @@ from posdiag.geometry.core import MDS
 from posdiag.geometry.estimator import gram_from_bc, plugin_bc
 from posdiag.geometry.spectral import top_eigenpairs
 from posdiag.reports.options import Analysis
+from posdiag.uncertainty import bootstrap
 from posdiag.uncertainty.bootstrap import (
-    ShardedCounts,
     bootstrap_stress,
     corpus_counts_sharded,
     default_replicates,
 )
+from tests.uncertainty.oracle import reference_grams
 
 from .longctx import structured_counts
 
@@ -51,6 +54,13 @@ TARGET_LONG_S = 60.0
 TARGET_RUN_S = 3.0
 
 
+def _engine(name: str) -> AbstractContextManager[object]:
+    """``"scipy"``: the oracle's replicates inside the block; else the production ones."""
+    if name == "scipy":
+        return mock.patch.object(bootstrap, "replicate_grams", reference_grams)
+    return nullcontext()
+
+
 def _timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     """(wall s, CPU s, result)."""
     t0, c0 = time.perf_counter(), time.process_time()
@@ -58,7 +68,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     return time.perf_counter() - t0, time.process_time() - c0, out
 
 
-def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> ShardedCounts:
+def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> Counts:
     """The long synthetic corpus on ``n`` positions, its counts split into ``shards`` shards.
 
     Each count goes to the shards multinomially (a chain of binomial draws over all stored
@@ -76,13 +86,13 @@ def sharded_long(n: int, shards: int = SHARDS, seed: int = 0) -> ShardedCounts:
         part.eliminate_zeros()
         parts.append(part)
     counts = Counts(m, {"source": f"synthetic long corpus, n = {n}"}, None, tuple(parts))
-    return ShardedCounts(counts, counts.shards, seed)
+    return counts
 
 
-def _plugin_geometry(sharded: ShardedCounts, n: int, k: int = 16) -> MDS:
+def _plugin_geometry(sharded: Counts, n: int, k: int = 16) -> MDS:
     """The plug-in Gram and its top ``k`` eigenpairs: the replicates' centre and warm start
     (the estimates only centre the intervals; the cost measured is the replicates')."""
-    b = gram_from_bc(plugin_bc(sharded.counts.matrix[:n]))
+    b = gram_from_bc(plugin_bc(sharded.matrix[:n]))
     lam, u, _, _ = top_eigenpairs(b, k)
     return MDS(eigenvalues=lam, vectors=u, gram=b, total=float(np.vdot(b, b)))
 
@@ -110,14 +120,15 @@ def bench_bundled() -> None:
     out = {}
     for _ in range(2):  # interleaved, so load on the shared machine hits both alike
         for engine in runs:
-            wall, cpu, out[engine] = _timed(
-                lambda e=engine: bootstrap_stress(sharded, n, encs, est, engine=e, **kw)  # type: ignore[arg-type]
-            )
+            with _engine(engine):
+                wall, cpu, out[engine] = _timed(
+                    lambda: bootstrap_stress(sharded, n, encs, est, **kw)  # type: ignore[arg-type]
+                )
             runs[engine].append((wall, cpu))
     old = min(runs["scipy"], key=lambda t: t[1])
     new = min(runs["auto"], key=lambda t: t[1])
     diff = float(np.max(np.abs(np.array(out["auto"].encodings) - out["scipy"].encodings)))
-    _row("previous loop (engine='scipy')", f"{old[1]:.2f} s CPU, {old[0]:.2f} s wall")
+    _row("oracle loop (tests/uncertainty/oracle.py)", f"{old[1]:.2f} s CPU, {old[0]:.2f} s wall")
     _row(
         "fixed-pattern replicates (default)",
         f"{new[1]:.2f} s CPU, {new[0]:.2f} s wall",
@@ -141,26 +152,26 @@ def bench_bundled() -> None:
     )
 
 
-def _loop(sharded: ShardedCounts, n: int, mds: MDS, engine: str, replicates: int) -> float:
+def _loop(sharded: Counts, n: int, mds: MDS, engine: str, replicates: int) -> float:
     """Wall seconds of ``replicates`` cross-fitted replicates of the default encodings."""
     encs = _encodings(n, mds)
     t0 = time.perf_counter()
-    bootstrap_stress(
-        sharded,
-        n,
-        encs,
-        [0.5] * len(encs),
-        replicates=replicates,
-        estimator="crossfit",
-        full_mds=mds,
-        engine=engine,
-        # As the reports call it: the loop as it was kept the spread of every distance.
-        distances=engine == "scipy",
-    )
+    with _engine(engine):
+        bootstrap_stress(
+            sharded,
+            n,
+            encs,
+            [0.5] * len(encs),
+            replicates=replicates,
+            estimator="crossfit",
+            full_mds=mds,
+            # As the reports call it: the loop as it was kept the spread of every distance.
+            distances=engine == "scipy",
+        )
     return time.perf_counter() - t0
 
 
-def _before_replicates(sharded: ShardedCounts) -> float:
+def _before_replicates(sharded: Counts) -> float:
     """Wall seconds of the whole report (``stress_report(..., details=False)``, what ``posdiag
     stress`` without ``--verbose`` computes) up to its first replicate: the headline's split
     products, the held-out ``mds-r`` fits and the bootstrap's set-up. Two replicates are drawn

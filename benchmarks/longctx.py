@@ -31,6 +31,7 @@ compilation, or a cold page cache); the larger sizes run once, after the kernels
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -86,12 +87,16 @@ def child_posdiag(path: Path) -> dict[str, object]:
     from posdiag.geometry._gram import cross_product, sqrt_rows, symmetric_product
     from posdiag.geometry._thinning import expected_halves
     from posdiag.reports.stress import stress_report
-    from posdiag.uncertainty.bootstrap import ShardedCounts
+    from posdiag.uncertainty.bootstrap import NO_SHARDS
 
     m = sp.load_npz(path).tocsr()
     counts = Counts(m, {"source": str(path)})
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
+    report = stress_report(
+        dataclasses.replace(counts, no_intervals=NO_SHARDS),
+        analysis=Analysis(min_count=1),
+        details=False,
+    )
     t_stress = time.perf_counter() - t0
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     rss = _peak_gb()

@@ -26,7 +26,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from posdiag.counts.core import Counts
-from posdiag.uncertainty.bootstrap import ShardedCounts
 
 DOCS = 2_500
 VOCAB = 30_000
@@ -59,10 +58,11 @@ class TextModel:
         ids = np.where(drift, self.loc[(r + pos // 4) % VOCAB], self.glob[r])
         return np.split(ids, np.cumsum(lens)[:-1])
 
-    def sharded(self, seed: int, n: int, shards: int = 20) -> ShardedCounts:
+    def sharded(self, seed: int, n: int, shards: int = 20) -> Counts:
         """The text-view counts of :meth:`ids` on positions ``0..n-1``, each document to one of
-        ``shards`` shards uniformly: what ``count_texts_sharded`` of the written text with the
-        whitespace tokenizer counts, without the text (same law, another random stream)."""
+        ``shards`` shards uniformly: what ``count_texts(..., shards=...)`` of the written text
+        with the whitespace tokenizer counts, without the text (same law, another random
+        stream)."""
         docs = self.ids(seed)
         rng = np.random.default_rng([seed, 1])
         which = rng.integers(0, shards, size=len(docs))
@@ -76,7 +76,7 @@ class TextModel:
             parts.append(part)
         total = sp.csr_matrix(sum(parts[1:], parts[0]))
         counts = Counts(total, {"source": "generated text-view corpus"}, None, tuple(parts))
-        return ShardedCounts(counts, counts.shards, seed)
+        return counts
 
 
 def lines(seed: int = 0, docs: int = DOCS) -> Iterator[str]:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names for type checkers; at run time
     from .reports.options import Analysis
     from .reports.scores import EncodingScore, score_encodings
     from .reports.stress import StressReport, stress_report
-    from .uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+    from .uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
 
 # Imported on first use (PEP 562): `posdiag --version` and `--help` must not pay for numpy and
 # scipy's imports, so `import posdiag` loads nothing until a name is asked for.
@@ -80,7 +80,6 @@ _LAZY = {
     "inspect_table": "reports.inspection",
     "open_source": "corpus.sources",
     "load_tokenizer": "corpus.tokenizers",
-    "ShardedCounts": "uncertainty.bootstrap",
     "bootstrap_stress": "uncertainty.bootstrap",
     "corpus_counts_sharded": "uncertainty.bootstrap",
 }
@@ -109,7 +108,6 @@ __all__ = [
     "Drift",
     "GateReport",
     "Inspection",
-    "ShardedCounts",
     "bootstrap_stress",
     "build_config",
     "corpus_counts_sharded",

@@ -1,8 +1,8 @@
 """One BLAS thread where multi-threading costs more than it gives.
 
 Small dense work (the bundled corpus's 76 x 76 eigenproblems, products of a few hundred rows,
-the block Lanczos' skinny products) spends more on waking and syncing OpenBLAS's threads than
-on the arithmetic, badly so on a loaded machine (benchmarks/NOTES.md has the figures).
+the block Lanczos' skinny products, a bootstrap replicate) spends more on waking and syncing
+OpenBLAS's threads than on the arithmetic, badly so on a loaded machine (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 
 __all__ = ["BLAS_THREADS_FROM", "one_blas_thread", "small_blas"]
 
-# Positions from which a report's dense work keeps the BLAS library's own thread count.
-BLAS_THREADS_FROM = 512
+# Positions from which dense work keeps the BLAS library's own thread count.
+BLAS_THREADS_FROM = 2048
 
 _CONTROLLER: list[object] = []
 

@@ -7,6 +7,7 @@ Only :mod:`posdiag.cli.app` imports this module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -39,7 +40,6 @@ from ..corpus.reading import READING_FIELDS, Reading
 if TYPE_CHECKING:  # pragma: no cover - numpy/scipy load on first use, not for --help/--version
     from ..counts.core import Counts
     from ..reports.options import Analysis
-    from ..uncertainty.bootstrap import ShardedCounts
 
 # Help panels of `posdiag COMMAND --help`.
 READING = "Reading the corpus"
@@ -377,7 +377,7 @@ def analyse(
     reading: Reading,
     quiet: bool,
     seed: int,
-    run: Callable[[ShardedCounts, Callable[[int, int], None] | None], Report],
+    run: Callable[[Counts, Callable[[int, int], None] | None], Report],
     *,
     shards: int = 0,
 ) -> Report:
@@ -512,24 +512,24 @@ COMPILING = "compiling posdiag's kernels (once after an install)"
 
 def sharded(
     corpus: str, reading: Reading, quiet: bool, *, shards: int = 0, seed: int = 0
-) -> ShardedCounts:
+) -> Counts:
     """Count ``corpus`` as ``reading`` says, in ``shards`` seeded shards, with a bar.
 
     ``seed`` seeds both the shards and ``--sample``. ``shards=0`` (no intervals) still counts
     the default shards, kept on the counts only: the cross-fitted geometry splits by sequence,
     and must be the same whether or not intervals are asked for.
     """
-    from ..uncertainty.bootstrap import ShardedCounts, corpus_counts_sharded
+    from ..uncertainty.bootstrap import corpus_counts_sharded
 
     with progress(quiet) as bar:
         counted = corpus_counts_sharded(
             corpus, shards=shards or DEFAULT_SHARDS, seed=seed, progress=bar, **reading.kwargs()
         )
     if shards == 0:
-        return ShardedCounts(counted.counts, (), counted.seed, "--shards 0 was given")
+        return dataclasses.replace(counted, no_intervals="--shards 0 was given")
     return counted
 
 
 def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:
     """Count ``corpus`` as ``reading`` says, with a bar; ``seed`` seeds ``--sample``."""
-    return sharded(corpus, reading, quiet, seed=seed).counts
+    return sharded(corpus, reading, quiet, seed=seed)

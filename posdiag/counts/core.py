@@ -92,12 +92,17 @@ class Counts:
     shards : tuple of csr_matrix, each of shape (n_positions, vocab_size)
         Counts of ``K`` seeded random shards of the sequences, summing to ``matrix``, when
         counted with ``shards=K`` (for bootstrap intervals); empty otherwise. Not saved.
+    no_intervals : str
+        Why no bootstrap intervals are drawn from these counts although asked (e.g. ``--shards
+        0``, a counts file); "" to let the shards decide
+        (:func:`posdiag.uncertainty.bootstrap.why_no_intervals`). Not saved.
     """
 
     matrix: sp.csr_matrix
     meta: Mapping[str, Any] = field(default_factory=dict)
     vocab: tuple[str, ...] | None = None
     shards: tuple[sp.csr_matrix, ...] = ()
+    no_intervals: str = ""
 
     @property
     def n(self) -> int:

@@ -42,9 +42,6 @@ from ..geometry.estimator import (
     split_half_summary,
     unpack_upper,
 )
-from ..uncertainty.bootstrap import (
-    ShardedCounts,
-)
 from .options import Analysis
 from .padding import padding_warnings
 
@@ -320,7 +317,7 @@ def _two_positions_advice(summary: CorpusSummary, need: int) -> str:
 
 
 def corpus_geometry(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     min_count: int = DEFAULT_MIN_COUNT,
     *,
     estimator: str = DEFAULT_ESTIMATOR,
@@ -333,8 +330,8 @@ def corpus_geometry(
 
     Parameters
     ----------
-    counts : Counts or ShardedCounts
-        With shards (either kind) the cross-fit splits by sequence, otherwise by thinning.
+    counts : Counts
+        With shards the cross-fit splits by sequence, otherwise by thinning.
     estimator : {"crossfit", "plugin"}
         ``crossfit`` (default) removes the noise bias of the plug-in (docs/geometry.md).
     splits, seed : int
@@ -348,10 +345,7 @@ def corpus_geometry(
         :func:`posdiag.geometry.estimator.no_spectrum`), for callers that use the gram and the
         distances alone (``inspect --corpus``).
     """
-    if isinstance(counts, ShardedCounts):
-        counts = counts.counts
-    # The shards live on the counts too (ShardedCounts.shards are the same matrices, or empty
-    # when intervals were declined with --shards 0; the geometry uses them either way).
+    # The geometry uses the shards even where intervals were declined (--shards 0).
     shards = counts.shards
     summary = corpus_summary(counts, min_count)
     n_eff, source = summary.n_eff, summary.source
@@ -414,9 +408,7 @@ def corpus_geometry(
     return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plug, with_shards, {})
 
 
-def analysed_geometry(
-    counts: Counts | ShardedCounts, analysis: Analysis, *, plain: bool = True
-) -> CorpusGeometry:
+def analysed_geometry(counts: Counts, analysis: Analysis, *, plain: bool = True) -> CorpusGeometry:
     """:func:`corpus_geometry` with the parameters of ``analysis``."""
     return corpus_geometry(
         counts,

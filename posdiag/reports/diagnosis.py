@@ -22,10 +22,7 @@ from ..geometry.core import (
     shift_equivariance,
     smoothness,
 )
-from ..uncertainty.bootstrap import (
-    ShardedCounts,
-    information_null,
-)
+from ..uncertainty.bootstrap import information_null
 from .analysis import (
     DEFAULT_ANALYSIS,
     CorpusGeometry,
@@ -440,7 +437,7 @@ def _recommend(
 
 
 def diagnose(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     encodings: Sequence[EncodingRequest] | None = None,
     analysis: Analysis = DEFAULT_ANALYSIS,
     *,
@@ -453,7 +450,7 @@ def diagnose(
 
     Parameters
     ----------
-    counts : Counts or ShardedCounts
+    counts : Counts
         With shards, every stress carries a bootstrap interval.
     target : float
         Stress the recommended MDS rank must reach, in (0, 1).
@@ -472,11 +469,10 @@ def diagnose(
     """
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
-    total = counts.counts if isinstance(counts, ShardedCounts) else counts
     geo = analysed_geometry(counts, analysis, plain=details)
     scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, analysis, progress)
-    info = _information(total, geo.n_eff, analysis.seed)
+    info = _information(counts, geo.n_eff, analysis.seed)
     noise = _noise(geo, unc.noise_floor)
     shift = _shift(geo.distances)
     rank = _rank(geo, unc, target, dim)

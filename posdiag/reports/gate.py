@@ -36,7 +36,7 @@ from ..encodings import make_encoding, parse_encoding
 from ..errors import PosdiagError
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
 from ..geometry.spectral import partial_spectrum
-from ..uncertainty.bootstrap import ShardedCounts
+from ..uncertainty.bootstrap import why_no_intervals
 from .analysis import CorpusSummary, Progress, analysed_geometry, corpus_summary, spectrum
 from .config import CONFIG_FILES, find_config, read_toml
 from .intervals import interval_scores
@@ -318,7 +318,7 @@ class GateFacts:
 
 
 def measure(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     config: GateConfig,
     analysis: Analysis | None = None,
     *,
@@ -330,13 +330,10 @@ def measure(
     ``analysis.min_count`` None: the config file's ``min-count``, else the default.
     ``scores`` may supply precomputed
     :class:`~posdiag.reports.scores.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
-    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With sharded
-    counts (>= 2 shards) those get bootstrap intervals too, on the same geometry
-    (``progress(done, replicates)`` follows the bootstrap).
+    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With shards
+    (:func:`~posdiag.uncertainty.bootstrap.why_no_intervals`) those get bootstrap intervals too,
+    on the same geometry (``progress(done, replicates)`` follows the bootstrap).
     """
-    sharded = counts if isinstance(counts, ShardedCounts) else None
-    total_counts = sharded.counts if sharded is not None else counts
-    assert isinstance(total_counts, Counts)
     analysis = analysis or Analysis()
     if analysis.min_count is None:
         analysis = replace(analysis, min_count=config.reading.get("min_count"))
@@ -344,22 +341,22 @@ def measure(
     if not (config.max_stress or config.max_rank_for_stress):
         # Support and information rules need no geometry, so they can judge a corpus too thin
         # for one (the case --min-support exists to catch).
-        summary = corpus_summary(total_counts, min_count)
+        summary = corpus_summary(counts, min_count)
         n = summary.n_eff
-        total = positional_information(total_counts.matrix[:n])[0] if n else 0.0
+        total = positional_information(counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
     # plain=False: no verdict and no output uses the plug-in figure.
-    geo = analysed_geometry(sharded if sharded is not None else total_counts, analysis, plain=False)
+    geo = analysed_geometry(counts, analysis, plain=False)
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
-    if fresh and sharded is not None and sharded.k >= 2:
+    if fresh and not why_no_intervals(counts):
         pairs = []
         for key, score in fresh.items():
             name, params = parse_encoding(key)
             pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
         with_ci, _ = interval_scores(
-            sharded,
+            counts,
             geo.n_eff,
             pairs,
             analysis,
@@ -370,7 +367,7 @@ def measure(
         )
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
-    total, _ = positional_information(total_counts.matrix[: geo.n_eff])
+    total, _ = positional_information(counts.matrix[: geo.n_eff])
     if geo.mds.total is not None and config.max_rank_for_stress:
         partial = _partial_facts(geo.summary, by_key, geo.mds, config, total)
         return replace(partial, warnings=geo.warnings)
@@ -562,7 +559,7 @@ def _partial_rank(facts: GateFacts, eps: float, note: str) -> tuple[float, str]:
 
 
 def run_gate(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     config: GateConfig,
     analysis: Analysis | None = None,
     *,

@@ -18,12 +18,12 @@ from ..geometry.core import (
     MDS,
 )
 from ..uncertainty.bootstrap import (
-    ShardedCounts,
     StressIntervals,
     bootstrap_stress,
     noise_floor,
     noise_floor_by_shards,
     pair_floor,
+    why_no_intervals,
 )
 from .analysis import MAX_PAIRS_LISTED, CorpusGeometry, Progress
 from .options import Analysis
@@ -208,7 +208,7 @@ def _unstable(partners: np.ndarray, share: np.ndarray) -> tuple[int, ...]:
 
 
 def interval_scores(
-    sharded: ShardedCounts,
+    counts: Counts,
     n_eff: int,
     scored: Sequence[tuple[EncodingScore, Encoding]],
     analysis: Analysis,
@@ -220,13 +220,13 @@ def interval_scores(
     """Each score with its shard-bootstrap interval (``ci_low``/``ci_high``), and the intervals.
 
     ``scored`` pairs each score with the encoding it was computed from, on positions
-    ``0..n_eff-1``; ``sharded`` needs at least 2 shards. ``analysis`` and ``full_eigenvalues``
+    ``0..n_eff-1``; ``counts`` need at least 2 shards. ``analysis`` and ``full_eigenvalues``
     are those of the geometry scored (see
     :func:`~posdiag.uncertainty.bootstrap.bootstrap_stress`). Held-out ``mds-r`` scores (those with
     an ``in_sample`` figure) get the spread of their outer splits as well.
     """
     iv = bootstrap_stress(
-        sharded,
+        counts,
         n_eff,
         [e for _, e in scored],
         [s.stress for s, _ in scored],
@@ -253,7 +253,7 @@ def interval_scores(
 
 def _with_intervals(
     geometry: CorpusGeometry,
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     scored: list[tuple[EncodingScore, Encoding]],
     analysis: Analysis,
     progress: Progress = None,
@@ -261,29 +261,27 @@ def _with_intervals(
     details: bool = True,
 ) -> tuple[list[EncodingScore], Uncertainty]:
     n, seed = geometry.n_eff, analysis.seed
-    # Plain counts that were counted with shards still get their intervals.
-    sharded = counts if isinstance(counts, ShardedCounts) else ShardedCounts(counts, counts.shards)
     # A cross-fit's unstable positions come from the split-half grams; without details the
     # per-position floor would only fill the JSON's noise_floor (not asked for), at the cost of
     # a draw per position.
     floor = None
     if details or geometry.estimator != "crossfit":
         # Halves of the shards when there are any: copies of a sequence then stay on one side.
-        own = sharded.counts.shards
         floor = (
-            noise_floor_by_shards(own, n, seed=seed)
-            if len(own) >= 2
-            else noise_floor(sharded.counts.matrix[:n], seed=seed)
+            noise_floor_by_shards(counts.shards, n, seed=seed)
+            if len(counts.shards) >= 2
+            else noise_floor(counts.matrix[:n], seed=seed)
         )
     probe = np.full(n, np.nan) if floor is None else floor
     unstable = _unstable(_noise_pairs(geometry, probe)[0], _noise_shares(geometry, probe)[1])
     floors = () if floor is None else tuple(float(x) for x in floor)
-    if sharded.k < 2:
-        note = f"no intervals: {sharded.why_no_shards}"
+    why = why_no_intervals(counts)
+    if why:
+        note = f"no intervals: {why}"
         unc = Uncertainty(analysis.coverage, 0, 0, seed, (), floors, unstable, note)
         return [s for s, _ in scored], unc
     scores, iv = interval_scores(
-        sharded,
+        counts,
         n,
         scored,
         analysis,

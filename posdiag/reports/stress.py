@@ -6,9 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..counts.core import Counts
-from ..uncertainty.bootstrap import (
-    ShardedCounts,
-)
 from .analysis import (
     DEFAULT_ANALYSIS,
     CorpusGeometry,
@@ -56,7 +53,7 @@ def geometry_report(
 
 
 def stress_report(
-    counts: Counts | ShardedCounts,
+    counts: Counts,
     encodings: Sequence[EncodingRequest] | None = None,
     analysis: Analysis = DEFAULT_ANALYSIS,
     *,
@@ -66,16 +63,17 @@ def stress_report(
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
-    With sharded counts (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress
-    gets a bootstrap interval (:class:`~posdiag.reports.options.Analysis`: ``level`` None with
-    plain counts skips the uncertainty part altogether). ``progress(done, replicates)`` follows
+    With shards (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress gets
+    a bootstrap interval (:class:`~posdiag.reports.options.Analysis`: ``level`` None with counts
+    that have no shards and say nothing of intervals (:attr:`Counts.no_intervals`) skips the
+    uncertainty part altogether). ``progress(done, replicates)`` follows
     the bootstrap. ``dim`` is the model dimension of the encodings that have one (see
     :func:`score_encodings`). ``details=False`` skips what only ``--verbose`` and the JSON show:
     each score's plug-in figure (``plain``, then NaN) and, without intervals, the per-position
     noise floor (``uncertainty.noise_floor``, then empty).
     """
     geo = analysed_geometry(counts, analysis, plain=details)
-    if analysis.level is None and not isinstance(counts, ShardedCounts):
+    if analysis.level is None and not counts.shards and not counts.no_intervals:
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, analysis, progress, details=details)

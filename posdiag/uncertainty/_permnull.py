@@ -1,13 +1,10 @@
 """The permutation null of ``I(position; token)`` by one shuffle of the token list (long contexts).
 
-:func:`posdiag.uncertainty.bootstrap.information_null` draws a permuted table row by row, each row a
-multivariate hypergeometric sample of ``N_i`` tokens from those not yet placed. That chain is
-exactly a uniformly random permutation of the corpus's token list cut into consecutive segments
-of sizes ``N_0, N_1, ...``: the same law. Drawn row by row it costs ``O(V)`` per row (numpy's
-sampler walks every token type), ``n V`` per table, growing as n. Drawn as a shuffle it
-costs ``O(T)`` per table
-(``T = sum N_i`` tokens), and each segment's ``KL(mu_i || mu_bar)`` is read off it without
-building the table (one compiled pass with a scratch count per token type).
+:func:`posdiag.uncertainty.bootstrap.information_null` draws a permuted table row by row, each
+row a multivariate hypergeometric sample of ``N_i`` tokens from those not yet placed: the law of
+a uniformly random permutation of the token list cut into segments of sizes ``N_0, N_1, ...``.
+Row by row costs ``O(n V)`` a table; a shuffle ``O(T)`` (``T = sum N_i`` tokens), each segment's
+``KL(mu_i || mu_bar)`` read off it by one compiled pass without building the table.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from .._util.jit import load_numba
 __all__ = ["PERMUTED_NULL_FROM", "permuted_kl", "shuffle_segments", "shuffled_null"]
 
 # From this many (position, token type) cells the null is drawn by shuffling (same law, another
-# random stream): below, the row-by-row draw is cheap and its numbers stay as they were.
+# random stream); below, row by row (the bundled corpus's stream).
 PERMUTED_NULL_FROM = 1 << 22
 
 _KERNEL: dict[str, Any] = {}
@@ -116,23 +113,21 @@ def _scatter_kernel() -> Any:
     return _KERNEL["scatter"]
 
 
-# Buckets of the shuffle: many more than positions, so that most buckets lie inside one segment
-# (their order is then irrelevant) and the few that straddle a boundary are small to shuffle.
+# Many more buckets than positions: most lie inside one segment (their order is irrelevant).
 _BUCKETS = 1 << 16
 
 
 def shuffle_segments(
-    pooled: np.ndarray, supports: np.ndarray, rng: np.random.Generator
+    pooled: np.ndarray, supports: np.ndarray, rng: np.random.Generator, buckets: int = _BUCKETS
 ) -> np.ndarray:
     """The token list (``pooled[v]`` copies of type ``v``) in an order whose consecutive
     segments of sizes ``supports`` hold the tokens a uniformly random permutation puts there.
 
-    A uniform permutation is the order of iid uniform keys. The high part of each key is a
-    uniform bucket (``rng.integers``); tokens are grouped by bucket, and the low parts order
-    each bucket uniformly. A bucket inside one segment needs no order (a segment's counts do not
-    depend on it), so only the buckets a segment boundary cuts are shuffled: a cache-friendly
-    scatter and a few small shuffles instead of a shuffle of the whole list, whose random
-    accesses miss the cache.
+    A uniform permutation is the order of iid uniform keys: tokens are grouped by the keys' high
+    part (a uniform bucket), and only the buckets a segment boundary cuts need an order (a
+    shuffle): a cache-friendly scatter and a few small shuffles.
+
+    ``buckets`` (at most 2**16) sets how finely the keys' high part cuts the list.
 
     Returns
     -------
@@ -140,9 +135,9 @@ def shuffle_segments(
     """
     pooled = np.asarray(pooled, dtype=np.int64)
     total = int(pooled.sum())
-    bucket = rng.integers(0, _BUCKETS, size=total, dtype=np.uint16)
+    bucket = rng.integers(0, buckets, size=total, dtype=np.uint16)
     out = np.empty(total, dtype=np.int32 if pooled.size < 2**31 else np.int64)
-    offsets = _scatter_kernel()(pooled, bucket, _BUCKETS, out)
+    offsets = _scatter_kernel()(pooled, bucket, buckets, out)
     del bucket
     bounds = np.cumsum(np.asarray(supports, dtype=np.int64))[:-1]
     # Bucket b covers out[offsets[b]:offsets[b+1]]; it is cut where a boundary falls inside.

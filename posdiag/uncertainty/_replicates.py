@@ -1,53 +1,61 @@
-"""Bootstrap replicates of the cross-fitted geometry without per-replicate sparse bookkeeping.
+"""Each bootstrap replicate's ``B_H`` (and ``D_H``), from a half of the shards.
 
-A replicate of :func:`posdiag.uncertainty.bootstrap.bootstrap_stress` keeps half of the ``K``
-shards and cross-fits them: each split sums a quarter of the shards into ``C^A`` and ``C^B``, takes
-``R = sqrt(C / N)`` row-wise and multiplies ``R^A (R^B)^T``. Done with scipy objects that is
-~10 sparse constructions and products per split, whose fixed overhead dominates small inputs
-such as the bundled corpus.
-
-Every shard's counts on positions ``0..n-1`` sit inside the support of the total, so
-:class:`ShardPattern` lays them out once on that fixed pattern: a dense ``(K, nnz)`` array.
-Then a subset's counts are one matrix-vector product, the supports a ``reduceat``, ``R`` an
-elementwise ``sqrt`` on the pattern, and the product is split once by column: the frequent
-tokens as a dense BLAS block (the rule of :mod:`posdiag.geometry._gram`), the rare ones as a
-precomputed list of entry pairs sharing a column, summed by one ``bincount``. A cell a half
-does not hold is an explicit 0, which adds nothing to any sum, so the numbers are those of the
-scipy path up to the order of floating-point additions (~1e-14;
-tests/uncertainty/test_replicates.py).
+A cross-fitted replicate sums a quarter of the shards into ``C^A`` and ``C^B`` per split and
+multiplies ``R^A (R^B)^T`` (``R = sqrt(C / N)``). Up to :data:`PATTERN_MAX_BYTES`,
+:class:`ShardPattern` lays the shards out once on the total's sparsity pattern: a subset's counts
+are one matrix-vector product, and the product a dense BLAS block (frequent tokens) plus a
+``bincount`` over rare-token entry pairs; no compiled code. Beyond, shards are summed on their
+union pattern (:class:`~posdiag.uncertainty._shardsum.ShardStack`) and multiplied by the
+compiled Gram products with a float32 dense block. Both give the numbers of the float64 oracle
+(tests/uncertainty/oracle.py): to ~1e-14 and to ~1e-6.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import PosdiagError
 from ..geometry._gram import DENSE_FRACTION
+from ..geometry.core import gram_from_distances, hellinger_distances_fast
+from ..geometry.estimator import (
+    crossfit_bc,
+    gram_from_bc,
+    implied_distances,
+    split_picks,
+    stack_shards,
+    stacked_halves,
+)
+from ._shardsum import ShardStack
 
-__all__ = ["MAX_PAIRS", "MAX_TABLE_BYTES", "PatternTooLarge", "ShardPattern"]
+__all__ = [
+    "PATTERN_MAX_BYTES",
+    "PatternTooLarge",
+    "ReplicateGrams",
+    "ShardPattern",
+    "replicate_grams",
+]
 
-# Rare-column entry pairs summed by bincount (3 int64 arrays, 24 bytes a pair). Past 5 M the
-# compiled products (geometry._gram on a uncertainty._shardsum stack) are ~3x faster; below, the
-# pattern is as fast and needs no kernels compiled on a first run (docs/performance.md).
-MAX_PAIRS = 5_000_000
-# The (K, nnz) table of shard counts: beyond this the replicates use scipy products (long
-# contexts, where the products, not their overhead, are the cost).
-MAX_TABLE_BYTES = 256 << 20
+# The pattern's table (8 bytes a shard and cell) and rare pairs (24 bytes each): beyond, shard
+# sums and compiled products are faster (docs/performance.md).
+PATTERN_MAX_BYTES = 192 << 20
+
+# (index of the replicate in the weights, B, D or None) of each replicate kept.
+ReplicateGrams = Iterator[tuple[int, np.ndarray, np.ndarray | None]]
 
 
 class PatternTooLarge(PosdiagError):
-    """The fixed-pattern layout would exceed :data:`MAX_TABLE_BYTES` or :data:`MAX_PAIRS`."""
+    """The fixed-pattern layout would exceed :data:`PATTERN_MAX_BYTES`."""
 
 
-def _check_table(k: int, nnz: int) -> None:
-    """Raise :class:`PatternTooLarge` when a (k, nnz) float64 table exceeds its bound."""
-    if 8 * k * nnz > MAX_TABLE_BYTES:
+def _check_size(k: int, nnz: int, pairs: int, max_bytes: int) -> None:
+    need = 8 * k * nnz + 24 * pairs
+    if need > max_bytes:
         raise PatternTooLarge(
-            f"the replicate pattern needs {8 * k * nnz / 1e6:,.0f} MB "
-            f"(max {MAX_TABLE_BYTES / 1e6:,.0f} MB)"
+            f"the replicate pattern needs {need / 1e6:,.0f} MB (max {max_bytes / 1e6:,.0f} MB)"
         )
 
 
@@ -62,6 +70,8 @@ class ShardPattern:
     cells : int, optional
         Stored cells of the shards' total on those rows, if known: a lower bound of the
         union's, to refuse a too-large table early (:class:`PatternTooLarge`).
+    max_bytes : int
+        The most the table and the rare pairs may take.
 
     Attributes
     ----------
@@ -75,12 +85,11 @@ class ShardPattern:
         shards: Sequence[sp.spmatrix | sp.sparray | np.ndarray],
         n: int,
         cells: int | None = None,
+        max_bytes: int = PATTERN_MAX_BYTES,
     ) -> None:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
-        # The union holds at least the largest shard's cells, and as many as the total's
-        # (``cells``, when the caller has it): too large is then known before summing the
-        # shards, itself a cost at long contexts.
-        _check_table(len(parts), max(cells or 0, *(p.nnz for p in parts)))
+        # Too large, known before summing the shards (a cost at long contexts).
+        _check_size(len(parts), max(cells or 0, *(p.nnz for p in parts)), 0, max_bytes)
         total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
         for p in parts[1:]:
             total = total + p
@@ -93,16 +102,10 @@ class ShardPattern:
         self.row = np.repeat(np.arange(n), np.diff(total.indptr))
         if np.any(np.diff(total.indptr) == 0):
             raise PosdiagError("every analysed position needs tokens for the bootstrap")
-        _check_table(self.k, total.nnz)
-        # The rare pairs (below) before the table: past MAX_PAIRS the table would be wasted.
         col_nnz = np.bincount(total.indices, minlength=v)
         dense_cols = col_nnz > DENSE_FRACTION * n
         pairs = int(np.sum(col_nnz[~dense_cols].astype(np.int64) ** 2))
-        if pairs > MAX_PAIRS:
-            raise PatternTooLarge(
-                f"the replicate pattern needs {pairs:,} rare pairs (max {MAX_PAIRS:,}); "
-                "fewer positions take the other replicate path"
-            )
+        _check_size(self.k, total.nnz, pairs, max_bytes)
         keys = self.row.astype(np.int64) * v + self.indices
         self.table = np.zeros((self.k, keys.size))
         for i, p in enumerate(parts):
@@ -111,9 +114,8 @@ class ShardPattern:
             p.eliminate_zeros()
             pk = np.repeat(np.arange(n), np.diff(p.indptr)).astype(np.int64) * v + p.indices
             self.table[i, np.searchsorted(keys, pk)] = p.data
-        # Column split, once for every split of every replicate: the fastgram rule on the
-        # total's pattern (a half holds a subset of it). Below fastgram's hybrid size a dense
-        # block still beats scipy here, whose per-product cost is what we are saving.
+        # The column split once for every split of every replicate (a half holds a subset of
+        # the total's pattern).
         self.kd = int(dense_cols.sum())
         position = np.cumsum(dense_cols) - 1
         is_dense = dense_cols[self.indices]
@@ -121,9 +123,8 @@ class ShardPattern:
         self.dense_flat = self.row[is_dense] * self.kd + position[self.indices[is_dense]]
         rare = np.flatnonzero(~is_dense)
         r_cols = self.indices[rare]
-        # The rare part as a list of entry pairs sharing a column: sum_v nnz_v^2 pairs (~40k
-        # on the bundled corpus), each adding ra[e] rb[f] to cell (row e, row f). One
-        # bincount per split, without a csr product's fixed overhead.
+        # The rare part as entry pairs sharing a column, each adding ra[e] rb[f] to cell
+        # (row e, row f).
         order = rare[np.argsort(r_cols, kind="stable")]
         per_col = np.bincount(r_cols, minlength=v)
         m = per_col[self.indices[order]]  # column size, per entry in column order
@@ -136,10 +137,8 @@ class ShardPattern:
         self.starts = self.indptr[:-1]
 
     def counts(self, weights: np.ndarray) -> np.ndarray:
-        """Counts on the pattern of the shards weighted by ``weights`` (shape (K,)): (nnz,).
-
-        Weights are 0/1, so this is a sum of rows of :attr:`table`: exact integers in float64.
-        """
+        """Counts on the pattern of the shards weighted by 0/1 ``weights`` (shape (K,)): (nnz,),
+        exact integers in float64."""
         return np.asarray(weights, dtype=np.float64) @ self.table
 
     def supports(self, data: np.ndarray) -> np.ndarray:
@@ -147,9 +146,8 @@ class ShardPattern:
         return np.add.reduceat(data, self.starts)
 
     def sqrt_rows(self, data: np.ndarray, supports: np.ndarray) -> np.ndarray:
-        """``sqrt(C / N)`` on the pattern, as :func:`posdiag.geometry.estimator.sqrt_rows` computes
-        it
-        (``C * (1/N)``, then the root)."""
+        """``sqrt(C / N)`` on the pattern, as :func:`posdiag.geometry.estimator.sqrt_rows`
+        computes it (``C * (1/N)``, then the root)."""
         inv = 1.0 / supports
         return np.sqrt(data * inv[self.row])
 
@@ -177,3 +175,97 @@ class ShardPattern:
         )
         m.eliminate_zeros()
         return m
+
+
+def replicate_grams(
+    shards: Sequence[sp.csr_matrix],
+    n: int,
+    weights: np.ndarray,
+    estimator: str,
+    splits: int,
+    split_rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None = None,
+    distances: bool = True,
+    cells: int | None = None,
+    max_bytes: int = PATTERN_MAX_BYTES,
+) -> ReplicateGrams:
+    """``(j, B, D)`` of each replicate ``j`` (a row of 0/1 ``weights``, shape (R, K)) whose
+    every position keeps support; ``D`` None for a cross-fit without ``distances``.
+
+    Cross-fitted replicates split their shards ``splits`` times with ``split_rng`` (the draw of
+    :func:`posdiag.geometry.estimator.stacked_halves`); a replicate where a position loses all
+    its support in a quarter of the shards is skipped. ``progress(done, R)`` after each.
+    :class:`ShardPattern` (``cells``, ``max_bytes``: see there) while it fits, else shard sums.
+    """
+    draw = _Draw(weights, estimator, splits, split_rng, progress, distances)
+    try:
+        pattern = ShardPattern(shards, n, cells, max_bytes)
+    except PatternTooLarge:
+        return _summed_replicates(ShardStack(stack_shards(shards, n), n), draw)
+    return _pattern_replicates(pattern, draw)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """What every replicate engine is given (:func:`replicate_grams`)."""
+
+    weights: np.ndarray
+    estimator: str
+    splits: int
+    split_rng: np.random.Generator
+    progress: Callable[[int, int], None] | None
+    distances: bool
+
+    def kept(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Each replicate's index and weights, reporting progress."""
+        for j, w in enumerate(self.weights):
+            if self.progress is not None:
+                self.progress(j + 1, len(self.weights))
+            yield j, w
+
+
+def _pattern_replicates(pattern: ShardPattern, draw: _Draw) -> ReplicateGrams:
+    for j, w in draw.kept():
+        cw = pattern.counts(w)
+        if np.any(pattern.supports(cw) <= 0):
+            continue
+        if draw.estimator != "crossfit":
+            d = hellinger_distances_fast(pattern.csr(cw))
+            yield j, gram_from_distances(d), d
+            continue
+        subset = np.flatnonzero(w)
+        acc: np.ndarray | None = None
+        made = 0
+        for first in split_picks(subset.size, draw.splits, draw.split_rng):
+            pick = np.zeros(pattern.k)
+            pick[subset[first]] = 1.0
+            ca = pattern.counts(pick)
+            cb = cw - ca
+            na, nb = pattern.supports(ca), pattern.supports(cb)
+            if np.any(na <= 0) or np.any(nb <= 0):
+                acc = None
+                break
+            x = pattern.product(pattern.sqrt_rows(ca, na), pattern.sqrt_rows(cb, nb))
+            acc = x + x.T if acc is None else acc + x + x.T
+            made += 1
+        if acc is None:
+            continue
+        bc = acc / (2.0 * made)
+        yield j, gram_from_bc(bc), implied_distances(bc) if draw.distances else None
+
+
+def _summed_replicates(sums: ShardStack, draw: _Draw) -> ReplicateGrams:
+    for j, w in draw.kept():
+        if np.any(sums.supports(w) <= 0):
+            continue
+        subset = np.flatnonzero(w)
+        if draw.estimator != "crossfit":
+            d = hellinger_distances_fast(sums.sum(subset))
+            yield j, gram_from_distances(d), d
+            continue
+        try:
+            halves = stacked_halves(sums, sums.n, subset, draw.splits, draw.split_rng)
+        except PosdiagError:
+            continue  # a position lost all its support in a quarter of the shards
+        bc = crossfit_bc(halves, dtype=np.float32)
+        yield j, gram_from_bc(bc), implied_distances(bc) if draw.distances else None

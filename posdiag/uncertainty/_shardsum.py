@@ -1,14 +1,10 @@
 """Sums of subsets of shards, on the union of their sparsity patterns.
 
-A split by sequence (:func:`posdiag.geometry.estimator.stacked_halves`) sums half of the shards into
-``C^A`` and the rest into ``C^B``; the shards headline does it for 10 splits and every
-bootstrap replicate for 2 splits of its own half of the shards. As a sparse selection
-product, ``(n, K n) @ stack``, scipy's product hashes and sorts every output row, a cost at
-long contexts. :class:`ShardStack` places every stored count of the stack once at its
-cell of the shards' union pattern (rows sorted by column); a sum then adds each chosen
-shard's counts into its row's slice of that pattern and keeps the non-zero cells in order: two
-linear passes, canonical output, no sort. Counts are integers, so the sums are exact and equal
-to the selection product's.
+A split by sequence (:func:`posdiag.geometry.estimator.stacked_halves`) sums half of the shards
+into ``C^A`` and the rest into ``C^B``. A sparse selection product hashes and sorts every output
+row; :class:`ShardStack` places every stored count once at its cell of the shards' union pattern,
+so a sum is two linear compiled passes with canonical output. Counts are integers: the sums are
+exact, equal to the selection product's.
 """
 
 from __future__ import annotations
@@ -24,9 +20,7 @@ from ..errors import PosdiagError
 
 __all__ = ["ShardStack"]
 
-# Row chunks per compiled pass: each chunk allocates its own vocabulary-sized scratch once
-# (int32: 4 bytes a token id in the union count, 8 in the fill, per running thread; the
-# geometry already reserves 24 bytes a token id, posdiag.reports.analysis.corpus_geometry).
+# Row chunks per compiled pass, each with its own vocabulary-sized int32 scratch.
 _CHUNKS = 64
 
 
@@ -53,8 +47,7 @@ class ShardStack:
     def __init__(self, stack: sp.csr_matrix, n: int) -> None:
         stack = sp.csr_matrix(stack, dtype=np.float64)
         rows = stack.shape[0]
-        # The kernels index shard k's row i as stack row k n + i, unchecked: a stack that is not
-        # whole shards of n rows would be read out of bounds.
+        # The kernels read shard k's row i at stack row k n + i unchecked.
         if n < 1 or rows % n or rows == 0:
             raise PosdiagError(
                 f"shard sums: a stack of {rows:,} rows is not whole shards of {n:,} positions"
@@ -107,10 +100,8 @@ class ShardStack:
 
 
 _KERNELS: dict[str, Callable[..., None]] = {}
-# The row walks each pair of passes shares (the union's count and fill, a sum's count and
-# fill): module globals (set by _kernels), because as closure variables of the kernels they
-# would enter numba's cache key pickled, differently in every process, and the kernels would
-# be recompiled every time.
+# The row walks the passes share: module globals, because as closure variables they would enter
+# numba's cache key, pickled differently in every process (a recompile every run).
 _first_seen: Any = None
 _accumulate: Any = None
 

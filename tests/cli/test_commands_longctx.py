@@ -17,6 +17,7 @@ straightforward computation:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -39,10 +40,9 @@ from posdiag.reports.gate import build_config, run_gate
 from posdiag.reports.inspection import _figures, _table_eigenvalues
 from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
-from posdiag.uncertainty import _permnull
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty._permnull import permuted_kl, shuffle_segments, shuffled_null
-from posdiag.uncertainty.bootstrap import ShardedCounts
+from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests.geometry.test_longctx_paths import zipf_counts
 
 
@@ -55,20 +55,17 @@ def _table(tokens: np.ndarray, supports: np.ndarray, n_types: int) -> np.ndarray
 
 
 @pytest.mark.parametrize("buckets", [2, 7, 1 << 16])
-def test_shuffle_segments_draws_the_permutation_law(
-    monkeypatch: pytest.MonkeyPatch, buckets: int
-) -> None:
+def test_shuffle_segments_draws_the_permutation_law(buckets: int) -> None:
     # Two rows: row 0 takes 3 of the 7 tokens (types 0,0,0,1,1,2,3). Under a uniform
     # permutation row 0 is a multivariate hypergeometric draw; few buckets make every bucket
     # straddle the boundary (the shuffled path), many make almost none do.
-    monkeypatch.setattr(_permnull, "_BUCKETS", buckets)
     pooled = np.array([3, 2, 1, 1])
     supports = np.array([3, 4])
     rng = np.random.default_rng(0)
     seen: dict[tuple[int, ...], int] = {}
     draws = 6000
     for _ in range(draws):
-        out = shuffle_segments(pooled, supports, rng)
+        out = shuffle_segments(pooled, supports, rng, buckets)
         assert np.array_equal(np.bincount(out, minlength=4), pooled)  # the margin is kept
         key = tuple(int(x) for x in np.bincount(out[:3], minlength=4))
         seen[key] = seen.get(key, 0) + 1
@@ -115,9 +112,9 @@ def test_information_null_switches_to_the_shuffle_with_the_same_law(
     monkeypatch.setattr(uncertainty, "shuffled_null", spy)
     slow = uncertainty.information_null(table, repeats=400, seed=0)
     assert calls == []  # 3 x 12 cells: the row-by-row draw
-    monkeypatch.setattr(uncertainty, "PERMUTED_NULL_FROM", 1)
-    fast = uncertainty.information_null(sp.csr_matrix(table), repeats=400, seed=0)
-    assert calls == [1]
+    pooled = table.sum(axis=0)
+    bits, per = shuffled_null(table.sum(axis=1), pooled[pooled > 0], 400, np.random.default_rng(0))
+    fast = uncertainty.InformationNull(float(bits.mean()), float(bits.std(ddof=1)), per, 400)
     explicit = [
         positional_information(_table(rng.permutation(tokens), np.array(sizes), 12))[0]
         for _ in range(400)
@@ -152,9 +149,15 @@ def _partial(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_diagnose_computes_the_plugin_for_the_json_only(
     corpus_a: Counts, plugin_calls: list[int]
 ) -> None:
-    lean = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1), details=False)
+    lean = diagnose(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS),
+        analysis=Analysis(min_count=1),
+        details=False,
+    )
     assert plugin_calls == []
-    full = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1))
+    full = diagnose(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), analysis=Analysis(min_count=1)
+    )
     assert plugin_calls == [1]
     # Everything printed is the same; only the JSON's plain column differs.
     for part in ("information", "noise", "shift", "rank", "recommendation", "uncertainty"):
@@ -191,7 +194,9 @@ def test_check_scores_a_fixed_encoding_without_plugin_or_split_halves(
         analysis, "split_half_summary", lambda *a, **k: halves.append(1) or real(*a, **k)
     )
     cfg = build_config(encodings=["rope"], max_stress=[0.9])
-    report = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
+    report = run_gate(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), cfg, analysis=Analysis(min_count=1)
+    )
     assert plugin_calls == [] and halves == []
     want = score_encodings(corpus_geometry(corpus_a, 1), ["rope"])[0].stress
     assert report.results[0].figure == want
@@ -202,7 +207,9 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
 ) -> None:
     rules = ["0.7:3", "0.4:30", "0.3:10", "0.0001:50"]
     cfg = build_config(max_rank_for_stress=rules)
-    full = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
+    full = run_gate(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), cfg, analysis=Analysis(min_count=1)
+    )
     lam = np.linalg.eigvalsh(corpus_geometry(corpus_a, 1, plain=False).mds.gram)[::-1]
     by_eps = {float(r.target): r for r in full.results}
     for eps, want in ((0.7, 5), (0.4, 21), (0.3, reached_rank(lam, 0.3))):
@@ -215,7 +222,9 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
     grown: list[int] = []
     real = gate.partial_spectrum
     monkeypatch.setattr(gate, "partial_spectrum", lambda *a, **k: grown.append(1) or real(*a, **k))
-    part = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
+    part = run_gate(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), cfg, analysis=Analysis(min_count=1)
+    )
     assert grown == [1]
     assert [r.passed for r in part.results] == [r.passed for r in full.results]
     got = {float(r.target): r for r in part.results}
@@ -227,7 +236,7 @@ def test_check_rank_rules_on_a_partial_spectrum_match_full_eigh(
     assert got[0.0001].figure == 52 and "more than 51" in got[0.0001].note
     # One rule: grown to its rank + 1 (21) only.
     short = run_gate(
-        ShardedCounts(corpus_a),
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS),
         build_config(max_rank_for_stress=["0.3:20"]),
         analysis=Analysis(min_count=1),
     )
@@ -304,7 +313,9 @@ def test_inspect_and_report_skip_the_plugin(
     out = cli(["report", str(path), "-o", str(html), "--no-plots", "--min-count", "1"])
     assert out.exit_code == 0, out.output
     assert plugin_calls == []
-    d = diagnose(ShardedCounts(corpus_a), analysis=Analysis(min_count=1))
+    d = diagnose(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), analysis=Analysis(min_count=1)
+    )
     assert d.recommendation.text.split(" Caution")[0][:60] in html.read_text(encoding="utf-8")
 
 
@@ -315,7 +326,9 @@ def test_check_rank_rules_settled_by_the_headline_spectrum_grow_nothing(
     grown: list[int] = []
     monkeypatch.setattr(gate, "partial_spectrum", lambda *a, **k: grown.append(1))
     cfg = build_config(max_rank_for_stress=["0.7:3", "0.4:30"])  # ranks 5 and 21
-    report = run_gate(ShardedCounts(corpus_a), cfg, analysis=Analysis(min_count=1))
+    report = run_gate(
+        dataclasses.replace(corpus_a, no_intervals=NO_SHARDS), cfg, analysis=Analysis(min_count=1)
+    )
     assert grown == []
     assert [(r.figure, r.passed) for r in report.results] == [(5.0, False), (21.0, True)]
 

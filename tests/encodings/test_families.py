@@ -12,12 +12,12 @@ import pytest
 from click.testing import Result
 
 from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import count_texts
 from posdiag.encodings import REGISTRY, parse_encoding
 from posdiag.encodings.families import FAMILIES, family, is_relative
 from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, synth_texts
-from posdiag.uncertainty.bootstrap import count_texts_sharded
 
 ARGS = ["--min-count", "50", "--shards", "0", "-q"]
 ENCODINGS = ["-e", "alibi", "-e", "rope", "-e", "sinusoidal", "-e", "mds-2", "-e", "nope"]
@@ -103,7 +103,7 @@ def test_a_shift_corpus_recommends_any_relative_encoding() -> None:
     """rope-yarn is relative: on a shift-equivariant corpus it beats an absolute encoding with a
     lower stress (before, only rope, alibi, alibi-kernel and t5 counted as relative)."""
     spec = SynthSpec(mode="shift", positions=16, vocab=80, sequences=4_000)
-    sc = count_texts_sharded(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
+    sc = count_texts(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
     specs = [parse_encoding(e) for e in ("rope-yarn", "sinusoidal", "mds-2")]
     d = diagnose(sc, specs, analysis=Analysis(min_count=10), dim=128)
     assert d.shift.r2 > 0.95

@@ -22,7 +22,9 @@ from posdiag.geometry.estimator import (
     split_picks,
 )
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty import bootstrap
+from posdiag.uncertainty.bootstrap import bootstrap_stress
+from tests.uncertainty.oracle import reference_grams
 
 
 def _unordered(k: int, pick: np.ndarray) -> frozenset[frozenset[int]]:
@@ -69,17 +71,17 @@ def test_two_splits_of_ten_shards_never_coincide() -> None:
     assert sum(_unordered(10, a) == _unordered(10, b) for a, b in draws) > 5
 
 
-def _sharded(shards: int) -> ShardedCounts:
+def _sharded(shards: int) -> Counts:
     mu = zipf_drift_distributions(10, 300, 3, sharpness=2.0, seed=1)
     total, parts = sample_sharded_counts(mu, 600, shards=shards, seed=2)
     counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(parts))
-    return ShardedCounts(counts, counts.shards, 0)
+    return counts
 
 
 def test_few_shards_average_each_of_their_splits_once() -> None:
     """4 shards have 3 splits: the headline's 10 splits are those 3, each once."""
     sharded = _sharded(4)
-    m, n = sharded.counts.matrix, 10
+    m, n = sharded.matrix, 10
     est = estimate_hellinger(m, n, shards=sharded.shards, estimator="crossfit", splits=10)
     assert est.splits == 3
     halves = []
@@ -92,14 +94,19 @@ def test_few_shards_average_each_of_their_splits_once() -> None:
     np.testing.assert_allclose(est.gram, want, rtol=0, atol=1e-6)  # float32 dense block
 
 
-@pytest.mark.parametrize("engine", ["pattern", "scipy"])
-def test_a_replicate_with_one_distinct_split_averages_it_once(engine: str) -> None:
+@pytest.mark.parametrize("oracle", [False, True])
+def test_a_replicate_with_one_distinct_split_averages_it_once(
+    oracle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """4 shards: a replicate's 2 shards have one split; 2 splits asked give the 1-split
-    replicates exactly (a divisor counting the splits asked would halve their BC)."""
+    replicates exactly (a divisor counting the splits asked would halve their BC), on the
+    production replicates and on the oracle's."""
+    if oracle:
+        monkeypatch.setattr(bootstrap, "replicate_grams", reference_grams)
     sharded = _sharded(4)
     n = 10
     encs = [make_encoding("sinusoidal", n), make_encoding("alibi", n)]
-    kw = {"replicates": 30, "seed": 3, "estimator": "crossfit", "engine": engine}
+    kw = {"replicates": 30, "seed": 3, "estimator": "crossfit"}
     two = bootstrap_stress(sharded, n, encs, [0.5, 0.5], replicate_splits=2, **kw)  # type: ignore[arg-type]
     one = bootstrap_stress(sharded, n, encs, [0.5, 0.5], replicate_splits=1, **kw)  # type: ignore[arg-type]
     assert two.replicates == one.replicates >= 2

@@ -57,7 +57,7 @@ from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
 from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+from posdiag.uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
 
 N_POS, VOCAB = 32, 5000
 
@@ -184,7 +184,7 @@ def test_thinning_splits_each_position_exactly() -> None:
 @pytest.fixture(scope="module")
 def bundled_sharded() -> Counts:
     root = Path(__file__).resolve().parents[2]
-    return corpus_counts_sharded(str(root / "fixtures" / "corpus_en.txt"), shards=20).counts
+    return corpus_counts_sharded(str(root / "fixtures" / "corpus_en.txt"), shards=20)
 
 
 def test_thinning_agrees_with_the_split_by_sequence(bundled_sharded: Counts) -> None:
@@ -400,16 +400,15 @@ def test_bootstrap_bias_of_heldout_mds_is_measured_from_in_sample(tmp_path: Path
     mu = zipf_drift_distributions(N_POS, VOCAB, 3, sharpness=2.0, seed=0)
     total, shards = _sample(mu, 1000, seed=1)
     counts = Counts(sp.csr_matrix(total), {}, None, tuple(sp.csr_matrix(s) for s in shards))
-    sharded = ShardedCounts(counts, counts.shards, 0)
     report = stress_report(
-        sharded, ["mds-3", "alibi"], analysis=Analysis(min_count=10, seed=2, replicates=30)
+        counts, ["mds-3", "alibi"], analysis=Analysis(min_count=10, seed=2, replicates=30)
     )
     assert report.uncertainty is not None and report.geometry is not None
     scores = {e.name: e for e in report.encodings}
     encs = [make_encoding("mds", N_POS, {"rank": 3}, mds=report.geometry.mds)]
     encs.append(make_encoding("alibi", N_POS, {}))
     direct = bootstrap_stress(
-        sharded,
+        counts,
         N_POS,
         encs,
         [scores["mds-3"].in_sample, scores["alibi"].stress],

@@ -32,7 +32,7 @@ from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry, spectrum
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
-from posdiag.uncertainty.bootstrap import ShardedCounts
+from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests import _data
 
 
@@ -237,9 +237,17 @@ def test_report_without_details_skips_the_plugin_and_the_noise_floor(
     monkeypatch.setattr(
         intervals, "noise_floor", lambda *a, **k: calls.append("floor") or real_floor(*a, **k)
     )
-    lean = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=False)
+    lean = stress_report(
+        dataclasses.replace(long_counts, no_intervals=NO_SHARDS),
+        analysis=Analysis(min_count=1),
+        details=False,
+    )
     assert calls == []
-    full = stress_report(ShardedCounts(long_counts), analysis=Analysis(min_count=1), details=True)
+    full = stress_report(
+        dataclasses.replace(long_counts, no_intervals=NO_SHARDS),
+        analysis=Analysis(min_count=1),
+        details=True,
+    )
     assert calls == ["plugin", "floor"]
     # The headline is the same geometry either way; only the detail columns differ.
     assert [(e.name, e.stress) for e in lean.encodings] == [
@@ -272,9 +280,9 @@ def test_report_with_intervals_and_without_details_skips_the_noise_floor(
             functools.partial(lambda real, *a, **k: calls.append("floor") or real(*a, **k), real),
         )
     kw = Analysis(min_count=1, replicates=20)
-    lean = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=False)
+    lean = stress_report(counts, analysis=kw, details=False)
     assert calls == []
-    full = stress_report(ShardedCounts(counts, counts.shards), analysis=kw, details=True)
+    full = stress_report(counts, analysis=kw, details=True)
     assert calls == ["floor"]
     assert lean.uncertainty is not None and full.uncertainty is not None
     assert lean.uncertainty.shards == full.uncertainty.shards == 8
@@ -321,7 +329,7 @@ def test_float32_headline_moves_every_printed_number_below_1e6(
     m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
     shards = tuple(_shards_of(m, 8, seed=4)) if split == "shards" else ()
     # The shards ride on the counts as well (corpus_geometry reads them there).
-    sharded = ShardedCounts(dataclasses.replace(long_counts, shards=shards), shards)
+    sharded = dataclasses.replace(long_counts, shards=shards)
     real = getattr(estimator, product)
     seen: list[str] = []
 

@@ -4,6 +4,7 @@ n x n array and leaves the distances it borrowed bit for bit as they were."""
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 
 import numpy as np
@@ -24,7 +25,7 @@ from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
 from posdiag.synthetic import drift_distributions
-from posdiag.uncertainty.bootstrap import ShardedCounts
+from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests._data import whole_mask, whole_split_half
 
 
@@ -175,7 +176,11 @@ def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
     monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
     monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
-    report = stress_report(ShardedCounts(counts), analysis=Analysis(min_count=1), details=False)
+    report = stress_report(
+        dataclasses.replace(counts, no_intervals=NO_SHARDS),
+        analysis=Analysis(min_count=1),
+        details=False,
+    )
     geo = report.geometry
     assert geo is not None and "split_half" not in geo._cache
     summary = geo._cache["split_half_summary"]

@@ -29,7 +29,6 @@ from posdiag.geometry.core import (
 from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
 from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
-from posdiag.uncertainty.bootstrap import count_texts_sharded
 
 
 def _iid_counts(sequences: int, positions: int = 10, vocab: int = 30, seed: int = 0) -> Counts:
@@ -157,7 +156,7 @@ def test_noise_floor_flags_identical_positions_as_indistinguishable() -> None:
 
 def test_diagnose_on_the_shift_corpus_recommends_a_relative_encoding() -> None:
     spec = SynthSpec(mode="shift", positions=16, vocab=80, sequences=4_000)
-    sc = count_texts_sharded(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
+    sc = count_texts(synth_texts(spec), load_tokenizer(), shards=10, max_len=16)
     d = diagnose(sc, analysis=Analysis(min_count=10), dim=128)
     assert d.shift.r2 > 0.95
     assert d.recommendation.family == "relative: attention bias"

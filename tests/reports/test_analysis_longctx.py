@@ -90,35 +90,17 @@ def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) 
     np.testing.assert_allclose(np.abs(part.coordinates(3)), np.abs(full.coordinates(3)), atol=1e-6)
 
 
-def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.uncertainty import bootstrap as uncertainty
+def test_a_vectorised_half_draw_takes_half_of_each_row() -> None:
+    from posdiag.geometry._hypergeom import _half_draw
 
     rng = np.random.default_rng(7)
     m = rng.poisson(rng.uniform(0.2, 30, (6, 40))).astype(np.int64)
     m[2] = 0
-    m[2, 5] = 1  # N = 1: NaN on both paths
-    m[4] = 0
-    m[4, 3] = 9  # one type: floor exactly 0
-    by_row = uncertainty.noise_floor(m, repeats=400, seed=1)
-    calls: list[int] = []
-    real = uncertainty._half_draw
-
-    def spy(*args: object) -> np.ndarray:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(uncertainty, "VECTORISED_FLOOR_FROM", 1)
-    monkeypatch.setattr(uncertainty, "_half_draw", spy)
-    vec = uncertainty.noise_floor(m, repeats=400, seed=1)
-    assert len(calls) == 400  # the vectorised path ran
-    assert np.isnan(vec[2]) and np.isnan(by_row[2])
-    assert vec[4] == 0.0 and by_row[4] == 0.0
-    ok = ~np.isnan(by_row)
-    np.testing.assert_allclose(vec[ok], by_row[ok], atol=0.01)
+    m[2, 5] = 1
     # Every draw takes exactly floor(N_i / 2) tokens and never more than a type holds.
     c = sp.csr_matrix(m)
     rows = np.flatnonzero(m.sum(axis=1) >= 2)
-    a = real(c, rows, m.sum(axis=1)[rows], np.random.default_rng(3))
+    a = _half_draw(c, rows, m.sum(axis=1)[rows], np.random.default_rng(3))
     assert np.all(a <= c.data) and np.all(a >= 0)
     sums = np.add.reduceat(a, c.indptr[:-1])[np.diff(c.indptr) > 0]
     full = m.sum(axis=1)[np.diff(c.indptr) > 0]

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import make_encoding
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
@@ -26,7 +27,6 @@ from posdiag.uncertainty._hadamard import hadamard
 from posdiag.uncertainty.bootstrap import (
     balanced_halves,
     bootstrap_stress,
-    count_texts_sharded,
     paired_halves,
     replicate_halves,
 )
@@ -133,14 +133,14 @@ def test_random_halves_do_not_reproduce_it() -> None:
     assert float(np.mean(devs**2)) != pytest.approx(_enumerated_spread(xs), rel=0.01)
 
 
-def _sharded(shards: int) -> uncertainty.ShardedCounts:
-    texts = synth_texts(SynthSpec(positions=12, vocab=40, sequences=400, seed=0))
-    return count_texts_sharded(texts, load_tokenizer(), shards=shards, seed=0, max_len=12)
+def _sharded(shards: int, positions: int = 12) -> Counts:
+    texts = synth_texts(SynthSpec(positions=positions, vocab=40, sequences=400, seed=0))
+    return count_texts(texts, load_tokenizer(), shards=shards, shard_seed=0, max_len=positions)
 
 
 def test_bootstrap_uses_the_balanced_design_where_it_can() -> None:
     sc = _sharded(8)
-    n = sc.counts.matrix.shape[0]
+    n = sc.matrix.shape[0]
     encs = [make_encoding("sinusoidal", n, {"d": 16})]
     iv = bootstrap_stress(sc, n, encs, [0.5], replicates=14, seed=1)
     assert (iv.design, iv.replicates, iv.method) == ("balanced", 14, "t")
@@ -148,9 +148,8 @@ def test_bootstrap_uses_the_balanced_design_where_it_can() -> None:
     assert iv.design == "random"
 
 
-def test_report_names_the_balanced_design(monkeypatch: pytest.MonkeyPatch) -> None:
-    sc = _sharded(8)
-    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
+def test_report_names_the_balanced_design() -> None:
+    sc = _sharded(8, uncertainty.BALANCED_FROM)
     rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.design) == (14, "balanced")

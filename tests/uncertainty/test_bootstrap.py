@@ -20,7 +20,6 @@ from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty.bootstrap import (
     corpus_counts_sharded,
-    count_texts_sharded,
     noise_floor,
     pair_floor,
 )
@@ -33,28 +32,28 @@ def _texts(sequences: int, seed: int = 0) -> list[str]:
 def test_shards_sum_to_the_unsharded_counts() -> None:
     texts = _texts(900)
     plain = count_texts(texts, load_tokenizer(), max_len=12)
-    sharded = count_texts_sharded(texts, load_tokenizer(), shards=7, seed=3, max_len=12)
-    assert sharded.k == 7
-    assert (sharded.counts.matrix != plain.matrix).nnz == 0
+    sharded = count_texts(texts, load_tokenizer(), shards=7, shard_seed=3, max_len=12)
+    assert len(sharded.shards) == 7
+    assert (sharded.matrix != plain.matrix).nnz == 0
     total = sum(sharded.shards[1:], sharded.shards[0])
     assert (sp.csr_matrix(total) != plain.matrix).nnz == 0
     # Every sequence is in exactly one shard: position 0 supports add up to the sequences.
     assert sum(int(s[0].sum()) for s in sharded.shards) == 900
     for key in ("sequences", "tokens", "documents", "vocab_size"):
-        assert sharded.counts.meta[key] == plain.meta[key]
+        assert sharded.meta[key] == plain.meta[key]
 
 
 def test_shard_assignment_is_seeded() -> None:
     texts = _texts(300)
-    a = count_texts_sharded(texts, load_tokenizer(), shards=4, seed=1, max_len=12)
-    b = count_texts_sharded(texts, load_tokenizer(), shards=4, seed=1, max_len=12)
-    c = count_texts_sharded(texts, load_tokenizer(), shards=4, seed=2, max_len=12)
+    a = count_texts(texts, load_tokenizer(), shards=4, shard_seed=1, max_len=12)
+    b = count_texts(texts, load_tokenizer(), shards=4, shard_seed=1, max_len=12)
+    c = count_texts(texts, load_tokenizer(), shards=4, shard_seed=2, max_len=12)
     assert all((x != y).nnz == 0 for x, y in zip(a.shards, b.shards, strict=True))
     assert any((x != y).nnz != 0 for x, y in zip(a.shards, c.shards, strict=True))
 
 
 def _report(sequences: int):
-    sc = count_texts_sharded(_texts(sequences), load_tokenizer(), shards=20, seed=0, max_len=12)
+    sc = count_texts(_texts(sequences), load_tokenizer(), shards=20, shard_seed=0, max_len=12)
     return stress_report(sc, analysis=Analysis(min_count=10, seed=0))
 
 
@@ -81,14 +80,14 @@ def test_counts_file_has_no_shards_and_says_so(tmp_path: Path) -> None:
     path = tmp_path / "c.npz"
     save_counts(counts, path)
     sc = corpus_counts_sharded(str(path), shards=20)
-    assert sc.k == 0
+    assert len(sc.shards) == 0
     rep = stress_report(sc, analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None and "counts file" in rep.uncertainty.note
     assert all(np.isnan(e.ci_low) and np.isnan(e.ci_high) for e in rep.encodings)
 
 
 def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them() -> None:
-    # A library caller passing Counts (not ShardedCounts) with a level: no CLI option was
+    # A library caller passing Counts without shards, with a level: no CLI option was
     # involved, so the note must not blame "--shards 0".
     plain = count_texts(_texts(400), load_tokenizer(), max_len=12)
     rep = stress_report(plain, analysis=Analysis(min_count=10, level=0.9, replicates=20))
@@ -97,7 +96,7 @@ def test_plain_counts_say_why_there_are_no_intervals_and_sharded_ones_get_them()
         "no intervals: the counts carry no shards (count the corpus with shards >= 2)"
     )
     # Counts that were counted with shards carry them: the intervals follow.
-    sharded = count_texts_sharded(_texts(400), load_tokenizer(), shards=8, max_len=12).counts
+    sharded = count_texts(_texts(400), load_tokenizer(), shards=8, max_len=12)
     assert len(sharded.shards) == 8
     rep = stress_report(sharded, analysis=Analysis(min_count=10, level=0.9, replicates=20))
     assert rep.uncertainty is not None and rep.uncertainty.shards == 8
@@ -235,7 +234,7 @@ def test_information_null_is_the_permutation_null() -> None:
 
 
 def test_bootstrap_reports_progress_per_replicate() -> None:
-    sc = count_texts_sharded(_texts(300), load_tokenizer(), shards=5, seed=0, max_len=12)
+    sc = count_texts(_texts(300), load_tokenizer(), shards=5, shard_seed=0, max_len=12)
     calls: list[tuple[int, int]] = []
     rep = stress_report(
         sc,
@@ -259,15 +258,17 @@ def test_sharding_follows_every_reading_option(tmp_path: Path) -> None:
     for read in ({"limit": 200}, {"sample": 0.5}, {}):
         plain = corpus_counts(str(folder), max_len=6, seed=4, **read)
         sc = corpus_counts_sharded(str(folder), shards=5, seed=4, max_len=6, **read)
-        assert sc.k == 5
-        assert (sc.counts.matrix != plain.matrix).nnz == 0
+        assert len(sc.shards) == 5
+        assert (sc.matrix != plain.matrix).nnz == 0
         total = sum(sc.shards[1:], sc.shards[0])
         assert (total != plain.matrix).nnz == 0
-        assert sc.counts.meta["sequences"] == plain.meta["sequences"]
+        assert sc.meta["sequences"] == plain.meta["sequences"]
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(400, dtype=np.uint16) % 50)
     sc = corpus_counts_sharded(str(ids), shards=5, max_len=8, vocab_size=50)
-    assert sc.k == 0 and sc.why_no_shards.startswith("token id files are counted without shards")
+    assert len(sc.shards) == 0 and sc.no_intervals.startswith(
+        "token id files are counted without shards"
+    )
 
 
 def test_interval_widths_match_the_spread_across_independent_samples() -> None:
@@ -287,7 +288,7 @@ def test_interval_widths_match_the_spread_across_independent_samples() -> None:
     width: dict[str, list[float]] = {e: [] for e in stress}
     for rep in range(20):
         sub = [lines[i] for i in rng.choice(len(lines), 3000, replace=False)]
-        sc = count_texts_sharded(sub, load_tokenizer(), shards=20, seed=rep, max_len=16)
+        sc = count_texts(sub, load_tokenizer(), shards=20, shard_seed=rep, max_len=16)
         for e in stress_report(sc, encs, analysis=Analysis(seed=rep, replicates=60)).encodings:
             stress[e.name].append(e.stress)
             width[e.name].append(e.ci_high - e.ci_low)

@@ -9,13 +9,14 @@ import pytest
 import scipy.sparse as sp
 
 from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry.core import gram_from_distances
+from posdiag.geometry.core import gram_from_distances, stress_by_rank
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.scoring import scores as fastscore
 from posdiag.synthetic import drift_distributions, sample_texts
 from posdiag.uncertainty import bootstrap as uncertainty
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, count_texts_sharded
+from posdiag.uncertainty.bootstrap import bootstrap_stress
 
 
 def dense_hellinger(c: np.ndarray) -> np.ndarray:
@@ -27,10 +28,10 @@ def dense_hellinger(c: np.ndarray) -> np.ndarray:
 
 
 def reference_bootstrap(
-    sharded: ShardedCounts, n: int, encs: list, estimates: list[float], reps: int, seed: int
+    sharded: Counts, n: int, encs: list, estimates: list[float], reps: int, seed: int
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """The replicate loop as it was: dense distances, full eigh, n x n Gram per encoding."""
-    k = sharded.k
+    k = len(sharded.shards)
     h = k // 2
     rng = np.random.default_rng(seed)
     assert k % 2 == 0
@@ -49,7 +50,7 @@ def reference_bootstrap(
             continue
         b = gram_from_distances(dense_hellinger(c))
         lam = np.sort(np.linalg.eigvalsh(b))[::-1]
-        tail = uncertainty._tail_stress(lam)
+        tail = stress_by_rank(lam)
         rank_s.append(tail)
         for i, e in enumerate(encs):
             r = uncertainty._mds_rank(e)
@@ -57,15 +58,13 @@ def reference_bootstrap(
                 enc_s[i].append(float(tail[r - 1]))
             else:
                 g = e.gram()
-                enc_s[i].append(
-                    uncertainty._stress_against(b, np.linalg.norm(b), g, np.linalg.norm(g))
-                )
-    full = uncertainty._tail_stress(
+                norms = np.linalg.norm(b) * np.linalg.norm(g)
+                cos = max(0.0, float(np.vdot(b, g))) / norms if norms else 0.0  # nope: stress 1
+                enc_s[i].append(float(np.sqrt(max(0.0, 1.0 - cos * cos))))
+    full = stress_by_rank(
         np.sort(
             np.linalg.eigvalsh(
-                gram_from_distances(
-                    dense_hellinger(sharded.counts.matrix[:n].toarray().astype(float))
-                )
+                gram_from_distances(dense_hellinger(sharded.matrix[:n].toarray().astype(float)))
             )
         )[::-1]
     )
@@ -79,20 +78,20 @@ def reference_bootstrap(
 
 
 @pytest.fixture(scope="module")
-def sharded() -> ShardedCounts:
+def sharded() -> Counts:
     mu = drift_distributions(30, 80, rank=3, seed=2)
-    return count_texts_sharded(
-        sample_texts(mu, 600, seed=3), load_tokenizer(), shards=8, seed=1, max_len=30
+    return count_texts(
+        sample_texts(mu, 600, seed=3), load_tokenizer(), shards=8, shard_seed=1, max_len=30
     )
 
 
-def _encodings(n: int, sharded: ShardedCounts) -> list:
-    geo = corpus_geometry(sharded.counts, min_count=1)
+def _encodings(n: int, sharded: Counts) -> list:
+    geo = corpus_geometry(sharded, min_count=1)
     return [make_encoding(nm, n, p, mds=geo.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
 
 
 def test_fast_replicates_reproduce_the_dense_intervals(
-    sharded: ShardedCounts, monkeypatch: pytest.MonkeyPatch
+    sharded: Counts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     n = 30
     encs = _encodings(n, sharded)
@@ -112,14 +111,18 @@ def test_fast_replicates_reproduce_the_dense_intervals(
     np.testing.assert_allclose(np.array(iv.stress_by_rank), np.array(ref_rank), atol=1e-6)
 
 
-def test_the_bootstrap_reserves_each_tables_dense_gram(sharded: ShardedCounts) -> None:
+def test_the_bootstrap_reserves_each_tables_dense_gram(sharded: Counts) -> None:
     """A table's scorer may keep its dense B_E (fastscore.DENSE_TABLE_MAX): the bootstrap's
     memory estimate counts one n x n float64 array per table, and none for a lag profile."""
     from posdiag._util.memory import set_max_memory
     from posdiag.errors import PosdiagError
 
     n, reps = 12, 20
-    k, profile, table = sharded.k, make_encoding("alibi", n), make_encoding("learned-random", n)
+    k, profile, table = (
+        len(sharded.shards),
+        make_encoding("alibi", n),
+        make_encoding("learned-random", n),
+    )
     base = 8 * reps * (k + 1 + n) + 8 * 8 * n * n
     set_max_memory(base + 8 * n * n // 2)  # room for the replicates, not for a table's B_E
     try:

@@ -35,7 +35,7 @@ from posdiag.synthetic import (
     zipf_drift_distributions,
 )
 from posdiag.uncertainty import bootstrap as uncertainty
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, paired_halves
+from posdiag.uncertainty.bootstrap import bootstrap_stress, paired_halves
 
 
 @settings(max_examples=60, deadline=None)
@@ -62,17 +62,17 @@ def test_every_replicate_is_a_uniform_half() -> None:
         assert np.all(np.abs(freq - 0.4) < 5 * sd), freq
 
 
-def _synthetic(n: int = 16, seed: int = 0, rank: int = 3) -> ShardedCounts:
+def _synthetic(n: int = 16, seed: int = 0, rank: int = 3) -> Counts:
     mu = zipf_drift_distributions(n, 2000, rank, sharpness=2.0, seed=0)
     total, shards = sample_sharded_counts(mu, 1000, shards=20, seed=seed)
     counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(shards))
-    return ShardedCounts(counts, counts.shards, seed)
+    return counts
 
 
 def test_heldout_pair_is_the_heldout_stress_of_one_outer_split() -> None:
     sc = _synthetic()
     n, ranks = 16, [1, 2, 3, 5]
-    halves = split_half_grams(sc.counts.matrix, n, shards=sc.shards, splits=10, seed=3, repeats=1)
+    halves = split_half_grams(sc.matrix, n, shards=sc.shards, splits=10, seed=3, repeats=1)
     ((g_p, g_q),) = halves.grams
     x_p = mds_from_gram(g_p).coordinates(5)
     x_q = mds_from_gram(g_q).coordinates(5)
@@ -93,7 +93,7 @@ def test_outer_splits_follow_the_split_half_default() -> None:
     assert outer_splits(512) == outer_splits(2048) == 2
     assert outer_splits(2049) == 1
     sc = _synthetic()
-    assert len(split_half_grams(sc.counts.matrix, 16, shards=sc.shards).grams) == outer_splits(16)
+    assert len(split_half_grams(sc.matrix, 16, shards=sc.shards).grams) == outer_splits(16)
 
 
 @pytest.mark.parametrize("replicates", [40, 200])
@@ -102,7 +102,7 @@ def test_heldout_intervals_add_the_pairs_spread_in_quadrature(
 ) -> None:
     sc = _synthetic(seed=1)
     n = 16
-    geo_mds = mds_from_gram(split_half_grams(sc.counts.matrix, n, shards=sc.shards).grams[0][0])
+    geo_mds = mds_from_gram(split_half_grams(sc.matrix, n, shards=sc.shards).grams[0][0])
     encs = [
         make_encoding(nm, n, p, mds=geo_mds)
         for nm, p in map(parse_encoding, ("sinusoidal", "mds-2", "mds-4"))
@@ -144,7 +144,7 @@ def test_the_pairs_spread_is_the_headlines_spread_over_outer_splits() -> None:
     n = 16
     heads = []
     for seed in range(16):
-        halves = split_half_grams(sc.counts.matrix, n, shards=sc.shards, splits=10, seed=seed)
+        halves = split_half_grams(sc.matrix, n, shards=sc.shards, splits=10, seed=seed)
         heads.append(heldout_mds_stress(halves, [4])[4])
     direct = float(np.std(heads, ddof=1))
     rep = stress_report(sc, ["mds-4"], analysis=Analysis(min_count=1, seed=0, replicates=80))
@@ -255,15 +255,15 @@ def test_too_few_pairs_fall_back_to_the_in_sample_interval_and_say_so(
     held-out interval cannot be widened, and the line says it is too narrow."""
     import posdiag.uncertainty.bootstrap as unc_mod
 
-    real = unc_mod._exact_replicates
+    real = unc_mod._Samples.result
 
-    def one_pair(*args, **kwargs):  # type: ignore[no-untyped-def]
-        *rest, pairs = real(*args, **kwargs)
+    def one_pair(self):  # type: ignore[no-untyped-def]
+        *rest, pairs = real(self)
         return (*rest, pairs[:1])
 
     sc = _synthetic()
     wide = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
-    monkeypatch.setattr(unc_mod, "_exact_replicates", one_pair)
+    monkeypatch.setattr(unc_mod._Samples, "result", one_pair)
     rep = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
     unc = rep.uncertainty
     assert unc is not None and (unc.heldout_pairs, unc.heldout_splits) == (0, 4)

@@ -15,16 +15,18 @@ from click.testing import Result
 from scipy import stats
 
 from posdiag.corpus.tokenizers import load_tokenizer
+from posdiag.counts.core import Counts, count_texts
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
 from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
-from posdiag.uncertainty.bootstrap import count_texts_sharded, default_replicates, interval_method
+from posdiag.uncertainty.bootstrap import default_replicates, interval_method
 
 
-def _sharded() -> uncertainty.ShardedCounts:
-    texts = synth_texts(SynthSpec(positions=12, vocab=40, sequences=400, seed=0))
-    return count_texts_sharded(texts, load_tokenizer(), shards=6, seed=0, max_len=12)
+def _sharded(positions: int = 12) -> Counts:
+    """6 shards of 400 sequences; ``BALANCED_FROM`` positions make the corpus long."""
+    texts = synth_texts(SynthSpec(positions=positions, vocab=40, sequences=400, seed=0))
+    return count_texts(texts, load_tokenizer(), shards=6, shard_seed=0, max_len=positions)
 
 
 @pytest.mark.parametrize("size", [2, 7, 50, 99])
@@ -79,15 +81,13 @@ def test_default_replicates_fall_from_128_positions() -> None:
     assert default_replicates(128, 8) == 14
 
 
-def test_the_default_follows_n_eff_and_an_explicit_count_wins(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    sc = _sharded()
+def test_the_default_follows_n_eff_and_an_explicit_count_wins() -> None:
+    sc = _sharded(uncertainty.BALANCED_FROM - 1)
     rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (200, "percentile")
     # The corpus made long: every other input the same.
-    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
+    sc = _sharded(uncertainty.BALANCED_FROM)
     rep = stress_report(sc, ["sinusoidal", "mds-2"], analysis=Analysis(min_count=10))
     assert rep.uncertainty is not None
     assert (rep.uncertainty.replicates, rep.uncertainty.method) == (50, "t")
@@ -100,7 +100,7 @@ def test_the_default_follows_n_eff_and_an_explicit_count_wins(
 def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sc = _sharded()
+    sc = _sharded(uncertainty.BALANCED_FROM)
     seen: list[np.ndarray] = []
     real = uncertainty._interval
 
@@ -108,7 +108,6 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
         seen.append(np.asarray(samples, dtype=np.float64))
         return real(est, samples, *rest)
 
-    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
     monkeypatch.setattr(uncertainty, "_interval", spy)
     rep = stress_report(sc, ["sinusoidal"], analysis=Analysis(min_count=10, seed=4))
     (score,) = rep.encodings
@@ -121,17 +120,19 @@ def test_the_default_t_interval_is_the_t_interval_of_its_replicates(
 
 
 def test_cli_names_the_interval_in_text_and_json(
-    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], tmp_path: Path
 ) -> None:
-    path = tmp_path / "s.txt"
+    path, long = tmp_path / "s.txt", tmp_path / "long.txt"
     texts = synth_texts(SynthSpec(positions=12, vocab=40, sequences=400, seed=0))
     path.write_text("\n".join(texts) + "\n")
-    base = ["stress", str(path), "--min-count", "10", "-e", "sinusoidal", "--shards", "6"]
-    res = cli([*base, "--json"])
+    n = uncertainty.BALANCED_FROM
+    long.write_text("\n".join(synth_texts(SynthSpec(positions=n, vocab=40, sequences=400))) + "\n")
+    opts = ["--min-count", "10", "-e", "sinusoidal", "--shards", "6"]
+    res = cli(["stress", str(path), *opts, "--json"])
     assert res.exit_code == 0, res.output
     unc = json.loads(res.stdout)["uncertainty"]
     assert (unc["replicates"], unc["method"]) == (200, "percentile")
-    monkeypatch.setattr(uncertainty, "BALANCED_FROM", 5)
+    base = ["stress", str(long), *opts, "--max-len", str(n)]
     res = cli([*base, "--json"])
     unc = json.loads(res.stdout)["uncertainty"]
     assert (unc["replicates"], unc["method"]) == (50, "t")

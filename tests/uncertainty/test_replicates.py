@@ -1,6 +1,5 @@
-"""Bootstrap replicates on the shards' fixed pattern (posdiag.uncertainty._replicates) against
-scipy and dense
-brute force: same draws, same numbers to rounding."""
+"""Bootstrap replicates (posdiag.uncertainty._replicates) against the scipy oracle
+(tests/uncertainty/oracle.py) and dense brute force: same draws, same numbers to rounding."""
 
 from __future__ import annotations
 
@@ -14,8 +13,11 @@ from posdiag.counts.core import Counts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
 from posdiag.geometry.estimator import estimate_hellinger
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
-from posdiag.uncertainty._replicates import ShardPattern
-from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress
+from posdiag.uncertainty import bootstrap
+from posdiag.uncertainty._replicates import PatternTooLarge, ShardPattern, replicate_grams
+from posdiag.uncertainty.bootstrap import bootstrap_stress
+
+from .oracle import reference_grams
 
 
 def _dense_sqrt(c: np.ndarray) -> np.ndarray:
@@ -67,30 +69,31 @@ def test_pattern_uses_both_the_dense_block_and_the_rare_pairs() -> None:
     np.testing.assert_allclose(pat.product(r, r), s @ s.T, atol=1e-15)
 
 
-def _sharded(n: int, sequences: int, shards: int, seed: int) -> ShardedCounts:
+def _sharded(n: int, sequences: int, shards: int, seed: int) -> Counts:
     mu = zipf_drift_distributions(n, 400, 3, sharpness=2.0, seed=seed)
     total, parts = sample_sharded_counts(mu, sequences, shards=shards, seed=seed + 1)
     counts = Counts(sp.csr_matrix(total), {"source": "synthetic"}, None, tuple(parts))
-    return ShardedCounts(counts, counts.shards, 0)
+    return counts
 
 
 @pytest.mark.parametrize(
     ("estimator", "sequences", "shards"),
     [("crossfit", 400, 20), ("plugin", 400, 8), ("crossfit", 12, 8)],
 )
-def test_pattern_engine_reproduces_the_scipy_replicates(
-    estimator: str, sequences: int, shards: int
+def test_replicates_reproduce_the_oracle_intervals(
+    estimator: str, sequences: int, shards: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Same draws and numbers as the scipy loop, including replicates skipped for lost support
-    (12 sequences in 8 shards: quarters often miss a position)."""
+    """Same draws and numbers as the scipy oracle, including replicates skipped for lost
+    support (12 sequences in 8 shards: quarters often miss a position)."""
     n = 12
     sharded = _sharded(n, sequences, shards, seed=3)
-    est = estimate_hellinger(sharded.counts.matrix, n, estimator="plugin")
+    est = estimate_hellinger(sharded.matrix, n, estimator="plugin")
     encs = [make_encoding(nm, n, p, mds=est.mds) for nm, p in map(parse_encoding, DEFAULT_SET)]
     # Held-out mds-r intervals too: their complementary pairs, skipped replicates included.
     kw = {"replicates": 60, "seed": 4, "estimator": estimator, "heldout_splits": 2}
     fast = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), **kw)  # type: ignore[arg-type]
-    ref = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), engine="scipy", **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(bootstrap, "replicate_grams", reference_grams)
+    ref = bootstrap_stress(sharded, n, encs, [0.5] * len(encs), **kw)  # type: ignore[arg-type]
     if sequences == 12:
         assert 2 <= ref.replicates < 60  # some replicates were skipped, on both paths alike
         assert 2 <= ref.heldout_pairs < 30
@@ -104,28 +107,28 @@ def test_pattern_engine_reproduces_the_scipy_replicates(
     np.testing.assert_allclose(fast.distance_sd, ref.distance_sd, rtol=0, atol=1e-8)
 
 
-def test_unknown_engine_is_an_error() -> None:
+def test_ranks_below_one_is_an_error() -> None:
     from posdiag.errors import PosdiagError
 
     sharded = _sharded(6, 200, 8, seed=0)
-    with pytest.raises(PosdiagError, match=r"^'engine' must be one of"):
-        bootstrap_stress(sharded, 6, [], [], engine="dense")
+    with pytest.raises(PosdiagError, match=r"^'ranks' must be an int in \[1, inf\]; got 0$"):
+        bootstrap_stress(sharded, 6, [], [], ranks=0)
 
 
 @pytest.mark.parametrize("heldout_splits", [0, 2])
 def test_partial_eigensolver_replicates_match_full_eigh(
     monkeypatch: pytest.MonkeyPatch, heldout_splits: int
 ) -> None:
-    """From PARTIAL_EIG_FROM the replicates take their top eigenpairs by warm-started subspace
-    iteration and ||B||_F^2: the mds-r and rank intervals agree with the full eigvalsh ones
-    (the 1e-4 residual bound keeps each rank stress within ~1e-7), for the ranks computed;
-    held-out mds-r intervals fit their pairs from the same eigenpairs."""
+    """With ``ranks`` (the default from TOP_MDS_FROM positions) the replicates take their top
+    eigenpairs by warm-started subspace iteration and ||B||_F^2: the mds-r and rank intervals
+    agree with the full eigvalsh ones (the 1e-4 residual bound keeps each rank stress within
+    ~1e-7), for the ranks computed; held-out mds-r intervals fit their pairs from the same
+    eigenpairs."""
     from posdiag.geometry.core import gram_from_distances, hellinger_distances, mds_from_gram
-    from posdiag.uncertainty import bootstrap as uncertainty
 
     n = 24
     sharded = _sharded(n, 600, 20, seed=5)
-    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.counts.matrix[:n])))
+    full = mds_from_gram(gram_from_distances(hellinger_distances(sharded.matrix[:n])))
     encs = [make_encoding("mds", n, {"rank": 3}, mds=full), make_encoding("alibi", n, {})]
     kw = {
         "replicates": 30,
@@ -135,10 +138,8 @@ def test_partial_eigensolver_replicates_match_full_eigh(
         "heldout_splits": heldout_splits,
     }
     ref = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
-    monkeypatch.setattr(uncertainty, "PARTIAL_EIG_FROM", 2)
-    monkeypatch.setattr(uncertainty, "REPLICATE_RANKS", 8)
     calls: list[int] = []
-    real = uncertainty.top_eigenpairs
+    real = bootstrap.top_eigenpairs
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append(1)
@@ -147,8 +148,8 @@ def test_partial_eigensolver_replicates_match_full_eigh(
         assert isinstance(start, np.ndarray) and start.shape[1] == full.vectors.shape[1] > 8
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(uncertainty, "top_eigenpairs", spy)
-    fast = bootstrap_stress(sharded, n, encs, [0.3, 0.6], **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(bootstrap, "top_eigenpairs", spy)
+    fast = bootstrap_stress(sharded, n, encs, [0.3, 0.6], ranks=8, **kw)  # type: ignore[arg-type]
     assert len(calls) == fast.replicates == ref.replicates
     assert fast.heldout_pairs == ref.heldout_pairs == (15 if heldout_splits else 0)
     assert len(fast.stress_by_rank) == 8 and len(ref.stress_by_rank) == n - 1
@@ -156,49 +157,45 @@ def test_partial_eigensolver_replicates_match_full_eigh(
     np.testing.assert_allclose(fast.stress_by_rank, ref.stress_by_rank[:8], rtol=0, atol=1e-6)
 
 
-def test_pattern_too_large_falls_back_to_the_scipy_engine(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("estimator", ["crossfit", "plugin"])
+def test_a_pattern_too_large_gives_way_to_shard_sums(
+    monkeypatch: pytest.MonkeyPatch, estimator: str
 ) -> None:
-    from posdiag.geometry import estimator
-    from posdiag.uncertainty import _replicates as replicates
-    from posdiag.uncertainty._replicates import PatternTooLarge
+    """Past ``max_bytes`` the replicates sum shards on their union pattern and multiply with a
+    float32 dense block: the oracle's replicates to ~1e-6, the same ones kept."""
+    from posdiag.geometry import estimator as estimator_module
 
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
-    encs = [make_encoding("alibi", n, {})]
-    ref = bootstrap_stress(
-        sharded, n, encs, [0.5], replicates=20, engine="scipy", estimator="crossfit"
-    )
-    monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)
+    weights = bootstrap.paired_halves(8, 20, np.random.default_rng(0))
+    args = (sharded.shards, n, weights, estimator, 2)
+    ref = list(reference_grams(*args, np.random.default_rng(1)))
     dtypes: list[object] = []
-    real = estimator.fast_cross_product  # the replicates' products go through crossfit_bc
+    real = estimator_module.fast_cross_product  # the replicates' products go through crossfit_bc
 
     def spy(a: object, b: object, **kw: object) -> np.ndarray:
         dtypes.append(kw.get("dtype"))
         return real(a, b, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(estimator, "fast_cross_product", spy)
-    got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, estimator="crossfit")
-    # The fallback's products use a float32 dense block: the same intervals to ~1e-6.
-    assert dtypes and set(dtypes) == {np.float32}
-    assert got.replicates == ref.replicates
-    np.testing.assert_allclose(got.encodings, ref.encodings, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(got.stress_by_rank, ref.stress_by_rank, rtol=0, atol=1e-5)
-    with pytest.raises(PatternTooLarge, match=r"^the replicate pattern needs"):
-        bootstrap_stress(sharded, n, encs, [0.5], replicates=20, engine="pattern")
+    monkeypatch.setattr(estimator_module, "fast_cross_product", spy)
+    got = list(replicate_grams(*args, np.random.default_rng(1), max_bytes=64))
+    assert set(dtypes) == ({np.float32} if estimator == "crossfit" else set())
+    assert [j for j, _, _ in got] == [j for j, _, _ in ref] and len(ref) >= 2
+    for (_, b, d), (_, b_ref, d_ref) in zip(got, ref, strict=True):
+        np.testing.assert_allclose(b, b_ref, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(d, d_ref, rtol=0, atol=1e-5)
 
 
 def test_pattern_refuses_a_table_the_total_already_shows_too_large() -> None:
     """The total's stored cells bound the union's from below: a table that would exceed
-    MAX_TABLE_BYTES is refused from them, and a small one is still built."""
-    from posdiag.uncertainty import _replicates as replicates
-    from posdiag.uncertainty._replicates import PatternTooLarge
-
+    ``max_bytes`` is refused from them, and a small one is still built."""
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
-    cells = replicates.MAX_TABLE_BYTES // (8 * sharded.k) + 1
-    want = r"^the replicate pattern needs 268 MB \(max 268 MB\)$"
+    nnz = int(sharded.matrix[:n].nnz)
+    want = r"^the replicate pattern needs 0 MB \(max 0 MB\)$"
     with pytest.raises(PatternTooLarge, match=want):
-        ShardPattern(sharded.shards, n, cells)
-    pattern = ShardPattern(sharded.shards, n, int(sharded.counts.matrix[:n].nnz))
-    assert pattern.table.shape == (sharded.k, sharded.counts.matrix[:n].nnz)
+        ShardPattern(sharded.shards, n, nnz, max_bytes=8 * len(sharded.shards) * nnz - 1)
+    pattern = ShardPattern(
+        sharded.shards, n, nnz, max_bytes=8 * len(sharded.shards) * nnz + 24 * nnz**2
+    )
+    assert pattern.table.shape == (len(sharded.shards), nnz)

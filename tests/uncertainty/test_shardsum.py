@@ -1,8 +1,9 @@
 """Sums of subsets of shards on their union pattern (posdiag.uncertainty._shardsum) against scipy
-sums, and
-the splits and replicates that use them against the selection products they replace."""
+sums, and the splits and replicates that use them against the selection products."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,12 +11,15 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from posdiag.counts.core import Counts
 from posdiag.encodings import make_encoding
-from posdiag.geometry import estimator
 from posdiag.geometry.estimator import stack_shards, stacked_halves
 from posdiag.uncertainty import _shardsum
 from posdiag.uncertainty import bootstrap as uncertainty
+from posdiag.uncertainty._replicates import replicate_grams
 from posdiag.uncertainty._shardsum import ShardStack
+
+from .oracle import reference_grams
 
 
 def _shards(k: int, n: int, v: int, density: float, seed: int) -> list[sp.csr_matrix]:
@@ -90,28 +94,16 @@ def test_unsorted_duplicate_and_zero_entries_are_summed_like_scipy() -> None:
     assert lists.sum(np.array([], dtype=np.int64)).nnz == 0
 
 
-def test_stacked_halves_on_the_union_pattern_equal_the_selection_products(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Above SHARD_SUMS_FROM_NNZ the split's halves are summed by ShardStack: the same draws
-    (the generator ends in the same state) and the same counts as the selection products."""
+def test_stacked_halves_on_the_union_pattern_equal_the_selection_products() -> None:
+    """Halves summed by a ShardStack: the same draws (the generator ends in the same state) and
+    the same counts as the selection products."""
     n = 7
     shards = _shards(8, n, 30, 0.3, seed=4)
     stack = stack_shards(shards, n)
     subset = np.array([0, 2, 3, 5, 6, 7])
     rng_old, rng_new = np.random.default_rng(9), np.random.default_rng(9)
     old = stacked_halves(stack, n, subset, 4, rng_old)
-    made: list[int] = []
-    real = _shardsum.ShardStack.__init__
-
-    def spy(self: ShardStack, *args: object) -> None:
-        made.append(1)
-        real(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_shardsum.ShardStack, "__init__", spy)
-    monkeypatch.setattr(estimator, "SHARD_SUMS_FROM_NNZ", 1)
-    new = stacked_halves(stack, n, subset, 4, rng_new)
-    assert made == [1]
+    new = stacked_halves(ShardStack(stack, n), n, subset, 4, rng_new)
     assert rng_old.random() == rng_new.random()
     for (a0, b0), (a1, b1) in zip(old, new, strict=True):
         a0.sort_indices()
@@ -153,28 +145,26 @@ def test_a_stack_that_is_not_whole_shards_is_refused() -> None:
             lists.sum(np.array(bad))
 
 
-def _long_sharded(n: int) -> uncertainty.ShardedCounts:
-    from posdiag.counts.core import Counts
+def _long_sharded(n: int) -> Counts:
 
     shards = _shards(8, n, 40, 0.4, seed=1)
     total = sum(s.astype(np.float64) for s in shards)
     counts = Counts(sp.csr_matrix(total), {"source": "test"}, None, tuple(shards))
-    return uncertainty.ShardedCounts(counts, counts.shards, 0)
+    return counts
 
 
 def test_long_context_replicates_sum_shards_on_the_union_pattern(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The float32 replicate loop (long contexts) forms its halves with ShardStack sums and
-    gives the reference loop's intervals (float64 selections and products) to float32 level;
-    without the distance spread the intervals are the same numbers."""
-    from posdiag.uncertainty import _replicates as replicates
-
+    """Replicates past the pattern's size form their halves with ShardStack sums and give the
+    oracle's intervals (float64 selections and products) to float32 level; without the
+    distance spread the intervals are the same numbers."""
     n = 12
     sharded = _long_sharded(n)
     encs = [make_encoding("alibi", n, {}), make_encoding("sinusoidal", n, {})]
     kw = {"replicates": 20, "estimator": "crossfit", "seed": 3}
-    ref = uncertainty.bootstrap_stress(sharded, n, encs, [0.5, 0.5], engine="scipy", **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(uncertainty, "replicate_grams", reference_grams)
+    ref = uncertainty.bootstrap_stress(sharded, n, encs, [0.5, 0.5], **kw)  # type: ignore[arg-type]
     sums: list[int] = []
     real = _shardsum.ShardStack.sum
 
@@ -183,7 +173,7 @@ def test_long_context_replicates_sum_shards_on_the_union_pattern(
         return real(self, chosen)
 
     monkeypatch.setattr(_shardsum.ShardStack, "sum", spy)
-    monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)  # the long-context loop
+    monkeypatch.setattr(uncertainty, "replicate_grams", partial(replicate_grams, max_bytes=64))
     got = uncertainty.bootstrap_stress(sharded, n, encs, [0.5, 0.5], **kw)  # type: ignore[arg-type]
     assert got.replicates == ref.replicates
     # 2 splits of each kept replicate, 2 halves each, 2 shards a half.
