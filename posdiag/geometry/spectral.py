@@ -39,6 +39,7 @@ from .._util.validate import check_int
 __all__ = [
     "EIGVALSH_MAX",
     "FULL_EIGH_MAX",
+    "PARTIAL_FROM",
     "PartialSpectrum",
     "partial_spectrum",
     "smallest_eigenvalue",
@@ -52,6 +53,9 @@ FULL_EIGH_MAX = 1024
 # Up to this n every eigenvalue is computed (eigvalsh, no vectors, growing as n^3), beyond it only
 # the top ones: the bottom of an estimated B_H is a dense cluster that Lanczos resolves slowly.
 EIGVALSH_MAX = 2048
+# From this n, fits that use only their top eigenpairs (held-out mds-r, bootstrap replicates)
+# compute only those, by block Lanczos (docs/performance.md).
+PARTIAL_FROM = 512
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs

@@ -282,7 +282,7 @@ class CorpusGeometry:
         if (
             est is None
             or d is not est.distances
-            or n <= estimator_module.ONE_OUTER_SPLIT_ABOVE
+            or estimator_module.outer_splits(n) > 1
             or d.shape != (n, n)
             or d.dtype != np.float64
         ):

@@ -40,7 +40,6 @@ from ..geometry.core import (
     MDS,
     gram_from_distances,
     hellinger_distances,
-    hellinger_distances_fast,
     mds_from_gram,
     positional_information,
     stress_by_rank,
@@ -792,7 +791,7 @@ def _pattern_replicates(
         if np.any(pattern.supports(cw) <= 0):
             continue
         if estimator != "crossfit":
-            d = hellinger_distances_fast(pattern.csr(cw))
+            d = hellinger_distances(pattern.csr(cw))
             yield j, gram_from_distances(d), d
             continue
         subset = np.flatnonzero(w)
@@ -872,7 +871,7 @@ def _scipy_replicates(
         else:
             if lists is not None:
                 c = lists.sum(np.flatnonzero(w))
-            d = hellinger_distances_fast(c)
+            d = hellinger_distances(c)
             yield j, gram_from_distances(d), d
 
 

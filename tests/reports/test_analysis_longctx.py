@@ -123,43 +123,6 @@ def test_vectorised_noise_floor_has_the_per_row_law(monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(sums[full >= 2], full[full >= 2] // 2)
 
 
-def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
-    counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from posdiag.geometry import estimator
-
-    geo = corpus_geometry(counts, min_count=1)
-    full = geo.heldout_stress([1, 2, 3])
-    calls: list[int] = []
-    real = estimator._top_mds
-
-    def spy(gram: np.ndarray, k: int, start: np.ndarray | None = None) -> object:
-        calls.append(k)
-        return real(gram, k, start)
-
-    monkeypatch.setattr(estimator, "TOP_MDS_FROM", 1)
-    monkeypatch.setattr(estimator, "_top_mds", spy)
-    geo2 = corpus_geometry(counts, min_count=1)
-    top = geo2.heldout_stress([1, 2, 3])
-    assert calls and set(calls) == {3}
-    for r in (1, 2, 3):
-        assert top[r] == pytest.approx(full[r], abs=1e-8)
-
-
-def test_vectorised_thinning_keeps_the_law_and_the_halves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.geometry import estimator
-
-    rng = np.random.default_rng(2)
-    m = sp.csr_matrix(rng.poisson(rng.uniform(0.5, 20, (8, 30))).astype(np.int64) + 1)
-    monkeypatch.setattr(estimator, "VECTORISED_FLOOR_FROM", 1)
-    halves = estimator.thinned_halves(m, 8, 3, np.random.default_rng(0))
-    for a, b in halves:
-        np.testing.assert_array_equal((a + b).toarray(), m.toarray())
-        np.testing.assert_array_equal(
-            np.asarray(a.sum(axis=1)).ravel(), np.asarray(m.sum(axis=1)).ravel() // 2
-        )
-
-
 def _noisy_geometry(n: int = 40):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(5)
     p = drift_distributions(n, 30, seed=2)

@@ -195,6 +195,7 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
     """The count the text prints is the one the pairs' spread was divided by (one rule,
     posdiag.geometry.estimator.outer_splits), also where a threshold makes it 2 or 1."""
     import posdiag.geometry.estimator as est_mod
+    import posdiag.geometry.heldout as heldout_mod
     import posdiag.uncertainty.bootstrap as unc_mod
 
     divided: list[int] = []
@@ -207,13 +208,14 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
 
     monkeypatch.setattr(unc_mod, "_split_spread", spy)
     sc = _synthetic()
-    for below, above, want in ((512, 2048, 4), (4, 2048, 2), (4, 8, 1)):
-        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", below)
-        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", above)
+    assert est_mod.outer_splits(sc.counts.matrix.shape[0]) == 4  # below 512 positions
+    for want in (4, 2, 1):
+        if want < 4:  # the longer contexts' rule on this small input
+            for module in (est_mod, heldout_mod):
+                monkeypatch.setattr(module, "outer_splits", lambda n, k=want: k)
         divided.clear()
         rep = stress_report(sc, ["mds-2"], min_count=1, replicates=40, seed=1)
         assert rep.uncertainty is not None and rep.geometry is not None
-        assert est_mod.outer_splits(rep.geometry.n_eff) == want
         assert rep.uncertainty.heldout_splits == want and divided == [want]
         said = f"mean of {want} outer splits" if want > 1 else "held-out mds-r: 1 outer split,"
         assert said in rep.uncertainty.describe()

@@ -159,7 +159,7 @@ def test_partial_eigensolver_replicates_match_full_eigh(
 def test_pattern_too_large_falls_back_to_the_scipy_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag.geometry import estimator
+    from posdiag.geometry import crossfit
     from posdiag.uncertainty import _replicates as replicates
     from posdiag.uncertainty._replicates import PatternTooLarge
 
@@ -171,13 +171,13 @@ def test_pattern_too_large_falls_back_to_the_scipy_engine(
     )
     monkeypatch.setattr(replicates, "MAX_TABLE_BYTES", 64)
     dtypes: list[object] = []
-    real = estimator.fast_cross_product  # the replicates' products go through crossfit_bc
+    real = crossfit.cross_product  # the replicates' products go through crossfit_bc
 
     def spy(a: object, b: object, **kw: object) -> np.ndarray:
         dtypes.append(kw.get("dtype"))
         return real(a, b, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(estimator, "fast_cross_product", spy)
+    monkeypatch.setattr(crossfit, "cross_product", spy)
     got = bootstrap_stress(sharded, n, encs, [0.5], replicates=20, estimator="crossfit")
     # The fallback's products use a float32 dense block: the same intervals to ~1e-6.
     assert dtypes and set(dtypes) == {np.float32}
