@@ -527,33 +527,23 @@ def split_half_summary(
         repeats = outer_splits(n)
     # The stash may be the gram itself: its lower triangle is then read from its upper one.
     rows_h = _UpperRows(gram) if stash is gram else _Rows(gram)
-    usable = (
-        stash is not None
-        and repeats == 1
-        and stash.shape == (n, n)
-        and stash.dtype == np.float64
-        and stash.flags.c_contiguous
-        and stash.flags.writeable
-    )
+    usable = _usable_stash(stash, n) and repeats == 1
     with small_blas(n):
-        halves: list[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        halves: list[_Half] = []
         fits: list[tuple[np.ndarray, np.ndarray]] = []  # (<B_Q, G_P>, ||G_P||) by rank, per split
-        start: np.ndarray | None = None
         try:
+            start: np.ndarray | None = None
             for sources in _outer_splits(c, n, shards, splits, seed, repeats):
                 g_p = _half_gram(sources.pop(0))
-                x_p = x_q = None
+                x_p = None
                 if top:
-                    fit_p = _top_mds(g_p, top, start)
-                    x_p, start = fit_p.coordinates(top), fit_p.vectors
-                    del fit_p  # it holds g_p
+                    x_p, start = _fit(g_p, top, start)
                 rows_p = _StashedRows(g_p, stash, block_bytes) if usable else _Rows(g_p)  # type: ignore[arg-type]
                 del g_p
                 g_q = _half_gram(sources.pop(0))
+                x_q = None
                 if top:
-                    fit_q = _top_mds(g_q, top, start)
-                    x_q, start = fit_q.coordinates(top), fit_q.vectors
-                    del fit_q
+                    x_q, start = _fit(g_q, top, start)
                     assert x_p is not None
                     fits.append(_rank_sums(g_q @ x_p, x_p))
                 halves.append((rows_p, g_q, x_q, np.empty((n, top)) if top else None))
@@ -563,17 +553,49 @@ def split_half_summary(
         finally:
             if usable:
                 mirror_upper(stash)  # type: ignore[arg-type]
-        noise_total = float(energy.sum())
-        acc = {r: 0.0 for r in ranks}
-        for s, (_, _, x_q, px) in enumerate(halves):
-            if not top:
-                break
-            norm = _heldout_norm(signals[s], noise_total)
-            assert x_q is not None and px is not None
-            for inner, norms in (fits[s], _rank_sums(px, x_q)):
-                _add_heldout(acc, inner, norms, norm)
-        heldout = {r: v / (2 * len(halves)) for r, v in acc.items()}
+        heldout = _heldout_of(halves, fits, signals, float(energy.sum()), ranks)
         return SplitHalfSummary(heldout, energy, partners, within, first)
+
+
+# One half's rows, the other half's gram, its fitted coordinates and the product P X_Q.
+_Half: TypeAlias = tuple["_Rows", np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _usable_stash(stash: np.ndarray | None, n: int) -> bool:
+    """Whether ``stash`` can hold a half's strict lower triangle (and be restored)."""
+    return (
+        stash is not None
+        and stash.shape == (n, n)
+        and stash.dtype == np.float64
+        and stash.flags.c_contiguous
+        and stash.flags.writeable
+    )
+
+
+def _fit(gram: np.ndarray, top: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The rank-``top`` MDS coordinates of ``gram`` and its eigenvectors (the next fit's start);
+    the fit itself, which holds the gram, is dropped."""
+    fit = _top_mds(gram, top, start)
+    return fit.coordinates(top), fit.vectors
+
+
+def _heldout_of(
+    halves: Sequence[_Half],
+    fits: Sequence[tuple[np.ndarray, np.ndarray]],
+    signals: Sequence[float],
+    noise_total: float,
+    ranks: Sequence[int],
+) -> dict[int, float]:
+    """The held-out stress of each rank, both directions of every outer split averaged."""
+    acc = {r: 0.0 for r in ranks}
+    if not acc:
+        return acc
+    for s, (_, _, x_q, px) in enumerate(halves):
+        norm = _heldout_norm(signals[s], noise_total)
+        assert x_q is not None and px is not None
+        for inner, norms in (fits[s], _rank_sums(px, x_q)):
+            _add_heldout(acc, inner, norms, norm)
+    return {r: v / (2 * len(halves)) for r, v in acc.items()}
 
 
 def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -595,7 +617,7 @@ def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _summary_pass(
-    halves: Sequence[tuple[_Rows, np.ndarray, np.ndarray | None, np.ndarray | None]],
+    halves: Sequence[_Half],
     rows_h: _Rows,
     noise: bool,
     max_pairs: int,

@@ -290,3 +290,31 @@ def test_a_failure_while_parked_puts_the_distances_back(
     np.testing.assert_array_equal(geo.distances, d)
     np.testing.assert_array_equal(geo.mds.gram, b)
     assert geo.estimate is not None and geo.estimate.distances is geo.distances
+
+
+@pytest.mark.parametrize("block_bytes", [8, 8 * 13 * 3, 1 << 20])
+def test_stashed_and_upper_rows_give_the_gram_rows_bit_for_bit(block_bytes: int) -> None:
+    """A gram stashed in another symmetric array's strict lower triangle, and a symmetric array
+    read from its upper triangle only, give every row block exactly; the stash's own upper
+    triangle is untouched, so mirror_upper restores it."""
+    from posdiag.geometry._square import mirror_upper
+
+    rng = np.random.default_rng(3)
+    n = 13
+    g = rng.normal(size=(n, n))
+    g = g + g.T
+    buf = rng.normal(size=(n, n))
+    buf = buf + buf.T
+    before = buf.copy()
+    stashed = heldout._StashedRows(g, buf, block_bytes)
+    assert not np.array_equal(buf, before)  # the lower triangle now holds g's
+    np.testing.assert_array_equal(np.triu(buf), np.triu(before))
+    upper = heldout._UpperRows(buf)  # buf read from its upper triangle: the original array
+    for lo, hi in [(0, n), (0, 1), (3, 7), (12, 13)]:
+        np.testing.assert_array_equal(stashed.block(lo, hi), g[lo:hi])
+        np.testing.assert_array_equal(upper.block(lo, hi), before[lo:hi])
+        out = np.full((hi - lo, n), np.nan)
+        assert stashed.block(lo, hi, out) is out
+        np.testing.assert_array_equal(out, g[lo:hi])
+    np.testing.assert_array_equal(stashed.diag, np.diag(g))
+    np.testing.assert_array_equal(mirror_upper(buf), before)
