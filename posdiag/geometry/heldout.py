@@ -1,8 +1,8 @@
 """Held-out checks of the cross-fit: two geometries from disjoint halves of the data.
 
 ``mds-r`` is fitted on one half ``P`` and scored against the other ``Q``
-(:func:`heldout_mds_stress`), and ``(B_P - B_Q)^2 / 4`` bounds the full estimate's squared
-sampling error per entry (:func:`noise_energy`). :func:`split_half_summary` computes what a
+(the held-out stress), and ``(B_P - B_Q)^2 / 4`` bounds the full estimate's squared
+sampling error per entry (the noise energy). :func:`split_half_summary` computes what a
 report takes from the halves one half at a time, so at long contexts no more than one half's
 ``n x n`` gram is whole.
 """
@@ -38,9 +38,7 @@ from .spectral import PARTIAL_FROM, top_pairs
 __all__ = [
     "SplitHalf",
     "SplitHalfSummary",
-    "heldout_mds_stress",
     "heldout_pair",
-    "noise_energy",
     "noise_energy_rows",
     "outer_splits",
     "split_half_grams",
@@ -164,61 +162,10 @@ def _half_gram(source: _HalfSource) -> np.ndarray:
     return gram_over_bc(expected_thinning_bc(data, dtype=np.float32))
 
 
-def heldout_mds_stress(
-    halves: SplitHalf, ranks: Sequence[int], *, partial_from: int = PARTIAL_FROM
-) -> dict[int, float]:
-    """Held-out stress of the rank-r MDS encoding: fitted on one half of the data, scored on
-    the other.
-
-    The in-sample eigenvalue tail is optimistic next to fixed encodings: ``mds-r`` is fitted to
-    the noise of the very estimate it is scored against. Here the rank-r Gram ``G_P`` fitted on
-    ``B_P`` is scored against the independent half ``B_Q`` (and vice versa,
-    :func:`split_half_grams`), on the footing of a fixed encoding scored against the full
-    estimate ``B_H``. That score is ``sqrt(1 - cos^2)`` with ``cos = <B_H, G> / (|B_H| |G|)``,
-    where ``E <B_H, G> = <E B_H, G>`` and ``E |B_H|^2 = |E B_H|^2 + (noise of the full
-    estimate)``. The held-out version keeps both parts: ``<B_Q, G_P>`` (unbiased: ``Q`` is
-    independent of the fit) over ``|G_P|`` and ``sqrt(<B_P, B_Q> + e)``, where ``<B_P, B_Q>`` is
-    unbiased for the squared norm of the noise-free half-size geometry and ``e`` the bound on
-    the full estimate's squared noise (:func:`noise_energy`). Dividing by ``|B_Q|`` instead
-    would charge ``mds-r`` with the larger noise of a half-size estimate, which the fixed
-    encodings never face (on the bundled corpus that made ``mds-3`` 0.38 instead of ~0.22).
-    The result is the mean over both directions and every outer split; the fit itself uses
-    half the data, so it still errs on the pessimistic side.
-
-    Parameters
-    ----------
-    halves : SplitHalf
-    ranks : sequence of int, each in [1, n-1]
-    partial_from : int
-        From this many positions the fits compute only their top eigenpairs (the same
-        stresses to ~1e-12; :data:`~posdiag.geometry.spectral.PARTIAL_FROM`).
-
-    Returns
-    -------
-    dict mapping rank to stress
-    """
-    n = halves.grams[0][0].shape[0]
-    for r in ranks:
-        check_int("rank", r, 1, n - 1, hi_label="n_eff-1")
-    acc = {int(r): 0.0 for r in ranks}
-    top = max(acc)
-    noise = float(noise_energy_rows(halves).sum())  # row blocks: no n x n temporary
-    start: np.ndarray | None = None
-    for g_p, g_q in halves.grams:
-        norm = _heldout_norm(float(np.vdot(g_p, g_q)), noise)
-        # The four halves estimate one geometry: each fit starts from the previous one's
-        # vectors (block Lanczos warm start, ~20% fewer passes at n = 4,096).
-        fit_p = _top_mds(g_p, top, start, partial_from)
-        fit_q = _top_mds(g_q, top, fit_p.vectors, partial_from)
-        start = fit_q.vectors
-        _add_split(acc, g_p, fit_p.coordinates(top), g_q, fit_q.coordinates(top), norm)
-    return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
-
-
 def heldout_pair(
     g_p: np.ndarray, x_p: np.ndarray, g_q: np.ndarray, x_q: np.ndarray, ranks: Sequence[int]
 ) -> dict[int, float]:
-    """:func:`heldout_mds_stress` of one outer split whose fits are already made.
+    """the held-out stress of one outer split whose fits are already made.
 
     Used by the bootstrap (posdiag.uncertainty.bootstrap): two complementary replicates are an outer
     split of the full data, and the spread of this figure over such pairs is the spread the
@@ -256,7 +203,7 @@ def outer_splits(n: int) -> int:
 
 def _heldout_norm(signal: float, noise: float) -> float:
     """``sqrt(<B_P, B_Q> + e)``, standing in for ``||B_H||`` in the held-out scores
-    (:func:`heldout_mds_stress`); 0 when the cross product ``signal`` is not positive (noise
+    (the held-out stress); 0 when the cross product ``signal`` is not positive (noise
     swamping all signal leaves nothing to fit)."""
     return float(np.sqrt(signal + noise)) if signal > 0 else 0.0
 
@@ -313,29 +260,8 @@ def _top_mds(
     )
 
 
-def noise_energy(halves: SplitHalf) -> np.ndarray:
-    """Squared sampling error of each entry of the full-data cross-fitted ``B_H`` (an upper bound).
-
-    ``B_P - B_Q`` has mean ~0 (equal-size halves share the same shrinkage), so
-    ``E (B_P - B_Q)^2 = 2 var_half``; doubling the data at least halves the variance, so the
-    full estimate's squared error is at most ``(B_P - B_Q)^2 / 4``, averaged over outer splits.
-
-    Returns
-    -------
-    ndarray of shape (n, n)
-    """
-    # Accumulated in place: two n x n arrays whatever the number of outer splits.
-    acc = np.zeros_like(halves.grams[0][0])
-    for g_p, g_q in halves.grams:
-        d = np.subtract(g_p, g_q)
-        d *= d
-        acc += d
-    acc /= 4.0 * len(halves.grams)
-    return acc
-
-
 def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
-    """Row sums of :func:`noise_energy`, of shape (n,), without its ``n x n`` array.
+    """Row sums of the noise energy, of shape (n,), without its ``n x n`` array.
 
     Row blocks of ``block_bytes``: each row's sum is the one ``noise_energy(halves).sum(axis=1)``
     gives, bit for bit (the same products, and numpy sums each row alone either way).
@@ -367,7 +293,7 @@ class SplitHalfSummary:
     Attributes
     ----------
     heldout : mapping of int to float
-        Held-out stress of ``mds-r`` for each rank asked for (:func:`heldout_mds_stress`).
+        Held-out stress of ``mds-r`` for each rank asked for (the held-out stress).
     energy_rows : ndarray of shape (n,)
         :func:`noise_energy_rows` of the grams.
     partners : ndarray of shape (n,), int64, or None
@@ -481,7 +407,7 @@ def split_half_summary(
     max_pairs: int = 100,
     block_bytes: int = SUMMARY_BLOCK_BYTES,
 ) -> SplitHalfSummary:
-    """:func:`heldout_mds_stress`, :func:`noise_energy_rows` and the pairs within their sampling
+    """the held-out stress, :func:`noise_energy_rows` and the pairs within their sampling
     error of :func:`split_half_grams`'s grams, made one half at a time and then dropped.
 
     At long contexts the grams were the largest thing a report held: two ``n x n`` arrays

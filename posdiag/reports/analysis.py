@@ -886,7 +886,7 @@ def _pairs_within_noise(geo: CorpusGeometry, floor: np.ndarray) -> np.ndarray:
     Plug-in: ``d_H(i, j)`` at or below the pair floor (two estimates of one distribution sit
     that far apart). Cross-fit: that bias is gone, so the squared distance is compared with its
     own sampling error, bounded from two independent halves of the data as for
-    :func:`noise_energy` (rms of ``(d2_P - d2_Q) / 2``).
+    :func:`posdiag.geometry.heldout.noise_energy_rows` (rms of ``(d2_P - d2_Q) / 2``).
     """
     half = geo.split_half()
     if half is None:
@@ -953,8 +953,9 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
 
     Plug-in: the bias ``J diag(e) J`` noise adds, as a share of ``tr(B_H)`` and of each
     ``B_H[i, i]``. Cross-fit: that bias is gone; what is left is the sampling error of each
-    entry, bounded from two independent halves of the data (:func:`noise_energy`), as a share
-    of ``||B_H||_F^2`` and of each row's squared norm (the quantities stress is made of).
+    entry, bounded from two independent halves of the data
+    (:func:`posdiag.geometry.heldout.noise_energy_rows`), as a share of ``||B_H||_F^2`` and
+    of each row's squared norm (the quantities stress is made of).
     """
     gram = geo.mds.gram
     summary = geo.split_half_summary()

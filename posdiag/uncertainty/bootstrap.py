@@ -434,7 +434,7 @@ def bootstrap_stress(
         prints (``False`` from :mod:`posdiag.reports.analysis`).
     heldout_splits : int
         Outer splits averaged in the ``estimates`` of the ``mds-r`` encodings when those are
-        held-out figures (:func:`posdiag.geometry.estimator.heldout_mds_stress`, cross-fit only); 0
+        held-out figures (:func:`posdiag.geometry.estimator.split_half_summary`, cross-fit only); 0
         when they are in-sample tails.
 
     Notes

@@ -39,10 +39,8 @@ from posdiag.geometry.estimator import (
     estimate_hellinger,
     expected_thinning_bc,
     gram_from_bc,
-    heldout_mds_stress,
     implied_distances,
     negative_eigenvalue_note,
-    noise_energy,
     plugin_bc,
     restrict,
     shard_halves,
@@ -54,6 +52,7 @@ from posdiag.geometry.estimator import (
 from posdiag.reports.analysis import corpus_geometry, score_encodings, stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, corpus_counts_sharded
+from tests.geometry._oracles import heldout_mds_stress, noise_energy
 
 N_POS, VOCAB = 32, 5000
 

@@ -14,7 +14,6 @@ from posdiag._util.threads import small_blas
 from posdiag.counts.core import Counts
 from posdiag.geometry import estimator, heldout
 from posdiag.geometry.estimator import (
-    heldout_mds_stress,
     noise_energy_rows,
     split_half_grams,
     split_half_summary,
@@ -23,6 +22,7 @@ from posdiag.reports import analysis
 from posdiag.reports.analysis import corpus_geometry, stress_report
 from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import ShardedCounts
+from tests.geometry._oracles import heldout_mds_stress
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:

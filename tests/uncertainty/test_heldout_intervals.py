@@ -21,7 +21,6 @@ from posdiag.encodings import make_encoding, parse_encoding
 from posdiag.errors import PosdiagError
 from posdiag.geometry.core import mds_from_gram
 from posdiag.geometry.estimator import (
-    heldout_mds_stress,
     heldout_pair,
     outer_splits,
     split_half_grams,
@@ -35,6 +34,7 @@ from posdiag.synthetic import (
 )
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import ShardedCounts, bootstrap_stress, paired_halves
+from tests.geometry._oracles import heldout_mds_stress
 
 
 @settings(max_examples=60, deadline=None)
