@@ -291,6 +291,7 @@ def mds_of_gram(
     full_max: int | None = None,
     eigvalsh_max: int | None = None,
     bottom: bool = True,
+    start_rank: int | None = None,
 ) -> MDS:
     """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
 
@@ -302,7 +303,9 @@ def mds_of_gram(
     smallest eigenvalue by Lanczos (``bottom=True``; slow on the dense cluster of noise
     eigenvalues at the bottom of an estimated ``B_H``) or not at all (``bottom=False``: NaN).
     ``eigvalsh_max`` defaults to :data:`~posdiag.geometry.spectral.EIGVALSH_MAX` when ``full_max``
-    is not given, else to ``full_max`` (no eigenvalues-only band). No warning.
+    is not given, else to ``full_max`` (no eigenvalues-only band). ``start_rank``: the
+    eigenvectors kept in that band and the partial solver's first set (default
+    :data:`~posdiag.geometry.spectral.START_RANK`). No warning.
     """
     from .spectral import (
         EIGVALSH_MAX,
@@ -314,6 +317,7 @@ def mds_of_gram(
     )
 
     limit = FULL_EIGH_MAX if full_max is None else full_max
+    first = START_RANK if start_rank is None else start_rank
     if eigvalsh_max is None:
         eigvalsh_max = EIGVALSH_MAX if full_max is None else limit
     n = b.shape[0]
@@ -325,14 +329,18 @@ def mds_of_gram(
         # exact; the top eigenvectors by Lanczos. The smallest eigenvalue alone by Lanczos is
         # slower still: the bottom of an estimated B_H is a dense cluster of noise eigenvalues.
         lam = np.linalg.eigvalsh(b)[::-1]
-        vectors = _fix_signs(top_vectors(b, min(n - 1, START_RANK)))
+        vectors = _fix_signs(top_vectors(b, min(n - 1, first)))
         return MDS(eigenvalues=lam, vectors=vectors, gram=b)
     # Longer: the top pairs only (grown for the tolerances), the exact total ||B||_F^2; the
     # smallest eigenvalue first when asked for, so the top pairs can grow past its magnitude
     # (the signal rank), else NaN (posdiag.reports.analysis.Spectrum says what is then unknown).
     low = smallest_eigenvalue(b) if bottom else math.nan
     spec = partial_spectrum(
-        b, tolerances, full_max=limit, until_below=abs(low) if low < 0 else None
+        b,
+        tolerances,
+        full_max=limit,
+        until_below=abs(low) if low < 0 else None,
+        start_rank=first,
     )
     return MDS(
         eigenvalues=spec.eigenvalues,

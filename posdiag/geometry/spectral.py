@@ -560,10 +560,11 @@ def partial_spectrum(
     full_max: int = FULL_EIGH_MAX,
     seed: int = 0,
     until_below: float | None = None,
+    start_rank: int = START_RANK,
 ) -> PartialSpectrum:
     """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
 
-    The pairs grow 16, 32, 64, ... (from ``max(START_RANK, min_rank)``, at most ``max_rank``);
+    The pairs grow 16, 32, 64, ... (from ``max(start_rank, min_rank)``, at most ``max_rank``);
     each set is the top of the same Krylov basis, which only grows (block Lanczos), so a
     larger set costs the passes it needs beyond the smaller one, not a new solve.
 
@@ -586,6 +587,8 @@ def partial_spectrum(
     until_below : float, optional
         Also grow until the smallest computed eigenvalue is below this value (the magnitude of
         the most negative eigenvalue: then every eigenvalue above it, the signal rank, is known).
+    start_rank : int
+        Eigenpairs computed at first (:data:`START_RANK`).
     """
     b = np.asarray(b, dtype=np.float64)
     n = b.shape[0]
@@ -594,7 +597,7 @@ def partial_spectrum(
         lam, u = np.linalg.eigh(b)
         order = np.argsort(lam)[::-1]
         return PartialSpectrum(lam[order], u[:, order], total, True, True, 0.0, 0)
-    k = min(n - 1, max(START_RANK, min_rank))
+    k = min(n - 1, max(start_rank, min_rank))
     cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
 
     def finished(spec: PartialSpectrum) -> bool:

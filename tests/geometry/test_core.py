@@ -836,8 +836,7 @@ def test_symmetrize_averages_every_block_pair(block: int) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
-def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.geometry import spectral
+def test_mds_of_gram_full_and_partial_against_numpy_eigh() -> None:
     from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
@@ -853,8 +852,7 @@ def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.Mon
         np.testing.assert_allclose(full.eigenvalues, lam, atol=1e-12)
         assert full.total is None and full.bottom is None and full.gram is b
     # Beyond: the top eigenpairs until stress 0.5 is resolved, with the exact total and bottom.
-    monkeypatch.setattr(spectral, "START_RANK", 5)
-    part = mds_of_gram(b, tolerances=(0.5,), full_max=39)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=39, start_rank=5)
     k = part.eigenvalues.size
     tail = np.sqrt(1 - np.cumsum(np.where(lam > 0, lam**2, 0)) / np.sum(lam**2))
     needed = int(np.argmax(tail <= 0.5)) + 1
@@ -923,10 +921,7 @@ def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -
     np.testing.assert_array_equal(got, [[0.0, -1.0, 2.0], [0.0, 3.0, -2.0], [0.0, -2.0, 0.5]])
 
 
-def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from posdiag.geometry import spectral
+def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth() -> None:
     from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
@@ -937,10 +932,8 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
     b = -0.5 * j @ (d * d) @ j  # negative eigenvalues too
     lam, u = np.linalg.eigh(b)
     lam, u = lam[::-1], u[:, ::-1]
-    monkeypatch.setattr(spectral, "START_RANK", 5)
     # full_max < n <= eigvalsh_max (here n = eigvalsh_max): every eigenvalue, the top vectors.
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 30)
-    for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40), mds_of_gram(b)):
+    for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40, start_rank=5),):
         np.testing.assert_allclose(band.eigenvalues, lam, atol=1e-12)
         assert band.total is None and band.bottom is None and band.gram is b
         assert band.vectors.shape == (40, 5)

@@ -26,10 +26,10 @@ from posdiag.counts.core import Counts
 from posdiag.geometry import _gram as fastgram
 from posdiag.geometry import estimator, spectral
 from posdiag.geometry._thinning import draw_half, expected_halves
-from posdiag.geometry.core import stress_by_rank
+from posdiag.geometry.core import mds_of_gram, stress_by_rank
 from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
 from posdiag.reports import analysis
-from posdiag.reports.analysis import corpus_geometry, spectrum, stress_report
+from posdiag.reports.analysis import CorpusGeometry, corpus_geometry, spectrum, stress_report
 from posdiag.uncertainty.bootstrap import ShardedCounts
 from tests import _data
 
@@ -173,13 +173,23 @@ def long_counts() -> Counts:
     return Counts(zipf_counts(160, 1500, 700, seed=11), {"source": "synthetic"})
 
 
-def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _headline(geo: CorpusGeometry, full_max: int, eigvalsh_max: int) -> CorpusGeometry:
+    """``geo`` with the headline spectrum of longer contexts (estimator._from_gram's call with
+    lowered size limits)."""
+    mds = mds_of_gram(
+        geo.mds.gram,
+        tolerances=estimator.HEADLINE_TOLERANCES,
+        full_max=full_max,
+        eigvalsh_max=eigvalsh_max,
+        bottom=False,
+    )
+    return dataclasses.replace(geo, mds=mds)
+
+
+def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(long_counts: Counts) -> None:
     full = corpus_geometry(long_counts, min_count=1, plain=False)
     assert full.mds.total is None and full.mds.vectors.shape == (160, 160)
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
-    mid = corpus_geometry(long_counts, min_count=1, plain=False)
+    mid = _headline(full, 64, 2048)
     # Taken: every eigenvalue, only the top START_RANK vectors.
     assert mid.mds.total is None and mid.mds.vectors.shape == (160, spectral.START_RANK)
     np.testing.assert_allclose(mid.mds.eigenvalues, full.mds.eigenvalues, rtol=0, atol=1e-12)
@@ -193,13 +203,9 @@ def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(
     np.testing.assert_allclose(a.stress_by_rank, b.stress_by_rank, rtol=0, atol=1e-12)
 
 
-def test_partial_headline_spectrum_agrees_with_full_eigh(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_partial_headline_spectrum_agrees_with_full_eigh(long_counts: Counts) -> None:
     full = corpus_geometry(long_counts, min_count=1, plain=False)
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
-    monkeypatch.setattr(spectral, "EIGVALSH_MAX", 64)
-    part = corpus_geometry(long_counts, min_count=1, plain=False)
+    part = _headline(full, 64, 64)
     assert part.mds.total is not None  # the partial path was taken
     k = part.mds.eigenvalues.size
     assert 3 <= k < 159

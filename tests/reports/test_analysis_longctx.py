@@ -12,7 +12,6 @@ import scipy.sparse as sp
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry import spectral
 from posdiag.geometry.core import compare, double_center, gram_from_distances
 from posdiag.reports import analysis
 from posdiag.reports.analysis import corpus_geometry, score_encodings
@@ -64,7 +63,7 @@ def test_noise_gram_diagonal_without_the_matrix() -> None:
     np.testing.assert_allclose(analysis._noise_gram_diagonal(floor), want, rtol=1e-14)
 
 
-def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partial_mds_of_gram_matches_full_eigh() -> None:
     from posdiag.geometry.core import mds_from_gram, mds_of_gram, stress_by_rank
 
     # A non-Euclidean dissimilarity: negative eigenvalues, as with the cross-fit.
@@ -74,8 +73,7 @@ def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) 
     np.fill_diagonal(d, 0)
     b = gram_from_distances(d)
     full = mds_from_gram(b)
-    monkeypatch.setattr(spectral, "START_RANK", 5)
-    part = mds_of_gram(b, tolerances=(0.5,), full_max=10)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=10, start_rank=5)
     assert part.total is not None  # the partial solver ran
     k = part.eigenvalues.size
     assert 5 <= k < 59
