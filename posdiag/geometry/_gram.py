@@ -16,9 +16,8 @@ the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound
 :class:`ProductPlan`). The dense block runs in float32 by default, centred on its columns'
 common level (:func:`_level`): float32 accumulation errs in proportion to the absolute terms it
 sums, so only the deviations from the level are multiplied in float32 and the level's terms
-are added back in float64. An entry of ``BC`` then errs by a few 1e-8, the top eigenvalues of
-``B_H`` by 2.4e-7 at n = 4,096 (1.5e-5 uncentred), and stress by less than 1e-8
-(tests/geometry/test_gram.py, tests/geometry/test_longctx_paths.py measure it).
+are added back in float64: an entry of ``BC`` errs by a few 1e-8 (tests/geometry/test_gram.py
+and test_longctx_paths.py bound it; docs/performance.md).
 
 The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
 computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),

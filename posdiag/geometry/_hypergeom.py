@@ -1,7 +1,8 @@
 """Half of every position's tokens, drawn for all positions at once (multivariate hypergeometric).
 
-Shared by the noise floor (posdiag.uncertainty.bootstrap) and the cross-fit's thinning
-(posdiag.geometry.estimator) at long contexts.
+The noise floor's draw (posdiag.uncertainty.bootstrap.noise_floor, from
+:data:`VECTORISED_FLOOR_FROM` positions); the geometry's own half-draw is
+:func:`posdiag.geometry._thinning.draw_half`.
 """
 
 from __future__ import annotations

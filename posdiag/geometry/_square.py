@@ -131,7 +131,7 @@ def centred_half(
     (or into ``out``, which may be ``bc`` itself: each pair's two entries are read before they
     are written, and every pair is visited once).
 
-    :func:`posdiag.geometry.estimator.gram_from_bc`'s arithmetic (the same operations in the same
+    :func:`posdiag.geometry.crossfit.gram_from_bc`'s arithmetic (the same operations in the same
     order, so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
 
     Parameters

@@ -1,4 +1,4 @@
-"""Compiled passes of :func:`posdiag.geometry.estimator.split_half_summary` over row blocks.
+"""Compiled passes of :func:`posdiag.geometry.heldout.split_half_summary` over row blocks.
 
 The summary's element-wise work on each (rows, n) block of the split-half grams (the noise
 energy terms, the squared-distance differences and the pairs within their sampling error) was a

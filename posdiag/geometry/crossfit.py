@@ -177,13 +177,16 @@ def expected_thinning_bc(
     return bc
 
 
-def gram_from_bc(bc: np.ndarray) -> np.ndarray:
-    """``B_H = 1/2 J BC J``, symmetrised; shape (n, n)."""
+def gram_from_bc(bc: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
+    """``B_H = 1/2 J BC J``, symmetrised; shape (n, n).
+
+    One pass writing one array (no ``n x n`` temporaries), in double centring's order of
+    operations; ``overwrite``: written over ``bc`` when it is C-contiguous float64 (each pair
+    is read before it is written), one ``n x n`` array fewer at the peak.
+    """
     bc = np.ascontiguousarray(bc, dtype=np.float64)
-    # One compiled pass writing one new array, in double_center's order of operations (the
-    # same numbers): at n = 16,384 each n x n temporary is 2 GB.
-    col, row, grand = bc.mean(axis=0), bc.mean(axis=1), bc.mean()
-    return centred_half(bc, col, row, float(grand))
+    col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
+    return centred_half(bc, col, row, grand, out=bc if overwrite else None)
 
 
 def implied_distances(bc: np.ndarray) -> np.ndarray:
@@ -373,11 +376,3 @@ def check_thinnable(counts: sp.csr_matrix, n: int) -> None:
         raise PosdiagError(
             f"cross-fit: position {i} has {int(supports[i])} tokens; split-half thinning needs >= 4"
         )
-
-
-def gram_over_bc(bc: np.ndarray) -> np.ndarray:
-    """:func:`gram_from_bc` written over ``bc`` when it is C-contiguous float64 (the kernel reads
-    both entries of a pair before it writes them): one n x n array fewer at the peak."""
-    bc = np.ascontiguousarray(bc, dtype=np.float64)
-    col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
-    return centred_half(bc, col, row, grand, out=bc)

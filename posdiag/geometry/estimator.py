@@ -1,12 +1,8 @@
 """Estimators of the Hellinger geometry ``B_H`` from counts: cross-fitted (default) and plug-in.
 
-Why not the plug-in alone (docs/theory.md, "The estimator"): two estimates of the *same*
-distribution are not at distance 0, so every off-diagonal plug-in ``D_H^2`` is inflated by about
-``f_i + f_j`` (``f_i`` the squared error of position ``i``'s estimate) while the diagonal is
-exactly 0. Double centring turns that into about ``J diag(f) J``: an isotropic, full-rank
-component with a flat eigenvalue tail, which any full-rank table with near-equidistant rows (an
-untrained random table) matches. On the bundled corpus the plug-in ranks ``learned-random``
-above ``mds-3``.
+Why not the plug-in alone (docs/theory.md, "The estimator"): its off-diagonal ``D_H^2`` are
+inflated by the positions' sampling errors, which double centring turns into an isotropic,
+full-rank component that any untrained random table matches.
 
 The cross-fit estimates every Bhattacharyya coefficient from two *independent* halves of the
 data. For each split ``s = 1..S`` a random half ``A`` of the shards and the rest ``B`` give
@@ -21,13 +17,12 @@ left is a shrinkage of words too rare to be seen at all (``N_i p < 1``), so the 
 depends on ``N`` (compare corpora at similar ``N``). The estimate is not an exact Euclidean
 distance matrix: small negative eigenvalues are expected.
 
-Counts without shards (a counts ``.npz``, token id files counted by the dense path) are split
-by *thinning*: each position's counts are split into ``floor(N_i / 2)`` and the rest by a
-multivariate hypergeometric draw, which is exactly how a random half of the sequences at that
-position splits its tokens. Rows are thinned independently, so the average over *every*
-thinning (``S -> infinity``) is one product of expected square-root rows
-(:mod:`posdiag.geometry._thinning`): that is what the thinning path computes, exactly and without a
-seed, at the cost of one of the ``S`` products it replaces.
+Counts without shards are split by *thinning* (each position's tokens halved by a multivariate
+hypergeometric draw, as a random half of its sequences would); the cross-fit then takes the
+exact average over every thinning, one product (:mod:`posdiag.geometry._thinning`).
+
+The pieces live in :mod:`~posdiag.geometry.crossfit` (halves, ``BC``) and
+:mod:`~posdiag.geometry.heldout` (held-out ``mds-r``, noise bounds); this module re-exports them.
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ from .._util.defaults import DEFAULT_ESTIMATOR  # the CLI reads it without numpy
 from .._util.threads import small_blas
 from .._util.validate import check_choice, check_int
 from ..errors import PosdiagError
-from ._square import centred_half, pack_upper, unpack_upper  # re-exported: the report parks D_H
+from ._square import pack_upper, unpack_upper  # re-exported: the report parks D_H
 from .core import MDS, mds_of_gram
 
 # The cross-fit's pieces and the held-out checks, re-exported: callers import the estimator.
@@ -55,7 +50,6 @@ from .crossfit import (
     distinct_splits,
     expected_thinning_bc,
     gram_from_bc,
-    gram_over_bc,
     implied_distances,
     plugin_bc,
     shard_halves,
@@ -161,7 +155,9 @@ def _estimate(
     a C-contiguous float64 array): two n x n arrays at the end, not three."""
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     distances = implied_distances(bc)
-    return _from_gram(estimator, method, splits, seed, gram_over_bc(bc), distances, spectrum)
+    return _from_gram(
+        estimator, method, splits, seed, gram_from_bc(bc, overwrite=True), distances, spectrum
+    )
 
 
 def _from_gram(
@@ -275,9 +271,7 @@ def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
     n = check_int("n", n, 2, estimate.n)
     if n == estimate.n:
         return estimate
-    twice = estimate.gram[:n, :n] * 2.0
-    col, row, grand = twice.mean(axis=0), twice.mean(axis=1), float(twice.mean())
-    gram = centred_half(twice, col, row, grand, out=twice)
+    gram = gram_from_bc(estimate.gram[:n, :n] * 2.0, overwrite=True)
     distances = np.ascontiguousarray(estimate.distances[:n, :n])
     return _from_gram(
         estimate.estimator, estimate.method, estimate.splits, estimate.seed, gram, distances

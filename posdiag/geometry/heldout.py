@@ -30,7 +30,7 @@ from .crossfit import (
     crossfit_bc,
     expected_thinning_bc,
     first_rows,
-    gram_over_bc,
+    gram_from_bc,
     shard_halves,
 )
 from .spectral import PARTIAL_FROM, top_pairs
@@ -158,8 +158,8 @@ def _half_gram(source: _HalfSource) -> np.ndarray:
     # only; the effect on them stays below 1e-6 (tests/geometry/test_longctx_paths.py). By shards
     # that is S / 2 products a half, each faster in float32 than in float64 at long contexts.
     if kind == "shards":
-        return gram_over_bc(crossfit_bc(data, dtype=np.float32))
-    return gram_over_bc(expected_thinning_bc(data, dtype=np.float32))
+        return gram_from_bc(crossfit_bc(data, dtype=np.float32), overwrite=True)
+    return gram_from_bc(expected_thinning_bc(data, dtype=np.float32), overwrite=True)
 
 
 def heldout_pair(
