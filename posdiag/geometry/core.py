@@ -101,9 +101,7 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     if np.any(supports <= 0):
         raise ValueError("every row of the count matrix needs a positive sum")
     s = sqrt_rows(c)
-    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones),
-    # float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6 (the
-    # float32 block erred by ~2e-6 on l_1 at n = 1,024).
+    # Float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6.
     d = symmetric_product(s, dtype=np.float64)
     # d = sqrt(clip(1 - BC)) in place: no temporary the size of the result.
     np.subtract(1.0, d, out=d)

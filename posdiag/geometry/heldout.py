@@ -60,11 +60,8 @@ class SplitHalf:
     grams: tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
-# Outer splits of the split-half grams (outer_splits): 4 below FOUR_OUTER_SPLITS_BELOW
-# positions, 2 up to ONE_OUTER_SPLIT_ABOVE, 1 above. Which shards fall in which half moves a
-# held-out mds-r figure: on the bundled corpus mds-2 by sd 0.0167 across seeds with 2 outer
-# splits, 0.0068 with 4 (docs/geometry.md, "mds-r is scored held-out"), cheaply; at long
-# contexts two halves cost as much as the whole cross-fit, and the seeds agree to 1e-4.
+# Outer splits of the split-half grams (outer_splits): more where they are cheap and halve the
+# split noise, one at long contexts (docs/geometry.md, "mds-r is scored held-out").
 FOUR_OUTER_SPLITS_BELOW = 512
 ONE_OUTER_SPLIT_ABOVE = 2048
 
@@ -154,9 +151,7 @@ def _outer_splits(
 def _half_gram(source: _HalfSource) -> np.ndarray:
     """The cross-fitted ``B_H`` of one half of the data; shape (n, n)."""
     kind, data = source
-    # Float32 dense blocks: these grams feed the held-out mds-r scores and the noise bounds
-    # only; the effect on them stays below 1e-6 (tests/geometry/test_longctx_paths.py). By shards
-    # that is S / 2 products a half, each faster in float32 than in float64 at long contexts.
+    # Float32 dense blocks: the held-out scores and noise bounds move by < 1e-6 (tested).
     if kind == "shards":
         return gram_from_bc(crossfit_bc(data, dtype=np.float32), overwrite=True)
     return gram_from_bc(expected_thinning_bc(data, dtype=np.float32), overwrite=True)
@@ -236,12 +231,10 @@ def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, no
         acc[r] += float(np.sqrt(1.0 - cos * cos))
 
 
-# Block of the held-out fits' Lanczos (3 pairs): 8 vectors were fastest against 4, 16 and ARPACK
-# at 4,096 and 16,384 positions (benchmarks/NOTES.md).
+# Block of the held-out fits' Lanczos (3 pairs; benchmarks/NOTES.md).
 HELDOUT_BLOCK = 8
-# Residual of the held-out fits, relative to ||B||_F. The scores are sums over the fitted
-# vectors, so an error e in them moves a score by ~e^2: on the n = 4,096 halves 1e-8 moved the
-# three scores by at most 8e-13 from 1e-10 (and 1e-7 by 7e-12), in 34 passes instead of 41.
+# Residual of the held-out fits, relative to ||B||_F: an error e in the fitted vectors moves a
+# score by ~e^2.
 HELDOUT_TOL = 1e-8
 
 

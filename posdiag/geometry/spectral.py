@@ -66,9 +66,7 @@ DEFAULT_TOL = 1e-7
 # Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
 # residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
 VECTOR_TOL = 1e-10
-# Vectors per block. A pass B Q reads B once whatever the block (packing B dominates), so fewer
-# passes win until the extra vectors cost more: 32 was fastest for the top 128 pairs at 16,384
-# positions (benchmarks/NOTES.md), and far faster than single-vector ARPACK.
+# Vectors per block: a pass B Q reads B once whatever the block (benchmarks/NOTES.md).
 BLOCK = 32
 # Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
 # could stall it); what was reached is returned with its residual.
@@ -344,13 +342,11 @@ class _BlockLanczos:
             self._restart()
         q, m = self.q, self.m
         j = q.shape[0]
-        # B q^T (B symmetric): one pass over B, all BLAS threads. This orientation ran faster
-        # than q @ B in OpenBLAS.
+        # B q^T (B symmetric): one pass over B, all BLAS threads.
         z = np.ascontiguousarray((self.b @ q.T).T)
         self.passes += 1
         self.columns += j
-        # Everything else one thread: the skinny products with the basis and the small
-        # eigenproblems ran several times slower with two threads on a loaded machine.
+        # Everything else one thread (the skinny products contend with two).
         with one_blas_thread():
             self.v[m : m + j] = q
             self.w[m : m + j] = z

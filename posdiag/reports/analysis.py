@@ -247,7 +247,7 @@ class CorpusGeometry:
             wanted |= set(have.heldout)
             noise = noise or have.partners is not None
             # Freed before the new one is made; a larger top rank refits (within the held-out
-            # fits' tolerance, posdiag.geometry.estimator.HELDOUT_TOL).
+            # fits' tolerance, posdiag.geometry.heldout.HELDOUT_TOL).
             del self._cache["split_half_summary"], have
         packed = self._park_distances()
         try:
