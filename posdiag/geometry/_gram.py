@@ -16,9 +16,8 @@ the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound
 :class:`ProductPlan`). The dense block runs in float32 by default, centred on its columns'
 common level (:func:`_level`): float32 accumulation errs in proportion to the absolute terms it
 sums, so only the deviations from the level are multiplied in float32 and the level's terms
-are added back in float64. An entry of ``BC`` then errs by a few 1e-8, the top eigenvalues of
-``B_H`` by 2.4e-7 at n = 4,096 (1.5e-5 uncentred), and stress by less than 1e-8
-(tests/geometry/test_gram.py, tests/geometry/test_longctx_paths.py measure it).
+are added back in float64: an entry of ``BC`` errs by a few 1e-8 (tests/geometry/test_gram.py
+and test_longctx_paths.py bound it; docs/performance.md).
 
 The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
 computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),
@@ -29,26 +28,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from itertools import pairwise
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._util.jit import load_numba
 from ..errors import PosdiagError
+from ._compiled import COMPILED_FROM, rare_kernels, split_kernels
+from ._square import mirror_upper
 
 __all__ = [
+    "COMPILED_FROM",
     "DENSE_FRACTION",
     "ProductPlan",
-    "centred_half",
     "cross_product",
-    "distances_to_first",
-    "pack_upper",
     "plan_product",
     "sqrt_rows",
     "symmetric_product",
-    "symmetrize",
-    "unpack_upper",
 ]
 
 # Break-even column density: a BLAS flop is far cheaper than a sparse multiply-add, so a column
@@ -61,10 +58,6 @@ BLOCK_BYTES = 64 << 20
 # from the block on), so taller blocks pay, up to UPPER_BLOCK_BYTES of float64 result a block row.
 UPPER_BLOCK_BYTES = 128 << 20
 UPPER_BLOCK_ROWS = 2048
-# Up to this many rows the Gram's token lists store each row as a uint16 gap (rows < 2^16).
-GAP16_ROWS = 1 << 16
-# Below this many rows a plain sparse product is faster than slicing columns.
-HYBRID_FROM_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -99,34 +92,28 @@ class ProductPlan:
 
 
 def sqrt_rows(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    """``R = sqrt(C / N)`` row-wise, kept sparse (float64, csr).
+    """``sqrt(C / N)`` row-wise, kept sparse; rows with no tokens stay zero.
 
     Parameters
     ----------
-    counts : sparse matrix or ndarray of shape (n, V)
-        Non-negative counts; every row needs a positive sum.
+    counts : sparse matrix or ndarray of shape (n, vocab_size)
 
     Returns
     -------
-    csr_matrix of shape (n, V)
+    csr_matrix of shape (n, vocab_size), float64
     """
     c = sp.csr_matrix(counts, dtype=np.float64)
     supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports <= 0):
-        bad = int(np.flatnonzero(supports <= 0)[0])
-        raise PosdiagError(f"every row of the count matrix needs a positive sum; row {bad} has 0")
-    r = sp.csr_matrix(sp.diags(1.0 / supports) @ c)
-    r.data = np.sqrt(r.data)
-    return r
-
-
-def _column_nnz(m: sp.csr_matrix, v: int) -> np.ndarray:
-    if m.indices.size < COMPILED_FROM_NNZ:
-        return np.bincount(m.indices, minlength=v).astype(np.float64)
-    counts = np.zeros(v, dtype=np.int64)
-    # Every column counts: no column is marked dense (-1 everywhere).
-    _split_kernels()["count_columns"](m.indices, np.full(v, -1, dtype=np.int64), counts)
-    return counts.astype(np.float64)
+    inv = np.divide(1.0, supports, out=np.zeros_like(supports), where=supports > 0)
+    # inv_i * C_ij entry by entry: the numbers of the diagonal product, without its cost.
+    data = c.data * np.repeat(inv, np.diff(c.indptr))
+    s = sp.csr_matrix((data, c.indices, c.indptr), c.shape)
+    if not data.all():
+        # Own index arrays: eliminate_zeros compacts them in place (they may be the caller's).
+        s = sp.csr_matrix((data, c.indices.copy(), c.indptr.copy()), c.shape)
+        s.eliminate_zeros()
+    s.data = np.sqrt(s.data)
+    return s
 
 
 def plan_product(
@@ -145,11 +132,12 @@ def plan_product(
         The plan and the mask of dense columns.
     """
     (na, v), nb = a.shape, b.shape[0]
-    nnz_a, nnz_b = _column_nnz(a, v), _column_nnz(b, v)
+    nnz_a = np.bincount(a.indices, minlength=v).astype(np.float64)
+    nnz_b = np.bincount(b.indices, minlength=v).astype(np.float64)
     cost = nnz_a * nnz_b
     dense = cost > (dense_fraction * na) * (dense_fraction * nb)
     used = cost > 0
-    hybrid = min(na, nb) >= HYBRID_FROM_ROWS and bool(dense.any())
+    hybrid = min(na, nb) >= COMPILED_FROM and bool(dense.any())
     if not hybrid:
         dense = np.zeros(v, dtype=bool)
     if block_rows is None:
@@ -249,7 +237,7 @@ def cross_product(
         mu = _level((ad,) if same else (ad, bd), dense)
         sa = _centre(a, ad, mu, dense)
         shift = (sa, sa if same else _centre(b, bd, mu, dense), float(mu @ mu))
-    kernel = _rare_kernel()
+    kernel = rare_kernels()[0]
     gemm = _gemm(ad.dtype)
     for lo in range(0, a.shape[0], plan.block_rows):
         hi = min(lo + plan.block_rows, a.shape[0])
@@ -267,12 +255,7 @@ def cross_product(
             # The level's terms of the centred block (_centre), in float64.
             block += shift[0][lo:hi, None]
             block += shift[1][None, :] + shift[2]
-        if kernel is None:
-            block += (a_s[lo:hi] @ bst).toarray()
-        else:
-            kernel(
-                a_s.indptr, a_s.indices, a_s.data, lo, hi, bst.indptr, bst.indices, bst.data, block
-            )
+        kernel(a_s.indptr, a_s.indices, a_s.data, lo, hi, bst.indptr, bst.indices, bst.data, block)
     return out
 
 
@@ -306,7 +289,7 @@ def symmetric_product(
         the level, errs by a few 1e-8 per entry, tests/geometry/test_gram.py). With float32 the
         rare tokens' part runs in float32 as well (half the bytes of the kernel's list walk
         and of the row it adds into), and errs by at most ``(K + 2) 2^-24`` of itself, ``K``
-        the rare tokens two positions share (:func:`_upper_kernel`).
+        the rare tokens two positions share (:func:`_run_upper`).
     rare : numpy float type, optional
         Precision of the rare tokens' part when it should differ from ``dtype``: float64
         with a float32 dense block is what the headline uses. At n = 16,384 the float32 rare
@@ -364,13 +347,9 @@ def _upper_gram(
     touched block rows is left to :func:`mirror_upper`."""
     m, v = x.shape
     x.sum_duplicates()
-    hybrid = m >= HYBRID_FROM_ROWS
-    counts = _range_counts(x, v) if hybrid else np.zeros((1, v), dtype=np.int64)
     # plan_product's rule for a product of x with itself: nnz_j^2 > (f m)^2.
-    dense = counts.sum(axis=0) > dense_fraction * m
-    # Small inputs without a dense column never import numba (numpy counts them).
-    kernel = _upper_kernel() if hybrid and dense.any() else None
-    if kernel is None:
+    dense = np.bincount(x.indices, minlength=v) > dense_fraction * m
+    if m < COMPILED_FROM or not dense.any():
         g = (x @ x.T).toarray()
         if rows is None:
             out[...] = g
@@ -380,19 +359,20 @@ def _upper_gram(
     if block_rows is None:
         block_rows = min(UPPER_BLOCK_ROWS, max(16, UPPER_BLOCK_BYTES // (8 * max(m, 1))))
     block_rows = int(min(max(block_rows, 1), m))
+    numba = load_numba()
+    counts = _range_counts(x, v, max(1, min(int(numba.get_num_threads()), m)))
     xd, parts = _split_gram(x, counts, dense, dtype, values)
     shift = None
     if xd.dtype == np.float32:
         mu = _level((xd,), dense)
         shift = (_centre(x, xd, mu, dense), float(mu @ mu))
-    numba = load_numba()
 
-    # Rows go to the kernel's threads in chunks as they finish (_upper_kernel); numba keeps
+    # Rows go to the kernel's threads in chunks as they finish (_run_upper); numba keeps
     # the chunk size per calling thread, and a `with numba.parallel_chunksize` inside the
     # kernel would keep it from numba's cache.
     chunk = numba.set_parallel_chunksize(UPPER_CHUNK_ROWS)
     try:
-        _gram_blocks(xd, parts, kernel, out, rows, block_rows, shift)
+        _gram_blocks(xd, parts, _run_upper, out, rows, block_rows, shift)
     finally:
         numba.set_parallel_chunksize(chunk)
 
@@ -463,24 +443,12 @@ def _row_ranges(m: int, r: int) -> np.ndarray:
     return (np.arange(r + 1, dtype=np.int64) * m) // max(r, 1)
 
 
-def _range_counts(x: sp.csr_matrix, v: int) -> np.ndarray:
-    """Column counts of ``x`` per range of rows (:func:`_row_ranges`), shape (R, V), int64.
-
-    One range (numpy) below :data:`COMPILED_FROM_NNZ` stored entries, else one per numba
-    thread, counted in parallel: their sum gives the dense columns, and each range's counts
-    where its rows start in the token lists of :func:`_split_gram`.
-    """
-    if x.indices.size < COMPILED_FROM_NNZ:
-        return np.bincount(x.indices, minlength=v).astype(np.int64)[None, :]
-    numba = load_numba()
-
-    ranges = max(1, min(int(numba.get_num_threads()), x.shape[0]))
-    counts = np.zeros((ranges, v), dtype=np.int64)
-    bounds = _row_ranges(x.shape[0], ranges)
-    _split_kernels()["count_ranges"](
-        x.indptr.astype(np.int64, copy=False), x.indices, bounds, counts
-    )
-    return counts
+def _range_counts(x: sp.csr_matrix, v: int, ranges: int) -> np.ndarray:
+    """Column counts of ``x`` per range of rows (:func:`_row_ranges`), shape (ranges, V), int64:
+    their sum gives the dense columns, and each range's counts where its rows start in the
+    token lists of :func:`_split_gram`."""
+    bounds = x.indptr[_row_ranges(x.shape[0], ranges)]
+    return np.array([np.bincount(x.indices[lo:hi], minlength=v) for lo, hi in pairwise(bounds)])
 
 
 def _split_gram(
@@ -489,6 +457,7 @@ def _split_gram(
     dense: np.ndarray,
     dtype: type[np.floating],
     values: type[np.floating] | None = None,
+    gap: type[np.integer] | None = None,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """The dense columns of canonical ``x`` (m, V) as an (m, k) array of ``dtype``, and its
     rare entries as the upper-triangle kernel reads them, in one parallel pass over ``x``.
@@ -529,12 +498,13 @@ def _split_gram(
     slot = np.empty(total, dtype=index)
     stop = np.empty(total, dtype=index)
     # Gaps, not rows: the kernel knows each walk's first row (its own), and 2 bytes an entry
-    # instead of 4 cut the bytes it streams (below, _upper_kernel).
-    gap = np.uint16 if m <= GAP16_ROWS else np.int32
+    # instead of 4 cut the bytes it streams (below, _run_upper).
+    if gap is None:
+        gap = np.uint16 if m <= 1 << 16 else np.int32
     t_gap = np.empty(total, dtype=gap)
     t_val = np.empty(total, dtype=value)
     last = np.full((ranges, v), -1, dtype=np.int64)
-    _split_kernels()["split_gram"](
+    split_kernels()["split_gram"](
         x.indptr.astype(np.int64, copy=False),
         x.indices,
         x.data,
@@ -558,79 +528,6 @@ def _split_gram(
         fix = (rare[1:] > 0) & (before >= 0)
         t_gap[first[fix]] -= before[fix].astype(gap)
     return block, (r_ptr, slot, stop, t_gap, t_val)
-
-
-def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
-    """``m[j, i] = m[i, j]`` for ``j > i``, in place; returns ``m``.
-
-    From :data:`COMPILED_FROM_ROWS` rows one compiled pass over square tiles (the kernel of
-    :func:`symmetrize`): numpy's strided block copies below cost a TLB miss per element
-    written on large arrays. Smaller arrays: each block row's strip right of the diagonal is
-    copied, transposed, below it, by blocks of ``block`` rows. Copies only: the same numbers.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
-    _check_square(m)
-    n = m.shape[0]
-    if n >= COMPILED_FROM_ROWS:
-        zeros = np.zeros(n)
-        _square_kernels()["pairs"](m, zeros, zeros, 0.0, 1.0, zeros, _UPPER, _NO_PACKED, m, _TILE)
-        return m
-    for lo in range(0, n, block):
-        hi = min(n, lo + block)
-        m[hi:, lo:hi] = m[lo:hi, hi:].T
-        tile = m[lo:hi, lo:hi]
-        low = np.tril_indices(hi - lo, -1)
-        tile[low] = tile.T[low]
-    return m
-
-
-# The modes of the square-tile kernel (pairs) and its packed argument when it reads a square.
-_CENTRED, _IMPLIED, _UPPER = 0, 1, 2
-_NO_PACKED = np.zeros(0, dtype=np.float64)
-
-
-def pack_upper(m: np.ndarray) -> np.ndarray:
-    """The upper triangle of ``m`` (n, n), diagonal included, row after row: shape
-    (n (n + 1) / 2,). :func:`unpack_upper` gives ``m`` back bit for bit when ``m`` is exactly
-    symmetric."""
-    n = m.shape[0]
-    out = np.empty(n * (n + 1) // 2, dtype=m.dtype)
-    at = 0
-    for i in range(n):
-        out[at : at + n - i] = m[i, i:]
-        at += n - i
-    return out
-
-
-def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
-    """The symmetric (n, n) float64 array whose upper triangle, diagonal included, ``packed``
-    holds row after row (shape (n (n + 1) / 2,)); copies only, so bit for bit.
-
-    Parameters
-    ----------
-    packed : ndarray of shape (n (n + 1) / 2,), float64
-    n : int
-    """
-    if packed.shape != (n * (n + 1) // 2,) or packed.dtype != np.float64:
-        raise PosdiagError(
-            f"expected a packed triangle of shape ({n * (n + 1) // 2},) float64; "
-            f"got {packed.dtype} {packed.shape}"
-        )
-    out = np.empty((n, n), dtype=np.float64)
-    if n >= COMPILED_FROM_ROWS:
-        # One tile pass writing both triangles, not a row loop then a mirror.
-        zeros = np.zeros(n)
-        packed = np.ascontiguousarray(packed)
-        _square_kernels()["pairs"](out, zeros, zeros, 0.0, 1.0, zeros, _UPPER, packed, out, _TILE)
-        return out
-    at = 0
-    for i in range(n):
-        out[i, i:] = packed[at : at + n - i]
-        at += n - i
-    return mirror_upper(out)
 
 
 def _gemm(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
@@ -658,7 +555,7 @@ def _split(
     a (V, n) csr whose row ``j`` lists the rows holding token ``j`` in ascending order (what
     ``csr_matrix(rare.T)`` gives, so the kernel adds the same terms in the same order).
     """
-    kern = _split_kernels()
+    kern = split_kernels()
     n, v = m.shape
     indptr = m.indptr.astype(np.int64, copy=False)
     indices = m.indices.astype(np.int32, copy=False)
@@ -668,8 +565,7 @@ def _split(
         counts = np.zeros(n, dtype=np.int64)
         kern["count_rows"](indptr, indices, position, counts)
     else:
-        counts = np.zeros(v, dtype=np.int64)
-        kern["count_columns"](indices, position, counts)
+        counts = np.bincount(indices[position[indices] < 0], minlength=v).astype(np.int64)
     ptr = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     idx = np.empty(ptr[-1], dtype=np.int32)
@@ -689,142 +585,19 @@ def _transpose(m: sp.csr_matrix, n: int, v: int) -> sp.csr_matrix:
     return _split(m, position, 0, np.float64, rows=False)[1]
 
 
-_SPLIT: dict[str, Callable[..., None]] = {}
-
-
-def _split_kernels() -> dict[str, Callable[..., None]]:
-    """Compiled (numba) passes of :func:`_split`, :func:`_range_counts` and :func:`_split_gram`:
-    rows in parallel, each writing only its own block row and its own slice of the rare
-    arrays; :func:`_split`'s transposed split is one serial pass (its writes interleave across
-    columns), :func:`_split_gram`'s runs by ranges of rows, each range writing its own slice
-    of every token's list (placed by the ranges' column counts)."""
-    if _SPLIT:
-        return _SPLIT
-    numba = load_numba()
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def count_rows(indptr, indices, position, counts):  # pragma: no cover - compiled
-        for i in numba.prange(indptr.size - 1):
-            c = 0
-            for p in range(indptr[i], indptr[i + 1]):
-                if position[indices[p]] < 0:
-                    c += 1
-            counts[i] = c
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def split_rows(indptr, indices, data, position, block, ptr, idx, val):  # pragma: no cover
-        for i in numba.prange(indptr.size - 1):
-            q = ptr[i]
-            for p in range(indptr[i], indptr[i + 1]):
-                j = indices[p]
-                k = position[j]
-                if k >= 0:
-                    block[i, k] = data[p]
-                else:
-                    idx[q] = j
-                    val[q] = data[p]
-                    q += 1
-
-    @numba.njit(cache=True, nogil=True)
-    def split_columns(indptr, indices, data, position, block, nxt, idx, val):  # pragma: no cover
-        for i in range(indptr.size - 1):
-            for p in range(indptr[i], indptr[i + 1]):
-                j = indices[p]
-                k = position[j]
-                if k >= 0:
-                    block[i, k] = data[p]
-                else:
-                    q = nxt[j]
-                    idx[q] = i
-                    val[q] = data[p]
-                    nxt[j] = q + 1
-
-    @numba.njit(cache=True, nogil=True)
-    def count_columns(indices, position, counts):  # pragma: no cover - compiled
-        for p in range(indices.size):
-            j = indices[p]
-            if position[j] < 0:
-                counts[j] += 1
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def count_ranges(indptr, indices, bounds, counts):  # pragma: no cover - compiled
-        for t in numba.prange(bounds.size - 1):
-            for p in range(indptr[bounds[t]], indptr[bounds[t + 1]]):
-                counts[t, indices[p]] += 1
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def split_gram(
-        indptr,
-        indices,
-        data,
-        position,
-        bounds,
-        nxt,
-        start,
-        t_ptr,
-        block,
-        r_ptr,
-        slot,
-        stop,
-        last,
-        t_gap,
-        t_val,
-    ):  # pragma: no cover - compiled
-        # Each range of rows writes its block rows, its slice of the row entries (from
-        # start[t]) and its slice of every token's list (from nxt[t, j]); last[t, j] is the
-        # range's last row holding token j so far.
-        for t in numba.prange(bounds.size - 1):
-            c = start[t]
-            for i in range(bounds[t], bounds[t + 1]):
-                for p in range(indptr[i], indptr[i + 1]):
-                    j = indices[p]
-                    k = position[j]
-                    if k >= 0:
-                        block[i, k] = data[p]
-                    else:
-                        q = nxt[t, j]
-                        t_gap[q] = i if last[t, j] < 0 else i - last[t, j]
-                        last[t, j] = i
-                        t_val[q] = data[p]
-                        slot[c] = q
-                        stop[c] = t_ptr[j + 1]
-                        c += 1
-                        nxt[t, j] = q + 1
-                r_ptr[i + 1] = c
-
-    _SPLIT.update(
-        count_ranges=count_ranges,
-        split_gram=split_gram,
-        count_rows=count_rows,
-        split_rows=split_rows,
-        split_columns=split_columns,
-        count_columns=count_columns,
-    )
-    return _SPLIT
-
-
-_KERNEL: list[object] = []
-
-
-def _rare_kernel() -> Callable[..., None] | None:
-    """A compiled kernel adding a csr block times a csr transpose into a dense block
-    (:func:`cross_product`), or None.
-
-    scipy's sparse product builds a csr result, which for these inputs is dense (every pair of
-    positions shares some rare token); accumulating straight into the dense block, in parallel
-    over rows (each row writes only its own output row), skips that. None when numba is not
-    installed: the scipy product is used.
-
-    Most of the kernel's time is the cache miss at the start of each token's list, so the list
-    of the token after next is prefetched (LLVM's prefetch intrinsic, a hint with no effect on
-    the additions or their order).
-    """
-    kernels = _kernels()
-    return kernels[0] if kernels else None
-
-
-def _upper_kernel() -> Callable[..., None] | None:
-    """The compiled kernel of a Gram's upper triangle (:func:`symmetric_product`), or None.
+def _run_upper(
+    r_ptr: np.ndarray,
+    slot: np.ndarray,
+    stop: np.ndarray,
+    t_gap: np.ndarray,
+    t_val: np.ndarray,
+    lo: int,
+    hi: int,
+    out: np.ndarray,
+    col0: int,
+    shift: tuple[np.ndarray, float] | None = None,
+) -> None:
+    """The compiled kernels of a Gram's upper triangle (:func:`symmetric_product`).
 
     ``kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)`` adds, for rows ``lo:hi``
     of :func:`_split_gram`'s rare part, each row's value times every entry of its token's list
@@ -842,26 +615,11 @@ def _upper_kernel() -> Callable[..., None] | None:
     threads in chunks as they finish: a row's work falls with its index (the lists' remainders
     shrink), so static halves of a row block would leave one core idle part of the time. Each
     row adds the same terms in the same order whichever thread runs it.
+
+    Float32 lists go to the kernel summing in float32; either kernel also adds ``c + s_i + s_j``
+    for ``shift = (s, c)`` (a float32 dense block's level, :func:`_centre`).
     """
-    return _run_upper if _kernels() else None
-
-
-def _run_upper(
-    r_ptr: np.ndarray,
-    slot: np.ndarray,
-    stop: np.ndarray,
-    t_gap: np.ndarray,
-    t_val: np.ndarray,
-    lo: int,
-    hi: int,
-    out: np.ndarray,
-    col0: int,
-    shift: tuple[np.ndarray, float] | None = None,
-) -> None:
-    """:func:`_upper_kernel`: float32 lists to the kernel summing in float32; either kernel
-    also adds ``c + s_i + s_j`` for ``shift = (s, c)`` (a float32 dense block's level,
-    :func:`_centre`; rows and columns of ``s`` as those of the Gram)."""
-    kernels: Any = _KERNEL
+    kernels = rare_kernels()
     if t_val.dtype != np.float32:
         # Float64 lists add straight into out: the level terms cost a pass over the row, so
         # only a shifted Gram pays it.
@@ -876,392 +634,5 @@ def _run_upper(
 _NO_SHIFT = np.zeros(0, dtype=np.float64)
 
 
-def _kernels() -> list[Any]:
-    if not _KERNEL:
-        try:
-            numba = load_numba()
-        except ImportError:  # pragma: no cover - numba is a dependency; kept for vendored use
-            return []
-        _KERNEL.extend(_build_rare(numba))
-    return _KERNEL
-
-
-# Tokens ahead whose list the rare kernels prefetch (1 and 2 were fastest; benchmarks/NOTES.md).
-PREFETCH_AHEAD = 2
-# Rows a thread of the Gram kernel takes at a time (_upper_kernel).
+# Rows a thread of the Gram kernel takes at a time (_run_upper).
 UPPER_CHUNK_ROWS = 16
-
-
-# The prefetch intrinsic, a module global (set by _build_rare): as a closure variable of the
-# kernel it would enter numba's cache key pickled, differently in every process, and the kernel
-# would be recompiled in every process (posdiag.geometry._thinning had that bug).
-_prefetch: Any = None
-
-
-def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - compiled
-    global _prefetch
-    _prefetch = _prefetch_intrinsic()
-
-    # A whole product (cross_product): row i meets every row of each of its tokens' lists.
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def rare(a_ptr, a_idx, a_val, lo, hi, t_ptr, t_idx, t_val, out):
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            row = out[r]
-            end = a_ptr[i + 1]
-            for p in range(a_ptr[i], end):
-                if p + PREFETCH_AHEAD < end:
-                    start = t_ptr[a_idx[p + PREFETCH_AHEAD]]
-                    _prefetch(t_idx, start)
-                    _prefetch(t_val, start)
-                j = a_idx[p]
-                x = a_val[p]
-                for q in range(t_ptr[j], t_ptr[j + 1]):
-                    row[t_idx[q]] += x * t_val[q]
-
-    # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
-    # from its own place in the token's list on (columns >= i), written at column - col0.
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            row = out[r]
-            end = r_ptr[i + 1]
-            for p in range(r_ptr[i], end):
-                if p + PREFETCH_AHEAD < end:
-                    start = slot[p + PREFETCH_AHEAD]
-                    _prefetch(t_gap, start)
-                    _prefetch(t_val, start)
-                first = slot[p]
-                x = np.float64(t_val[first])
-                row[i - col0] += x * x
-                col = i
-                for q in range(first + 1, stop[p]):
-                    col += t_gap[q]
-                    row[col - col0] += x * np.float64(t_val[q])
-            if shift.size > 0:
-                si = shift[i] + level
-                for j in range(i, out.shape[1] + col0):
-                    row[j - col0] += si + shift[j]
-
-    # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
-    # float32 row of its own, half the bytes of the float64 row the terms scatter into (it
-    # stays in L1 longer), and added to it once with the
-    # dense block's level terms shift[i] + shift[j] + level (_centre); the diagonal is summed
-    # in float64.
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
-        width = out.shape[1] + col0
-        for r in numba.prange(hi - lo):
-            i = lo + r
-            acc = np.zeros(width - i, dtype=np.float32)
-            diag = 0.0
-            end = r_ptr[i + 1]
-            for p in range(r_ptr[i], end):
-                if p + PREFETCH_AHEAD < end:
-                    start = slot[p + PREFETCH_AHEAD]
-                    _prefetch(t_gap, start)
-                    _prefetch(t_val, start)
-                first = slot[p]
-                x = t_val[first]
-                diag += np.float64(x) * np.float64(x)
-                col = 0
-                for q in range(first + 1, stop[p]):
-                    col += t_gap[q]
-                    acc[col] += x * t_val[q]
-            row = out[r]
-            si = shift[i] + level
-            row[i - col0] += diag + (si + shift[i])
-            for c in range(1, acc.size):
-                row[i - col0 + c] += acc[c] + (si + shift[i + c])
-
-    # Compile (or load) now, with the array types the callers pass: _split's csr for the
-    # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
-    one = sp.csr_matrix(
-        (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
-    )
-    ptr, idx, val = one.indptr, one.indices, one.data
-    out = np.zeros((1, 1))
-    rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
-    at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
-    upper(ptr, at, end, gaps, val, 0, 1, out, 0, _NO_SHIFT, 0.0)
-    upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
-    return [rare, upper, upper32]
-
-
-def _prefetch_intrinsic() -> Any:  # pragma: no cover - compiled
-    """``prefetch(array, index)``: LLVM's ``llvm.prefetch`` (read, high locality, data) of
-    ``array[index]``; a hint only, no effect on results."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def prefetch(typingctx, arr, idx):
-        def codegen(context, builder, signature, args):
-            ary = context.make_array(signature.args[0])(context, builder, args[0])
-            ptr = builder.gep(ary.data, [args[1]])
-            i8p = ir.IntType(8).as_pointer()
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-            flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
-            builder.call(fn, [builder.bitcast(ptr, i8p), *flags])
-            return context.get_dummy_value()
-
-        return types.void(arr, idx), codegen
-
-    return prefetch
-
-
-# Square tiles of the in-place passes: a tile and its mirror (2 x 64 x 64 float64, 64 KB)
-# stay in cache while the mirror is read column-wise.
-_TILE = 64
-
-
-def symmetrize(m: np.ndarray) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place (compiled, tile by tile, rows in parallel); returns ``m``.
-
-    The same arithmetic as :func:`posdiag.geometry.core.symmetrize` (``(a + b) / 2`` per pair, so
-    the same numbers) in one pass over the matrix.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
-    _check_square(m)
-    if m.shape[0] < COMPILED_FROM_ROWS:
-        m[...] = (m + m.T) / 2.0
-        return m
-    zeros = np.zeros(m.shape[0])
-    _square_kernels()["pairs"](m, zeros, zeros, 0.0, 1.0, zeros, _CENTRED, _NO_PACKED, m, _TILE)
-    return m
-
-
-def centred_half(
-    bc: np.ndarray,
-    col: np.ndarray,
-    row: np.ndarray,
-    grand: float,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array
-    (or into ``out``, which may be ``bc`` itself: each pair's two entries are read before they
-    are written, and every pair is visited once).
-
-    :func:`posdiag.geometry.estimator.gram_from_bc`'s arithmetic (the same operations in the same
-    order, so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
-
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    col, row : ndarray of shape (n,)
-        Column and row means of ``bc``.
-    grand : float
-        Mean of ``bc``.
-
-    Returns
-    -------
-    ndarray of shape (n, n), symmetric
-    """
-    _check_square(bc)
-    if out is None:
-        out = np.empty_like(bc)
-    else:
-        _check_square(out)
-        if out.shape != bc.shape:
-            raise PosdiagError(f"expected out of shape {bc.shape}; got {out.shape}")
-    if bc.shape[0] < COMPILED_FROM_ROWS:
-        x = bc - col[None, :]
-        x -= row[:, None]
-        x += grand
-        x *= 0.5
-        out[...] = (x + x.T) / 2.0
-        return out
-    _square_kernels()["pairs"](
-        bc, col, row, float(grand), 0.5, col, _CENTRED, _NO_PACKED, out, _TILE
-    )
-    return out
-
-
-def implied_distances(bc: np.ndarray) -> np.ndarray:
-    """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, as a new
-    array: :func:`posdiag.geometry.estimator.implied_distances`' six numpy passes (outer sum,
-    halving, subtraction, clip, sqrt, symmetrisation) in one compiled
-    pass with the same operations in the same order, so the same numbers bit for bit
-    (tests/geometry/test_implied_distances.py).
-
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    """
-    _check_square(bc)
-    out = np.empty_like(bc)
-    zeros = np.zeros(bc.shape[0])
-    diag = np.ascontiguousarray(np.diag(bc))
-    _square_kernels()["pairs"](bc, zeros, zeros, 0.0, 1.0, diag, _IMPLIED, _NO_PACKED, out, _TILE)
-    return out
-
-
-def _check_square(m: np.ndarray) -> None:
-    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.dtype != np.float64:
-        raise PosdiagError(f"expected a square float64 matrix; got {m.dtype} {m.shape}")
-    if not m.flags.c_contiguous:
-        raise PosdiagError("expected a C-contiguous matrix")
-
-
-def distances_to_first(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Hellinger distance of each row of a canonical csr count matrix to row 0.
-
-    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows (rows
-    in parallel): a sum of squares, exact to rounding even when the rows are equal (then 0).
-    A row without tokens is at distance 1 (and every row when row 0 has none).
-
-    Parameters
-    ----------
-    indptr : ndarray of shape (n + 1,)
-    indices, data : ndarray
-        The csr arrays (sorted column indices, no duplicates, counts >= 0).
-
-    Returns
-    -------
-    ndarray of shape (n,)
-    """
-    out = np.empty(indptr.size - 1)
-    if indices.size < COMPILED_FROM_NNZ:
-        return _distances_to_first_numpy(indptr.astype(np.int64), indices, data)
-    _square_kernels()["to_first"](indptr.astype(np.int64), indices, data, out)
-    return out
-
-
-def _distances_to_first_numpy(
-    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
-) -> np.ndarray:
-    """:func:`distances_to_first` in numpy: the same terms, summed in another order (so equal
-    to rounding), and exactly 0 for a row equal to row 0 (every term is 0, none is missing)."""
-    n = indptr.size - 1
-    data = np.asarray(data[: indptr[-1]], dtype=np.float64)
-    indices = indices[: indptr[-1]]
-    lengths = np.diff(indptr)
-    rows = np.repeat(np.arange(n), lengths)
-    totals = np.bincount(rows, weights=data, minlength=n)
-    e0 = int(indptr[1])
-    if totals[0] <= 0.0:
-        return np.ones(n)
-    first = np.zeros(int(indices.max()) + 1 if indices.size else 1)
-    first[indices[:e0]] = np.sqrt(data[:e0]) / np.sqrt(totals[0])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = np.sqrt(data) / np.sqrt(totals[rows])
-    at = first[indices]
-    shared = np.bincount(rows, weights=at * at, minlength=n)  # row 0's mass met by row i
-    met = np.bincount(rows, weights=(at > 0).astype(np.float64), minlength=n)
-    terms = np.bincount(rows, weights=(at - value) ** 2, minlength=n)
-    # Row 0's terms that row i lacks; none (exactly 0) when row i holds all of row 0's tokens.
-    missing = np.where(met == np.count_nonzero(first), 0.0, np.sum(first * first) - shared)
-    acc = terms + np.maximum(missing, 0.0)
-    out = np.sqrt(np.clip(acc / 2.0, 0.0, 1.0))
-    out[totals <= 0.0] = 1.0
-    return out
-
-
-# Below these sizes the n x n passes, the column counts and the distances to row 0 run in numpy
-# (the same arithmetic): the bundled corpus (76 positions, 3,600 stored counts) then never
-# imports numba, whose import and cache load would be a large share of `make run`.
-COMPILED_FROM_ROWS = 256
-COMPILED_FROM_NNZ = 1 << 20
-
-_SQUARE: dict[str, Callable[..., None]] = {}
-
-
-def _square_kernels() -> dict[str, Callable[..., None]]:
-    if _SQUARE:
-        return _SQUARE
-    import math
-
-    numba = load_numba()
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def pairs(bc, col, row, grand, scale, diag, mode, packed, out, tile):  # pragma: no cover
-        # Each pair (i, j >= i) is read and written to both entries, in one pass:
-        # - _UPPER: both take the upper entry bc[i, j], or with a packed upper triangle (row
-        #   after row, diagonal included; packed.size > 0) its entry (a mirror, copies only);
-        # - _IMPLIED: the distances sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal,
-        #   symmetrised (posdiag.geometry.estimator.implied_distances' numpy order: clip (NaN
-        # passes), sqrt, and the symmetrisation's x - 0 - 0 + 0 turning a -0.0 into 0.0);
-        # - _CENTRED: out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and
-        #   scale 1 it is the plain symmetrisation (x - 0 - 0 + 0) * 1 == x.
-        # Tile row I owns the tiles (I, J >= I) and their mirrors; rows I and nt - 1 - I go to
-        # the same thread, so every thread gets the same share of the triangle. Each pair is
-        # read before it is written, so out may be bc.
-        n = bc.shape[0]
-        nt = (n + tile - 1) // tile
-        for k in numba.prange((nt + 1) // 2):
-            for s in range(2):
-                ti = k if s == 0 else nt - 1 - k
-                if s == 1 and ti == k:
-                    continue
-                lo, hi = ti * tile, min(n, (ti + 1) * tile)
-                for tj in range(ti, nt):
-                    lo2, hi2 = tj * tile, min(n, (tj + 1) * tile)
-                    for i in range(lo, hi):
-                        # Row i's packed segment starts at i n - i (i - 1) / 2.
-                        start = i * n - (i * (i - 1)) // 2 - i
-                        for j in range(max(lo2, i), hi2):
-                            if mode == _UPPER:
-                                avg = packed[start + j] if packed.size > 0 else bc[i, j]
-                            elif mode == _IMPLIED:
-                                if i == j:
-                                    out[i, i] = 0.0
-                                    continue
-                                x = (diag[i] + diag[j]) / 2.0 - bc[i, j]
-                                if x < 0.0:  # not max(): a NaN must pass
-                                    x = 0.0
-                                y = (diag[j] + diag[i]) / 2.0 - bc[j, i]
-                                if y < 0.0:
-                                    y = 0.0
-                                avg = ((math.sqrt(x) + 0.0) + (math.sqrt(y) + 0.0)) / 2.0
-                            else:
-                                x = (((bc[i, j] - col[j]) - row[i]) + grand) * scale
-                                y = (((bc[j, i] - col[i]) - row[j]) + grand) * scale
-                                avg = (x + y) / 2.0
-                            out[i, j] = avg
-                            out[j, i] = avg
-
-    @numba.njit(parallel=True, cache=True, nogil=True)
-    def to_first(indptr, indices, data, out):  # pragma: no cover - compiled
-        e0 = indptr[1]
-        n0 = 0.0
-        for p in range(e0):
-            n0 += data[p]
-        # sqrt(c / N) as sqrt(c) / sqrt(N), the same expression for every row: a row equal to
-        # row 0 gives the same terms, so its distance is exactly 0.
-        first = np.empty(e0)
-        for p in range(e0):
-            first[p] = math.sqrt(data[p]) / math.sqrt(n0)
-        for i in numba.prange(indptr.size - 1):
-            ni = 0.0
-            for p in range(indptr[i], indptr[i + 1]):
-                ni += data[p]
-            if n0 <= 0.0 or ni <= 0.0:
-                out[i] = 1.0
-                continue
-            root = math.sqrt(ni)
-            acc = 0.0
-            p, q, pe = 0, indptr[i], indptr[i + 1]
-            while p < e0 or q < pe:
-                if q >= pe or (p < e0 and indices[p] < indices[q]):
-                    d = first[p]
-                    p += 1
-                elif p >= e0 or indices[q] < indices[p]:
-                    d = math.sqrt(data[q]) / root
-                    q += 1
-                else:
-                    d = first[p] - math.sqrt(data[q]) / root
-                    p += 1
-                    q += 1
-                acc += d * d
-            out[i] = math.sqrt(min(1.0, max(0.0, acc / 2.0)))
-
-    _SQUARE.update(pairs=pairs, to_first=to_first)
-    return _SQUARE

@@ -1,11 +1,11 @@
-"""Compiled passes of :func:`posdiag.geometry.estimator.split_half_summary` over row blocks.
+"""Compiled passes of :func:`posdiag.geometry.heldout.split_half_summary` over row blocks.
 
 The summary's element-wise work on each (rows, n) block of the split-half grams (the noise
 energy terms, the squared-distance differences and the pairs within their sampling error) was a
 dozen numpy passes over the block; here it is two, each element read once. Every element gets
 numpy's operations in numpy's order (no fast-math: no reassociation, no fused multiply-add), so
 the results are the numpy path's bit for bit (tests/geometry/test_split_half_summary.py runs both).
-Imported only from :data:`posdiag.geometry._gram.COMPILED_FROM_ROWS` positions on, so the bundled
+Imported only from :data:`posdiag.geometry._compiled.COMPILED_FROM` positions on, so the bundled
 corpus never imports numba.
 """
 

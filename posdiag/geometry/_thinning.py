@@ -29,7 +29,9 @@ does not depend on the thread schedule.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,18 +49,21 @@ _MEMO = 256
 # `expected` they went into numba's cache key as pickled dispatchers, which differ from process
 # to process, so `expected` was recompiled in every fresh process and its cache grew by
 # one file per run.
-_moments: Callable[..., tuple[float, float, float]] | None = None
-_scaled: Callable[..., tuple[float, float, float]] | None = None
+_moments: Any = None
+_scaled: Any = None
 
 
 def _kernels() -> dict[str, Callable[..., None]]:
     global _moments, _scaled
-    if _KERNELS:
-        return _KERNELS
-    import math
+    if not _KERNELS:
+        numba = load_numba()
+        _moments = _build_moments(numba)
+        _scaled = _build_scaled(numba)
+        _KERNELS.update(expected=_build_expected(numba), draw=_build_draw(numba))
+    return _KERNELS
 
-    numba = load_numba()
 
+def _build_moments(numba: Any) -> Callable[..., tuple[float, float, float]]:
     @numba.njit(cache=True, nogil=True)
     def moments(c, total, h):  # pragma: no cover - compiled
         """(E sqrt(H), E sqrt(c - H), E sqrt(H (c - H))) for H ~ Hypergeom(c, total - c, h)."""
@@ -126,8 +131,10 @@ def _kernels() -> dict[str, Callable[..., None]]:
         # Renormalise: removes the rounding of the log-gamma sum at the mode (~1e-13 relative).
         return sa / mass, sb / mass, sd / mass
 
-    _moments = moments
+    return moments
 
+
+def _build_scaled(numba: Any) -> Callable[..., tuple[float, float, float]]:
     @numba.njit(cache=True, nogil=True, inline="always")
     def scaled(c, total):  # pragma: no cover - compiled
         """The entries of ``M^A`` and ``M^B`` for a count ``c`` in a row of ``total`` tokens,
@@ -140,8 +147,10 @@ def _kernels() -> dict[str, Callable[..., None]]:
         # differ in rounding only), and fastgram.symmetric_product skips the row.
         return va, va if h == g else eb / math.sqrt(g), ed
 
-    _scaled = scaled
+    return scaled
 
+
+def _build_expected(numba: Any) -> Callable[..., None]:
     @numba.njit(parallel=True, cache=True, nogil=True)
     def expected(indptr, data, out_a, out_b, diag):  # pragma: no cover - compiled
         n = indptr.size - 1
@@ -197,6 +206,10 @@ def _kernels() -> dict[str, Callable[..., None]]:
             h = total // 2
             diag[i] = acc / (math.sqrt(h) * math.sqrt(total - h))
 
+    return expected
+
+
+def _build_draw(numba: Any) -> Callable[..., None]:
     @numba.njit(parallel=True, cache=True, nogil=True)
     def draw(indptr, data, seeds, out):  # pragma: no cover - compiled
         for i in numba.prange(indptr.size - 1):
@@ -223,8 +236,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
                     left -= 1
                 out[p] = taken
 
-    _KERNELS.update(expected=expected, draw=draw)
-    return _KERNELS
+    return draw
 
 
 def _int_csr(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from .._util.lazy import stats
 from .._util.validate import check_float, check_int
 from ..errors import PosdiagWarning
-from ._gram import symmetric_product
+from ._gram import sqrt_rows, symmetric_product
 
 __all__ = [
     "MDS",
@@ -34,7 +34,6 @@ __all__ = [
     "gram_from_distances",
     "gram_from_vectors",
     "hellinger_distances",
-    "hellinger_distances_fast",
     "mds_from_gram",
     "pairwise_distances",
     "parameter_saving",
@@ -101,13 +100,8 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     supports = np.asarray(c.sum(axis=1)).ravel()
     if np.any(supports <= 0):
         raise ValueError("every row of the count matrix needs a positive sum")
-    # Row-normalise, then take square roots of the stored entries only: S stays as sparse as C.
-    s = sp.diags(1.0 / supports) @ c
-    s = sp.csr_matrix(s)
-    s.data = np.sqrt(s.data)
-    # Blocked hybrid product (dense BLAS for frequent tokens, compiled kernel for rare ones),
-    # float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6 (the
-    # float32 block erred by ~2e-6 on l_1 at n = 1,024).
+    s = sqrt_rows(c)
+    # Float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6.
     d = symmetric_product(s, dtype=np.float64)
     # d = sqrt(clip(1 - BC)) in place: no temporary the size of the result.
     np.subtract(1.0, d, out=d)
@@ -295,6 +289,7 @@ def mds_of_gram(
     full_max: int | None = None,
     eigvalsh_max: int | None = None,
     bottom: bool = True,
+    start_rank: int | None = None,
 ) -> MDS:
     """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
 
@@ -306,7 +301,9 @@ def mds_of_gram(
     smallest eigenvalue by Lanczos (``bottom=True``; slow on the dense cluster of noise
     eigenvalues at the bottom of an estimated ``B_H``) or not at all (``bottom=False``: NaN).
     ``eigvalsh_max`` defaults to :data:`~posdiag.geometry.spectral.EIGVALSH_MAX` when ``full_max``
-    is not given, else to ``full_max`` (no eigenvalues-only band). No warning.
+    is not given, else to ``full_max`` (no eigenvalues-only band). ``start_rank``: the
+    eigenvectors kept in that band and the partial solver's first set (default
+    :data:`~posdiag.geometry.spectral.START_RANK`). No warning.
     """
     from .spectral import (
         EIGVALSH_MAX,
@@ -318,6 +315,7 @@ def mds_of_gram(
     )
 
     limit = FULL_EIGH_MAX if full_max is None else full_max
+    first = START_RANK if start_rank is None else start_rank
     if eigvalsh_max is None:
         eigvalsh_max = EIGVALSH_MAX if full_max is None else limit
     n = b.shape[0]
@@ -329,14 +327,18 @@ def mds_of_gram(
         # exact; the top eigenvectors by Lanczos. The smallest eigenvalue alone by Lanczos is
         # slower still: the bottom of an estimated B_H is a dense cluster of noise eigenvalues.
         lam = np.linalg.eigvalsh(b)[::-1]
-        vectors = _fix_signs(top_vectors(b, min(n - 1, START_RANK)))
+        vectors = _fix_signs(top_vectors(b, min(n - 1, first)))
         return MDS(eigenvalues=lam, vectors=vectors, gram=b)
     # Longer: the top pairs only (grown for the tolerances), the exact total ||B||_F^2; the
     # smallest eigenvalue first when asked for, so the top pairs can grow past its magnitude
     # (the signal rank), else NaN (posdiag.reports.analysis.Spectrum says what is then unknown).
     low = smallest_eigenvalue(b) if bottom else math.nan
     spec = partial_spectrum(
-        b, tolerances, full_max=limit, until_below=abs(low) if low < 0 else None
+        b,
+        tolerances,
+        full_max=limit,
+        until_below=abs(low) if low < 0 else None,
+        start_rank=first,
     )
     return MDS(
         eigenvalues=spec.eigenvalues,
@@ -624,11 +626,3 @@ def separation(p: np.ndarray, tol: float = 0.01) -> Separation:
 def parameter_saving(rank: int, n: int, d: int) -> float:
     """Fraction of parameters ``1 - r(n+d) / (n d)`` the rank-r factorisation saves (Remark 8)."""
     return 1.0 - rank * (n + d) / (n * d)
-
-
-def hellinger_distances_fast(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
-    """Same as :func:`hellinger_distances`, which now uses the hybrid product itself.
-
-    Kept for callers of the old name; see :func:`posdiag.geometry._gram.cross_product`.
-    """
-    return hellinger_distances(counts)

@@ -39,6 +39,7 @@ from .._util.validate import check_int
 __all__ = [
     "EIGVALSH_MAX",
     "FULL_EIGH_MAX",
+    "PARTIAL_FROM",
     "PartialSpectrum",
     "partial_spectrum",
     "smallest_eigenvalue",
@@ -52,6 +53,9 @@ FULL_EIGH_MAX = 1024
 # Up to this n every eigenvalue is computed (eigvalsh, no vectors, growing as n^3), beyond it only
 # the top ones: the bottom of an estimated B_H is a dense cluster that Lanczos resolves slowly.
 EIGVALSH_MAX = 2048
+# From this n, fits that use only their top eigenpairs (held-out mds-r, bootstrap replicates)
+# compute only those, by block Lanczos (docs/performance.md).
+PARTIAL_FROM = 512
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs
@@ -62,9 +66,7 @@ DEFAULT_TOL = 1e-7
 # Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
 # residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
 VECTOR_TOL = 1e-10
-# Vectors per block. A pass B Q reads B once whatever the block (packing B dominates), so fewer
-# passes win until the extra vectors cost more: 32 was fastest for the top 128 pairs at 16,384
-# positions (benchmarks/NOTES.md), and far faster than single-vector ARPACK.
+# Vectors per block: a pass B Q reads B once whatever the block (benchmarks/NOTES.md).
 BLOCK = 32
 # Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
 # could stall it); what was reached is returned with its residual.
@@ -340,13 +342,11 @@ class _BlockLanczos:
             self._restart()
         q, m = self.q, self.m
         j = q.shape[0]
-        # B q^T (B symmetric): one pass over B, all BLAS threads. This orientation ran faster
-        # than q @ B in OpenBLAS.
+        # B q^T (B symmetric): one pass over B, all BLAS threads.
         z = np.ascontiguousarray((self.b @ q.T).T)
         self.passes += 1
         self.columns += j
-        # Everything else one thread: the skinny products with the basis and the small
-        # eigenproblems ran several times slower with two threads on a loaded machine.
+        # Everything else one thread (the skinny products contend with two).
         with one_blas_thread():
             self.v[m : m + j] = q
             self.w[m : m + j] = z
@@ -556,10 +556,11 @@ def partial_spectrum(
     full_max: int = FULL_EIGH_MAX,
     seed: int = 0,
     until_below: float | None = None,
+    start_rank: int = START_RANK,
 ) -> PartialSpectrum:
     """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
 
-    The pairs grow 16, 32, 64, ... (from ``max(START_RANK, min_rank)``, at most ``max_rank``);
+    The pairs grow 16, 32, 64, ... (from ``max(start_rank, min_rank)``, at most ``max_rank``);
     each set is the top of the same Krylov basis, which only grows (block Lanczos), so a
     larger set costs the passes it needs beyond the smaller one, not a new solve.
 
@@ -582,6 +583,8 @@ def partial_spectrum(
     until_below : float, optional
         Also grow until the smallest computed eigenvalue is below this value (the magnitude of
         the most negative eigenvalue: then every eigenvalue above it, the signal rank, is known).
+    start_rank : int
+        Eigenpairs computed at first (:data:`START_RANK`).
     """
     b = np.asarray(b, dtype=np.float64)
     n = b.shape[0]
@@ -590,7 +593,7 @@ def partial_spectrum(
         lam, u = np.linalg.eigh(b)
         order = np.argsort(lam)[::-1]
         return PartialSpectrum(lam[order], u[:, order], total, True, True, 0.0, 0)
-    k = min(n - 1, max(START_RANK, min_rank))
+    k = min(n - 1, max(start_rank, min_rank))
     cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
 
     def finished(spec: PartialSpectrum) -> bool:

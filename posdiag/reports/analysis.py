@@ -197,7 +197,7 @@ class CorpusGeometry:
             wanted |= set(have.heldout)
             noise = noise or have.partners is not None
             # Freed before the new one is made; a larger top rank refits (within the held-out
-            # fits' tolerance, posdiag.geometry.estimator.HELDOUT_TOL).
+            # fits' tolerance, posdiag.geometry.heldout.HELDOUT_TOL).
             del self._cache["split_half_summary"], have
         packed = self._park_distances()
         try:
@@ -232,7 +232,7 @@ class CorpusGeometry:
         if (
             est is None
             or d is not est.distances
-            or n <= estimator_module.ONE_OUTER_SPLIT_ABOVE
+            or estimator_module.outer_splits(n) > 1
             or d.shape != (n, n)
             or d.dtype != np.float64
         ):

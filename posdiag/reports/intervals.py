@@ -182,8 +182,9 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
 
     Plug-in: the bias ``J diag(e) J`` noise adds, as a share of ``tr(B_H)`` and of each
     ``B_H[i, i]``. Cross-fit: that bias is gone; what is left is the sampling error of each
-    entry, bounded from two independent halves of the data (:func:`noise_energy`), as a share
-    of ``||B_H||_F^2`` and of each row's squared norm (the quantities stress is made of).
+    entry, bounded from two independent halves of the data
+    (:func:`posdiag.geometry.heldout.noise_energy_rows`), as a share of ``||B_H||_F^2`` and
+    of each row's squared norm (the quantities stress is made of).
     """
     gram = geo.mds.gram
     summary = geo.split_half_summary()

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from ..errors import PosdiagError
 from ..geometry._gram import DENSE_FRACTION
-from ..geometry.core import gram_from_distances, hellinger_distances_fast
+from ..geometry.core import gram_from_distances, hellinger_distances
 from ..geometry.estimator import (
     crossfit_bc,
     gram_from_bc,
@@ -230,7 +230,7 @@ def _pattern_replicates(pattern: ShardPattern, draw: _Draw) -> ReplicateGrams:
         if np.any(pattern.supports(cw) <= 0):
             continue
         if draw.estimator != "crossfit":
-            d = hellinger_distances_fast(pattern.csr(cw))
+            d = hellinger_distances(pattern.csr(cw))
             yield j, gram_from_distances(d), d
             continue
         subset = np.flatnonzero(w)
@@ -260,7 +260,7 @@ def _summed_replicates(sums: ShardStack, draw: _Draw) -> ReplicateGrams:
             continue
         subset = np.flatnonzero(w)
         if draw.estimator != "crossfit":
-            d = hellinger_distances_fast(sums.sum(subset))
+            d = hellinger_distances(sums.sum(subset))
             yield j, gram_from_distances(d), d
             continue
         try:

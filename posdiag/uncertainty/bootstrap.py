@@ -41,10 +41,9 @@ from ..geometry.core import (
 )
 from ..geometry.estimator import (
     ESTIMATORS,
-    TOP_MDS_FROM,
     heldout_pair,
 )
-from ..geometry.spectral import top_eigenpairs
+from ..geometry.spectral import PARTIAL_FROM, top_eigenpairs
 from ..scoring.scores import GramScorer, diagonal_sums
 from ._hadamard import hadamard
 from ._permnull import PERMUTED_NULL_FROM, shuffled_null
@@ -252,9 +251,9 @@ PERCENTILE_FROM = 100
 # the interval, and 2 keep it calibrated (benchmarks/estimator.py measures it).
 REPLICATE_SPLITS = 2
 # Replicate Grams whose eigenvalues one LAPACK call computes (per-call overhead dominates small
-# Grams; at most 64 MB below TOP_MDS_FROM positions).
+# Grams; at most 64 MB below PARTIAL_FROM positions).
 _EIG_BATCH = 32
-# From TOP_MDS_FROM positions a replicate's rank stresses come from its top REPLICATE_RANKS
+# From PARTIAL_FROM positions a replicate's rank stresses come from its top REPLICATE_RANKS
 # eigenpairs (warm-started block subspace iteration) and ||B||_F^2: its rank intervals cover
 # ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
 REPLICATE_RANKS = 10
@@ -308,11 +307,11 @@ def bootstrap_stress(
         Also :attr:`StressIntervals.distance_sd` (two ``n x n`` running sums).
     heldout_splits : int
         Outer splits averaged in the held-out ``mds-r`` ``estimates``
-        (:func:`posdiag.geometry.estimator.heldout_mds_stress`), whose spread the complementary
+        (:func:`posdiag.geometry.estimator.split_half_summary`), whose spread the complementary
         pairs add (:func:`_split_spread`); 0 for in-sample tails.
     ranks : int, optional
         Rank intervals for ranks ``1..ranks`` (and every ``mds-r``) only, from each replicate's
-        top eigenpairs; default: all below ``TOP_MDS_FROM`` positions, else
+        top eigenpairs; default: all below ``PARTIAL_FROM`` positions, else
         :data:`REPLICATE_RANKS`.
     """
     k, n, level, replicates = _checked(counts, n_eff, level, replicates)
@@ -328,7 +327,7 @@ def bootstrap_stress(
     # The splits inside replicates draw from their own stream: the weights stay the plug-in's.
     split_rng = np.random.default_rng([seed, 2])
     full_by_rank, start = _full_by_rank(counts, n, full_mds, full_eigenvalues)
-    if ranks is not None or n >= TOP_MDS_FROM:
+    if ranks is not None or n >= PARTIAL_FROM:
         top = REPLICATE_RANKS if ranks is None else check_int("ranks", ranks, 1)
         ranks = min(n - 1, max([top, *fitted]))
     # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum pass a replicate.

@@ -29,7 +29,6 @@ from posdiag.geometry.core import (
     gram_from_distances,
     gram_from_vectors,
     hellinger_distances,
-    hellinger_distances_fast,
     pairwise_distances,
     parameter_saving,
     positional_information,
@@ -307,10 +306,9 @@ def test_sqrt_rows_equals_the_dense_square_root_of_the_frequencies() -> None:
     np.testing.assert_allclose(got.toarray(), want, rtol=0, atol=1e-16)
 
 
-def test_sqrt_rows_names_the_first_empty_row() -> None:
+def test_sqrt_rows_keeps_an_empty_row_zero() -> None:
     counts = np.array([[1, 0], [0, 0], [0, 0]])
-    with pytest.raises(PosdiagError, match=r"row 1 has 0$"):
-        sqrt_rows(counts)
+    np.testing.assert_array_equal(sqrt_rows(counts).toarray(), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
 
 
 # Mutation-strength tests: geometry.core paths pinned, each against an independent value.
@@ -332,7 +330,7 @@ def centring(n: int) -> np.ndarray:
     return np.eye(n) - np.ones((n, n)) / n
 
 
-# --- hellinger_distances_fast: both halves of the hybrid product --------------------------------
+# --- hellinger_distances: both halves of the hybrid product --------------------------------
 
 
 def mixed_counts(seed: int, n: int = 200) -> np.ndarray:
@@ -353,7 +351,7 @@ def test_fast_hellinger_with_rare_columns_matches_dense(seed: int) -> None:
     col_rows = (c > 0).sum(axis=0)
     assert (col_rows > 0.05 * len(c)).sum() == 6 and ((col_rows > 0) & (col_rows <= 10)).sum() > 0
     expected = dense_hellinger(c.astype(float))
-    np.testing.assert_allclose(hellinger_distances_fast(sp.csr_matrix(c)), expected, atol=1e-12)
+    np.testing.assert_allclose(hellinger_distances(sp.csr_matrix(c)), expected, atol=1e-12)
     # The rare columns matter: without them the distances are different.
     rare_only = dense_hellinger(c[:, :6].astype(float))
     assert np.abs(expected - rare_only).max() > 0.1
@@ -363,27 +361,27 @@ def test_fast_hellinger_only_rare_columns_and_only_frequent_columns() -> None:
     n = 200
     eye = np.eye(n, dtype=np.int64) * 3  # every column in one row: all rare, all distances 1
     eye[:, 0] += 1  # ... except column 0, which is in every row
-    d = hellinger_distances_fast(eye)
+    d = hellinger_distances(eye)
     np.testing.assert_allclose(d, dense_hellinger(eye.astype(float)), atol=1e-12)
     rng = np.random.default_rng(3)
     dense_only = rng.integers(1, 9, size=(n, 5))
     np.testing.assert_allclose(
-        hellinger_distances_fast(dense_only), dense_hellinger(dense_only.astype(float)), atol=1e-12
+        hellinger_distances(dense_only), dense_hellinger(dense_only.astype(float)), atol=1e-12
     )
 
 
 def test_fast_hellinger_below_the_hybrid_size_and_zero_rows() -> None:
     c = np.array([[1, 0, 3], [0, 2, 2], [5, 1, 0]])
-    np.testing.assert_allclose(hellinger_distances_fast(c), dense_hellinger(c.astype(float)))
+    np.testing.assert_allclose(hellinger_distances(c), dense_hellinger(c.astype(float)))
     big = mixed_counts(4)
     big[7] = 0
-    for f in (hellinger_distances_fast, hellinger_distances):
+    for f in (hellinger_distances,):
         with pytest.raises(ValueError, match="every row of the count matrix needs a positive sum"):
             f(big)
 
 
 def test_fast_hellinger_is_exactly_symmetric_with_zero_diagonal() -> None:
-    d = hellinger_distances_fast(mixed_counts(5))
+    d = hellinger_distances(mixed_counts(5))
     assert (d == d.T).all() and (np.diag(d) == 0).all() and d.max() <= 1.0
 
 
@@ -692,15 +690,13 @@ def test_fast_hellinger_accepts_rows_with_a_single_count() -> None:
     c = mixed_counts(6)
     c[9] = 0
     c[9, 3] = 1
-    np.testing.assert_allclose(
-        hellinger_distances_fast(c), dense_hellinger(c.astype(float)), atol=1e-12
-    )
+    np.testing.assert_allclose(hellinger_distances(c), dense_hellinger(c.astype(float)), atol=1e-12)
 
 
 def test_zero_row_messages_are_exact() -> None:
     big = mixed_counts(4)
     big[7] = 0
-    for f in (hellinger_distances_fast, hellinger_distances):
+    for f in (hellinger_distances,):
         with pytest.raises(ValueError) as exc:
             f(big)
         assert str(exc.value) == "every row of the count matrix needs a positive sum"
@@ -712,7 +708,7 @@ def test_zero_row_messages_are_exact() -> None:
     assert str(exc.value) == "the count matrix is empty"
 
 
-@pytest.mark.parametrize("f", [hellinger_distances, hellinger_distances_fast])
+@pytest.mark.parametrize("f", [hellinger_distances])
 def test_hellinger_of_duplicated_rows_is_finite_and_tiny(f: Callable[..., np.ndarray]) -> None:
     # BC of two identical rows can round above 1; the clip keeps sqrt(1 - BC) from being NaN.
     base = mixed_counts(7, n=100)
@@ -840,8 +836,7 @@ def test_symmetrize_averages_every_block_pair(block: int) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
-def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.geometry import spectral
+def test_mds_of_gram_full_and_partial_against_numpy_eigh() -> None:
     from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
@@ -857,8 +852,7 @@ def test_mds_of_gram_full_and_partial_against_numpy_eigh(monkeypatch: pytest.Mon
         np.testing.assert_allclose(full.eigenvalues, lam, atol=1e-12)
         assert full.total is None and full.bottom is None and full.gram is b
     # Beyond: the top eigenpairs until stress 0.5 is resolved, with the exact total and bottom.
-    monkeypatch.setattr(spectral, "START_RANK", 5)
-    part = mds_of_gram(b, tolerances=(0.5,), full_max=39)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=39, start_rank=5)
     k = part.eigenvalues.size
     tail = np.sqrt(1 - np.cumsum(np.where(lam > 0, lam**2, 0)) / np.sum(lam**2))
     needed = int(np.argmax(tail <= 0.5)) + 1
@@ -927,10 +921,7 @@ def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -
     np.testing.assert_array_equal(got, [[0.0, -1.0, 2.0], [0.0, 3.0, -2.0], [0.0, -2.0, 0.5]])
 
 
-def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from posdiag.geometry import spectral
+def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth() -> None:
     from posdiag.geometry.core import mds_of_gram
 
     rng = np.random.default_rng(3)
@@ -941,10 +932,8 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth(
     b = -0.5 * j @ (d * d) @ j  # negative eigenvalues too
     lam, u = np.linalg.eigh(b)
     lam, u = lam[::-1], u[:, ::-1]
-    monkeypatch.setattr(spectral, "START_RANK", 5)
     # full_max < n <= eigvalsh_max (here n = eigvalsh_max): every eigenvalue, the top vectors.
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 30)
-    for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40), mds_of_gram(b)):
+    for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40, start_rank=5),):
         np.testing.assert_allclose(band.eigenvalues, lam, atol=1e-12)
         assert band.total is None and band.bottom is None and band.gram is b
         assert band.vectors.shape == (40, 5)

@@ -23,7 +23,8 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.encodings import make_encoding
 from posdiag.errors import PosdiagError
-from posdiag.geometry._hypergeom import VECTORISED_FLOOR_FROM
+from posdiag.geometry._gram import cross_product
+from posdiag.geometry._thinning import draw_half
 from posdiag.geometry.core import (
     gram_from_distances,
     mds_from_gram,
@@ -34,15 +35,12 @@ from posdiag.geometry.core import (
 )
 from posdiag.geometry.estimator import (
     SplitHalf,
-    cross_product,
     crossfit_bc,
     estimate_hellinger,
     expected_thinning_bc,
     gram_from_bc,
-    heldout_mds_stress,
     implied_distances,
     negative_eigenvalue_note,
-    noise_energy,
     plugin_bc,
     restrict,
     shard_halves,
@@ -50,7 +48,6 @@ from posdiag.geometry.estimator import (
     sqrt_rows,
     stack_shards,
     stacked_halves,
-    thinned_halves,
 )
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
@@ -58,6 +55,7 @@ from posdiag.reports.scores import score_encodings
 from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
+from tests.geometry._oracles import heldout_mds_stress, noise_energy
 
 N_POS, VOCAB = 32, 5000
 
@@ -175,7 +173,8 @@ def test_plugin_estimate_is_the_old_geometry(n: int, v: int, seed: int) -> None:
 
 def test_thinning_splits_each_position_exactly() -> None:
     counts = sp.csr_matrix(np.array([[5, 0, 3], [1, 1, 0], [0, 7, 2]]))
-    for a, b in thinned_halves(counts, 3, 4, np.random.default_rng(0)):
+    rng = np.random.default_rng(0)
+    for a, b in (draw_half(counts, rng) for _ in range(4)):
         np.testing.assert_array_equal((a + b).toarray(), counts.toarray())
         np.testing.assert_array_equal(np.asarray(a.sum(axis=1)).ravel(), [4, 1, 4])
         assert a.min() >= 0 and b.min() >= 0
@@ -629,7 +628,7 @@ def test_restrict_recentres_the_leading_block() -> None:
 
 def test_restrict_from_the_gram_equals_the_cross_fit_of_the_bc_block() -> None:
     # The cross-fit's BC has a diagonal below 1, so the gram route is not trivially the plug-in's.
-    from posdiag.geometry._gram import centred_half
+    from posdiag.geometry._square import centred_half
 
     rng = np.random.default_rng(8)
     counts = rng.integers(0, 9, size=(7, 12)) + np.eye(7, 12, dtype=np.int64) * 5
@@ -652,16 +651,15 @@ def test_restrict_from_the_gram_equals_the_cross_fit_of_the_bc_block() -> None:
         centred_half(want, col, row, grand, out=np.zeros((3, 3)))
 
 
-# --- thinned_halves: the split of each position's counts ----------------------------------------
+# --- draw_half: the split of each position's counts ---------------------------------------------
 
 
 def test_thinning_reads_whole_float_counts_and_splits_each_row_exactly() -> None:
     # Counts that arrive as floats (a float .npz) are whole numbers: thinned as integers.
     # The last column is empty: both halves keep the full vocabulary width.
     counts = np.array([[2.0, 3.0, 0.0, 0.0], [4.0, 1.0, 6.0, 0.0], [0.0, 0.0, 2.0, 0.0]])
-    halves = thinned_halves(counts, 3, 4, np.random.default_rng(0))
-    assert len(halves) == 4
-    for a, b in halves:
+    rng = np.random.default_rng(0)
+    for a, b in (draw_half(counts, rng) for _ in range(4)):
         assert a.dtype == np.int64 and b.dtype == np.int64
         assert a.shape == b.shape == (3, 4)
         np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
@@ -675,10 +673,9 @@ def test_thinning_names_the_first_position_below_two_tokens() -> None:
     with pytest.raises(
         PosdiagError, match=r"^cross-fit: position 2 has 1 tokens; thinning needs >= 2$"
     ):
-        thinned_halves(counts, 4, 1, np.random.default_rng(0))
+        expected_thinning_bc(counts, 4)
     # Only the analysed prefix counts: the first two positions split fine.
-    ((a, b),) = thinned_halves(counts, 2, 1, np.random.default_rng(0))
-    np.testing.assert_array_equal(a.toarray().sum(axis=1), [1, 1])
+    assert expected_thinning_bc(counts, 2).shape == (2, 2)
 
 
 # --- splits by shard ----------------------------------------------------------------------------
@@ -830,36 +827,26 @@ def test_split_half_grams_by_shard_and_by_thinning() -> None:
     assert not np.array_equal(other.grams[0][0], default.grams[0][0])
 
 
-def test_split_half_grams_take_four_two_or_one_outer_splits_by_length(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import posdiag.geometry.estimator as est_mod
+def test_split_half_grams_take_four_two_or_one_outer_splits_by_length() -> None:
+    from posdiag.geometry.estimator import outer_splits
 
+    assert [outer_splits(n) for n in (2, 511, 512, 2048, 2049)] == [4, 4, 2, 2, 1]
     shards = [sp.csr_matrix(s) for s in _shards(6, seed=7)]
     total = sum(s.toarray() for s in shards)
-    assert (est_mod.FOUR_OUTER_SPLITS_BELOW, est_mod.ONE_OUTER_SPLIT_ABOVE) == (512, 2048)
     for kw in ({"shards": shards}, {}):
         four = split_half_grams(total, 4, **kw)
         assert len(four.grams) == 4  # 4 < 512
-        # Thresholds scaled down to this input: below 4 positions four, above 3 one.
-        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", 4)
-        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 3)
-        assert len(split_half_grams(total, 3, **kw).grams) == 4
-        one = split_half_grams(total, 4, **kw)
-        assert len(one.grams) == 1
-        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", 4)  # at the threshold: two
-        two = split_half_grams(total, 4, **kw)
-        assert len(two.grams) == 2  # at FOUR_OUTER_SPLITS_BELOW, up to ONE_OUTER_SPLIT_ABOVE
         # Fewer outer splits are the first of the four a shorter input gets (same draws).
-        for fewer in (one, two):
+        for repeats in (1, 2):
+            fewer = split_half_grams(total, 4, repeats=repeats, **kw)
+            assert len(fewer.grams) == repeats
             for got, want in zip(fewer.grams, four.grams, strict=False):
                 np.testing.assert_array_equal(got[0], want[0])
                 np.testing.assert_array_equal(got[1], want[1])
-        monkeypatch.undo()
 
 
 def test_heldout_mds_stress_at_long_contexts_uses_the_top_eigenpairs() -> None:
-    # From TOP_MDS_FROM positions the fits take only the top pairs (Lanczos): same stresses.
+    # From PARTIAL_FROM positions the fits take only the top pairs (Lanczos): same stresses.
     rng = np.random.default_rng(8)
     n = 512
     truth = _centred_gram(rng, n, 4)
@@ -942,14 +929,14 @@ def test_negative_eigenvalue_note_of_a_partial_spectrum(lam: list[float], line: 
     assert full is not None and "at least" not in full
 
 
-def test_cross_product_is_float64_exact_on_the_hybrid_path() -> None:
+def test_float64_cross_product_is_exact_on_the_hybrid_path() -> None:
     # >= 128 rows and columns in most rows: the blocked dense path runs; float32 there would
     # err by ~1e-8 on these products.
     rng = np.random.default_rng(0)
     counts = rng.integers(0, 50, size=(140, 30)) * (rng.random((140, 30)) < 0.7)
     counts[:, 0] += 1
     s = np.sqrt(counts / counts.sum(axis=1, keepdims=True))
-    got = cross_product(sqrt_rows(counts), sqrt_rows(counts))
+    got = cross_product(sqrt_rows(counts), sqrt_rows(counts), dtype=np.float64)
     np.testing.assert_allclose(got, s @ s.T, rtol=0, atol=1e-14)
 
 
@@ -977,14 +964,11 @@ def test_split_half_grams_by_shard_are_the_cross_fits_of_single_shards() -> None
     assert len(found) == 1 and not set(found[0][0]) & set(found[0][1])
 
 
-def test_thinning_at_long_contexts_gives_every_split() -> None:
-    # From VECTORISED_FLOOR_FROM positions the compiled sampler draws: still one pair per split.
-    counts = np.random.default_rng(1).integers(1, 5, size=(VECTORISED_FLOOR_FROM, 3))
-    halves = thinned_halves(counts, VECTORISED_FLOOR_FROM, 3, np.random.default_rng(0))
-    assert len(halves) == 3
-    for a, b in halves:
-        np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
-        np.testing.assert_array_equal(a.toarray().sum(axis=1), counts.sum(axis=1) // 2)
+def test_thinning_at_long_contexts_splits_every_row() -> None:
+    counts = np.random.default_rng(1).integers(1, 5, size=(1024, 3))
+    a, b = draw_half(counts, np.random.default_rng(0))
+    np.testing.assert_array_equal(a.toarray() + b.toarray(), counts)
+    np.testing.assert_array_equal(a.toarray().sum(axis=1), counts.sum(axis=1) // 2)
 
 
 def test_expected_thinning_bc_reads_whole_float_counts() -> None:

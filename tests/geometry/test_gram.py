@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from posdiag.errors import PosdiagError
 from posdiag.geometry import _gram as fastgram
+from posdiag.geometry import _square
 from posdiag.geometry._gram import cross_product, plan_product, sqrt_rows
 from tests._data import zipf_counts
 
@@ -48,13 +49,14 @@ def medium() -> tuple[sp.csr_matrix, sp.csr_matrix]:
     return a, c - a
 
 
-def test_sqrt_rows_matches_dense_and_refuses_empty_rows() -> None:
+def test_sqrt_rows_matches_dense_and_keeps_empty_rows_zero() -> None:
     c = zipf_counts(20, 50, 30, seed=0)
     np.testing.assert_allclose(sqrt_rows(c).toarray(), dense_sqrt(c), rtol=1e-15, atol=0)
     bad = c.toarray()
     bad[3] = 0
-    with pytest.raises(PosdiagError, match="row 3 has 0"):
-        sqrt_rows(bad)
+    got = sqrt_rows(bad).toarray()
+    assert not got[3].any()
+    np.testing.assert_allclose(np.delete(got, 3, 0), np.delete(dense_sqrt(c), 3, 0), rtol=1e-15)
 
 
 def test_hybrid_path_taken_and_agrees_float64(medium: tuple[sp.csr_matrix, ...]) -> None:
@@ -120,18 +122,12 @@ def test_same_result_for_any_block_size(medium: tuple[sp.csr_matrix, ...], block
     )
 
 
-def test_compiled_kernel_and_scipy_fallback_agree(
-    medium: tuple[sp.csr_matrix, ...], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_compiled_kernel_and_scipy_product_agree(medium: tuple[sp.csr_matrix, ...]) -> None:
     ca, cb = medium
     ra, rb = sqrt_rows(ca), sqrt_rows(cb)
-    kernel = fastgram._rare_kernel()
-    assert kernel is not None  # numba is a dependency: the kernel runs
-    assert kernel.py_func.__name__ == "rare"  # type: ignore[attr-defined]  # with prefetch
+    assert plan_product(ra, rb)[0].hybrid  # 300 rows: the compiled rare-token kernel runs
     with_kernel = cross_product(ra, rb, dtype=np.float64)
-    monkeypatch.setattr(fastgram, "_rare_kernel", lambda: None)
-    without = cross_product(ra, rb, dtype=np.float64)
-    np.testing.assert_allclose(with_kernel, without, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(with_kernel, (ra @ rb.T).toarray(), rtol=0, atol=1e-14)
 
 
 def test_small_inputs_use_one_sparse_product() -> None:
@@ -213,31 +209,27 @@ def test_unsorted_or_duplicated_rows_give_the_canonical_product(
     np.testing.assert_allclose(cross_product(messy, rb, dtype=np.float64), want, rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 200, 333])
-def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(
-    n: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Both paths: numpy below COMPILED_FROM_ROWS (the bundled corpus never imports numba).
-    monkeypatch.setattr(fastgram, "COMPILED_FROM_ROWS", 0 if compiled else 1 << 40)
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 127, 128, 129, 200, 333])
+def test_compiled_symmetrize_and_centring_equal_numpy_bit_for_bit(n: int) -> None:
+    # Both paths: numpy below COMPILED_FROM (128; the bundled corpus never imports numba).
     m = np.random.default_rng(n).normal(size=(n, n))
-    got = fastgram.symmetrize(m.copy())
+    got = _square.symmetrize(m.copy())
     np.testing.assert_array_equal(got, (m + m.T) / 2.0)
     # gram_from_bc's operations, in numpy, in the same order.
     col, row, grand = m.mean(axis=0), m.mean(axis=1), m.mean()
     b = ((m - col[None, :]) - row[:, None] + grand) * 0.5
-    half = fastgram.centred_half(m, col, row, float(grand))
+    half = _square.centred_half(m, col, row, float(grand))
     np.testing.assert_array_equal(half, (b + b.T) / 2.0)
     assert np.allclose(half.sum(axis=0), 0.0, atol=1e-12 * n)  # really centred
 
 
 def test_square_passes_refuse_other_shapes() -> None:
     with pytest.raises(PosdiagError, match="square float64"):
-        fastgram.symmetrize(np.zeros((3, 4)))
+        _square.symmetrize(np.zeros((3, 4)))
     with pytest.raises(PosdiagError, match="C-contiguous"):
-        fastgram.symmetrize(np.zeros((4, 4)).T[:, :])
+        _square.symmetrize(np.zeros((4, 4)).T[:, :])
     with pytest.raises(PosdiagError, match="C-contiguous"):
-        fastgram.symmetrize(np.zeros((6, 6))[::2, ::2])
+        _square.symmetrize(np.zeros((6, 6))[::2, ::2])
 
 
 def _odd_even_halves(n: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -287,31 +279,33 @@ def test_gram_split_lists_each_tokens_rows_and_where_each_entry_sits(
     np.testing.assert_array_equal(t_val[slot], want.data.astype(value))
 
 
-def test_compiled_range_counts_equal_bincount_per_range(
-    medium: tuple[sp.csr_matrix, ...], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("ranges", [1, 2, 7])
+def test_range_counts_equal_bincount_per_range(
+    medium: tuple[sp.csr_matrix, ...], ranges: int
 ) -> None:
     r = sqrt_rows(medium[0])
     m, v = r.shape
-    assert fastgram._range_counts(r, v).shape == (1, v)  # numpy below COMPILED_FROM_NNZ
-    np.testing.assert_array_equal(fastgram._range_counts(r, v)[0], np.bincount(r.indices))
-    monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0)
-    got = fastgram._range_counts(r, v)
-    bounds = fastgram._row_ranges(m, got.shape[0])
-    assert got.shape[0] >= 1 and bounds[-1] == m
+    got = fastgram._range_counts(r, v, ranges)
+    bounds = fastgram._row_ranges(m, ranges)
+    assert got.shape == (ranges, v) and bounds[-1] == m
     want = [np.bincount(r[lo:hi].indices, minlength=v) for lo, hi in pairwise(bounds)]
     np.testing.assert_array_equal(got, np.array(want))
 
 
-def test_gram_lists_with_int32_gaps_give_the_same_gram(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Beyond GAP16_ROWS rows a gap may not fit in 16 bits: int32 gaps, the same numbers.
-    ma, mb = _odd_even_halves(300, seed=11)
-    want = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
-    monkeypatch.setattr(fastgram, "GAP16_ROWS", 100)
+def test_gram_lists_with_int32_gaps_give_the_same_gram() -> None:
+    # Beyond 2^16 rows a gap may not fit in 16 bits: int32 gaps, the same numbers.
+    ma, _ = _odd_even_halves(300, seed=11)
+    ma.sum_duplicates()
     counts = np.bincount(ma.indices, minlength=ma.shape[1])[None, :]
-    _, parts = fastgram._split_gram(ma, counts, counts[0] > 30, np.float64)
-    assert parts[3].dtype == np.int32
-    got = fastgram.symmetric_product(ma, mb, dtype=np.float64, block_rows=128)
-    np.testing.assert_array_equal(got, want)
+    dense = counts[0] > 30
+    grams = []
+    for gap in (None, np.int32):
+        xd, parts = fastgram._split_gram(ma, counts, dense, np.float64, gap=gap)
+        assert parts[3].dtype == (np.uint16 if gap is None else np.int32)
+        out = xd @ xd.T
+        fastgram._run_upper(*parts, 0, ma.shape[0], out, 0)
+        grams.append(np.triu(out))
+    np.testing.assert_array_equal(grams[0], grams[1])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -328,8 +322,7 @@ def test_gram_kernel_float32_part_errs_by_its_stated_bound(
     counts = np.bincount(r.indices, minlength=v)[None, :]
     dense = counts[0] > 0.1 * m
     _, parts = fastgram._split_gram(r, counts, dense, dtype)
-    kernel = fastgram._upper_kernel()
-    assert kernel is not None
+    kernel = fastgram._run_upper
     got = np.zeros((m, m))
     kernel(*parts, 0, 200, got[:200], 0)
     kernel(*parts, 200, m, got[200:], 0)
@@ -385,15 +378,13 @@ def test_symmetric_product_equals_cross_product_bitwise_when_halves_are_equal() 
     np.testing.assert_array_equal(np.triu(sym), np.triu(full))
 
 
-def test_symmetric_product_gram_fallback_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
-    ma, mb = _odd_even_halves(200, seed=12)
-    want = ma.toarray() @ mb.toarray().T
-    want = (want + want.T) / 2.0
-    compiled = fastgram.symmetric_product(ma, mb, dtype=np.float64)
-    monkeypatch.setattr(fastgram, "_upper_kernel", lambda: None)  # scipy Grams, no numba
-    plain = fastgram.symmetric_product(ma, mb, dtype=np.float64)
-    np.testing.assert_allclose(plain, want, rtol=0, atol=1e-14)
-    np.testing.assert_allclose(compiled, plain, rtol=0, atol=1e-14)
+def test_symmetric_product_compiled_and_small_paths_and_refusals() -> None:
+    for n in (200, 100):  # compiled Grams from COMPILED_FROM (128) rows, scipy's below
+        ma, mb = _odd_even_halves(n, seed=12)
+        want = ma.toarray() @ mb.toarray().T
+        want = (want + want.T) / 2.0
+        got = fastgram.symmetric_product(ma, mb, dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
     a = sp.csr_matrix(np.ones((3, 4)))
     np.testing.assert_allclose(fastgram.symmetric_product(a), np.full((3, 3), 4.0))
     with pytest.raises(PosdiagError, match="shapes differ"):
@@ -431,7 +422,7 @@ def test_property_symmetric_product_any_shape(
 @pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 255, 256, 333])
 def test_mirror_upper_copies_the_upper_triangle(n: int, block: int) -> None:
     m = np.random.default_rng(n).normal(size=(n, n))
-    got = fastgram.mirror_upper(m.copy(), block=block)
+    got = _square.mirror_upper(m.copy(), block=block)
     up = np.triu(m)
     np.testing.assert_array_equal(got, up + np.triu(m, 1).T)
 

@@ -26,10 +26,10 @@ from posdiag.counts.core import Counts
 from posdiag.geometry import _gram as fastgram
 from posdiag.geometry import estimator, spectral
 from posdiag.geometry._thinning import draw_half, expected_halves
-from posdiag.geometry.core import stress_by_rank
+from posdiag.geometry.core import mds_of_gram, stress_by_rank
 from posdiag.geometry.estimator import crossfit_bc, expected_thinning_bc, gram_from_bc, sqrt_rows
 from posdiag.reports import analysis, intervals
-from posdiag.reports.analysis import corpus_geometry, spectrum
+from posdiag.reports.analysis import CorpusGeometry, corpus_geometry, spectrum
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import NO_SHARDS
@@ -111,7 +111,8 @@ def test_expected_thinning_is_the_limit_of_seeded_thinnings() -> None:
     exact = expected_thinning_bc(c)
     errs = []
     for s in (4, 64):
-        halves = estimator.thinned_halves(c, 40, s, np.random.default_rng(s))
+        rng = np.random.default_rng(s)
+        halves = [draw_half(c, rng) for _ in range(s)]
         errs.append(float(np.abs(crossfit_bc(halves) - exact).max()))
     assert errs[1] < errs[0] / 2.5  # sqrt(16) = 4 in expectation
     assert errs[1] < 0.01
@@ -174,13 +175,23 @@ def long_counts() -> Counts:
     return Counts(zipf_counts(160, 1500, 700, seed=11), {"source": "synthetic"})
 
 
-def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _headline(geo: CorpusGeometry, full_max: int, eigvalsh_max: int) -> CorpusGeometry:
+    """``geo`` with the headline spectrum of longer contexts (estimator._from_gram's call with
+    lowered size limits)."""
+    mds = mds_of_gram(
+        geo.mds.gram,
+        tolerances=estimator.HEADLINE_TOLERANCES,
+        full_max=full_max,
+        eigvalsh_max=eigvalsh_max,
+        bottom=False,
+    )
+    return dataclasses.replace(geo, mds=mds)
+
+
+def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(long_counts: Counts) -> None:
     full = corpus_geometry(long_counts, min_count=1, plain=False)
     assert full.mds.total is None and full.mds.vectors.shape == (160, 160)
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
-    mid = corpus_geometry(long_counts, min_count=1, plain=False)
+    mid = _headline(full, 64, 2048)
     # Taken: every eigenvalue, only the top START_RANK vectors.
     assert mid.mds.total is None and mid.mds.vectors.shape == (160, spectral.START_RANK)
     np.testing.assert_allclose(mid.mds.eigenvalues, full.mds.eigenvalues, rtol=0, atol=1e-12)
@@ -194,13 +205,9 @@ def test_eigenvalues_without_vectors_path_agrees_with_full_eigh(
     np.testing.assert_allclose(a.stress_by_rank, b.stress_by_rank, rtol=0, atol=1e-12)
 
 
-def test_partial_headline_spectrum_agrees_with_full_eigh(
-    long_counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_partial_headline_spectrum_agrees_with_full_eigh(long_counts: Counts) -> None:
     full = corpus_geometry(long_counts, min_count=1, plain=False)
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
-    monkeypatch.setattr(spectral, "EIGVALSH_MAX", 64)
-    part = corpus_geometry(long_counts, min_count=1, plain=False)
+    part = _headline(full, 64, 64)
     assert part.mds.total is not None  # the partial path was taken
     k = part.mds.eigenvalues.size
     assert 3 <= k < 159
@@ -374,7 +381,9 @@ def _shards_of(m: sp.csr_matrix, k: int, seed: int) -> list[sp.csr_matrix]:
 def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
-    from posdiag.geometry.estimator import heldout_mds_stress, noise_energy, split_half_grams
+    from posdiag.geometry import heldout
+    from posdiag.geometry.estimator import split_half_grams
+    from tests.geometry._oracles import heldout_mds_stress, noise_energy
 
     m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
     shards = _shards_of(m, 8, seed=4) if split == "shards" else []
@@ -385,7 +394,7 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
         dtypes.append(kwargs.get("dtype"))
         return real(*args, **kwargs)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(estimator, product, spy)
+    monkeypatch.setattr(heldout, product, spy)
     plan, _ = fastgram.plan_product(sqrt_rows(m), sqrt_rows(m))
     assert plan.hybrid and plan.dense_columns > 0  # a dense block exists to be float32
     f32 = split_half_grams(m, 160, shards=shards)
@@ -395,7 +404,7 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     def as64(*args: object, **kwargs: object) -> np.ndarray:
         return real(*args, **{**kwargs, "dtype": np.float64})  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(estimator, product, as64)
+    monkeypatch.setattr(heldout, product, as64)
     f64 = split_half_grams(m, 160, shards=shards)
     for (p32, q32), (p64, q64) in zip(f32.grams, f64.grams, strict=True):
         assert 0 < float(np.abs(p32 - p64).max()) < 1e-6  # float32 rounding, nothing more
@@ -484,23 +493,19 @@ def test_expected_halves_table_shared_across_rows_of_equal_totals(many: bool) ->
         assert diag[i] == pytest.approx(acc / math.sqrt(h * g), rel=1e-12)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_distances_to_first_equal_the_plugin_row_zero(
-    compiled: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from posdiag.geometry import _gram as fastgram
+@pytest.mark.parametrize("n", [40, 150])
+def test_distances_to_first_equal_the_plugin_row_zero(n: int) -> None:
+    from posdiag.geometry import _square
     from posdiag.geometry.estimator import distances_to_first, plugin_bc
 
-    # The numpy path serves small inputs (no numba import), the compiled merge large ones.
-    monkeypatch.setattr(fastgram, "COMPILED_FROM_NNZ", 0 if compiled else 1 << 40)
-
-    c = zipf_counts(50, 300, 120, seed=4).tolil()
+    # The numpy path serves small inputs (no numba import), the compiled merge from 128 rows.
+    c = zipf_counts(160, 300, 120, seed=4).tolil()
     c[7, :] = 0  # a row without tokens is at distance 1
     c = sp.csr_matrix(c)
     full = np.sqrt(np.clip(1.0 - plugin_bc(np.delete(c.toarray(), 7, axis=0))[0], 0.0, 1.0))
-    got = distances_to_first(c, 40)
-    assert got.shape == (40,) and got[0] == 0.0 and got[7] == 1.0
-    np.testing.assert_allclose(np.delete(got, 7), full[:39], rtol=0, atol=1e-12)
+    got = distances_to_first(c, n)
+    assert got.shape == (n,) and got[0] == 0.0 and got[7] == 1.0
+    np.testing.assert_allclose(np.delete(got, 7), full[: n - 1], rtol=0, atol=1e-12)
     # Duplicated entries count as their sum; dense input too.
     coo = c.tocoo()
     dup = sp.csr_matrix(
@@ -508,23 +513,20 @@ def test_distances_to_first_equal_the_plugin_row_zero(
         shape=c.shape,
     )
     dup = sp.csr_matrix((dup.data, dup.indices, dup.indptr), shape=c.shape)
-    np.testing.assert_allclose(distances_to_first(c.toarray(), 40), got, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(distances_to_first(dup, 40), got, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(distances_to_first(c.toarray(), n), got, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(distances_to_first(dup, n), got, rtol=0, atol=1e-15)
     same = sp.csr_matrix(np.repeat(np.array([[5, 3, 2, 0, 1]]), 6, axis=0))
     assert distances_to_first(same, 6).max() == 0.0  # a sum of squares: no rounding left
     # Both paths agree to rounding (their sums run in another order).
-    other = fastgram._distances_to_first_numpy if compiled else None
-    if other is not None:
-        np.testing.assert_allclose(
-            other(c.indptr[:41].astype(np.int64), c.indices, c.data), got, rtol=0, atol=1e-15
-        )
+    numpy = _square._distances_to_first_numpy(c.indptr[: n + 1].astype(np.int64), c.indices, c.data)
+    np.testing.assert_allclose(numpy, got, rtol=0, atol=1e-15)
 
 
 _KERNEL_RUN = """
 import numpy as np, scipy.sparse as sp
 from posdiag.uncertainty import _shardsum
 from posdiag.geometry import _thinning
-from posdiag.geometry import _gram as fastgram
+from posdiag.geometry import _compiled, _square
 from posdiag.geometry.estimator import distances_to_first, expected_thinning_bc, gram_from_bc
 from posdiag.geometry.estimator import stack_shards
 rng = np.random.default_rng(0)
@@ -534,10 +536,10 @@ _thinning.draw_half(c, rng)
 distances_to_first(c, 160)
 _shardsum.ShardStack(stack_shards([c, c], 160), 160).sum(np.array([1]))
 misses = 0
-for table in (_thinning._KERNELS, fastgram._SPLIT, fastgram._SQUARE, _shardsum._KERNELS):
+for table in (_thinning._KERNELS, _compiled._SPLIT, _square._SQUARE, _shardsum._KERNELS):
     for k in table.values():
         misses += sum(k.stats.cache_misses.values())
-misses += sum(sum(k.stats.cache_misses.values()) for k in fastgram._KERNEL)
+misses += sum(sum(k.stats.cache_misses.values()) for k in _compiled._KERNEL)
 print(misses)
 """
 

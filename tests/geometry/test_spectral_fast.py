@@ -12,15 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posdiag.geometry.spectral as spectral
-from posdiag.geometry.estimator import TOP_MDS_FROM, SplitHalf, heldout_mds_stress, noise_energy
+from posdiag.geometry.estimator import SplitHalf
 from posdiag.geometry.spectral import (
     DEFAULT_TOL,
+    PARTIAL_FROM,
     VECTOR_TOL,
     _BlockLanczos,
     _next_block,
     partial_spectrum,
     top_pairs,
 )
+from tests.geometry._oracles import heldout_mds_stress, noise_energy
 
 
 def low_rank_plus_noise(
@@ -250,7 +252,7 @@ def heldout_by_rank_grams(halves: SplitHalf, ranks: list[int]) -> dict[int, floa
     return {r: v / (2 * len(halves.grams)) for r, v in acc.items()}
 
 
-@pytest.mark.parametrize("n", [40, TOP_MDS_FROM + 88])  # full eigh, then block Lanczos
+@pytest.mark.parametrize("n", [40, PARTIAL_FROM + 88])  # full eigh, then block Lanczos
 def test_heldout_stress_equals_the_rank_gram_formula(n: int) -> None:
     truth = low_rank_plus_noise(n, 8, seed=12, negative=0.0)
     grams = []
@@ -261,6 +263,8 @@ def test_heldout_stress_equals_the_rank_gram_formula(n: int) -> None:
     halves = SplitHalf(tuple(grams))
     got = heldout_mds_stress(halves, [1, 2, 3])
     want = heldout_by_rank_grams(halves, [1, 2, 3])
+    lanczos = heldout_mds_stress(halves, [1, 2, 3], partial_from=1)  # top pairs at any n
     for r in (1, 2, 3):
         assert got[r] == pytest.approx(want[r], abs=1e-10)
+        assert lanczos[r] == pytest.approx(want[r], abs=1e-10)
     assert 0.0 < got[3] < got[1] < 1.0

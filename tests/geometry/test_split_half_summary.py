@@ -13,9 +13,8 @@ import scipy.sparse as sp
 
 from posdiag._util.threads import small_blas
 from posdiag.counts.core import Counts
-from posdiag.geometry import estimator
+from posdiag.geometry import estimator, heldout
 from posdiag.geometry.estimator import (
-    heldout_mds_stress,
     noise_energy_rows,
     split_half_grams,
     split_half_summary,
@@ -27,6 +26,7 @@ from posdiag.reports.stress import stress_report
 from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests._data import whole_mask, whole_split_half
+from tests.geometry._oracles import heldout_mds_stress
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
@@ -37,30 +37,42 @@ def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
     return sp.csr_matrix(np.stack([rng.multinomial(60 + i, p[i]) for i in range(n)]))
 
 
-@pytest.fixture(scope="module")
-def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """300 positions (the compiled mirror of posdiag.geometry._gram), its B_H and D_H."""
-    counts = noisy_counts(300, 80)
+def _geometry(n: int, v: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    counts = noisy_counts(n, v)
     geo = corpus_geometry(Counts(counts, {}), min_count=1, plain=False)
     return counts, geo.mds.gram, geo.distances
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.fixture(scope="module")
+def medium() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """300 positions (the compiled passes of posdiag.geometry._square and ._summary), its B_H
+    and D_H."""
+    return _geometry(300, 80)
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """100 positions: below COMPILED_FROM (128), every pass in numpy."""
+    return _geometry(100, 60)
+
+
+@pytest.fixture
+def one_outer_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The long-context path (one outer split, the stash) on a small input."""
+    for module in (estimator, heldout):
+        monkeypatch.setattr(module, "outer_splits", lambda n: 1)
+
+
+@pytest.mark.parametrize("size", ["small", "medium"])
 @pytest.mark.parametrize("repeats", [1, 2])
 @pytest.mark.parametrize("stashed", ["none", "distances", "gram"])
 @pytest.mark.parametrize("rows", [1, 7, 10_000])
 def test_summary_equals_the_whole_grams(
-    medium: tuple[sp.csr_matrix, np.ndarray, np.ndarray],
-    repeats: int,
-    stashed: str,
-    rows: int,
-    compiled: bool,
-    monkeypatch: pytest.MonkeyPatch,
+    repeats: int, stashed: str, rows: int, size: str, request: pytest.FixtureRequest
 ) -> None:
-    counts, gram, distances = medium
-    n = gram.shape[0]
     # The element-wise passes compiled (posdiag.geometry._summary) or in numpy: the same numbers.
-    monkeypatch.setattr(estimator, "SUMMARY_COMPILED_FROM", 0 if compiled else n + 1)
+    counts, gram, distances = request.getfixturevalue(size)
+    n = gram.shape[0]
     before, gram_before = distances.copy(), gram.copy()
     got = split_half_summary(
         counts,
@@ -125,7 +137,7 @@ def test_a_failure_while_stashed_restores_the_distances(
 ) -> None:
     counts, gram, distances = medium
     before = distances.copy()
-    real = estimator._half_gram
+    real = heldout._half_gram
     made: list[int] = []
 
     def second_fails(source: object) -> np.ndarray:
@@ -134,7 +146,7 @@ def test_a_failure_while_stashed_restores_the_distances(
         made.append(1)
         return real(source)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(estimator, "_half_gram", second_fails)
+    monkeypatch.setattr(heldout, "_half_gram", second_fails)
     with pytest.raises(MemoryError):
         split_half_summary(counts, 300, gram, repeats=1, ranks=[1], stash=distances)
     assert made == [1]
@@ -168,13 +180,10 @@ def test_the_stash_saves_an_n_by_n_array(
     assert peaks[False] - peaks[True] >= 0.9 * 8 * n * n
 
 
-def test_report_holds_no_split_half_gram_and_prints_the_same_noise(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("one_outer_split")
+def test_report_holds_no_split_half_gram_and_prints_the_same_noise() -> None:
     """The report's cross-fit noise diagnostics from the summary equal the whole-mask ones,
     with the long-context path (one outer split, stash) forced on a small input."""
-    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
-    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     report = stress_report(
         dataclasses.replace(counts, no_intervals=NO_SHARDS),
@@ -218,8 +227,8 @@ def test_a_read_only_stash_is_left_alone(
 
 def test_packed_upper_triangle_round_trip() -> None:
     rng = np.random.default_rng(0)
-    # Both sides of fastgram.COMPILED_FROM_ROWS (256): the numpy loop and the tile pass.
-    for n in (1, 2, 7, 255, 256, 300):
+    # Both sides of COMPILED_FROM (128): the numpy loop and the tile pass.
+    for n in (1, 2, 7, 127, 128, 300):
         m = rng.normal(size=(n, n))
         m = m + m.T
         m[0, 0] = -0.0
@@ -233,12 +242,10 @@ def test_packed_upper_triangle_round_trip() -> None:
 
 
 def test_report_parks_the_distances_while_the_halves_are_made(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, one_outer_split: None
 ) -> None:
     """Long-context path forced on a small input: D_H is dropped from the geometry (packed)
     while the split-half grams exist, and comes back bit for bit; B_H too."""
-    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
-    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     fresh = corpus_geometry(counts, min_count=1, plain=False)
     seen: list[object] = []
@@ -264,10 +271,8 @@ def test_report_parks_the_distances_while_the_halves_are_made(
 
 
 def test_a_failure_while_parked_puts_the_distances_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, one_outer_split: None
 ) -> None:
-    monkeypatch.setattr(estimator, "FOUR_OUTER_SPLITS_BELOW", 10)
-    monkeypatch.setattr(estimator, "ONE_OUTER_SPLIT_ABOVE", 10)
     counts = Counts(noisy_counts(40), {})
     geo = corpus_geometry(counts, min_count=1, plain=False)
     d, b = geo.distances.copy(), geo.mds.gram.copy()
@@ -275,9 +280,37 @@ def test_a_failure_while_parked_puts_the_distances_back(
     def fails(*args: object, **kw: object) -> object:
         raise MemoryError("no room")
 
-    monkeypatch.setattr(estimator, "_half_gram", fails)
+    monkeypatch.setattr(heldout, "_half_gram", fails)
     with pytest.raises(MemoryError):
         geo.heldout_stress([1])
     np.testing.assert_array_equal(geo.distances, d)
     np.testing.assert_array_equal(geo.mds.gram, b)
     assert geo.estimate is not None and geo.estimate.distances is geo.distances
+
+
+@pytest.mark.parametrize("block_bytes", [8, 8 * 13 * 3, 1 << 20])
+def test_stashed_and_upper_rows_give_the_gram_rows_bit_for_bit(block_bytes: int) -> None:
+    """A gram stashed in another symmetric array's strict lower triangle, and a symmetric array
+    read from its upper triangle only, give every row block exactly; the stash's own upper
+    triangle is untouched, so mirror_upper restores it."""
+    from posdiag.geometry._square import mirror_upper
+
+    rng = np.random.default_rng(3)
+    n = 13
+    g = rng.normal(size=(n, n))
+    g = g + g.T
+    buf = rng.normal(size=(n, n))
+    buf = buf + buf.T
+    before = buf.copy()
+    stashed = heldout._StashedRows(g, buf, block_bytes)
+    assert not np.array_equal(buf, before)  # the lower triangle now holds g's
+    np.testing.assert_array_equal(np.triu(buf), np.triu(before))
+    upper = heldout._UpperRows(buf)  # buf read from its upper triangle: the original array
+    for lo, hi in [(0, n), (0, 1), (3, 7), (12, 13)]:
+        np.testing.assert_array_equal(stashed.block(lo, hi), g[lo:hi])
+        np.testing.assert_array_equal(upper.block(lo, hi), before[lo:hi])
+        out = np.full((hi - lo, n), np.nan)
+        assert stashed.block(lo, hi, out) is out
+        np.testing.assert_array_equal(out, g[lo:hi])
+    np.testing.assert_array_equal(stashed.diag, np.diag(g))
+    np.testing.assert_array_equal(mirror_upper(buf), before)

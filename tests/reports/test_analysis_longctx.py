@@ -12,7 +12,6 @@ import scipy.sparse as sp
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry import spectral
 from posdiag.geometry.core import compare, double_center, gram_from_distances
 from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry
@@ -66,7 +65,7 @@ def test_noise_gram_diagonal_without_the_matrix() -> None:
     np.testing.assert_allclose(intervals._noise_gram_diagonal(floor), want, rtol=1e-14)
 
 
-def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partial_mds_of_gram_matches_full_eigh() -> None:
     from posdiag.geometry.core import mds_from_gram, mds_of_gram, stress_by_rank
 
     # A non-Euclidean dissimilarity: negative eigenvalues, as with the cross-fit.
@@ -76,8 +75,7 @@ def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) 
     np.fill_diagonal(d, 0)
     b = gram_from_distances(d)
     full = mds_from_gram(b)
-    monkeypatch.setattr(spectral, "START_RANK", 5)
-    part = mds_of_gram(b, tolerances=(0.5,), full_max=10)
+    part = mds_of_gram(b, tolerances=(0.5,), full_max=10, start_rank=5)
     assert part.total is not None  # the partial solver ran
     k = part.eigenvalues.size
     assert 5 <= k < 59
@@ -90,60 +88,6 @@ def test_partial_mds_of_gram_matches_full_eigh(monkeypatch: pytest.MonkeyPatch) 
     np.testing.assert_allclose(np.abs(part.coordinates(3)), np.abs(full.coordinates(3)), atol=1e-6)
 
 
-def test_a_vectorised_half_draw_takes_half_of_each_row() -> None:
-    from posdiag.geometry._hypergeom import _half_draw
-
-    rng = np.random.default_rng(7)
-    m = rng.poisson(rng.uniform(0.2, 30, (6, 40))).astype(np.int64)
-    m[2] = 0
-    m[2, 5] = 1
-    # Every draw takes exactly floor(N_i / 2) tokens and never more than a type holds.
-    c = sp.csr_matrix(m)
-    rows = np.flatnonzero(m.sum(axis=1) >= 2)
-    a = _half_draw(c, rows, m.sum(axis=1)[rows], np.random.default_rng(3))
-    assert np.all(a <= c.data) and np.all(a >= 0)
-    sums = np.add.reduceat(a, c.indptr[:-1])[np.diff(c.indptr) > 0]
-    full = m.sum(axis=1)[np.diff(c.indptr) > 0]
-    np.testing.assert_array_equal(sums[full >= 2], full[full >= 2] // 2)
-
-
-def test_heldout_fits_with_top_eigenpairs_match_full_eigh(
-    counts: Counts, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from posdiag.geometry import estimator
-
-    geo = corpus_geometry(counts, min_count=1)
-    full = geo.heldout_stress([1, 2, 3])
-    calls: list[int] = []
-    real = estimator._top_mds
-
-    def spy(gram: np.ndarray, k: int, start: np.ndarray | None = None) -> object:
-        calls.append(k)
-        return real(gram, k, start)
-
-    monkeypatch.setattr(estimator, "TOP_MDS_FROM", 1)
-    monkeypatch.setattr(estimator, "_top_mds", spy)
-    geo2 = corpus_geometry(counts, min_count=1)
-    top = geo2.heldout_stress([1, 2, 3])
-    assert calls and set(calls) == {3}
-    for r in (1, 2, 3):
-        assert top[r] == pytest.approx(full[r], abs=1e-8)
-
-
-def test_vectorised_thinning_keeps_the_law_and_the_halves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from posdiag.geometry import estimator
-
-    rng = np.random.default_rng(2)
-    m = sp.csr_matrix(rng.poisson(rng.uniform(0.5, 20, (8, 30))).astype(np.int64) + 1)
-    monkeypatch.setattr(estimator, "VECTORISED_FLOOR_FROM", 1)
-    halves = estimator.thinned_halves(m, 8, 3, np.random.default_rng(0))
-    for a, b in halves:
-        np.testing.assert_array_equal((a + b).toarray(), m.toarray())
-        np.testing.assert_array_equal(
-            np.asarray(a.sum(axis=1)).ravel(), np.asarray(m.sum(axis=1)).ravel() // 2
-        )
-
-
 def _noisy_geometry(n: int = 40):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(5)
     p = drift_distributions(n, 30, seed=2)
@@ -154,7 +98,8 @@ def _noisy_geometry(n: int = 40):  # type: ignore[no-untyped-def]
 def test_noise_bounds_by_row_blocks_equal_the_whole_matrix_formulas(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from posdiag.geometry.estimator import noise_energy, noise_energy_rows
+    from posdiag.geometry.estimator import noise_energy_rows
+    from tests.geometry._oracles import noise_energy
 
     geo = _noisy_geometry()
     half = whole_split_half(geo)

@@ -21,7 +21,6 @@ from posdiag.encodings import make_encoding, parse_encoding
 from posdiag.errors import PosdiagError
 from posdiag.geometry.core import mds_from_gram
 from posdiag.geometry.estimator import (
-    heldout_mds_stress,
     heldout_pair,
     outer_splits,
     split_half_grams,
@@ -36,6 +35,7 @@ from posdiag.synthetic import (
 )
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import bootstrap_stress, paired_halves
+from tests.geometry._oracles import heldout_mds_stress
 
 
 @settings(max_examples=60, deadline=None)
@@ -198,6 +198,7 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
     """The count the text prints is the one the pairs' spread was divided by (one rule,
     posdiag.geometry.estimator.outer_splits), also where a threshold makes it 2 or 1."""
     import posdiag.geometry.estimator as est_mod
+    import posdiag.geometry.heldout as heldout_mod
     import posdiag.uncertainty.bootstrap as unc_mod
 
     divided: list[int] = []
@@ -210,13 +211,14 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
 
     monkeypatch.setattr(unc_mod, "_split_spread", spy)
     sc = _synthetic()
-    for below, above, want in ((512, 2048, 4), (4, 2048, 2), (4, 8, 1)):
-        monkeypatch.setattr(est_mod, "FOUR_OUTER_SPLITS_BELOW", below)
-        monkeypatch.setattr(est_mod, "ONE_OUTER_SPLIT_ABOVE", above)
+    assert est_mod.outer_splits(sc.counts.matrix.shape[0]) == 4  # below 512 positions
+    for want in (4, 2, 1):
+        if want < 4:  # the longer contexts' rule on this small input
+            for module in (est_mod, heldout_mod):
+                monkeypatch.setattr(module, "outer_splits", lambda n, k=want: k)
         divided.clear()
         rep = stress_report(sc, ["mds-2"], analysis=Analysis(min_count=1, seed=1, replicates=40))
         assert rep.uncertainty is not None and rep.geometry is not None
-        assert est_mod.outer_splits(rep.geometry.n_eff) == want
         assert rep.uncertainty.heldout_splits == want and divided == [want]
         said = f"mean of {want} outer splits" if want > 1 else "held-out mds-r: 1 outer split,"
         assert said in rep.uncertainty.describe()

@@ -119,7 +119,7 @@ def test_ranks_below_one_is_an_error() -> None:
 def test_partial_eigensolver_replicates_match_full_eigh(
     monkeypatch: pytest.MonkeyPatch, heldout_splits: int
 ) -> None:
-    """With ``ranks`` (the default from TOP_MDS_FROM positions) the replicates take their top
+    """With ``ranks`` (the default from PARTIAL_FROM positions) the replicates take their top
     eigenpairs by warm-started subspace iteration and ||B||_F^2: the mds-r and rank intervals
     agree with the full eigvalsh ones (the 1e-4 residual bound keeps each rank stress within
     ~1e-7), for the ranks computed; held-out mds-r intervals fit their pairs from the same
@@ -163,7 +163,7 @@ def test_a_pattern_too_large_gives_way_to_shard_sums(
 ) -> None:
     """Past ``max_bytes`` the replicates sum shards on their union pattern and multiply with a
     float32 dense block: the oracle's replicates to ~1e-6, the same ones kept."""
-    from posdiag.geometry import estimator as estimator_module
+    from posdiag.geometry import crossfit
 
     n = 10
     sharded = _sharded(n, 300, 8, seed=2)
@@ -171,13 +171,13 @@ def test_a_pattern_too_large_gives_way_to_shard_sums(
     args = (sharded.shards, n, weights, estimator, 2)
     ref = list(reference_grams(*args, np.random.default_rng(1)))
     dtypes: list[object] = []
-    real = estimator_module.fast_cross_product  # the replicates' products go through crossfit_bc
+    real = crossfit.cross_product  # the replicates' products go through crossfit_bc
 
     def spy(a: object, b: object, **kw: object) -> np.ndarray:
         dtypes.append(kw.get("dtype"))
         return real(a, b, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(estimator_module, "fast_cross_product", spy)
+    monkeypatch.setattr(crossfit, "cross_product", spy)
     got = list(replicate_grams(*args, np.random.default_rng(1), max_bytes=64))
     assert set(dtypes) == ({np.float32} if estimator == "crossfit" else set())
     assert [j for j, _, _ in got] == [j for j, _, _ in ref] and len(ref) >= 2

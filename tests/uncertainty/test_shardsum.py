@@ -95,8 +95,9 @@ def test_unsorted_duplicate_and_zero_entries_are_summed_like_scipy() -> None:
 
 
 def test_stacked_halves_on_the_union_pattern_equal_the_selection_products() -> None:
-    """Halves summed by a ShardStack: the same draws (the generator ends in the same state) and
-    the same counts as the selection products."""
+    """Summed by a ShardStack (from COMPILED_FROM positions, or given one), the split's halves
+    are the same draws (the generator ends in the same state) and the same counts as the
+    selection products."""
     n = 7
     shards = _shards(8, n, 30, 0.3, seed=4)
     stack = stack_shards(shards, n)

@@ -1,0 +1,263 @@
+"""The compiled (numba) kernels of the Gram products, and the one size from which geometry compiles.
+
+Below :data:`COMPILED_FROM` positions every geometry computation runs in numpy and scipy, so
+the bundled corpus (76 positions) never imports numba or waits for a compile; from it on the
+products split their columns (:mod:`posdiag.geometry._gram`), the ``n x n`` passes
+(:mod:`posdiag.geometry._square`) and the split-half summary (:mod:`posdiag.geometry._summary`)
+run compiled. The kernels here are built on first use and cached on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._util.jit import load_numba
+
+__all__ = ["COMPILED_FROM", "rare_kernels", "split_kernels"]
+
+# Positions from which geometry runs compiled kernels: below, a plain sparse product and numpy
+# passes (the same numbers, to rounding), and no numba import or compile for small corpora.
+COMPILED_FROM = 128
+
+
+_SPLIT: dict[str, Callable[..., None]] = {}
+
+
+def split_kernels() -> dict[str, Callable[..., None]]:
+    """Compiled passes of :func:`posdiag.geometry._gram._split` and ``_split_gram``: rows in
+    parallel, each writing only its own block row and its own slice of the rare
+    arrays; :func:`_split`'s transposed split is one serial pass (its writes interleave across
+    columns), :func:`_split_gram`'s runs by ranges of rows, each range writing its own slice
+    of every token's list (placed by the ranges' column counts)."""
+    if _SPLIT:
+        return _SPLIT
+    numba = load_numba()
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def count_rows(indptr, indices, position, counts):  # pragma: no cover - compiled
+        for i in numba.prange(indptr.size - 1):
+            c = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                if position[indices[p]] < 0:
+                    c += 1
+            counts[i] = c
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def split_rows(indptr, indices, data, position, block, ptr, idx, val):  # pragma: no cover
+        for i in numba.prange(indptr.size - 1):
+            q = ptr[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                k = position[j]
+                if k >= 0:
+                    block[i, k] = data[p]
+                else:
+                    idx[q] = j
+                    val[q] = data[p]
+                    q += 1
+
+    @numba.njit(cache=True, nogil=True)
+    def split_columns(indptr, indices, data, position, block, nxt, idx, val):  # pragma: no cover
+        for i in range(indptr.size - 1):
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                k = position[j]
+                if k >= 0:
+                    block[i, k] = data[p]
+                else:
+                    q = nxt[j]
+                    idx[q] = i
+                    val[q] = data[p]
+                    nxt[j] = q + 1
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def split_gram(
+        indptr,
+        indices,
+        data,
+        position,
+        bounds,
+        nxt,
+        start,
+        t_ptr,
+        block,
+        r_ptr,
+        slot,
+        stop,
+        last,
+        t_gap,
+        t_val,
+    ):  # pragma: no cover - compiled
+        # Each range of rows writes its block rows, its slice of the row entries (from
+        # start[t]) and its slice of every token's list (from nxt[t, j]); last[t, j] is the
+        # range's last row holding token j so far.
+        for t in numba.prange(bounds.size - 1):
+            c = start[t]
+            for i in range(bounds[t], bounds[t + 1]):
+                for p in range(indptr[i], indptr[i + 1]):
+                    j = indices[p]
+                    k = position[j]
+                    if k >= 0:
+                        block[i, k] = data[p]
+                    else:
+                        q = nxt[t, j]
+                        t_gap[q] = i if last[t, j] < 0 else i - last[t, j]
+                        last[t, j] = i
+                        t_val[q] = data[p]
+                        slot[c] = q
+                        stop[c] = t_ptr[j + 1]
+                        c += 1
+                        nxt[t, j] = q + 1
+                r_ptr[i + 1] = c
+
+    _SPLIT.update(
+        split_gram=split_gram,
+        count_rows=count_rows,
+        split_rows=split_rows,
+        split_columns=split_columns,
+    )
+    return _SPLIT
+
+
+_KERNEL: list[object] = []
+
+
+def rare_kernels() -> list[Any]:
+    """``[rare, upper, upper32]``: the rare tokens' part of a product
+    (:func:`posdiag.geometry._gram.cross_product`: a csr block times a csr transpose, added
+    into a dense block row by row, the list of the token after next prefetched) and of a Gram's
+    upper triangle in float64 and float32 (:func:`posdiag.geometry._gram._run_upper`)."""
+    if not _KERNEL:
+        _KERNEL.extend(_build_rare(load_numba()))
+    return _KERNEL
+
+
+# Tokens ahead whose list the rare kernels prefetch (1 and 2 were fastest; benchmarks/NOTES.md).
+PREFETCH_AHEAD = 2
+
+
+# The prefetch intrinsic, a module global (set by _build_rare): as a closure variable of the
+# kernel it would enter numba's cache key pickled, differently in every process, and the kernel
+# would be recompiled in every process (posdiag.geometry._thinning had that bug).
+_prefetch: Any = None
+
+
+def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - compiled
+    global _prefetch
+    _prefetch = _prefetch_intrinsic()
+
+    # A whole product (cross_product): row i meets every row of each of its tokens' lists.
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def rare(a_ptr, a_idx, a_val, lo, hi, t_ptr, t_idx, t_val, out):
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            row = out[r]
+            end = a_ptr[i + 1]
+            for p in range(a_ptr[i], end):
+                if p + PREFETCH_AHEAD < end:
+                    start = t_ptr[a_idx[p + PREFETCH_AHEAD]]
+                    _prefetch(t_idx, start)
+                    _prefetch(t_val, start)
+                j = a_idx[p]
+                x = a_val[p]
+                for q in range(t_ptr[j], t_ptr[j + 1]):
+                    row[t_idx[q]] += x * t_val[q]
+
+    # The upper triangle of a Gram (symmetric_product): row i meets each of its tokens' rows
+    # from its own place in the token's list on (columns >= i), written at column - col0.
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            row = out[r]
+            end = r_ptr[i + 1]
+            for p in range(r_ptr[i], end):
+                if p + PREFETCH_AHEAD < end:
+                    start = slot[p + PREFETCH_AHEAD]
+                    _prefetch(t_gap, start)
+                    _prefetch(t_val, start)
+                first = slot[p]
+                x = np.float64(t_val[first])
+                row[i - col0] += x * x
+                col = i
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    row[col - col0] += x * np.float64(t_val[q])
+            if shift.size > 0:
+                si = shift[i] + level
+                for j in range(i, out.shape[1] + col0):
+                    row[j - col0] += si + shift[j]
+
+    # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
+    # float32 row of its own, half the bytes of the float64 row the terms scatter into (it
+    # stays in L1 longer), and added to it once with the
+    # dense block's level terms shift[i] + shift[j] + level (_centre); the diagonal is summed
+    # in float64.
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
+        width = out.shape[1] + col0
+        for r in numba.prange(hi - lo):
+            i = lo + r
+            acc = np.zeros(width - i, dtype=np.float32)
+            diag = 0.0
+            end = r_ptr[i + 1]
+            for p in range(r_ptr[i], end):
+                if p + PREFETCH_AHEAD < end:
+                    start = slot[p + PREFETCH_AHEAD]
+                    _prefetch(t_gap, start)
+                    _prefetch(t_val, start)
+                first = slot[p]
+                x = t_val[first]
+                diag += np.float64(x) * np.float64(x)
+                col = 0
+                for q in range(first + 1, stop[p]):
+                    col += t_gap[q]
+                    acc[col] += x * t_val[q]
+            row = out[r]
+            si = shift[i] + level
+            row[i - col0] += diag + (si + shift[i])
+            for c in range(1, acc.size):
+                row[i - col0 + c] += acc[c] + (si + shift[i + c])
+
+    # Compile (or load) now, with the array types the callers pass: _split's csr for the
+    # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
+    one = sp.csr_matrix(
+        (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
+    )
+    ptr, idx, val = one.indptr, one.indices, one.data
+    out = np.zeros((1, 1))
+    rare(ptr, idx, val, 0, 1, ptr, idx, val, out)
+    at, end, gaps = np.zeros(1, np.int32), np.ones(1, np.int32), np.zeros(1, np.uint16)
+    upper(ptr, at, end, gaps, val, 0, 1, out, 0, np.zeros(0), 0.0)
+    upper32(ptr, at, end, gaps, val.astype(np.float32), 0, 1, out, 0, np.zeros(1), 0.0)
+    return [rare, upper, upper32]
+
+
+def _prefetch_intrinsic() -> Any:  # pragma: no cover - compiled
+    """``prefetch(array, index)``: LLVM's ``llvm.prefetch`` (read, high locality, data) of
+    ``array[index]``; a hint only, no effect on results."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def prefetch(typingctx, arr, idx):
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            ptr = builder.gep(ary.data, [args[1]])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+            builder.call(fn, [builder.bitcast(ptr, i8p), *flags])
+            return context.get_dummy_value()
+
+        return types.void(arr, idx), codegen
+
+    return prefetch
