@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from posdiag.errors import PosdiagError
-from posdiag.geometry.core import gram_from_distances, hellinger_distances_fast
+from posdiag.geometry.core import gram_from_distances, hellinger_distances
 from posdiag.geometry.estimator import (
     crossfit_bc,
     gram_from_bc,
@@ -40,7 +40,7 @@ def reference_grams(
         if np.any(np.asarray(c.sum(axis=1)).ravel() <= 0):
             continue
         if estimator != "crossfit":
-            d = hellinger_distances_fast(c)
+            d = hellinger_distances(c)
             yield j, gram_from_distances(d), d
             continue
         try:
