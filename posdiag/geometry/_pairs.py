@@ -47,6 +47,17 @@ def _kernels() -> dict[str, Callable[..., object]]:
                         out[-lag] += w
 
     @numba.njit(cache=True, nogil=True)
+    def self_lags(ptr, idx, val, tokens, out):  # pragma: no cover
+        # A A^T is symmetric: each pair once (rows ascending, q >= p, lag >= 0).
+        for t in range(tokens.size):
+            v = tokens[t]
+            for p in range(ptr[v], ptr[v + 1]):
+                ip = idx[p]
+                vp = val[p]
+                for q in range(p, ptr[v + 1]):
+                    out[idx[q] - ip] += vp * val[q]
+
+    @numba.njit(cache=True, nogil=True)
     def dot(a_ptr, a_idx, a_val, i, b_ptr, b_idx, b_val, j):  # pragma: no cover
         p, pe = a_ptr[i], a_ptr[i + 1]
         q, qe = b_ptr[j], b_ptr[j + 1]
@@ -78,7 +89,7 @@ def _kernels() -> dict[str, Callable[..., object]]:
                 for c in range(k):
                     out[i, c] += w * row[c]
 
-    _KERNELS.update(lags=lags, pairs=pairs, gather=gather)
+    _KERNELS.update(lags=lags, self_lags=self_lags, pairs=pairs, gather=gather)
     return _KERNELS
 
 
@@ -88,8 +99,14 @@ def rare_lag_sums(
     """Add the symmetrised lag sums of the tokens' part of ``A B^T`` into ``out`` (shape (n,)):
     ``out[l] += (sum_i X[i, i+l] + sum_i X[i+l, i]) / 2`` over the listed tokens.
 
-    ``a_csc``, ``b_csc``: the transposes of ``A`` and ``B`` (n, V) as canonical csr (V, n).
+    ``a_csc``, ``b_csc``: the transposes of ``A`` and ``B`` (n, V) as canonical csr (V, n);
+    the same object when ``A = B``.
     """
+    if a_csc is b_csc:
+        # One matrix: the pairs of A A^T once each (sorted rows), half the work.
+        k = _kernels()["self_lags"]
+        k(a_csc.indptr, a_csc.indices, a_csc.data, np.ascontiguousarray(tokens, np.int64), out)
+        return
     _kernels()["lags"](
         a_csc.indptr,
         a_csc.indices,

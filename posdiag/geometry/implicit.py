@@ -44,6 +44,7 @@ from .spectral import GramOperator, PartialSpectrum, operator_spectrum
 
 __all__ = [
     "DEFAULT_PAIRS",
+    "IMPLICIT_MAX_RANK",
     "ImplicitBC",
     "ImplicitGeometry",
     "PairSample",
@@ -67,11 +68,15 @@ __all__ = [
 
 # Position pairs sampled for the residual norm (and table encodings' residual share), besides
 # the diagonal; the standard error it leaves is reported with every figure.
-DEFAULT_PAIRS = 200_000
+DEFAULT_PAIRS = 50_000
 # A token's lag sums go by FFT (two real transforms of length ~2n) when its pair list
 # nnz_A(v) nnz_B(v) is longer than this many times the transform length (one pair is one
-# multiply-add, a transform ~ its length times a few passes).
-FFT_PAIRS_PER_POINT = 8.0
+# multiply-add, ~1.2 ns; a token's two transforms and their products ~1.5 ms at n = 32,768, the
+# break-even near 18 pairs a point: benchmarks/NOTES.md).
+# Eigenpairs the implicit path grows to at most (each pass is a sparse product over every count,
+# ~1.3 s of CPU at n = 32,768): effective ranks past it read "> 32".
+IMPLICIT_MAX_RANK = 32
+FFT_PAIRS_PER_POINT = 16.0
 # Frequent tokens transformed per block (dense block of ~2n x this, float64).
 FFT_BLOCK = 64
 # Rows of BC per block of the exact norm (a dense block of rows x n float64).
@@ -93,12 +98,17 @@ class ImplicitBC:
     own : ndarray of shape (n,)
         The products' diagonal ``mean_s <R^A_i, R^B_i>``: :func:`bc_matmat` replaces it by
         ``diagonal``.
+    same : tuple of bool
+        Whether a split's two halves are the same matrix (the thinning of a corpus whose every
+        position has an even number of tokens, e.g. a packed view with an even number of
+        windows): ``(X + X^T) / 2 = R R^T``, one product instead of two.
     """
 
     halves: tuple[tuple[sp.csr_matrix, sp.csr_matrix], ...]
     transposes: tuple[tuple[sp.csr_matrix, sp.csr_matrix], ...]
     diagonal: np.ndarray
     own: np.ndarray
+    same: tuple[bool, ...]
 
     @property
     def n(self) -> int:
@@ -119,13 +129,27 @@ def _build(
     if not pairs:
         raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
     halves = tuple((_canonical(a), _canonical(b)) for a, b in pairs)
-    transposes = tuple((_canonical(a.T.tocsr()), _canonical(b.T.tocsr())) for a, b in halves)
+    same = tuple(_identical(a, b) for a, b in halves)
+    transposes = []
     n = halves[0][0].shape[0]
     own = np.zeros(n)
-    for a, b in halves:
-        own += np.asarray(a.multiply(b).sum(axis=1)).ravel()
+    for (a, b), one in zip(halves, same, strict=True):
+        at = _canonical(a.T.tocsr())
+        transposes.append((at, at if one else _canonical(b.T.tocsr())))
+        sq = a.multiply(a) if one else a.multiply(b)
+        own += np.asarray(sq.sum(axis=1)).ravel()
     own /= len(halves)
-    return ImplicitBC(halves, transposes, own.copy() if diag is None else diag, own)
+    diagonal = own.copy() if diag is None else diag
+    return ImplicitBC(halves, tuple(transposes), diagonal, own, same)
+
+
+def _identical(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
+    return bool(
+        a.nnz == b.nnz
+        and np.array_equal(a.indptr, b.indptr)
+        and np.array_equal(a.indices, b.indices)
+        and np.array_equal(a.data, b.data)
+    )
 
 
 def from_thinning(counts: sp.spmatrix | np.ndarray, n: int) -> ImplicitBC:
@@ -163,10 +187,14 @@ def bc_matmat(bc: ImplicitBC, x: np.ndarray) -> np.ndarray:
     k = x2.shape[1]
     out = np.zeros((bc.n, k))
     vocab = bc.halves[0][0].shape[1]
-    for (a, b), (at, btr) in zip(bc.halves, bc.transposes, strict=True):
+    for (a, b), (at, btr), one in zip(bc.halves, bc.transposes, bc.same, strict=True):
         ya = np.zeros((vocab, k))
-        yb = np.zeros((vocab, k))
         _pairs.gather_product(at, x2, ya)  # A^T x
+        if one:
+            ya *= 2.0  # (A A^T + A A^T) x
+            _pairs.gather_product(a, ya, out)
+            continue
+        yb = np.zeros((vocab, k))
         _pairs.gather_product(btr, x2, yb)  # B^T x
         _pairs.gather_product(a, yb, out)
         _pairs.gather_product(b, ya, out)
@@ -193,7 +221,10 @@ def bc_entries(bc: ImplicitBC, rows: np.ndarray, cols: np.ndarray) -> np.ndarray
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
     out = np.zeros(rows.size)
-    for a, b in bc.halves:
+    for (a, b), one in zip(bc.halves, bc.same, strict=True):
+        if one:
+            out += 2.0 * _pairs.pair_products(a, a, rows, cols)
+            continue
         out += _pairs.pair_products(a, b, rows, cols)
         out += _pairs.pair_products(a, b, cols, rows)
     out *= 0.5 / len(bc.halves)
@@ -210,7 +241,9 @@ def gram_entries(
     return 0.5 * (bc_entries(bc, rows, cols) - means[rows] - means[cols] + grand)
 
 
-def _fft_lags(at: sp.csr_matrix, btr: sp.csr_matrix, tokens: np.ndarray, n: int) -> np.ndarray:
+def _fft_lags(
+    at: sp.csr_matrix, btr: sp.csr_matrix, tokens: np.ndarray, n: int, one: bool
+) -> np.ndarray:
     """``sum over tokens`` of the symmetrised cross-correlation of A's and B's columns, lags
     ``0..n-1``, by real FFTs of length >= 2n - 1 (no wrap-around)."""
     size = scipy.fft.next_fast_len(2 * n - 1, real=True)
@@ -218,7 +251,7 @@ def _fft_lags(at: sp.csr_matrix, btr: sp.csr_matrix, tokens: np.ndarray, n: int)
     for lo in range(0, tokens.size, FFT_BLOCK):
         block = tokens[lo : lo + FFT_BLOCK]
         fa = scipy.fft.rfft(at[block].toarray(), n=size, axis=1)
-        fb = scipy.fft.rfft(btr[block].toarray(), n=size, axis=1)
+        fb = fa if one else scipy.fft.rfft(btr[block].toarray(), n=size, axis=1)
         # Re(conj(A) B) summed over tokens: the transform of (c_AB + c_BA) / 2.
         spec += np.einsum("ij,ij->j", fa.real, fb.real) + np.einsum("ij,ij->j", fa.imag, fb.imag)
     return np.asarray(scipy.fft.irfft(spec, n=size)[:n])
@@ -229,7 +262,7 @@ def bc_lag_sums(bc: ImplicitBC) -> np.ndarray:
     n = bc.n
     out = np.zeros(n)
     size = scipy.fft.next_fast_len(2 * n - 1, real=True)
-    for at, btr in bc.transposes:
+    for (at, btr), one in zip(bc.transposes, bc.same, strict=True):
         na = np.diff(at.indptr).astype(np.float64)
         nb = np.diff(btr.indptr).astype(np.float64)
         work = na * nb
@@ -238,7 +271,7 @@ def bc_lag_sums(bc: ImplicitBC) -> np.ndarray:
         part = np.zeros(n)
         _pairs.rare_lag_sums(at, btr, rare, part)
         if frequent.size:
-            part += _fft_lags(at, btr, frequent, n)
+            part += _fft_lags(at, btr, frequent, n, one)
         out += part
     out /= len(bc.transposes)
     out[0] = float(bc.diagonal.sum())
@@ -422,7 +455,12 @@ class ImplicitGeometry:
 
 def _low_rank(spec: PartialSpectrum, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     u = spec.vectors
-    return np.einsum("ij,ij->i", u[rows] * spec.eigenvalues[None, :], u[cols])
+    out = np.empty(rows.size)
+    step = 1 << 16
+    for lo in range(0, rows.size, step):
+        r, c = rows[lo : lo + step], cols[lo : lo + step]
+        out[lo : lo + step] = np.einsum("ij,ij->i", u[r] * spec.eigenvalues[None, :], u[c])
+    return out
 
 
 def implicit_geometry(
@@ -430,7 +468,7 @@ def implicit_geometry(
     tolerances: Sequence[float] = (0.1, 0.05),
     *,
     min_rank: int = 16,
-    max_rank: int | None = None,
+    max_rank: int | None = IMPLICIT_MAX_RANK,
     pairs: int = DEFAULT_PAIRS,
     exact_total: bool = False,
     seed: int = 0,
@@ -533,7 +571,11 @@ def score_vectors(geom: ImplicitGeometry, p: np.ndarray) -> Scored:
     proj = q.T @ spec.vectors  # (d, k)
     inner_top = float(np.sum(spec.eigenvalues * np.sum(proj * proj, axis=0)))
     sample = geom.pairs
-    e = np.einsum("ij,ij->i", q[sample.rows], q[sample.cols])
+    e = np.empty(sample.rows.size)
+    step = max(1, (32 << 20) // (8 * max(1, q.shape[1])))  # rows gathered per chunk
+    for lo in range(0, e.size, step):
+        r, c = sample.rows[lo : lo + step], sample.cols[lo : lo + step]
+        e[lo : lo + step] = np.einsum("ij,ij->i", q[r], q[c])
     y = geom.residual * e
     r2 = geom.residual * geom.residual
     inner = inner_top + sample.total(y)

@@ -201,3 +201,20 @@ def test_lag_sums_property(n: int, v: int, density: float, seed: int, fft: float
     # Double centring: B_H's lag sums, counted twice off the diagonal, add up to 0.
     lags = implicit.gram_lag_sums(bc)
     assert abs(lags[0] + 2 * lags[1:].sum()) <= 1e-10 * max(1.0, float(np.abs(lags).sum()))
+
+
+@pytest.mark.parametrize("per_row", [120, 121])
+def test_even_and_odd_supports(per_row: int) -> None:
+    """Even supports make the thinning's halves one matrix (one product); odd ones keep two:
+    both give the dense numbers."""
+    c = _data.zipf_counts(70, 300, per_row, 9, step=3, dtype=np.int64)
+    bc = implicit.from_thinning(c, 70)
+    assert bc.same == (per_row % 2 == 0,)
+    ref = expected_thinning_bc(c, 70)
+    b = gram_from_bc(ref.copy())
+    x = np.random.default_rng(1).standard_normal((70, 3))
+    np.testing.assert_allclose(implicit.gram_matmat(bc, x), b @ x, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(implicit.bc_lag_sums(bc), diag_sums(ref), rtol=0, atol=1e-11)
+    rows, cols = np.divmod(np.arange(70 * 70), 70)
+    np.testing.assert_allclose(implicit.bc_entries(bc, rows, cols), ref.ravel(), atol=1e-14)
+    assert implicit.gram_frobenius_exact(bc) == pytest.approx(float(np.vdot(b, b)), rel=1e-12)
