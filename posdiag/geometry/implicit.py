@@ -54,6 +54,7 @@ __all__ = [
     "bc_matmat",
     "bc_row_means",
     "from_halves",
+    "from_rows",
     "from_thinning",
     "gram_entries",
     "gram_frobenius_exact",
@@ -178,6 +179,14 @@ def from_halves(
     """``BC`` of the cross-fit over the given count halves ``(C^A_s, C^B_s)`` (n, V): the same
     as :func:`posdiag.geometry.estimator.crossfit_bc`."""
     return _build([(sqrt_rows(a), sqrt_rows(b)) for a, b in halves], None)
+
+
+def from_rows(s: sp.spmatrix) -> ImplicitBC:
+    """The plug-in ``BC = S S^T`` of square-root rows ``S`` (n, V), diagonal exactly 1
+    (docs/geometry.md section 2; :func:`posdiag.geometry.estimator.plugin_bc` without its clip
+    to [0, 1], which only rounding can reach)."""
+    s = _canonical(s)
+    return _build([(s, s)], np.ones(s.shape[0]))
 
 
 def bc_matmat(bc: ImplicitBC, x: np.ndarray) -> np.ndarray:
