@@ -239,7 +239,7 @@ def _table(res: dict[str, object], dense: dict[str, object] | None) -> None:
             ds = float(dense["table"][name])  # type: ignore[index]
             z = abs(s - ds) / se if se > 0 else (0.0 if abs(s - ds) < 1e-9 else np.inf)
             extra = f"   dense {ds:.4f}  |diff| {abs(s - ds):.1e} = {z:.2f} SE"
-        print(f"     {name:<34} {s:.4f} ± {se:.4f}{extra}")
+        print(f"     {name:<34} {s:.4f} ± {se:.1e}{extra}")
 
 
 def bench_implicit(
