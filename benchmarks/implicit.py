@@ -153,8 +153,12 @@ def child_implicit(path: Path, pairs: int) -> dict[str, object]:
             seen[key] = (s.stress, s.se)
         table[_label(name, params, preset)] = seen[key]
     t_all = time.perf_counter() - t0
+    use = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "time": t_all,
+        # CPU of the whole child (loading the counts included): on a loaded machine the wall
+        # time follows the load, the CPU much less.
+        "cpu": use.ru_utime + use.ru_stime,
         "halves": t_halves,
         "geometry": t_geom,
         "rss": _peak_gb(),
@@ -224,7 +228,8 @@ def _median_run(path: Path, repeat: int, pairs: int) -> dict[str, object]:
         return runs[0]
     ok.sort(key=lambda r: float(r["time"]))  # type: ignore[arg-type]
     best = ok[len(ok) // 2]
-    best["times"] = [float(r["time"]) for r in ok]  # type: ignore[arg-type]
+    best["times"] = [round(float(r["time"]), 1) for r in ok]  # type: ignore[arg-type]
+    best["cpus"] = [round(float(r.get("cpu", "nan")), 1) for r in ok]  # type: ignore[arg-type]
     best["rss_max"] = max(float(r["rss"]) for r in ok)  # type: ignore[arg-type]
     return best
 
@@ -287,7 +292,8 @@ def bench_implicit(
             true = np.array(tr["eigenvalues"])[: min(lam.size, COMPONENTS)]  # type: ignore[index]
             print(
                 f"   n = {n:,}: median {float(res['time']):.1f} s of {res['times']} "  # type: ignore[arg-type]
-                f"(halves {float(res['halves']):.1f} s, geometry {float(res['geometry']):.1f} s), "  # type: ignore[arg-type]
+                f"(CPU {res['cpus']} s; halves {float(res['halves']):.1f} s, "  # type: ignore[arg-type]
+                f"geometry {float(res['geometry']):.1f} s), "  # type: ignore[arg-type]
                 f"peak RSS {float(res['rss_max']):.2f} GB, largest SE {worst:.4f}; "  # type: ignore[arg-type]
                 f"{nnz:,} counts, generated in {gen:.0f} s"
             )
@@ -311,7 +317,9 @@ def _agreement_row(n: int, ours: dict[str, object], dense: dict[str, object]) ->
     table: dict[str, list[float]] = ours["table"]  # type: ignore[assignment]
     worst = max(se for _, se in table.values())
     print(
-        f"   n = {n:,}: implicit {float(ours['time']):.1f} s, {float(ours['rss']):.2f} GB, "  # type: ignore[arg-type]
+        f"   n = {n:,}: implicit {float(ours['time']):.1f} s "  # type: ignore[arg-type]
+        f"(CPU {float(ours.get('cpu', 'nan')):.1f} s), "  # type: ignore[arg-type]
+        f"{float(ours['rss']):.2f} GB, "  # type: ignore[arg-type]
         f"largest SE {worst:.4f}"
         + (
             f"; dense {float(dense['time']):.1f} s, {float(dense['rss']):.2f} GB"  # type: ignore[arg-type]
