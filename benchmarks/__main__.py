@@ -16,6 +16,12 @@
    text-view corpus of 2,500 documents of unequal length at n = 512 and 1,024, with the default
    intervals against ``--shards 0`` (target <= 4x at 512, <= 6x at 1,024), and the first run's
    kernel compilation at 512.
+8. Modern context lengths (benchmarks/implicit.py, issue 35): the implicit geometry (no n x n
+   array) at n = 32,768 and 131,072 on a generated packed corpus (V = 50,257, 2,000 windows,
+   drifting rank-8 topic structure with a known answer): median time of 5 fresh processes
+   (``--repeat``), peak RSS, the stress table with standard errors; and its agreement with
+   the dense path at n = 2,048-8,192 (targets at 32,768: <= 60 s, <= 4 GB; at 131,072:
+   <= 10 min, <= 16 GB, every standard error <= 0.002).
 """
 
 from __future__ import annotations
@@ -319,10 +325,25 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=4, help="copies of the bundled corpus (text)")
     ap.add_argument("--tokens", type=int, default=1 << 30, help="ids counted by count_ids")
     ap.add_argument("--naive-tokens", type=int, default=64 << 20, help="ids for the naive run")
-    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="best of this many runs (3); section implicit: median of this many processes (5)",
+    )
     ap.add_argument(
         "--only",
-        choices=("text", "ids", "memory", "dask", "longctx", "intervals", "startup", "textview"),
+        choices=(
+            "text",
+            "ids",
+            "memory",
+            "dask",
+            "longctx",
+            "intervals",
+            "startup",
+            "textview",
+            "implicit",
+        ),
         help="run one section",
     )
     ap.add_argument("--dask-tokens", type=int, default=200_000_000, help=".bin ids (dask)")
@@ -339,7 +360,21 @@ def main() -> None:
         default=None,
         help="long-context n values of the intervals section (empty: bundled corpus only)",
     )
+    ap.add_argument(
+        "--implicit-sizes",
+        type=lambda v: tuple(int(x) for x in v.split(",") if x),
+        default=None,
+        help="n values of the implicit section (default 32768,131072)",
+    )
+    ap.add_argument(
+        "--agreement-sizes",
+        type=lambda v: tuple(int(x) for x in v.split(",") if x),
+        default=None,
+        help="n values where the implicit section checks the dense path (default 2048,4096,8192)",
+    )
     args = ap.parse_args()
+    implicit_repeat = 5 if args.repeat is None else args.repeat
+    args.repeat = 3 if args.repeat is None else args.repeat
     print("posdiag benchmarks (best of", args.repeat, "runs; ratios vs a baseline in this run)")
     print(blas_line())
     with tempfile.TemporaryDirectory(prefix="posdiag-bench-") as d:
@@ -369,6 +404,15 @@ def main() -> None:
             from .textview import bench_textview
 
             bench_textview(tmp)
+        if args.only in (None, "implicit"):
+            from .implicit import AGREEMENT_SIZES, bench_implicit
+            from .implicit import SIZES as IMPLICIT_SIZES
+
+            bench_implicit(
+                IMPLICIT_SIZES if args.implicit_sizes is None else args.implicit_sizes,
+                AGREEMENT_SIZES if args.agreement_sizes is None else args.agreement_sizes,
+                implicit_repeat,
+            )
 
 
 if __name__ == "__main__":

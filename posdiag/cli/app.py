@@ -132,7 +132,7 @@ def stress(
     """Stress of every standard encoding against the corpus geometry, best first."""
     from ..encodings import parse_encoding, preset_specs
     from ..render.stress import print_stress, stress_json
-    from ..reports.stress import stress_report
+    from ..reports.longctx import stress_report  # the dense report, or the implicit one at long n
 
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():

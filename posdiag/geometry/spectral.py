@@ -39,8 +39,10 @@ from .._util.validate import check_int
 __all__ = [
     "EIGVALSH_MAX",
     "FULL_EIGH_MAX",
+    "GramOperator",
     "PARTIAL_FROM",
     "PartialSpectrum",
+    "operator_spectrum",
     "partial_spectrum",
     "smallest_eigenvalue",
     "top_eigenpairs",
@@ -626,3 +628,56 @@ def smallest_eigenvalue(b: np.ndarray, tol: float = 1e-8, seed: int = 0) -> floa
     op = LinearOperator((n, n), matvec=lambda x: c * x - b @ x, dtype=np.float64)
     top = eigsh(op, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)
     return float(c - top[0])
+
+
+class GramOperator:
+    """A symmetric ``n x n`` matrix known only by its products, for the partial solver.
+
+    ``op @ x`` for ``x`` of shape (n, k) returns ``B x`` (n, k); no ``n x n`` array exists
+    (:mod:`posdiag.geometry.implicit`).
+    """
+
+    def __init__(self, n: int, matmat: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.shape = (n, n)
+        self._matmat = matmat
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        return self._matmat(np.ascontiguousarray(x, dtype=np.float64))
+
+
+def operator_spectrum(
+    op: GramOperator,
+    total: float,
+    tolerances: Sequence[float] = (),
+    *,
+    min_rank: int = 3,
+    max_rank: int | None = None,
+    tol: float = DEFAULT_TOL,
+    seed: int = 0,
+) -> PartialSpectrum:
+    """:func:`partial_spectrum` of a matrix given as an operator: the same block Lanczos
+    (:class:`_BlockLanczos`), one product ``B Q`` per pass, grown 16, 32, ... pairs until every
+    stress tolerance is reached or unreachable (at most ``max_rank``).
+
+    Parameters
+    ----------
+    op : GramOperator
+        ``B`` (n, n), symmetric, by its products.
+    total : float
+        ``||B||_F^2`` (exact, or an estimate: it scales the residual tolerance and the stress
+        tail; the caller may replace it afterwards, ``dataclasses.replace``).
+    """
+    n = op.shape[0]
+    k = min(n - 1, max(START_RANK, min_rank))
+    cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
+
+    def finished(spec: PartialSpectrum) -> bool:
+        floor = spec.floor()
+        missing = [
+            eps
+            for eps in tolerances
+            if spec.effective_rank(eps) is None and (floor is None or floor <= eps)
+        ]
+        return not missing or spec.exhausted
+
+    return _solve(op, k, cap, tol, finished, total=total, seed=seed)  # type: ignore[arg-type]

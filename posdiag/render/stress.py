@@ -145,9 +145,14 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
         console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
     console.print(f"{RAW_LEGEND}; {COLUMNS_LEGEND}" if verbose else COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
+        # The implicit path (long contexts) shows mds-r in-sample: its rows carry no other figure.
+        inside = any(
+            e.name.startswith("mds-") and e.stress == e.in_sample for e in report.encodings
+        )
+        mds = "mds-r in-sample (long-context rule)" if inside else "mds-r scored held-out"
         console.print(
-            f"geometry: cross-fitted (noise bias removed; {doc_ref('geometry')}); mds-r scored "
-            "held-out" + ("" if verbose else "; --verbose adds the plug-in figures")
+            f"geometry: cross-fitted (noise bias removed; {doc_ref('geometry')}); {mds}"
+            + ("" if verbose or inside else "; --verbose adds the plug-in figures")
         )
     unc = report.uncertainty
     if unc is not None:

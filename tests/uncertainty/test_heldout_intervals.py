@@ -211,7 +211,7 @@ def test_the_intervals_name_the_outer_splits_the_headline_averages(
 
     monkeypatch.setattr(unc_mod, "_split_spread", spy)
     sc = _synthetic()
-    assert est_mod.outer_splits(sc.counts.matrix.shape[0]) == 4  # below 512 positions
+    assert est_mod.outer_splits(sc.matrix.shape[0]) == 4  # below 512 positions
     for want in (4, 2, 1):
         if want < 4:  # the longer contexts' rule on this small input
             for module in (est_mod, heldout_mod):
