@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -208,17 +207,9 @@ def child_dense(path: Path) -> dict[str, object]:
 
 
 def _run(kind: str, path: Path, *args: str) -> dict[str, object]:
-    out = subprocess.run(
-        ["nice", "-n", "10", sys.executable, "-m", "benchmarks.implicit", kind, str(path), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    from .longctx import run_child  # here: a child process need not import it
+
+    return run_child(kind, path, *args, module="benchmarks.implicit", nice=True)
 
 
 def _median_run(path: Path, repeat: int, pairs: int) -> dict[str, object]:

@@ -167,9 +167,14 @@ def child_peer(path: Path) -> dict[str, object]:
     return {"time": time.perf_counter() - t0, "rss": _peak_gb(), "eigenvalues": list(lam[:10])}
 
 
-def _run_child(kind: str, path: Path) -> dict[str, object]:
+def run_child(
+    kind: str, path: Path, *args: str, module: str = "benchmarks.longctx", nice: bool = False
+) -> dict[str, object]:
+    """``python -m module kind path *args`` in a fresh process (``nice -n 10`` if asked): the
+    JSON its last line prints, or ``{"error": ...}``."""
+    prefix = ["nice", "-n", "10"] if nice else []
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.longctx", kind, str(path)],
+        [*prefix, sys.executable, "-m", module, kind, str(path), *args],
         capture_output=True,
         text=True,
         check=False,
@@ -199,14 +204,14 @@ def bench_longctx(tmp: Path, sizes: tuple[int, ...] = SIZES, peer_max: int = PEE
         sp.save_npz(path, m, compressed=False)
         distinct = float(np.diff(m.indptr).mean())
         del m
-        ours = _run_child("posdiag", path)
+        ours = run_child("posdiag", path)
         if n <= peer_max and "time" in ours:
-            again = _run_child("posdiag", path)
+            again = run_child("posdiag", path)
             if "time" in again:
                 ours, slow = sorted((ours, again), key=lambda r: float(r["time"]))  # type: ignore[arg-type]
                 ours["other"] = float(slow["time"])
-        peer = _run_child("peer", path) if n <= peer_max else {}
-        ref = _run_child("reference", path) if n <= peer_max else {}
+        peer = run_child("peer", path) if n <= peer_max else {}
+        ref = run_child("reference", path) if n <= peer_max else {}
         rows.append((n, distinct, ours, peer))
         _print_row(n, distinct, ours, peer, ref)
         path.unlink()

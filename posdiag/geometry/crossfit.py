@@ -125,6 +125,24 @@ def crossfit_bc(
     return acc
 
 
+def thinning_halves(
+    counts: Matrix, n: int | None = None
+) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
+    """:func:`posdiag.geometry._thinning.expected_halves` of rows ``0..n-1`` (all when None),
+    each of which needs at least 2 tokens; no copy of canonical int64 counts."""
+    c = sp.csr_matrix(counts)
+    n = c.shape[0] if n is None else n
+    c = sp.csr_matrix(first_rows(c, n), dtype=np.int64)
+    c.sum_duplicates()
+    supports = np.asarray(c.sum(axis=1)).ravel()
+    if np.any(supports < 2):
+        i = int(np.flatnonzero(supports < 2)[0])
+        raise PosdiagError(
+            f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
+        )
+    return expected_halves(c)
+
+
 def expected_thinning_bc(
     counts: Matrix,
     n: int | None = None,
@@ -160,17 +178,7 @@ def expected_thinning_bc(
     ndarray of shape (n, n)
         Symmetric; the diagonal is ``E X_ii`` (below 1).
     """
-    c = sp.csr_matrix(counts)
-    n = c.shape[0] if n is None else n
-    c = sp.csr_matrix(first_rows(c, n), dtype=np.int64)
-    c.sum_duplicates()
-    supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports < 2):
-        i = int(np.flatnonzero(supports < 2)[0])
-        raise PosdiagError(
-            f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
-        )
-    ma, mb, diag = expected_halves(c)
+    ma, mb, diag = thinning_halves(counts, n)
     # (M^A M^B^T + M^B M^A^T) / 2 as two Grams' upper triangles: ~0.6 of a product's work.
     bc = symmetric_product(ma, mb, dtype=dtype, rare=rare)
     np.fill_diagonal(bc, diag)
