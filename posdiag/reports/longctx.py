@@ -53,6 +53,7 @@ __all__ = [
     "implicit_stress_report",
     "sampled_line",
     "stress_report",
+    "takes_implicit",
     "uses_implicit",
 ]
 
@@ -64,6 +65,15 @@ IMPLICIT_FROM = 16_385
 def uses_implicit(n_eff: int) -> bool:
     """Whether a report of ``n_eff`` positions runs the implicit path."""
     return n_eff >= IMPLICIT_FROM
+
+
+def takes_implicit(counts: Counts, min_count: int) -> bool:
+    """Whether ``stress``, ``check`` and ``build-encoding`` analyse ``counts`` by the implicit
+    path (:func:`uses_implicit` of its analysed positions at ``min_count``)."""
+    # Only inputs that long pay for the summary here (it is computed again on the dense path).
+    return counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
+        corpus_summary(counts, min_count).n_eff
+    )
 
 
 def _halves(
@@ -261,9 +271,7 @@ def build_encoding(
 ) -> LowRankEncoding:
     """``posdiag build-encoding``: :func:`low_rank_encoding` of the dense geometry, or from
     :data:`IMPLICIT_FROM` analysed positions :func:`implicit_encoding`."""
-    if counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
-        corpus_summary(counts, analysis.positions_from).n_eff
-    ):
+    if takes_implicit(counts, analysis.positions_from):
         return implicit_encoding(counts, rank, dim, analysis, seed=seed)
     return low_rank_encoding(analysed_geometry(counts, analysis), rank, dim, seed=seed)
 
@@ -280,10 +288,7 @@ def stress_report(
     """:func:`posdiag.reports.stress.stress_report`, or from :data:`IMPLICIT_FROM` analysed
     positions :func:`implicit_stress_report` (the intervals' options then do nothing: no
     bootstrap at long contexts, docs/geometry.md "Long contexts")."""
-    # Only inputs that long pay for the summary here (it is computed again on the dense path).
-    if counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
-        corpus_summary(counts, analysis.positions_from).n_eff
-    ):
+    if takes_implicit(counts, analysis.positions_from):
         return implicit_stress_report(counts, encodings, analysis, dim=dim)
     return dense.stress_report(
         counts, encodings, analysis, dim=dim, progress=progress, details=details

@@ -6,6 +6,7 @@ sample enumerates every pair, so its figures must equal the dense report's to ro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -18,7 +19,7 @@ from scipy.spatial.distance import pdist
 
 from posdiag.counts.core import Counts, save_counts
 from posdiag.errors import PosdiagError
-from posdiag.reports import longctx, stress
+from posdiag.reports import gate, longctx, stress
 from posdiag.reports.analysis import analysed_geometry
 from posdiag.reports.export import low_rank_encoding, write_encoding
 from posdiag.reports.options import Analysis
@@ -169,3 +170,69 @@ def test_cli_build_encoding_says_the_stress_is_sampled(
                 "--dim", "8", "--min-count", "1"])  # fmt: skip
     assert text.exit_code == 0, text.stderr
     assert "+/- 0.0000 (the spectrum's tail at rank 4; the long-n rule" in text.stdout
+
+
+def test_check_facts_by_the_implicit_path_match_dense_and_stress(counts: Counts) -> None:
+    """check's implicit facts: max-stress figures are implicit stress's (mds-r: the in-sample
+    tail), rank rules equal the dense full spectrum's, including those the top pairs do not
+    settle (0.25: the Lanczos grown past 32 pairs, which also finds the floor that puts 0.1
+    out of reach)."""
+    options = Analysis(min_count=1)
+    cfg = gate.build_config(
+        encodings=["sinusoidal", "rope:base=500000", "mds-3"],
+        max_stress=[0.84],
+        max_rank_for_stress=["0.3:40", "0.5:2", "0.1:8", "0.25:60"],
+        min_positional_info=1.0,
+    )
+    dense = gate.evaluate(cfg, gate.measure(counts, cfg, options))
+    facts = gate.implicit_facts(counts, cfg, options, {})
+    ours = gate.evaluate(cfg, facts)
+    table = {e.label: e for e in stress.stress_report(counts, analysis=options).encodings}
+    assert [r.id for r in ours.results] == [r.id for r in dense.results]
+    for d, r in zip(dense.results, ours.results, strict=True):
+        assert r.passed == d.passed, r.id
+        if r.rule == "max-stress":
+            # The same story as `stress` at long n, to the bit.
+            (row,) = longctx.implicit_stress_report(counts, [r.target], options).encodings
+            assert r.figure == row.stress
+            want = table["mds-3"].in_sample if r.target == "mds-3" else d.figure
+            assert r.figure == pytest.approx(want, abs=1e-9), r.id
+            assert r.note == "standard error 0.0000 (sampled ||B_H||, long context)"
+        else:
+            assert r.figure == pytest.approx(d.figure, abs=1e-9) and r.note == d.note, r.id
+    assert [r.figure for r in ours.results if r.rule == "max-rank-for-stress"] == [
+        17,
+        31,
+        40,
+        math.inf,
+    ]
+    # Without the 0.25 rule the top 32 pairs settle 0.1:8 (more than 8 needed: it fails either
+    # way), read as the dense path reads a partial spectrum: "more than 32", no floor.
+    short = dataclasses.replace(cfg, max_rank_for_stress={0.1: 8})
+    (settled,) = [
+        r
+        for r in gate.evaluate(short, gate.implicit_facts(counts, short, options, {})).results
+        if r.rule == "max-rank-for-stress"
+    ]
+    assert (settled.figure, settled.passed) == (33, False)
+    assert settled.note.endswith("more than 32 (only the top 32 eigenvalues were computed)")
+    assert facts.floor == pytest.approx(0.2279908, abs=1e-7) and len(facts.eigenvalues) > 31
+    long = longctx.implicit_stress_report(counts, ["sinusoidal"], options)
+    assert ours.warnings == long.warnings
+    strict = gate.evaluate(dataclasses.replace(cfg, strict=True), facts)
+    assert strict.results[0].note == (
+        "strict: no confidence interval was available; judged on the stress (standard error "
+        "0.0000 (sampled ||B_H||, long context))"
+    )
+
+
+def test_cli_check_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+    path = save_counts(counts, tmp_path / "c.npz")
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+    res = cli(["check", str(path), "--no-config", "-e", "sinusoidal", "--max-stress", "0.9",
+               "--max-rank-for-stress", "0.3:40", "--min-count", "1", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [r["figure"] for r in doc["rules"]] == [pytest.approx(0.8284434, abs=1e-7), 31]
+    assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
+    assert "implicit geometry" in res.stderr
