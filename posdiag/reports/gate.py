@@ -383,11 +383,6 @@ def measure(
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total, warnings=geo.warnings)
 
 
-def _mds_rank(key: str) -> int:
-    name, params = parse_encoding(key)
-    return int(params["rank"]) if name == "mds" else 0
-
-
 def implicit_facts(
     counts: Counts, config: GateConfig, analysis: Analysis, scores: Mapping[str, Any]
 ) -> GateFacts:
@@ -396,8 +391,8 @@ def implicit_facts(
     interval), the rank rules read the top eigenpairs' tail, grown (one more implicit pass)
     when a rule is not settled by them, as :func:`_partial_facts` grows a partial spectrum."""
     given = {_encoding_key(k): v for k, v in scores.items()}
-    need = max((_mds_rank(k) for k in config.max_stress), default=0)
-    summary, geom = implicit_analysis(counts, analysis, rank=need)
+    # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
+    summary, geom = implicit_analysis(counts, analysis)
     fresh = [k for k in config.max_stress if k not in given]
     scored = dict(zip(fresh, (implicit_scores(geom, [k])[0] for k in fresh), strict=True))
     by_key = {k: given[k] if k in given else scored[k][0] for k in config.max_stress}
@@ -413,7 +408,7 @@ def implicit_facts(
     floor = None
     if not settled:
         cap = max(config.max_rank_for_stress.values()) + 1
-        _, grown = implicit_analysis(counts, analysis, rank=max(cap, need))
+        _, grown = implicit_analysis(counts, analysis, rank=cap)
         # The tail from the headline's ||B_H|| estimate: ranks 1..k read as in `stress`.
         spec = replace(grown.spectrum, total=geom.total)
         by_rank, floor = spec.stress_by_rank(), spec.floor()

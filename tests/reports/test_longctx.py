@@ -84,6 +84,10 @@ def test_cli_stress_json_says_what_is_sampled(
 def test_mds_rank_beyond_computed_is_refused(counts: Counts) -> None:
     with pytest.raises(Exception, match=r"^encoding 'mds-60': at n_eff = 90 the implicit path"):
         longctx.implicit_stress_report(counts, ["mds-60"], Analysis(min_count=1))
+    # check accepts the encodings stress scores, no more (one story).
+    cfg = gate.build_config(encodings=["mds-60"], max_stress=[0.5])
+    with pytest.raises(Exception, match=r"^encoding 'mds-60': at n_eff = 90 the implicit path"):
+        gate.implicit_facts(counts, cfg, Analysis(min_count=1), {})
 
 
 @pytest.mark.parametrize("rank", [5, 20])
