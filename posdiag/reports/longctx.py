@@ -1,17 +1,21 @@
-"""``posdiag stress`` at modern context lengths: the report from the implicit geometry (issue 35).
+"""``stress``, ``check`` and ``build-encoding`` at modern context lengths: the implicit geometry
+(issue 35).
 
 From :data:`IMPLICIT_FROM` analysed positions the dense path no longer fits this class of machine
 (at 16,384 positions it peaks at 8.5 GB; at 32,768 its ``n x n`` float64 arrays alone would be
-~34 GB), so :func:`stress_report` hands the corpus to
-:func:`implicit_stress_report`: the same estimator (cross-fit by shards or thinning, or the
-plug-in), computed by :mod:`posdiag.geometry.implicit` without an ``n x n`` array. What differs
-there (docs/geometry.md, "Long contexts: the implicit path"):
+~34 GB), so :func:`stress_report` hands the corpus to :func:`implicit_stress_report`,
+:func:`build_encoding` to :func:`implicit_encoding`, and ``check``
+(:func:`posdiag.reports.gate.measure`) takes :func:`implicit_scores`; all read one
+:func:`implicit_analysis` (:func:`takes_implicit` decides): the same estimator (cross-fit by
+shards or thinning, or the plug-in), computed by :mod:`posdiag.geometry.implicit` without an
+``n x n`` array. What differs there (docs/geometry.md, "Long contexts: the implicit path"):
 
 - ``||B_H||_F^2`` (every stress's denominator) and a table encoding's residual share are
   estimated from a seeded pair sample: every such figure carries a standard error, and one line
   (:attr:`StressReport.warnings`, so on screen and in the JSON) names them and the largest;
-- ``mds-r`` is the in-sample eigenvalue tail (the long-n rule: no held-out split), and no
-  bootstrap intervals, Kruskal, Spearman or plug-in column are computed.
+- ``mds-r`` (and ``build-encoding``'s stress) is the in-sample eigenvalue tail (the long-n rule:
+  no held-out split), and no bootstrap intervals, Kruskal, Spearman or plug-in column are
+  computed.
 """
 
 from __future__ import annotations
