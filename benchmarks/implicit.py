@@ -206,6 +206,49 @@ def child_dense(path: Path) -> dict[str, object]:
     }
 
 
+def child_encoding(path: Path, rank: int) -> dict[str, object]:
+    """``posdiag build-encoding --rank r`` on the implicit path (its library call), the file
+    written and read back: its distances against ``U_r sqrt(L_r)`` of the Lanczos pairs it came
+    from (``A``, and ``A^T A`` against the metadata's eigenvalues), ``B`` orthonormal."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    from posdiag.counts.core import Counts
+    from posdiag.reports import longctx
+    from posdiag.reports.export import write_encoding
+    from posdiag.reports.options import Analysis
+
+    counts = Counts(sp.load_npz(path).tocsr(), {"source": path.name})
+    t0 = time.perf_counter()
+    enc = longctx.implicit_encoding(counts, rank, 768, Analysis(min_count=1))
+    out = path.with_suffix(".safetensors")
+    write_encoding(enc, out, force=True)
+    elapsed = time.perf_counter() - t0
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    rss = _peak_gb()  # before the checks below (20,000 pairs of n x d rows)
+    t = load_file(str(out))
+    with safe_open(str(out), framework="np") as fh:
+        meta = fh.metadata()
+    out.unlink()
+    a, b, p = (np.asarray(t[k], dtype=np.float64) for k in ("A", "B", "encoding"))
+    lam = np.array(json.loads(meta["eigenvalues"])[:rank])
+    rng = np.random.default_rng(0)
+    i, j = rng.integers(0, a.shape[0], (2, 20_000))
+    dp = np.linalg.norm(p[i] - p[j], axis=1)
+    dx = np.linalg.norm(enc.A[i] - enc.A[j], axis=1)  # float64 U_r sqrt(L_r)
+    return {
+        "time": elapsed,
+        "cpu": use.ru_utime + use.ru_stime,
+        "rss": rss,
+        "stress": enc.stress,
+        "se": enc.stress_se,
+        "distance_err": float(np.max(np.abs(dp - dx)) / float(np.mean(dx))),
+        "gram_err": float(np.max(np.abs(a.T @ a - np.diag(lam))) / float(lam[0])),
+        "orthonormal_err": float(np.max(np.abs(b.T @ b - np.eye(rank)))),
+        "bytes": int(sum(v.nbytes for v in t.values())),
+    }
+
+
 def _run(kind: str, path: Path, *args: str) -> dict[str, object]:
     from .longctx import run_child  # here: a child process need not import it
 
@@ -271,6 +314,7 @@ def bench_implicit(
             del m
             gen = time.perf_counter() - t0
             res = _median_run(path, repeat, pairs)
+            built = _run("encoding", path, "8")
             path.unlink()
             if "error" in res:
                 print(f"   n = {n:,}: failed: {res['error']}")
@@ -294,6 +338,17 @@ def bench_implicit(
                 f"{np.round(lam[:4], 5).tolist()} vs population {np.round(true[:4], 5).tolist()}"
             )
             _table(res, None)
+            if "error" in built:
+                print(f"     build-encoding --rank 8: failed: {built['error']}")
+            else:
+                print(
+                    f"     build-encoding --rank 8 (one run): {float(built['time']):.1f} s "  # type: ignore[arg-type]
+                    f"(CPU {float(built['cpu']):.1f} s), peak RSS {float(built['rss']):.2f} GB, "  # type: ignore[arg-type]
+                    f"stress {float(built['stress']):.4f} ± {float(built['se']):.4f}; the file's "  # type: ignore[arg-type]
+                    f"distances vs U_r sqrt(L_r) {float(built['distance_err']):.1e} of the mean, "  # type: ignore[arg-type]
+                    f"A^T A vs diag(L) {float(built['gram_err']):.1e}, B^T B vs I "  # type: ignore[arg-type]
+                    f"{float(built['orthonormal_err']):.1e}"  # type: ignore[arg-type]
+                )
         if len(rows) >= 2:
             x = np.log([n for n, _ in rows])
             for key, label in (("time", "time"), ("rss", "peak RSS")):
@@ -340,6 +395,8 @@ if __name__ == "__main__":
     kind = sys.argv[1]
     if kind == "implicit":
         print(json.dumps(child_implicit(Path(sys.argv[2]), int(sys.argv[3]))))
+    elif kind == "encoding":
+        print(json.dumps(child_encoding(Path(sys.argv[2]), int(sys.argv[3]))))
     elif kind == "dense":
         print(json.dumps(child_dense(Path(sys.argv[2]))))
     elif kind == "generate":

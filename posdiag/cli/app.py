@@ -192,8 +192,8 @@ def build_encoding(
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
     from .._util.atomic import check_output
     from ..render.stress import encoding_json, print_encoding
-    from ..reports.analysis import analysed_geometry
-    from ..reports.export import FILE_SUFFIXES, low_rank_encoding, write_encoding
+    from ..reports.export import FILE_SUFFIXES, write_encoding
+    from ..reports.longctx import build_encoding as encoding_of  # dense, or implicit at long n
 
     if output.suffix not in FILE_SUFFIXES:
         raise PosdiagError(
@@ -204,8 +204,9 @@ def build_encoding(
         check_output(output.with_suffix(".json"), force)
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
     analysis = analysis_options(min_count, estimator, seed)
-    geo = analyse(corpus, reading, quiet, seed, lambda c, _: analysed_geometry(c, analysis))
-    enc = low_rank_encoding(geo, rank, dim, seed=seed)
+    enc = analyse(
+        corpus, reading, quiet, seed, lambda c, _: encoding_of(c, rank, dim, analysis, seed=seed)
+    )
     files = [str(p) for p in write_encoding(enc, output, force=force)]
     emit(as_json, lambda: encoding_json(enc, files), lambda out: print_encoding(enc, files, out))
 

@@ -34,6 +34,7 @@ __all__ = [
     "gram_from_distances",
     "gram_from_vectors",
     "hellinger_distances",
+    "mds_coordinates",
     "mds_from_gram",
     "pairwise_distances",
     "parameter_saving",
@@ -229,7 +230,14 @@ class MDS:
             from .spectral import top_vectors
 
             vectors = _fix_signs(top_vectors(self.gram, rank))
-        return vectors[:, :rank] * np.sqrt(lam)[None, :]
+        return mds_coordinates(lam, vectors, rank)
+
+
+def mds_coordinates(eigenvalues: np.ndarray, vectors: np.ndarray, rank: int) -> np.ndarray:
+    """``X_r = U_r diag(sqrt(max(l_k, 0)))`` of the top ``rank`` eigenpairs (``eigenvalues``
+    descending, ``vectors`` (n, >= rank) their unit columns); shape (n, rank)."""
+    lam = np.clip(np.asarray(eigenvalues)[:rank], 0.0, None)
+    return vectors[:, :rank] * np.sqrt(lam)[None, :]
 
 
 def _fix_signs(u: np.ndarray) -> np.ndarray:

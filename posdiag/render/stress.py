@@ -197,6 +197,8 @@ def encoding_json(enc: LowRankEncoding, files: list[str]) -> dict[str, Any]:
             # As in stress's rows: the held-out figure where one exists, and the in-sample one.
             "stress": enc.stress if math.isnan(enc.heldout) else enc.heldout,
             "in_sample": enc.stress,
+            # Long contexts: the in-sample stress's standard error (||B_H|| sampled).
+            **({} if math.isnan(enc.stress_se) else {"stress_se": enc.stress_se}),
             "n_params": enc.n_params,
             "dense_params": enc.dense_params,
             "saving": 1.0 - enc.n_params / enc.dense_params,
@@ -209,15 +211,22 @@ def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> 
     saving = 1.0 - enc.n_params / enc.dense_params
     console.print(
         f"wrote {', '.join(files)}: rank {enc.rank} MDS encoding of {enc.n} positions, "
-        f"d={enc.dim}, {mds_stress_text(enc.rank, enc.heldout, enc.stress)}; parameters "
+        f"d={enc.dim}, {mds_stress_text(enc.rank, enc.heldout, enc.stress, enc.stress_se)}; "
+        "parameters "
         f"r(n+d) = {enc.n_params:,} vs n*d = {enc.dense_params:,} ({saving_phrase(saving, 1)})"
     )
 
 
-def mds_stress_text(rank: int, heldout: float, in_sample: float) -> str:
+def mds_stress_text(rank: int, heldout: float, in_sample: float, se: float = float("nan")) -> str:
     """``mds-r``'s stress as the stress table shows it (held-out) beside its in-sample figure,
-    each named: the two differ (0.3001 vs 0.1988 at rank 3 on the bundled corpus)."""
+    each named: the two differ (0.3001 vs 0.1988 at rank 3 on the bundled corpus). ``se``: the
+    in-sample figure's standard error at long contexts (the long-n rule, no held-out figure)."""
     inside = f"in-sample stress {in_sample:.4f} (the spectrum's tail at rank {rank})"
+    if not math.isnan(se):
+        inside = (
+            f"in-sample stress {in_sample:.4f} +/- {se:.4f} (the spectrum's tail at rank {rank}; "
+            "the long-n rule: no held-out split)"
+        )
     if math.isnan(heldout):
         return inside
     return f"held-out stress {heldout:.4f} (the stress table's mds-{rank}), {inside}"

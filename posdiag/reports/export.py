@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,16 @@ from .._util.atomic import atomic_outputs
 from .._util.memory import require
 from .._util.validate import check_int
 from ..errors import PosdiagError
-from .analysis import CorpusGeometry
+from .analysis import CorpusGeometry, CorpusSummary
 
-__all__ = ["LowRankEncoding", "low_rank_encoding", "write_encoding", "FILE_SUFFIXES"]
+__all__ = [
+    "FILE_SUFFIXES",
+    "LowRankEncoding",
+    "check_dims",
+    "eigenpair_encoding",
+    "low_rank_encoding",
+    "write_encoding",
+]
 
 FILE_SUFFIXES = (".safetensors", ".npy")
 # How many leading eigenvalues the file's metadata records.
@@ -46,6 +54,12 @@ class LowRankEncoding:
         Held-out stress (fitted on one half of the data, scored on the other: the ``mds-r`` row
         of the stress table, docs/geometry.md); NaN for the plug-in, whose table shows the
         in-sample figure.
+    stress_se : float
+        Standard error of ``stress`` when its denominator ``||B_H||_F^2`` was sampled (the
+        implicit path at long contexts, docs/geometry.md "Long contexts"); NaN when exact.
+    warnings : tuple of str
+        The geometry's warnings, and at long contexts the line saying what was approximated
+        (printed to stderr as ``stress`` prints them).
     """
 
     A: np.ndarray
@@ -53,6 +67,8 @@ class LowRankEncoding:
     stress: float
     meta: Mapping[str, Any] = field(default_factory=dict)
     heldout: float = float("nan")
+    stress_se: float = float("nan")
+    warnings: tuple[str, ...] = ()
 
     @property
     def encoding(self) -> np.ndarray:
@@ -101,15 +117,53 @@ def low_rank_encoding(
     seed : int
         Seed of the orthonormal ``B``; the same seed gives the same file.
     """
-    n_eff = geometry.n_eff
-    rank = check_int("rank", rank, 1, n_eff - 1, hi_label="n_eff-1")
+    rank = check_int("rank", rank, 1, geometry.n_eff - 1, hi_label="n_eff-1")
+    check_dims(geometry.n_eff, rank, dim, seed)
+    stress = float(geometry.mds.stress_by_rank()[rank - 1])
+    heldout = geometry.heldout_stress([rank]).get(rank, float("nan"))
+    return eigenpair_encoding(
+        geometry.summary,
+        geometry.mds.eigenvalues,
+        geometry.mds.coordinates(rank),
+        dim,
+        seed=seed,
+        stress=stress,
+        heldout=heldout,
+        warnings=tuple(geometry.warnings),
+    )
+
+
+def check_dims(n_eff: int, rank: int, dim: int, seed: int) -> tuple[int, int]:
+    """``(dim, seed)`` checked, and the memory an ``n_eff x dim`` encoding of ``rank`` needs."""
     dim = check_int("dim", dim, rank, lo_label="rank")
     seed = check_int("seed", seed, 0)
     # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
     require(f"an encoding of dimension {dim:,} (--dim)", 8 * dim * (4 * rank + 2 * n_eff))
-    stress = float(geometry.mds.stress_by_rank()[rank - 1])
-    heldout = geometry.heldout_stress([rank]).get(rank, float("nan"))
-    s = geometry.summary
+    return dim, seed
+
+
+def eigenpair_encoding(
+    summary: CorpusSummary,
+    eigenvalues: np.ndarray,
+    coordinates: np.ndarray,
+    dim: int,
+    *,
+    seed: int = 0,
+    stress: float,
+    heldout: float = float("nan"),
+    stress_se: float = float("nan"),
+    warnings: tuple[str, ...] = (),
+) -> LowRankEncoding:
+    """``P = A B^T`` with ``A`` the MDS ``coordinates`` (n, r) of the top eigenpairs
+    (:func:`posdiag.geometry.core.mds_coordinates`), from the dense MDS or the implicit path's
+    Lanczos pairs; ``eigenvalues`` (descending, at least the leading ones) go to the metadata.
+
+    ``stress_se``: the standard error of a sampled ``stress`` (the implicit path), written to the
+    metadata when given; ``warnings`` go with the encoding to stderr.
+    """
+    n_eff, rank = coordinates.shape
+    dim, seed = check_dims(n_eff, rank, dim, seed)
+    s = summary
     meta = {
         "corpus": s.source,
         "tokenizer": s.tokenizer,
@@ -122,9 +176,11 @@ def low_rank_encoding(
         "seed": str(seed),
         "stress": repr(stress),
         "stress_heldout": repr(heldout),
-        "eigenvalues": json.dumps([float(x) for x in geometry.mds.eigenvalues[:N_LEADING]]),
+        "eigenvalues": json.dumps([float(x) for x in eigenvalues[:N_LEADING]]),
         "posdiag_version": __version__,
     }
+    if not math.isnan(stress_se):
+        meta["stress_se"] = repr(stress_se)
     if s.units is not None:
         # Which sampling units the geometry was estimated with (docs/geometry.md 2b).
         meta["group_prefix"] = str(s.units.prefix)
@@ -132,12 +188,12 @@ def low_rank_encoding(
         if s.units.group_by is not None:
             meta["group_by"] = s.units.group_by
     return LowRankEncoding(
-        geometry.mds.coordinates(rank), _orthonormal(dim, rank, seed), stress, meta, heldout
+        coordinates, _orthonormal(dim, rank, seed), stress, meta, heldout, stress_se, warnings
     )
 
 
 # Metadata keys whose string (safetensors metadata holds strings only) is a JSON number or list.
-TYPED_META = ("max_len", "min_count", "n", "r", "d", "seed", "stress", "eigenvalues")
+TYPED_META = ("max_len", "min_count", "n", "r", "d", "seed", "stress", "stress_se", "eigenvalues")
 
 
 def typed_meta(meta: Mapping[str, str]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ..uncertainty.bootstrap import why_no_intervals
 from .analysis import CorpusSummary, Progress, analysed_geometry, corpus_summary, spectrum
 from .config import CONFIG_FILES, find_config, read_toml
 from .intervals import interval_scores
+from .longctx import implicit_analysis, implicit_scores, sampled_line, takes_implicit
 from .options import Analysis
 from .scores import score_encodings
 
@@ -53,6 +54,7 @@ __all__ = [
     "build_config",
     "evaluate",
     "find_config",
+    "implicit_facts",
     "load_config",
     "measure",
     "run_gate",
@@ -305,6 +307,11 @@ class GateFacts:
         when ``eigenvalues`` is the whole spectrum.
     floor : float or None
         The stress floor of a partial spectrum when known (every positive eigenvalue computed).
+    warnings : tuple of str
+        The geometry's warnings (at long contexts the line naming what is sampled).
+    stress_se : mapping of str to float
+        Long contexts: the standard error of each encoding's stress scored here (its
+        ``||B_H||_F^2`` sampled); empty on the dense path.
     """
 
     corpus: CorpusSummary
@@ -313,8 +320,8 @@ class GateFacts:
     positional_info: float
     stress_by_rank: tuple[float, ...] = ()
     floor: float | None = None
-    # The geometry's warnings (padding, two positions, thinning), as stress prints them.
     warnings: tuple[str, ...] = ()
+    stress_se: Mapping[str, float] = field(default_factory=dict)
 
 
 def measure(
@@ -345,6 +352,8 @@ def measure(
         n = summary.n_eff
         total = positional_information(counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
+    if takes_implicit(counts, min_count):
+        return implicit_facts(counts, config, analysis, scores or {})
     # plain=False: no verdict and no output uses the plug-in figure.
     geo = analysed_geometry(counts, analysis, plain=False)
     given = {_encoding_key(k): v for k, v in (scores or {}).items()}
@@ -372,6 +381,47 @@ def measure(
         partial = _partial_facts(geo.summary, by_key, geo.mds, config, total)
         return replace(partial, warnings=geo.warnings)
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total, warnings=geo.warnings)
+
+
+def implicit_facts(
+    counts: Counts, config: GateConfig, analysis: Analysis, scores: Mapping[str, Any]
+) -> GateFacts:
+    """Facts at long contexts (docs/geometry.md, "Long contexts: the implicit path"): the
+    max-stress figures are ``stress``'s implicit ones (each with its standard error, no
+    interval), the rank rules read the top eigenpairs' tail, grown (one more implicit pass)
+    when a rule is not settled by them, as :func:`_partial_facts` grows a partial spectrum."""
+    given = {_encoding_key(k): v for k, v in scores.items()}
+    # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
+    summary, geom = implicit_analysis(counts, analysis)
+    fresh = [k for k in config.max_stress if k not in given]
+    scored = dict(zip(fresh, (implicit_scores(geom, [k])[0] for k in fresh), strict=True))
+    by_key = {k: given[k] if k in given else scored[k][0] for k in config.max_stress}
+    largest = max((se for _, se in scored.values()), default=0.0)
+    bits, _ = positional_information(counts.matrix[: geom.n])
+    spec = geom.spectrum
+    by_rank = spec.stress_by_rank()
+    k = int(spec.eigenvalues.size)
+    settled = all(
+        bool(np.any(by_rank[:k] <= eps)) or k > rank
+        for eps, rank in config.max_rank_for_stress.items()
+    )
+    floor = None
+    if not settled:
+        cap = max(config.max_rank_for_stress.values()) + 1
+        _, grown = implicit_analysis(counts, analysis, rank=cap)
+        # The tail from the headline's ||B_H|| estimate: ranks 1..k read as in `stress`.
+        spec = replace(grown.spectrum, total=geom.total)
+        by_rank, floor = spec.stress_by_rank(), spec.floor()
+    return GateFacts(
+        summary,
+        by_key,
+        tuple(float(x) for x in spec.eigenvalues),
+        bits,
+        tuple(float(x) for x in by_rank),
+        floor,
+        (sampled_line(geom, largest),),
+        {k: se for k, (_, se) in scored.items()},
+    )
 
 
 def _partial_facts(
@@ -477,10 +527,14 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         ci_low = float(getattr(s, "ci_low", float("nan")))
         figure, measure_name = float(s.stress), "stress"
         interval = "" if math.isnan(ci_high) else f"interval [{ci_low:.4f}, {ci_high:.4f}]"
+        if key in facts.stress_se:
+            interval = f"standard error {facts.stress_se[key]:.4f} (sampled ||B_H||, long context)"
         note = interval
         if config.strict:
             if math.isnan(ci_high):
                 note = "strict: no confidence interval was available; judged on the stress"
+                if key in facts.stress_se:
+                    note += f" ({interval})"
             else:
                 figure, measure_name = ci_high, "stress upper bound"
                 note = f"strict; stress {s.stress:.4f}, {interval}"

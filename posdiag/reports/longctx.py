@@ -1,48 +1,63 @@
-"""``posdiag stress`` at modern context lengths: the report from the implicit geometry (issue 35).
+"""``stress``, ``check`` and ``build-encoding`` at modern context lengths: the implicit geometry
+(issue 35).
 
 From :data:`IMPLICIT_FROM` analysed positions the dense path no longer fits this class of machine
 (at 16,384 positions it peaks at 8.5 GB; at 32,768 its ``n x n`` float64 arrays alone would be
-~34 GB), so :func:`stress_report` hands the corpus to
-:func:`implicit_stress_report`: the same estimator (cross-fit by shards or thinning, or the
-plug-in), computed by :mod:`posdiag.geometry.implicit` without an ``n x n`` array. What differs
-there (docs/geometry.md, "Long contexts: the implicit path"):
+~34 GB), so :func:`stress_report` hands the corpus to :func:`implicit_stress_report`,
+:func:`build_encoding` to :func:`implicit_encoding`, and ``check``
+(:func:`posdiag.reports.gate.measure`) takes :func:`implicit_scores`; all read one
+:func:`implicit_analysis` (:func:`takes_implicit` decides): the same estimator (cross-fit by
+shards or thinning, or the plug-in), computed by :mod:`posdiag.geometry.implicit` without an
+``n x n`` array. What differs there (docs/geometry.md, "Long contexts: the implicit path"):
 
 - ``||B_H||_F^2`` (every stress's denominator) and a table encoding's residual share are
   estimated from a seeded pair sample: every such figure carries a standard error, and one line
   (:attr:`StressReport.warnings`, so on screen and in the JSON) names them and the largest;
-- ``mds-r`` is the in-sample eigenvalue tail (the long-n rule: no held-out split), and no
-  bootstrap intervals, Kruskal, Spearman or plug-in column are computed.
+- ``mds-r`` (and ``build-encoding``'s stress) is the in-sample eigenvalue tail (the long-n rule:
+  no held-out split), and no bootstrap intervals, Kruskal, Spearman or plug-in column are
+  computed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, make_encoding
 from ..geometry import implicit
+from ..geometry.core import _fix_signs, mds_coordinates
 from ..geometry.estimator import shard_halves
 from . import stress as dense
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
     DEFAULT_ANALYSIS,
     EFFECTIVE_RANK_TOLERANCES,
+    CorpusSummary,
     Progress,
     Spectrum,
+    analysed_geometry,
     corpus_summary,
 )
+from .export import LowRankEncoding, check_dims, eigenpair_encoding, low_rank_encoding
 from .options import Analysis
 from .scores import EncodingRequest, EncodingScore, _resolve
 from .stress import StressReport
 
 __all__ = [
     "IMPLICIT_FROM",
+    "build_encoding",
+    "encoding_line",
+    "implicit_encoding",
+    "implicit_analysis",
+    "implicit_scores",
     "implicit_stress_report",
     "sampled_line",
     "stress_report",
+    "takes_implicit",
     "uses_implicit",
 ]
 
@@ -54,6 +69,15 @@ IMPLICIT_FROM = 16_385
 def uses_implicit(n_eff: int) -> bool:
     """Whether a report of ``n_eff`` positions runs the implicit path."""
     return n_eff >= IMPLICIT_FROM
+
+
+def takes_implicit(counts: Counts, min_count: int) -> bool:
+    """Whether ``stress``, ``check`` and ``build-encoding`` analyse ``counts`` by the implicit
+    path (:func:`uses_implicit` of its analysed positions at ``min_count``)."""
+    # Only inputs that long pay for the summary here (it is computed again on the dense path).
+    return counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
+        corpus_summary(counts, min_count).n_eff
+    )
 
 
 def _halves(
@@ -86,18 +110,14 @@ def sampled_line(geom: implicit.ImplicitGeometry, largest: float) -> str:
     )
 
 
-def implicit_stress_report(
-    counts: Counts,
-    encodings: Sequence[EncodingRequest] | None = None,
-    analysis: Analysis = DEFAULT_ANALYSIS,
-    *,
-    dim: int | None = None,
-) -> StressReport:
-    """The stress table of ``encodings`` on ``counts`` (a ``Counts``) by the implicit path.
+def implicit_analysis(
+    counts: Counts, analysis: Analysis = DEFAULT_ANALYSIS, *, rank: int = 0
+) -> tuple[CorpusSummary, implicit.ImplicitGeometry]:
+    """The corpus summary and the implicit geometry of ``counts`` (what every command reads at
+    long n: one call, so ``stress``, ``check`` and ``build-encoding`` tell the same story).
 
-    Every score's ``stress`` is the figure of docs/geometry.md section 4 on the same estimate the
-    dense path computes, within its standard error (listed in the warning line); ``raw``,
-    ``kruskal``, ``spearman``, ``plain`` and the intervals are NaN.
+    ``rank``: eigenpairs needed beyond the default (``build-encoding --rank``, ``mds-r``); up to
+    16 the Lanczos and the pair sample are those of ``stress``.
     """
     from ..errors import PosdiagError
 
@@ -112,10 +132,32 @@ def implicit_stress_report(
             f"at every analysed position; position {i} has {int(tokens[i])}"
         )
     bc, _ = _halves(counts, n, estimator, analysis.splits, seed)
-    geom = implicit.implicit_geometry(bc, tolerances=EFFECTIVE_RANK_TOLERANCES, seed=seed)
-    del bc
-    scores: list[EncodingScore] = []
-    largest = 0.0
+    geom = implicit.implicit_geometry(
+        bc,
+        tolerances=EFFECTIVE_RANK_TOLERANCES,
+        min_rank=max(16, rank),
+        max_rank=max(rank, implicit.IMPLICIT_MAX_RANK),
+        seed=seed,
+    )
+    # The dense path's eigenvector signs (largest entry positive): the same file either way.
+    spec = replace(geom.spectrum, vectors=_fix_signs(geom.spectrum.vectors))
+    return summary, replace(geom, spectrum=spec)
+
+
+def implicit_scores(
+    geom: implicit.ImplicitGeometry,
+    encodings: Sequence[EncodingRequest] | None,
+    dim: int | None = None,
+) -> list[tuple[EncodingScore, float]]:
+    """Every encoding's score on ``geom`` with its standard error, in the order asked.
+
+    ``stress`` is the figure of docs/geometry.md section 4 within the standard error; ``raw``,
+    ``kruskal``, ``spearman`` and the intervals are NaN; ``mds-r`` is the in-sample tail.
+    """
+    from ..errors import PosdiagError
+
+    n = geom.n
+    out: list[tuple[EncodingScore, float]] = []
     for name, params, preset in _resolve(encodings, n, dim):
         if name == "mds":
             rank = int(params["rank"])
@@ -141,14 +183,32 @@ def implicit_stress_report(
                     f"n_eff = {n:,} only those are scored (no n x n matrix)"
                 )
             label, kept, n_params, in_sample = enc.name, dict(enc.params), enc.n_params, math.nan
-        largest = max(largest, s.se)
         nan = math.nan
-        scores.append(
-            EncodingScore(
-                label, kept, s.stress, nan, nan, nan, n_params, in_sample=in_sample, preset=preset
-            )
+        score = EncodingScore(
+            label, kept, s.stress, nan, nan, nan, n_params, in_sample=in_sample, preset=preset
         )
-    scores.sort(key=lambda e: e.stress)
+        out.append((score, s.se))
+    return out
+
+
+def implicit_stress_report(
+    counts: Counts,
+    encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
+    *,
+    dim: int | None = None,
+) -> StressReport:
+    """The stress table of ``encodings`` on ``counts`` (a ``Counts``) by the implicit path.
+
+    Every score's ``stress`` is the figure of docs/geometry.md section 4 on the same estimate the
+    dense path computes, within its standard error (listed in the warning line); ``raw``,
+    ``kruskal``, ``spearman``, ``plain`` and the intervals are NaN.
+    """
+    summary, geom = implicit_analysis(counts, analysis)
+    n = geom.n
+    scored = implicit_scores(geom, encodings, dim)
+    largest = max((se for _, se in scored), default=0.0)
+    scores = sorted((s for s, _ in scored), key=lambda e: e.stress)
     spec = geom.spectrum
     lam = spec.eigenvalues
     by_rank = spec.stress_by_rank()
@@ -167,10 +227,57 @@ def implicit_stress_report(
             f"only the top {lam.size} eigenvalues were computed at n_eff = {n:,} (implicit path: "
             "docs/geometry.md, 'Long contexts')"
         ),
-        estimator=estimator,
+        estimator=analysis.estimator,
         computed=int(lam.size),
     )
     return StressReport(summary, spectrum, tuple(scores), (sampled_line(geom, largest),))
+
+
+def encoding_line(geom: implicit.ImplicitGeometry, rank: int, se: float) -> str:
+    """``build-encoding``'s line at long contexts: what its eigenpairs and stress come from."""
+    return (
+        f"long context (n_eff = {geom.n:,}): implicit geometry, no n x n matrix; the top "
+        f"{geom.spectrum.eigenvalues.size} eigenpairs by Lanczos; the stress is the in-sample "
+        f"tail at rank {rank} (the long-n rule: no held-out split), ||B_H|| sampled from "
+        f"{geom.pairs.rows.size:,} position pairs, standard error {se:.4f} (docs/geometry.md, "
+        "'Long contexts')"
+    )
+
+
+def implicit_encoding(
+    counts: Counts, rank: int, dim: int, analysis: Analysis = DEFAULT_ANALYSIS, *, seed: int = 0
+) -> LowRankEncoding:
+    """:func:`posdiag.reports.export.low_rank_encoding` by the implicit path: the coordinates
+    ``U_r sqrt(L_r)`` from its Lanczos eigenpairs, the stress the in-sample tail with its
+    standard error (no held-out split)."""
+    from .._util.validate import check_int
+
+    n = corpus_summary(counts, analysis.positions_from).n_eff
+    rank = check_int("rank", rank, 1, n - 1, hi_label="n_eff-1")
+    check_dims(n, rank, dim, seed)  # bad --dim before the pass over the counts
+    summary, geom = implicit_analysis(counts, analysis, rank=rank)
+    s = implicit.mds_stress(geom, rank)
+    spec = geom.spectrum
+    return eigenpair_encoding(
+        summary,
+        spec.eigenvalues,
+        mds_coordinates(spec.eigenvalues, spec.vectors, rank),
+        dim,
+        seed=seed,
+        stress=s.stress,
+        stress_se=s.se,
+        warnings=(encoding_line(geom, rank, s.se),),
+    )
+
+
+def build_encoding(
+    counts: Counts, rank: int, dim: int, analysis: Analysis = DEFAULT_ANALYSIS, *, seed: int = 0
+) -> LowRankEncoding:
+    """``posdiag build-encoding``: :func:`low_rank_encoding` of the dense geometry, or from
+    :data:`IMPLICIT_FROM` analysed positions :func:`implicit_encoding`."""
+    if takes_implicit(counts, analysis.positions_from):
+        return implicit_encoding(counts, rank, dim, analysis, seed=seed)
+    return low_rank_encoding(analysed_geometry(counts, analysis), rank, dim, seed=seed)
 
 
 def stress_report(
@@ -185,10 +292,7 @@ def stress_report(
     """:func:`posdiag.reports.stress.stress_report`, or from :data:`IMPLICIT_FROM` analysed
     positions :func:`implicit_stress_report` (the intervals' options then do nothing: no
     bootstrap at long contexts, docs/geometry.md "Long contexts")."""
-    # Only inputs that long pay for the summary here (it is computed again on the dense path).
-    if counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
-        corpus_summary(counts, analysis.positions_from).n_eff
-    ):
+    if takes_implicit(counts, analysis.positions_from):
         return implicit_stress_report(counts, encodings, analysis, dim=dim)
     return dense.stress_report(
         counts, encodings, analysis, dim=dim, progress=progress, details=details

@@ -6,15 +6,22 @@ sample enumerates every pair, so its figures must equal the dense report's to ro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from safetensors import safe_open
+from safetensors.numpy import load_file
+from scipy.spatial.distance import pdist
 
 from posdiag.counts.core import Counts, save_counts
-from posdiag.reports import longctx, stress
+from posdiag.errors import PosdiagError
+from posdiag.reports import gate, longctx, stress
+from posdiag.reports.analysis import analysed_geometry
+from posdiag.reports.export import low_rank_encoding, write_encoding
 from posdiag.reports.options import Analysis
 from tests import _data
 
@@ -77,3 +84,159 @@ def test_cli_stress_json_says_what_is_sampled(
 def test_mds_rank_beyond_computed_is_refused(counts: Counts) -> None:
     with pytest.raises(Exception, match=r"^encoding 'mds-60': at n_eff = 90 the implicit path"):
         longctx.implicit_stress_report(counts, ["mds-60"], Analysis(min_count=1))
+    # check accepts the encodings stress scores, no more (one story).
+    cfg = gate.build_config(encodings=["mds-60"], max_stress=[0.5])
+    with pytest.raises(Exception, match=r"^encoding 'mds-60': at n_eff = 90 the implicit path"):
+        gate.implicit_facts(counts, cfg, Analysis(min_count=1), {})
+
+
+@pytest.mark.parametrize("rank", [5, 20])
+def test_implicit_encoding_file_matches_dense_and_lanczos(
+    counts: Counts, tmp_path, rank: int
+) -> None:
+    """build-encoding's implicit path: the file's distances are the dense rank-r encoding's and
+    those of the Lanczos pairs ``U_r sqrt(L_r)``; the stress is the in-sample tail (rank 20:
+    more pairs than stress computes, the Lanczos grown)."""
+    options = Analysis(min_count=1)
+    geo = analysed_geometry(counts, options)
+    want = low_rank_encoding(geo, rank, 32, seed=3)
+    ours = longctx.implicit_encoding(counts, rank, 32, options, seed=3)
+    (path,) = write_encoding(ours, tmp_path / "long.safetensors")
+    t = load_file(str(path))
+    x = geo.mds.coordinates(rank)
+    assert t["encoding"].shape == (N, 32) and t["A"].shape == (N, rank)
+    np.testing.assert_allclose(pdist(t["encoding"]), pdist(x), rtol=0, atol=2e-6)
+    # The same coordinates, column by column (signs fixed as the dense MDS fixes them).
+    np.testing.assert_allclose(ours.A, x, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(ours.B, want.B)
+    _, geom = longctx.implicit_analysis(counts, options, rank=rank)
+    lam, u = geom.spectrum.eigenvalues[:rank], geom.spectrum.vectors[:, :rank]
+    np.testing.assert_allclose(lam, geo.mds.eigenvalues[:rank], rtol=1e-10)
+    np.testing.assert_allclose(
+        pdist(t["encoding"]), pdist(u * np.sqrt(np.clip(lam, 0, None))), rtol=0, atol=2e-6
+    )
+    with safe_open(str(path), framework="np") as fh:
+        meta = fh.metadata()
+    # N = 90: the pair sample enumerates every pair, so the sampled norm is exact (SE 0).
+    tail = float(geo.mds.stress_by_rank()[rank - 1])
+    assert float(meta["stress"]) == pytest.approx(tail, abs=1e-9) == ours.stress
+    assert float(meta["stress_se"]) == ours.stress_se == 0.0
+    assert meta["stress_heldout"] == "nan" and math.isnan(ours.heldout)
+    np.testing.assert_allclose(
+        json.loads(meta["eigenvalues"]), geo.mds.eigenvalues[:10], rtol=1e-10
+    )
+    assert {k: meta[k] for k in ("n", "r", "d", "seed")} == {
+        "n": str(N),
+        "r": str(rank),
+        "d": "32",
+        "seed": "3",
+    }
+    assert ours.warnings == (
+        f"long context (n_eff = {N}): implicit geometry, no n x n matrix; the top "
+        f"{geom.spectrum.eigenvalues.size} eigenpairs by Lanczos; the stress is the in-sample "
+        f"tail at rank {rank} (the long-n rule: no held-out split), ||B_H|| sampled from "
+        f"{N * (N + 1) // 2:,} position pairs, standard error 0.0000 (docs/geometry.md, "
+        "'Long contexts')",
+    )
+
+
+def test_build_encoding_below_threshold_is_the_dense_file(counts: Counts, tmp_path) -> None:
+    options = Analysis(min_count=1)
+    got = longctx.build_encoding(counts, 3, 16, options, seed=1)
+    want = low_rank_encoding(analysed_geometry(counts, options), 3, 16, seed=1)
+    a = write_encoding(got, tmp_path / "a.npy")
+    b = write_encoding(want, tmp_path / "b.npy")
+    assert a[0].read_bytes() == b[0].read_bytes() and a[1].read_text() == b[1].read_text()
+    assert "stress_se" not in json.loads(a[1].read_text())
+
+
+def test_implicit_encoding_refuses_bad_rank_and_dim(counts: Counts) -> None:
+    with pytest.raises(PosdiagError, match=r"^'rank' must be an int in \[1, n_eff-1=89\]; got 90$"):
+        longctx.implicit_encoding(counts, 90, 128, Analysis(min_count=1))
+    with pytest.raises(PosdiagError, match=r"^'dim' must be an int in \[rank=4, inf\]; got 3$"):
+        longctx.implicit_encoding(counts, 4, 3, Analysis(min_count=1))
+
+
+def test_cli_build_encoding_says_the_stress_is_sampled(
+    cli, tmp_path, counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = save_counts(counts, tmp_path / "c.npz")
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+    out = tmp_path / "enc.npy"
+    res = cli(["build-encoding", str(path), "-o", str(out), "--rank", "4", "--dim", "8",
+               "--min-count", "1", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["stress_se"] == 0.0 and doc["stress"] == doc["in_sample"]
+    assert doc["meta"]["stress_se"] == 0.0
+    assert "implicit geometry" in res.stderr and "the long-n rule" in res.stderr
+    text = cli(["build-encoding", str(path), "-o", str(tmp_path / "t.npy"), "--rank", "4",
+                "--dim", "8", "--min-count", "1"])  # fmt: skip
+    assert text.exit_code == 0, text.stderr
+    assert "+/- 0.0000 (the spectrum's tail at rank 4; the long-n rule" in text.stdout
+
+
+def test_check_facts_by_the_implicit_path_match_dense_and_stress(counts: Counts) -> None:
+    """check's implicit facts: max-stress figures are implicit stress's (mds-r: the in-sample
+    tail), rank rules equal the dense full spectrum's, including those the top pairs do not
+    settle (0.25: the Lanczos grown past 32 pairs, which also finds the floor that puts 0.1
+    out of reach)."""
+    options = Analysis(min_count=1)
+    cfg = gate.build_config(
+        encodings=["sinusoidal", "rope:base=500000", "mds-3"],
+        max_stress=[0.84],
+        max_rank_for_stress=["0.3:40", "0.5:2", "0.1:8", "0.25:60"],
+        min_positional_info=1.0,
+    )
+    dense = gate.evaluate(cfg, gate.measure(counts, cfg, options))
+    facts = gate.implicit_facts(counts, cfg, options, {})
+    ours = gate.evaluate(cfg, facts)
+    table = {e.label: e for e in stress.stress_report(counts, analysis=options).encodings}
+    assert [r.id for r in ours.results] == [r.id for r in dense.results]
+    for d, r in zip(dense.results, ours.results, strict=True):
+        assert r.passed == d.passed, r.id
+        if r.rule == "max-stress":
+            # The same story as `stress` at long n, to the bit.
+            (row,) = longctx.implicit_stress_report(counts, [r.target], options).encodings
+            assert r.figure == row.stress
+            want = table["mds-3"].in_sample if r.target == "mds-3" else d.figure
+            assert r.figure == pytest.approx(want, abs=1e-9), r.id
+            assert r.note == "standard error 0.0000 (sampled ||B_H||, long context)"
+        else:
+            assert r.figure == pytest.approx(d.figure, abs=1e-9) and r.note == d.note, r.id
+    assert [r.figure for r in ours.results if r.rule == "max-rank-for-stress"] == [
+        17,
+        31,
+        40,
+        math.inf,
+    ]
+    # Without the 0.25 rule the top 32 pairs settle 0.1:8 (more than 8 needed: it fails either
+    # way), read as the dense path reads a partial spectrum: "more than 32", no floor.
+    short = dataclasses.replace(cfg, max_rank_for_stress={0.1: 8})
+    (settled,) = [
+        r
+        for r in gate.evaluate(short, gate.implicit_facts(counts, short, options, {})).results
+        if r.rule == "max-rank-for-stress"
+    ]
+    assert (settled.figure, settled.passed) == (33, False)
+    assert settled.note.endswith("more than 32 (only the top 32 eigenvalues were computed)")
+    assert facts.floor == pytest.approx(0.2279908, abs=1e-7) and len(facts.eigenvalues) > 31
+    long = longctx.implicit_stress_report(counts, ["sinusoidal"], options)
+    assert ours.warnings == long.warnings
+    strict = gate.evaluate(dataclasses.replace(cfg, strict=True), facts)
+    assert strict.results[0].note == (
+        "strict: no confidence interval was available; judged on the stress (standard error "
+        "0.0000 (sampled ||B_H||, long context))"
+    )
+
+
+def test_cli_check_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+    path = save_counts(counts, tmp_path / "c.npz")
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+    res = cli(["check", str(path), "--no-config", "-e", "sinusoidal", "--max-stress", "0.9",
+               "--max-rank-for-stress", "0.3:40", "--min-count", "1", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [r["figure"] for r in doc["rules"]] == [pytest.approx(0.8284434, abs=1e-7), 31]
+    assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
+    assert "implicit geometry" in res.stderr
