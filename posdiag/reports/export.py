@@ -134,7 +134,8 @@ def low_rank_encoding(
 
 
 def check_dims(n_eff: int, rank: int, dim: int, seed: int) -> tuple[int, int]:
-    """``(dim, seed)`` checked, and the memory an ``n_eff x dim`` encoding of ``rank`` needs."""
+    """``(dim, seed)`` checked, and the memory an ``n_eff x dim`` encoding of ``rank`` needs
+    refused when it cannot fit (before the held-out figure is computed)."""
     dim = check_int("dim", dim, rank, lo_label="rank")
     seed = check_int("seed", seed, 0)
     # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
