@@ -547,6 +547,16 @@ def top_vectors(b: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     return top_pairs(b, k, seed=seed).vectors
 
 
+def _settled(spec: PartialSpectrum, tolerances: Sequence[float]) -> bool:
+    """Whether every tolerance's effective rank is reached by the computed pairs, or shown
+    unreachable (the floor of the computed tail is above it)."""
+    floor = spec.floor()
+    return all(
+        spec.effective_rank(eps) is not None or (floor is not None and floor > eps)
+        for eps in tolerances
+    )
+
+
 def partial_spectrum(
     b: np.ndarray,
     tolerances: Sequence[float] = (),
@@ -599,15 +609,8 @@ def partial_spectrum(
     cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
 
     def finished(spec: PartialSpectrum) -> bool:
-        floor = spec.floor()
-        missing = [
-            eps
-            for eps in tolerances
-            if spec.effective_rank(eps) is None and (floor is None or floor <= eps)
-        ]
-        low = float(spec.eigenvalues[-1])
-        short = until_below is not None and low >= until_below
-        return (not missing and not short) or spec.exhausted
+        short = until_below is not None and float(spec.eigenvalues[-1]) >= until_below
+        return (_settled(spec, tolerances) and not short) or spec.exhausted
 
     return _solve(b, k, cap, tol, finished, total=total, start=start, seed=seed)
 
@@ -672,12 +675,6 @@ def operator_spectrum(
     cap = min(n - 1, max(DEFAULT_MAX_RANK if max_rank is None else max_rank, min_rank))
 
     def finished(spec: PartialSpectrum) -> bool:
-        floor = spec.floor()
-        missing = [
-            eps
-            for eps in tolerances
-            if spec.effective_rank(eps) is None and (floor is None or floor <= eps)
-        ]
-        return not missing or spec.exhausted
+        return _settled(spec, tolerances) or spec.exhausted
 
     return _solve(op, k, cap, tol, finished, total=total, seed=seed)  # type: ignore[arg-type]
