@@ -401,10 +401,7 @@ def implicit_facts(
     spec = geom.spectrum
     by_rank = spec.stress_by_rank()
     k = int(spec.eigenvalues.size)
-    settled = all(
-        bool(np.any(by_rank[:k] <= eps)) or k > rank
-        for eps, rank in config.max_rank_for_stress.items()
-    )
+    settled = _rank_rules_settled(by_rank, k, config)
     floor = None
     if not settled:
         cap = max(config.max_rank_for_stress.values()) + 1
@@ -424,6 +421,16 @@ def implicit_facts(
     )
 
 
+def _rank_rules_settled(by_rank: np.ndarray, k: int, config: GateConfig) -> bool:
+    """Whether the top ``k`` pairs settle every max-rank-for-stress rule: its tolerance is
+    reached within them, or they already pass its rank (not reached by rank + 1: the rule fails
+    either way). ``by_rank`` (>= k,): the stress by rank of a partial spectrum."""
+    return all(
+        bool(np.any(by_rank[:k] <= eps)) or k > rank
+        for eps, rank in config.max_rank_for_stress.items()
+    )
+
+
 def _partial_facts(
     summary: CorpusSummary,
     scores: Mapping[str, Any],
@@ -436,12 +443,7 @@ def _partial_facts(
     rank (then the rule fails whatever the exact rank is)."""
     k = int(mds.eigenvalues.size)
     by_rank = mds.stress_by_rank()
-    # A rule is settled by the headline's pairs when its tolerance is reached within them, or
-    # when they already pass its rank (not reached by rank + 1: the rule fails either way).
-    settled = all(
-        bool(np.any(by_rank[:k] <= eps)) or k > rank
-        for eps, rank in config.max_rank_for_stress.items()
-    )
+    settled = _rank_rules_settled(by_rank, k, config)
     if settled:
         return GateFacts(
             summary,
