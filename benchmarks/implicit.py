@@ -249,6 +249,35 @@ def child_encoding(path: Path, rank: int) -> dict[str, object]:
     }
 
 
+def child_diagnose(path: Path) -> dict[str, object]:
+    """``posdiag diagnose`` on the implicit path (its library call), one run: time, memory and
+    the sampled figures with their standard errors."""
+    from posdiag.counts.core import Counts
+    from posdiag.reports import longctx
+    from posdiag.reports.options import Analysis
+
+    counts = Counts(sp.load_npz(path).tocsr(), {"source": path.name})
+    t0 = time.perf_counter()
+    d = longctx.implicit_diagnose(counts, analysis=Analysis(min_count=1))
+    elapsed = time.perf_counter() - t0
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "time": elapsed,
+        "cpu": use.ru_utime + use.ru_stime,
+        "rss": _peak_gb(),
+        "bits": d.information.bits,
+        "z": d.information.z,
+        "fraction": d.noise.fraction,
+        "share": d.noise.noise_share,
+        "r2": d.shift.r2,
+        "smoothness": d.shift.smoothness,
+        "rank": d.rank.rank,
+        "reached": d.rank.reached,
+        "recommendation": d.recommendation.encoding,
+        "line": d.warnings[0],
+    }
+
+
 def _run(kind: str, path: Path, *args: str) -> dict[str, object]:
     from .longctx import run_child  # here: a child process need not import it
 
@@ -315,6 +344,7 @@ def bench_implicit(
             gen = time.perf_counter() - t0
             res = _median_run(path, repeat, pairs)
             built = _run("encoding", path, "8")
+            diag = _run("diagnose", path)
             path.unlink()
             if "error" in res:
                 print(f"   n = {n:,}: failed: {res['error']}")
@@ -349,6 +379,19 @@ def bench_implicit(
                     f"A^T A vs diag(L) {float(built['gram_err']):.1e}, B^T B vs I "  # type: ignore[arg-type]
                     f"{float(built['orthonormal_err']):.1e}"  # type: ignore[arg-type]
                 )
+            if "error" in diag:
+                print(f"     diagnose: failed: {diag['error']}")
+            else:
+                print(
+                    f"     diagnose (one run): {float(diag['time']):.1f} s "  # type: ignore[arg-type]
+                    f"(CPU {float(diag['cpu']):.1f} s), peak RSS {float(diag['rss']):.2f} GB; "  # type: ignore[arg-type]
+                    f"I = {float(diag['bits']):.4f} bits (z = {float(diag['z']):.0f}), "  # type: ignore[arg-type]
+                    f"pairs within noise {float(diag['fraction']):.2%}, noise share "  # type: ignore[arg-type]
+                    f"{float(diag['share']):.2%}, R^2 = {float(diag['r2']):.3f}, smoothness "  # type: ignore[arg-type]
+                    f"{float(diag['smoothness']):.3f}, rank {diag['rank']} (reached: "  # type: ignore[arg-type]
+                    f"{diag['reached']}), recommended {diag['recommendation']}"
+                )
+                print(f"     {diag['line']}")
         if len(rows) >= 2:
             x = np.log([n for n, _ in rows])
             for key, label in (("time", "time"), ("rss", "peak RSS")):
@@ -397,6 +440,8 @@ if __name__ == "__main__":
         print(json.dumps(child_implicit(Path(sys.argv[2]), int(sys.argv[3]))))
     elif kind == "encoding":
         print(json.dumps(child_encoding(Path(sys.argv[2]), int(sys.argv[3]))))
+    elif kind == "diagnose":
+        print(json.dumps(child_diagnose(Path(sys.argv[2]))))
     elif kind == "dense":
         print(json.dumps(child_dense(Path(sys.argv[2]))))
     elif kind == "generate":

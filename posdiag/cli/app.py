@@ -437,7 +437,7 @@ def report_cmd(
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
     from .._util.atomic import check_output
     from ..render.html import build_report, write_html
-    from ..reports.diagnosis import diagnose as run_diagnose
+    from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
 
     specs = _specs(encoding)
     analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
@@ -493,7 +493,7 @@ def diagnose(
     from .._util.validate import check_float, check_int
     from ..render.diagnosis import diagnosis_json, print_diagnosis
     from ..reports.analysis import spectrum
-    from ..reports.diagnosis import diagnose as run_diagnose
+    from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
     from ..reports.stress import StressReport
 
     specs = _specs(encoding)
@@ -515,7 +515,12 @@ def diagnose(
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
     if plot is not None:
         geo = result.geometry
-        assert geo is not None
+        if geo is None:
+            raise PosdiagError(
+                f"--plot: at n_eff = {result.corpus.n_eff:,} the plots need the n x n geometry, "
+                "which the long-context path does not build (docs/geometry.md, 'Long "
+                "contexts'); the diagnosis above is complete"
+            )
         report = StressReport(result.corpus, spectrum(geo), result.encodings, result.warnings)
         write_plots(plot, force, geometry=geo, report=report)
 

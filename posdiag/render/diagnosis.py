@@ -120,7 +120,10 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
             f"{info.per_position_null[i]:.3f}",
             f"{nz.floor[i]:.3f}",
             # A share cannot pass 100%: beyond, the error bound exceeds the position's row.
-            noise_share_text(nz.position_share[i]).split(" ")[0].lstrip("~"),
+            # None at long contexts: per-position shares are not computed there.
+            noise_share_text(nz.position_share[i]).split(" ")[0].lstrip("~")
+            if nz.position_share
+            else "-",
         )
     console.print(t)
     console.print(PER_POSITION_LEGEND)

@@ -240,12 +240,16 @@ def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
     for the terminal.
     """
     geo = d.geometry
-    assert geo is not None
     report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)
     pngs: dict[str, bytes] = {}
     omitted = None
     if not plots:
         omitted = "plots were not requested (--no-plots)"
+    elif geo is None:
+        omitted = (
+            f"plots omitted: at n_eff = {d.corpus.n_eff:,} they need the n x n geometry, which "
+            "the long-context path does not build (docs/geometry.md, 'Long contexts')"
+        )
     elif importlib.util.find_spec("matplotlib") is None:
         omitted = "plots omitted: matplotlib is not installed (pip install 'posdiag[plot]')"
     else:

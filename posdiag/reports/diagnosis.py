@@ -52,8 +52,10 @@ __all__ = [
     "Recommendation",
     "ShiftDiagnosis",
     "diagnose",
+    "noise_reading",
     "noise_share_text",
     "saving_phrase",
+    "shift_diagnosis",
 ]
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
@@ -224,19 +226,7 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(partners, position_share)
     sup = geo.summary.supports
-    last = n - 1
     plugin = not geo.has_split_half()
-    what = "variance" if plugin else "squared norm (sampling error bound)"
-    within = "within the floor" if plugin else "within their own sampling error"
-    reading = (
-        f"{_share_of(share, what)}; floor {f[0]:.2f} at "
-        f"position 0 (N={sup[0]:,}), {f[last]:.2f} at position {last} (N={sup[last]:,}); "
-        f"{frac:.1%} of position pairs ({count:,} of {n_pairs:,}) are {within}"
-    )
-    if unstable:
-        reading += f"; {len(unstable)} of {n} positions unstable (mostly noise)"
-    if frac >= NOISY_FRACTION or share >= NOISY_SHARE:
-        reading += ": much of this geometry is sampling noise"
     return NoiseDiagnosis(
         floor,
         tuple(int(s) for s in sup[:n]),
@@ -248,9 +238,41 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         unstable,
         share,
         tuple(float(x) for x in position_share),
-        reading,
+        noise_reading(f, sup, share, frac, count, len(unstable), plugin=plugin),
         geo.estimator,
     )
+
+
+def noise_reading(
+    floor: np.ndarray,
+    supports: Sequence[int],
+    share: float,
+    fraction: float,
+    count: int,
+    unstable: int | None,
+    *,
+    plugin: bool,
+    sampled: bool = False,
+) -> str:
+    """The noise block's reading; ``sampled``: the pairs were estimated from a sample (long
+    contexts), ``unstable`` None: not counted."""
+    n = floor.size
+    n_pairs = n * (n - 1) // 2
+    last = n - 1
+    what = "variance" if plugin else "squared norm (sampling error bound)"
+    within = "within the floor" if plugin else "within their own sampling error"
+    about = "~" if sampled else ""
+    reading = (
+        f"{_share_of(share, what)}; floor {floor[0]:.2f} at "
+        f"position 0 (N={supports[0]:,}), {floor[last]:.2f} at position {last} "
+        f"(N={supports[last]:,}); {fraction:.1%} of position pairs ({about}{count:,} of "
+        f"{n_pairs:,}) are {within}"
+    )
+    if unstable:
+        reading += f"; {unstable} of {n} positions unstable (mostly noise)"
+    if fraction >= NOISY_FRACTION or share >= NOISY_SHARE:
+        reading += ": much of this geometry is sampling noise"
+    return reading
 
 
 def _share_of(share: float, what: str) -> str:
@@ -265,11 +287,17 @@ def _share_of(share: float, what: str) -> str:
 
 def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
     fit = shift_equivariance(d_h)
-    smooth = smoothness(d_h)
     iu = np.triu_indices(d_h.shape[0], k=1)
     all_mean = float(d_h[iu].mean())
     neigh = float(np.diagonal(d_h, 1).mean())
-    r2 = fit.r2
+    return shift_diagnosis(fit.r2, fit.profile, smoothness(d_h), neigh, all_mean)
+
+
+def shift_diagnosis(
+    r2: float, profile: np.ndarray, smooth: float, neighbours: float, all_mean: float
+) -> ShiftDiagnosis:
+    """The shift block from its figures (exact, or estimated at long contexts), with its
+    reading."""
     if math.isnan(r2):
         kind = "undefined (all distances equal)"
     elif r2 >= SHIFT_R2:
@@ -284,7 +312,7 @@ def _shift(d_h: np.ndarray) -> ShiftDiagnosis:
         f"{smooth:.2f} x the mean distance ({texture})"
     )
     return ShiftDiagnosis(
-        r2, tuple(float(x) for x in fit.profile), smooth, neigh, all_mean, reading
+        r2, tuple(float(x) for x in profile), smooth, neighbours, all_mean, reading
     )
 
 
@@ -358,14 +386,20 @@ def _recommend(
 ) -> Recommendation:
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     best = standard[0] if standard else scores[0]
-    mds = (
-        f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
-        if rank.reached
-        else (
+    if rank.reached:
+        mds = f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
+    elif math.isnan(rank.spectrum.min_eigenvalue):
+        # Only the top eigenpairs are known (long contexts): no floor, no signal rank.
+        mds = (
+            f"no MDS rank up to {rank.rank} reaches stress <= {rank.target:g} (rank "
+            f"{rank.rank} has {rank.rank_stress:.3f}; only the top {rank.spectrum.computed} "
+            "eigenpairs are computed at long contexts)"
+        )
+    else:
+        mds = (
             f"no MDS rank reaches stress <= {rank.target:g} (the estimate's floor is "
             f"{rank.spectrum.floor:.3f}; the signal rank {rank.rank} has {rank.rank_stress:.3f})"
         )
-    )
     if not info.significant:
         nope = next((s for s in scores if s.name == "nope"), best)
         return Recommendation(

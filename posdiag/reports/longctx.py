@@ -1,21 +1,23 @@
-"""``stress``, ``check`` and ``build-encoding`` at modern context lengths: the implicit geometry
-(issue 35).
+"""``stress``, ``check``, ``build-encoding``, ``diagnose`` and ``report`` at modern context
+lengths: the implicit geometry (issue 35).
 
 From :data:`IMPLICIT_FROM` analysed positions the dense path no longer fits this class of machine
 (at 16,384 positions it peaks at 8.5 GB; at 32,768 its ``n x n`` float64 arrays alone would be
 ~34 GB), so :func:`stress_report` hands the corpus to :func:`implicit_stress_report`,
-:func:`build_encoding` to :func:`implicit_encoding`, and ``check``
-(:func:`posdiag.reports.gate.measure`) takes :func:`implicit_scores`; all read one
-:func:`implicit_analysis` (:func:`takes_implicit` decides): the same estimator (cross-fit by
-shards or thinning, or the plug-in), computed by :mod:`posdiag.geometry.implicit` without an
-``n x n`` array. What differs there (docs/geometry.md, "Long contexts: the implicit path"):
+:func:`build_encoding` to :func:`implicit_encoding`, :func:`diagnose` to
+:func:`implicit_diagnose`, and ``check`` (:func:`posdiag.reports.gate.measure`) takes
+:func:`implicit_scores`; all read one analysis (:func:`takes_implicit` decides): the same
+estimator (cross-fit by shards or thinning, or the plug-in), computed by
+:mod:`posdiag.geometry.implicit` without an ``n x n`` array. What differs there
+(docs/geometry.md, "Long contexts: the implicit path"):
 
-- ``||B_H||_F^2`` (every stress's denominator) and a table encoding's residual share are
-  estimated from a seeded pair sample: every such figure carries a standard error, and one line
-  (:attr:`StressReport.warnings`, so on screen and in the JSON) names them and the largest;
+- ``||B_H||_F^2`` (every stress's denominator), a table encoding's residual share, the pairs
+  within the noise, the noise share and the shift ``R^2`` are estimated from seeded pair samples:
+  every such figure carries a standard error, and one line (the report's ``warnings``, so on
+  screen and in the JSON) names them;
 - ``mds-r`` (and ``build-encoding``'s stress) is the in-sample eigenvalue tail (the long-n rule:
-  no held-out split), and no bootstrap intervals, Kruskal, Spearman or plug-in column are
-  computed.
+  no held-out split), and no bootstrap intervals, Kruskal, Spearman, plug-in column or
+  per-position partners are computed.
 """
 
 from __future__ import annotations
@@ -29,20 +31,35 @@ import numpy as np
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, make_encoding
 from ..geometry import implicit
-from ..geometry.core import _fix_signs, mds_coordinates
+from ..geometry.core import _fix_signs, mds_coordinates, parameter_saving
 from ..geometry.estimator import shard_halves
+from ..uncertainty.bootstrap import noise_floor, noise_floor_by_shards
 from . import stress as dense
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
     DEFAULT_ANALYSIS,
     EFFECTIVE_RANK_TOLERANCES,
+    MAX_PAIRS_LISTED,
     CorpusSummary,
     Progress,
     Spectrum,
     analysed_geometry,
     corpus_summary,
 )
+from .diagnosis import (
+    DEFAULT_TARGET_STRESS,
+    DIAGNOSE_TOLERANCES,
+    Diagnosis,
+    NoiseDiagnosis,
+    RankDiagnosis,
+    _information,
+    _recommend,
+    noise_reading,
+    saving_phrase,
+    shift_diagnosis,
+)
 from .export import LowRankEncoding, check_dims, eigenpair_encoding, low_rank_encoding
+from .intervals import UNSTABLE_SHARE, Uncertainty, _noise_gram_diagonal, unstable_warnings
 from .options import Analysis
 from .scores import EncodingRequest, EncodingScore, _resolve
 from .stress import StressReport
@@ -50,9 +67,11 @@ from .stress import StressReport
 __all__ = [
     "IMPLICIT_FROM",
     "build_encoding",
+    "diagnose",
     "encoding_line",
     "implicit_encoding",
     "implicit_analysis",
+    "implicit_diagnose",
     "implicit_scores",
     "implicit_stress_report",
     "sampled_line",
@@ -119,6 +138,13 @@ def implicit_analysis(
     ``rank``: eigenpairs needed beyond the default (``build-encoding --rank``, ``mds-r``); up to
     16 the Lanczos and the pair sample are those of ``stress``.
     """
+    summary, geom, _ = _analysis(counts, analysis, rank)
+    return summary, geom
+
+
+def _analysis(
+    counts: Counts, analysis: Analysis, rank: int
+) -> tuple[CorpusSummary, implicit.ImplicitGeometry, implicit.ImplicitBC]:
     from ..errors import PosdiagError
 
     estimator, seed = analysis.estimator, analysis.seed
@@ -141,7 +167,7 @@ def implicit_analysis(
     )
     # The dense path's eigenvector signs (largest entry positive): the same file either way.
     spec = replace(geom.spectrum, vectors=_fix_signs(geom.spectrum.vectors))
-    return summary, replace(geom, spectrum=spec)
+    return summary, replace(geom, spectrum=spec), bc
 
 
 def implicit_scores(
@@ -205,18 +231,26 @@ def implicit_stress_report(
     ``kruskal``, ``spearman``, ``plain`` and the intervals are NaN.
     """
     summary, geom = implicit_analysis(counts, analysis)
-    n = geom.n
     scored = implicit_scores(geom, encodings, dim)
     largest = max((se for _, se in scored), default=0.0)
     scores = sorted((s for s, _ in scored), key=lambda e: e.stress)
+    spectrum = _spectrum(geom, analysis.estimator, EFFECTIVE_RANK_TOLERANCES)
+    return StressReport(summary, spectrum, tuple(scores), (sampled_line(geom, largest),))
+
+
+def _spectrum(
+    geom: implicit.ImplicitGeometry, estimator: str, tolerances: Sequence[float]
+) -> Spectrum:
+    """The report's spectrum of the top eigenpairs (effective ranks past them read "> k")."""
+    n = geom.n
     spec = geom.spectrum
     lam = spec.eigenvalues
     by_rank = spec.stress_by_rank()
     eff: dict[float, int | None] = {}
-    for t in EFFECTIVE_RANK_TOLERANCES:
+    for t in tolerances:
         hits = np.flatnonzero(by_rank <= t)
         eff[float(t)] = int(hits[0] + 1) if hits.size else lam.size + 1
-    spectrum = Spectrum(
+    return Spectrum(
         eigenvalues=tuple(float(x) for x in lam),
         stress_by_rank=tuple(float(x) for x in by_rank),
         effective_rank=eff,
@@ -227,10 +261,9 @@ def implicit_stress_report(
             f"only the top {lam.size} eigenvalues were computed at n_eff = {n:,} (implicit path: "
             "docs/geometry.md, 'Long contexts')"
         ),
-        estimator=analysis.estimator,
+        estimator=estimator,
         computed=int(lam.size),
     )
-    return StressReport(summary, spectrum, tuple(scores), (sampled_line(geom, largest),))
 
 
 def encoding_line(geom: implicit.ImplicitGeometry, rank: int, se: float) -> str:
@@ -296,4 +329,165 @@ def stress_report(
         return implicit_stress_report(counts, encodings, analysis, dim=dim)
     return dense.stress_report(
         counts, encodings, analysis, dim=dim, progress=progress, details=details
+    )
+
+
+def diagnose_line(
+    geom: implicit.ImplicitGeometry,
+    largest: float,
+    noise: implicit.PairsWithinNoise,
+    shift: implicit.ShiftEstimate,
+) -> str:
+    """``diagnose``'s line at long contexts: what is sampled, with the standard errors."""
+    n_pairs = geom.n * (geom.n - 1) // 2
+    return (
+        f"long context (n_eff = {geom.n:,}): implicit geometry, no n x n matrix; sampled from "
+        f"{geom.pairs.rows.size:,} position pairs: ||B_H|| (so every stress, largest standard "
+        f"error {largest:.4f}), the table encodings' residual share, the pairs within the noise "
+        f"(standard error {noise.within_se / n_pairs:.2%} of the pairs) and the noise share "
+        f"(standard error {noise.share_se:.2%}); shift R^2 from {shift.pairs:,} pairs at every "
+        f"lag (standard error {shift.r2_se:.4f}); mds-r in-sample; no intervals, Kruskal, "
+        "Spearman, per-position partners or unstable positions (docs/geometry.md, "
+        "'Long contexts')"
+    )
+
+
+def _rank(spectrum: Spectrum, target: float, dim: int, n: int) -> RankDiagnosis:
+    """The rank block from the top eigenpairs: the smallest computed rank reaching ``target``,
+    else the largest computed one (the lowest stress known)."""
+    by_rank = np.asarray(spectrum.stress_by_rank)
+    hits = np.flatnonzero(by_rank <= target)
+    r = int(hits[0] + 1) if hits.size else int(by_rank.size)
+    st = float(by_rank[r - 1])
+    saving = parameter_saving(r, n, dim)
+    cost = (
+        f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
+        f"({saving_phrase(saving)}, d={dim})"
+    )
+    if hits.size:
+        reading = f"rank {r} reaches stress {st:.3f} <= {target:g}; {cost}"
+    else:
+        reading = (
+            f"stress <= {target:g} is not reached by the top {r} eigenpairs computed at long "
+            f"contexts (rank {r} has stress {st:.3f}); {cost}"
+        )
+    nan = (math.nan, math.nan)
+    return RankDiagnosis(
+        spectrum,
+        target,
+        r,
+        st,
+        nan,
+        n,
+        dim,
+        r * (n + dim),
+        n * dim,
+        saving,
+        reading,
+        bool(hits.size),
+    )
+
+
+def implicit_diagnose(
+    counts: Counts,
+    encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
+    *,
+    target: float = DEFAULT_TARGET_STRESS,
+    dim: int = DEFAULT_DIM,
+) -> Diagnosis:
+    """:func:`posdiag.reports.diagnosis.diagnose` by the implicit path (docs/geometry.md,
+    "Long contexts"): the information and the noise floor as on the dense path; the stresses,
+    spectrum and rank as :func:`implicit_stress_report`; the pairs within the noise and the
+    noise share from the geometry's pair sample; the shift ``R^2`` from a sample at every lag.
+    No intervals; per-position partners and noise shares (and so unstable positions) are not
+    computed, except the plug-in's shares, which are exact."""
+    from .._util.validate import check_float, check_int
+
+    target = check_float("target", target, 0.0, 1.0, lo_open=True)
+    dim = check_int("dim", dim, 1)
+    summary, geom, bc = _analysis(counts, analysis, 0)
+    n, seed = geom.n, analysis.seed
+    scored = implicit_scores(geom, encodings, dim)
+    largest = max((se for _, se in scored), default=0.0)
+    scores = sorted((sc for sc, _ in scored), key=lambda e: e.stress)
+    info = _information(counts, n, seed)
+    floor = (
+        noise_floor_by_shards(counts.shards, n, seed=seed)
+        if len(counts.shards) >= 2
+        else noise_floor(counts.matrix[:n], seed=seed)
+    )
+    plugin = analysis.estimator == "plugin"
+    if plugin:
+        est = implicit.floor_noise(geom, floor, max_pairs=MAX_PAIRS_LISTED)
+        diag = np.asarray(implicit.sampled_gram(geom))[geom.pairs.rows == geom.pairs.cols]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(diag > 0, _noise_gram_diagonal(floor) / diag, np.inf)
+        position_share = tuple(float(x) for x in share)
+        unstable = tuple(int(i) for i in np.flatnonzero(share >= UNSTABLE_SHARE))
+    else:
+        halves = implicit.split_halves(
+            counts.matrix, n, counts.shards, splits=analysis.splits, seed=seed
+        )
+        est = implicit.split_noise(geom, halves, max_pairs=MAX_PAIRS_LISTED)
+        del halves
+        position_share, unstable = (), ()
+    n_pairs = n * (n - 1) // 2
+    count = int(round(est.within))
+    sup = summary.supports
+    noise = NoiseDiagnosis(
+        tuple(float(x) for x in floor),
+        tuple(int(x) for x in sup[:n]),
+        n_pairs,
+        count,
+        est.within / n_pairs,
+        est.examples,
+        (),
+        unstable,
+        est.share,
+        position_share,
+        noise_reading(
+            floor,
+            sup,
+            est.share,
+            est.within / n_pairs,
+            count,
+            len(unstable),
+            plugin=plugin,
+            sampled=True,
+        ),
+        analysis.estimator,
+    )
+    sh = implicit.shift_estimate(geom, bc, seed=seed)
+    shift = shift_diagnosis(sh.r2, sh.profile, sh.smoothness, sh.neighbour_mean, sh.all_mean)
+    spectrum = _spectrum(geom, analysis.estimator, DIAGNOSE_TOLERANCES)
+    rank = _rank(spectrum, target, dim, n)
+    rec = _recommend(scores, info, noise, shift, rank)
+    why = (
+        f"no intervals: at n_eff = {n:,} the implicit path computes no bootstrap "
+        "(docs/geometry.md, 'Long contexts')"
+    )
+    unc = Uncertainty(analysis.coverage, 0, 0, seed, (), noise.floor, unstable, why)
+    warnings = (diagnose_line(geom, largest, est, sh), *unstable_warnings(unstable, n))
+    return Diagnosis(summary, info, noise, shift, rank, tuple(scores), rec, unc, warnings)
+
+
+def diagnose(
+    counts: Counts,
+    encodings: Sequence[EncodingRequest] | None = None,
+    analysis: Analysis = DEFAULT_ANALYSIS,
+    *,
+    target: float = DEFAULT_TARGET_STRESS,
+    dim: int = DEFAULT_DIM,
+    progress: Progress = None,
+    details: bool = True,
+) -> Diagnosis:
+    """:func:`posdiag.reports.diagnosis.diagnose`, or from :data:`IMPLICIT_FROM` analysed
+    positions :func:`implicit_diagnose` (``progress`` and ``details`` then do nothing)."""
+    from .diagnosis import diagnose as dense_diagnose
+
+    if takes_implicit(counts, analysis.positions_from):
+        return implicit_diagnose(counts, encodings, analysis, target=target, dim=dim)
+    return dense_diagnose(
+        counts, encodings, analysis, target=target, dim=dim, progress=progress, details=details
     )

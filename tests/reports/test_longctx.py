@@ -19,7 +19,7 @@ from scipy.spatial.distance import pdist
 
 from posdiag.counts.core import Counts, save_counts
 from posdiag.errors import PosdiagError
-from posdiag.reports import gate, longctx, stress
+from posdiag.reports import diagnosis, gate, longctx, stress
 from posdiag.reports.analysis import analysed_geometry
 from posdiag.reports.export import low_rank_encoding, write_encoding
 from posdiag.reports.options import Analysis
@@ -240,3 +240,102 @@ def test_cli_check_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -
     assert [r["figure"] for r in doc["rules"]] == [pytest.approx(0.8284434, abs=1e-7), 31]
     assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
     assert "implicit geometry" in res.stderr
+
+
+@pytest.mark.parametrize("estimator", ["crossfit", "plugin"])
+def test_implicit_diagnosis_equals_dense(counts: Counts, estimator: str) -> None:
+    """diagnose by the implicit path: at N = 90 every pair and every lag is in its samples, so
+    each figure equals the dense diagnosis's (the cross-fit's half grams are float32 there, so
+    its noise figures agree to ~1e-6); what the long-n rule leaves out is empty."""
+    options = Analysis(min_count=1, estimator=estimator)
+    dense = diagnosis.diagnose(counts, analysis=options)
+    same = longctx.diagnose(counts, analysis=options)
+    assert repr(same) == repr(dense)  # below the threshold: the dense diagnosis itself
+    ours = longctx.implicit_diagnose(counts, analysis=options)
+    assert ours.information == dense.information
+    assert ours.noise.floor == dense.noise.floor and ours.noise.supports == dense.noise.supports
+    assert ours.noise.n_pairs == dense.noise.n_pairs == N * (N - 1) // 2
+    assert abs(ours.noise.n_indistinguishable - dense.noise.n_indistinguishable) <= 1
+    assert ours.noise.pairs[:20] == dense.noise.pairs[:20]
+    assert ours.noise.noise_share == pytest.approx(dense.noise.noise_share, rel=1e-5)
+    assert ours.noise.per_position == ()
+    if estimator == "plugin":
+        np.testing.assert_allclose(ours.noise.position_share, dense.noise.position_share, rtol=1e-9)
+    else:
+        assert ours.noise.position_share == () and ours.noise.unstable == ()
+    sh, dsh = ours.shift, dense.shift
+    assert sh.r2 == pytest.approx(dsh.r2, abs=1e-9)
+    np.testing.assert_allclose(sh.profile, dsh.profile, rtol=0, atol=1e-9)
+    assert (sh.smoothness, sh.neighbour_mean, sh.all_mean) == pytest.approx(
+        (dsh.smoothness, dsh.neighbour_mean, dsh.all_mean), abs=1e-9
+    )
+    assert sh.reading == dsh.reading
+    k = ours.rank.spectrum.computed
+    assert k == len(ours.rank.spectrum.eigenvalues) > 0
+    if dense.rank.reached and dense.rank.rank <= k:
+        assert (ours.rank.rank, ours.rank.reached) == (dense.rank.rank, True)
+        assert ours.rank.rank_stress == pytest.approx(dense.rank.rank_stress, abs=1e-9)
+    want = {e.label: e for e in longctx.implicit_stress_report(counts, analysis=options).encodings}
+    assert [e.label for e in ours.encodings] == list(want)
+    assert all(e.stress == want[e.label].stress for e in ours.encodings)
+    assert ours.recommendation.encoding == dense.recommendation.encoding
+    assert ours.uncertainty.shards == 0 and ours.uncertainty.note.startswith("no intervals: at")
+    assert ours.warnings[0] == (
+        f"long context (n_eff = {N}): implicit geometry, no n x n matrix; sampled from "
+        f"{N * (N + 1) // 2:,} position pairs: ||B_H|| (so every stress, largest standard error "
+        "0.0000), the table encodings' residual share, the pairs within the noise (standard "
+        "error 0.00% of the pairs) and the noise share (standard error 0.00%); shift R^2 from "
+        f"{N * (N - 1) // 2:,} pairs at every lag (standard error 0.0000); mds-r in-sample; no "
+        "intervals, Kruskal, Spearman, per-position partners or unstable positions "
+        "(docs/geometry.md, 'Long contexts')"
+    )
+    assert ours.geometry is None
+
+
+def test_implicit_rank_not_reached_says_so(counts: Counts) -> None:
+    d = longctx.implicit_diagnose(counts, analysis=Analysis(min_count=1), target=0.001)
+    k = d.rank.spectrum.computed
+    assert (d.rank.reached, d.rank.rank) == (False, k)
+    assert d.rank.rank_stress == d.rank.spectrum.stress_by_rank[k - 1]
+    assert d.rank.reading.startswith(
+        f"stress <= 0.001 is not reached by the top {k} eigenpairs computed at long contexts "
+        f"(rank {k} has stress {d.rank.rank_stress:.3f});"
+    )
+    assert f"no MDS rank up to {k} reaches stress <= 0.001" in d.recommendation.text
+
+
+def test_cli_diagnose_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+    path = save_counts(counts, tmp_path / "c.npz")
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+    res = cli(["diagnose", str(path), "--min-count", "1", "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
+    assert doc["noise"]["per_position"] == [] and doc["uncertainty"]["shards"] == 0
+    text = cli(["diagnose", str(path), "--min-count", "1"])
+    assert text.exit_code == 0, text.stderr
+    assert "implicit geometry" in text.stdout + text.stderr
+    assert "Recommendation:" in text.stdout
+    plot = cli(["diagnose", str(path), "--min-count", "1", "--plot", str(tmp_path / "p")])
+    assert plot.exit_code == 2
+    assert plot.stderr.strip().splitlines()[-1] == (
+        "Error: --plot: at n_eff = 90 the plots need the n x n geometry, which the long-context "
+        "path does not build (docs/geometry.md, 'Long contexts'); the diagnosis above is complete"
+    )
+    assert not (tmp_path / "p").exists()
+
+
+def test_cli_report_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+    path = save_counts(counts, tmp_path / "c.npz")
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+    out = tmp_path / "r.html"
+    res = cli(["report", str(path), "-o", str(out), "--min-count", "1", "--json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["plots"] == [] and doc["plots_omitted"] == (
+        "plots omitted: at n_eff = 90 they need the n x n geometry, which the long-context path "
+        "does not build (docs/geometry.md, 'Long contexts')"
+    )
+    assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
+    page = out.read_text(encoding="utf-8")
+    assert "implicit geometry" in page and "Recommendation" in page
