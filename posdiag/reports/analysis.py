@@ -59,6 +59,7 @@ __all__ = [
     "mds_floor",
     "rank_text",
     "spectrum",
+    "summary_notes",
 ]
 
 EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
@@ -403,7 +404,7 @@ def corpus_geometry(
                 "tokens, so the cross-fit split each position's counts instead (thinning); "
                 "fewer --shards or a larger --min-count keep the split by sequence"
             )
-    notes += _summary_notes(summary, sharded=bool(shards) or estimator == "plugin")
+    notes += summary_notes(summary, sharded=bool(shards) or estimator == "plugin")
     with_shards = dataclasses.replace(counts, shards=tuple(shards))
     return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plug, with_shards, {})
 
@@ -460,7 +461,7 @@ def _check_tokens(summary: CorpusSummary, need: int) -> None:
     )
 
 
-def _summary_notes(summary: CorpusSummary, *, sharded: bool) -> list[str]:
+def summary_notes(summary: CorpusSummary, *, sharded: bool) -> list[str]:
     """The warnings of what was counted: padding, copies, only two positions."""
     notes = padding_warnings(summary)
     dup = duplicate_warning(summary.units, sharded=sharded)

@@ -392,7 +392,8 @@ def implicit_facts(
     when a rule is not settled by them, as :func:`_partial_facts` grows a partial spectrum."""
     given = {_encoding_key(k): v for k, v in scores.items()}
     # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
-    summary, geom = implicit_analysis(counts, analysis)
+    run = implicit_analysis(counts, analysis)
+    summary, geom = run.summary, run.geometry
     fresh = [k for k in config.max_stress if k not in given]
     scored = dict(zip(fresh, (implicit_scores(geom, [k])[0] for k in fresh), strict=True))
     by_key = {k: given[k] if k in given else scored[k][0] for k in config.max_stress}
@@ -405,7 +406,7 @@ def implicit_facts(
     floor = None
     if not settled:
         cap = max(config.max_rank_for_stress.values()) + 1
-        _, grown = implicit_analysis(counts, analysis, rank=cap)
+        grown = implicit_analysis(counts, analysis, rank=cap).geometry
         # The tail from the headline's ||B_H|| estimate: ranks 1..k read as in `stress`.
         spec = replace(grown.spectrum, total=geom.total)
         by_rank, floor = spec.stress_by_rank(), spec.floor()
@@ -416,7 +417,7 @@ def implicit_facts(
         bits,
         tuple(float(x) for x in by_rank),
         floor,
-        (sampled_line(geom, largest),),
+        (*run.notes, sampled_line(geom, largest)),
         {k: se for k, (_, se) in scored.items()},
     )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from .analysis import (
     Spectrum,
     analysed_geometry,
     corpus_summary,
+    summary_notes,
 )
 from .diagnosis import (
     DEFAULT_TARGET_STRESS,
@@ -66,6 +67,7 @@ from .stress import StressReport
 
 __all__ = [
     "IMPLICIT_FROM",
+    "LongAnalysis",
     "build_encoding",
     "diagnose",
     "encoding_line",
@@ -129,22 +131,37 @@ def sampled_line(geom: implicit.ImplicitGeometry, largest: float) -> str:
     )
 
 
+@dataclass(frozen=True)
+class LongAnalysis:
+    """What every command reads at long n (:func:`implicit_analysis`).
+
+    Attributes
+    ----------
+    summary : CorpusSummary
+    geometry : ImplicitGeometry
+    bc : ImplicitBC
+        The factors of ``BC`` the geometry was computed from (``diagnose`` samples more entries).
+    notes : tuple of str
+        The dense path's warnings about what was counted (padding, copies of sequences, two
+        positions, a cross-fit that fell back to thinning), in its words.
+    """
+
+    summary: CorpusSummary
+    geometry: implicit.ImplicitGeometry
+    bc: implicit.ImplicitBC = field(repr=False)
+    notes: tuple[str, ...] = ()
+
+
 def implicit_analysis(
     counts: Counts, analysis: Analysis = DEFAULT_ANALYSIS, *, rank: int = 0
-) -> tuple[CorpusSummary, implicit.ImplicitGeometry]:
+) -> LongAnalysis:
     """The corpus summary and the implicit geometry of ``counts`` (what every command reads at
-    long n: one call, so ``stress``, ``check`` and ``build-encoding`` tell the same story).
+    long n: one call, so ``stress``, ``check``, ``build-encoding`` and ``diagnose`` tell the same
+    story), with the dense path's notes on what was counted.
 
     ``rank``: eigenpairs needed beyond the default (``build-encoding --rank``, ``mds-r``); up to
     16 the Lanczos and the pair sample are those of ``stress``.
     """
-    summary, geom, _ = _analysis(counts, analysis, rank)
-    return summary, geom
-
-
-def _analysis(
-    counts: Counts, analysis: Analysis, rank: int
-) -> tuple[CorpusSummary, implicit.ImplicitGeometry, implicit.ImplicitBC]:
     from ..errors import PosdiagError
 
     estimator, seed = analysis.estimator, analysis.seed
@@ -157,7 +174,7 @@ def _analysis(
             f"{summary.source}: the cross-fitted geometry needs >= {CROSSFIT_MIN_TOKENS} tokens "
             f"at every analysed position; position {i} has {int(tokens[i])}"
         )
-    bc, _ = _halves(counts, n, estimator, analysis.splits, seed)
+    bc, method = _halves(counts, n, estimator, analysis.splits, seed)
     geom = implicit.implicit_geometry(
         bc,
         tolerances=EFFECTIVE_RANK_TOLERANCES,
@@ -167,7 +184,16 @@ def _analysis(
     )
     # The dense path's eigenvector signs (largest entry positive): the same file either way.
     spec = replace(geom.spectrum, vectors=_fix_signs(geom.spectrum.vectors))
-    return summary, replace(geom, spectrum=spec), bc
+    notes = []
+    shards = counts.shards
+    if estimator == "crossfit" and len(shards) >= 2 and method == "thinning":
+        notes.append(
+            f"{summary.source}: a random half of the {len(shards)} shards left a position without "
+            "tokens, so the cross-fit split each position's counts instead (thinning); "
+            "fewer --shards or a larger --min-count keep the split by sequence"
+        )
+    notes += summary_notes(summary, sharded=bool(shards) or estimator == "plugin")
+    return LongAnalysis(summary, replace(geom, spectrum=spec), bc, tuple(notes))
 
 
 def implicit_scores(
@@ -230,12 +256,13 @@ def implicit_stress_report(
     dense path computes, within its standard error (listed in the warning line); ``raw``,
     ``kruskal``, ``spearman``, ``plain`` and the intervals are NaN.
     """
-    summary, geom = implicit_analysis(counts, analysis)
+    run = implicit_analysis(counts, analysis)
+    summary, geom = run.summary, run.geometry
     scored = implicit_scores(geom, encodings, dim)
     largest = max((se for _, se in scored), default=0.0)
     scores = sorted((s for s, _ in scored), key=lambda e: e.stress)
     spectrum = _spectrum(geom, analysis.estimator, EFFECTIVE_RANK_TOLERANCES)
-    return StressReport(summary, spectrum, tuple(scores), (sampled_line(geom, largest),))
+    return StressReport(summary, spectrum, tuple(scores), (*run.notes, sampled_line(geom, largest)))
 
 
 def _spectrum(
@@ -288,7 +315,8 @@ def implicit_encoding(
     n = corpus_summary(counts, analysis.positions_from).n_eff
     rank = check_int("rank", rank, 1, n - 1, hi_label="n_eff-1")
     check_dims(n, rank, dim, seed)  # bad --dim before the pass over the counts
-    summary, geom = implicit_analysis(counts, analysis, rank=rank)
+    run = implicit_analysis(counts, analysis, rank=rank)
+    summary, geom = run.summary, run.geometry
     s = implicit.mds_stress(geom, rank)
     spec = geom.spectrum
     return eigenpair_encoding(
@@ -299,7 +327,7 @@ def implicit_encoding(
         seed=seed,
         stress=s.stress,
         stress_se=s.se,
-        warnings=(encoding_line(geom, rank, s.se),),
+        warnings=(*run.notes, encoding_line(geom, rank, s.se)),
     )
 
 
@@ -406,7 +434,8 @@ def implicit_diagnose(
 
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
-    summary, geom, bc = _analysis(counts, analysis, 0)
+    run = implicit_analysis(counts, analysis)
+    summary, geom, bc = run.summary, run.geometry, run.bc
     n, seed = geom.n, analysis.seed
     scored = implicit_scores(geom, encodings, dim)
     largest = max((se for _, se in scored), default=0.0)
@@ -468,7 +497,11 @@ def implicit_diagnose(
         "(docs/geometry.md, 'Long contexts')"
     )
     unc = Uncertainty(analysis.coverage, 0, 0, seed, (), noise.floor, unstable, why)
-    warnings = (diagnose_line(geom, largest, est, sh), *unstable_warnings(unstable, n))
+    warnings = (
+        *run.notes,
+        diagnose_line(geom, largest, est, sh),
+        *unstable_warnings(unstable, n),
+    )
     return Diagnosis(summary, info, noise, shift, rank, tuple(scores), rec, unc, warnings)
 
 

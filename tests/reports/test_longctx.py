@@ -109,7 +109,7 @@ def test_implicit_encoding_file_matches_dense_and_lanczos(
     # The same coordinates, column by column (signs fixed as the dense MDS fixes them).
     np.testing.assert_allclose(ours.A, x, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(ours.B, want.B)
-    _, geom = longctx.implicit_analysis(counts, options, rank=rank)
+    geom = longctx.implicit_analysis(counts, options, rank=rank).geometry
     lam, u = geom.spectrum.eigenvalues[:rank], geom.spectrum.vectors[:, :rank]
     np.testing.assert_allclose(lam, geo.mds.eigenvalues[:rank], rtol=1e-10)
     np.testing.assert_allclose(
@@ -339,3 +339,21 @@ def test_cli_report_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) 
     assert doc["warnings"][0].startswith("long context (n_eff = 90): implicit geometry")
     page = out.read_text(encoding="utf-8")
     assert "implicit geometry" in page and "Recommendation" in page
+
+
+def test_long_reports_keep_the_dense_notes_on_what_was_counted(counts: Counts) -> None:
+    """Padding (and copies, two positions, a fallback to thinning) are said at long contexts
+    in the dense path's words, before the line on what is sampled, by every command."""
+    m = sp.lil_matrix(sp.hstack([counts.matrix, sp.csr_matrix((N, 1), dtype=np.int64)]))
+    v = counts.matrix.shape[1]
+    for i in range(80, N):
+        m[i, v] = 60 * int(counts.matrix[i].sum())  # positions 80-89 over 95% padding
+    padded = Counts(sp.csr_matrix(m), {"source": "pad.npz", "view": "model", "pad_id": v})
+    options = Analysis(min_count=1)
+    (note,) = analysed_geometry(padded, options).warnings
+    assert note.startswith("pad.npz: positions 80-89 are analysed but over 95% padding")
+    assert longctx.implicit_stress_report(padded, ["sinusoidal"], options).warnings[0] == note
+    assert longctx.implicit_diagnose(padded, ["sinusoidal"], options).warnings[0] == note
+    assert longctx.implicit_encoding(padded, 3, 8, options).warnings[0] == note
+    cfg = gate.build_config(encodings=["sinusoidal"], max_stress=[0.9])
+    assert gate.implicit_facts(padded, cfg, options, {}).warnings[0] == note
