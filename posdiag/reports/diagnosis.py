@@ -249,13 +249,13 @@ def noise_reading(
     share: float,
     fraction: float,
     count: int,
-    unstable: int | None,
+    unstable: int,
     *,
     plugin: bool,
     sampled: bool = False,
 ) -> str:
-    """The noise block's reading; ``sampled``: the pairs were estimated from a sample (long
-    contexts), ``unstable`` None: not counted."""
+    """The noise block's reading (``unstable``: how many positions are); ``sampled``: the pairs
+    were estimated from a sample (long contexts), so their count reads ``~N``."""
     n = floor.size
     n_pairs = n * (n - 1) // 2
     last = n - 1

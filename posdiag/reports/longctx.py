@@ -59,6 +59,7 @@ from .diagnosis import (
     saving_phrase,
     shift_diagnosis,
 )
+from .diagnosis import diagnose as dense_diagnose
 from .export import LowRankEncoding, check_dims, eigenpair_encoding, low_rank_encoding
 from .intervals import UNSTABLE_SHARE, Uncertainty, _noise_gram_diagonal, unstable_warnings
 from .options import Analysis
@@ -365,9 +366,16 @@ def diagnose_line(
     largest: float,
     noise: implicit.PairsWithinNoise,
     shift: implicit.ShiftEstimate,
+    *,
+    plugin: bool = False,
 ) -> str:
     """``diagnose``'s line at long contexts: what is sampled, with the standard errors."""
     n_pairs = geom.n * (geom.n - 1) // 2
+    left_out = (
+        "per-position partners (unstable positions from the noise share alone)"
+        if plugin
+        else "per-position partners or unstable positions"
+    )
     return (
         f"long context (n_eff = {geom.n:,}): implicit geometry, no n x n matrix; sampled from "
         f"{geom.pairs.rows.size:,} position pairs: ||B_H|| (so every stress, largest standard "
@@ -375,8 +383,7 @@ def diagnose_line(
         f"(standard error {noise.within_se / n_pairs:.2%} of the pairs) and the noise share "
         f"(standard error {noise.share_se:.2%}); shift R^2 from {shift.pairs:,} pairs at every "
         f"lag (standard error {shift.r2_se:.4f}); mds-r in-sample; no intervals, Kruskal, "
-        "Spearman, per-position partners or unstable positions (docs/geometry.md, "
-        "'Long contexts')"
+        f"Spearman, {left_out} (docs/geometry.md, 'Long contexts')"
     )
 
 
@@ -499,7 +506,7 @@ def implicit_diagnose(
     unc = Uncertainty(analysis.coverage, 0, 0, seed, (), noise.floor, unstable, why)
     warnings = (
         *run.notes,
-        diagnose_line(geom, largest, est, sh),
+        diagnose_line(geom, largest, est, sh, plugin=plugin),
         *unstable_warnings(unstable, n),
     )
     return Diagnosis(summary, info, noise, shift, rank, tuple(scores), rec, unc, warnings)
@@ -517,8 +524,6 @@ def diagnose(
 ) -> Diagnosis:
     """:func:`posdiag.reports.diagnosis.diagnose`, or from :data:`IMPLICIT_FROM` analysed
     positions :func:`implicit_diagnose` (``progress`` and ``details`` then do nothing)."""
-    from .diagnosis import diagnose as dense_diagnose
-
     if takes_implicit(counts, analysis.positions_from):
         return implicit_diagnose(counts, encodings, analysis, target=target, dim=dim)
     return dense_diagnose(
