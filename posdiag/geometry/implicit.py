@@ -71,7 +71,7 @@ __all__ = [
     "score_profile",
     "score_vectors",
     "shift_estimate",
-    "split_halves",
+    "split_entries",
     "split_noise",
 ]
 
@@ -627,24 +627,32 @@ def _squared_distances(geom: ImplicitGeometry, values: np.ndarray) -> tuple[np.n
     return diag[s.rows] + diag[s.cols] - 2.0 * values, diag
 
 
-def split_halves(
+def split_entries(
     counts: sp.spmatrix,
     n: int,
+    rows: np.ndarray,
+    cols: np.ndarray,
     shards: Sequence[sp.spmatrix] = (),
     *,
     splits: int = 4,
     seed: int = 0,
-) -> list[tuple[ImplicitBC, ImplicitBC]]:
-    """The outer splits of :func:`posdiag.geometry.heldout.split_half_grams` (the same draws
-    from the same stream: halves of the shards, or a thinning), each half's ``BC`` implicit."""
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``B_P`` and ``B_Q`` at the pairs ``(rows[k], cols[k])`` for each outer split of
+    :func:`posdiag.geometry.heldout.split_half_grams` (the same draws from the same stream:
+    halves of the shards, or a thinning), each half's ``BC`` implicit and only one in memory at
+    a time (at 131,072 positions one costs ~2.5 GB)."""
     from .heldout import _outer_splits
 
     out = []
     for sources in _outer_splits(sp.csr_matrix(counts), n, shards, splits, seed, None):
-        pair = []
-        for kind, data in sources:
-            pair.append(from_halves(data) if kind == "shards" else from_thinning(data, n))
-        out.append((pair[0], pair[1]))
+        values = []
+        while sources:
+            kind, data = sources.pop(0)
+            bc = from_halves(data) if kind == "shards" else from_thinning(data, n)
+            del data
+            values.append(gram_entries(bc, bc_row_means(bc), rows, cols))
+            del bc
+        out.append((values[0], values[1]))
     return out
 
 
@@ -693,29 +701,27 @@ def _within(
 
 def split_noise(
     geom: ImplicitGeometry,
-    halves: Sequence[tuple[ImplicitBC, ImplicitBC]],
+    entries: Sequence[tuple[np.ndarray, np.ndarray]],
     *,
     max_pairs: int = 100,
 ) -> PairsWithinNoise:
-    """The cross-fit's noise from two independent halves of the data (:func:`split_halves`):
-    a pair is within its sampling error when its squared distance in ``B_H`` is at most the
-    rms of ``|D^2_P - D^2_Q| / 2`` over the outer splits (the rule of
-    :func:`posdiag.geometry.heldout.split_half_summary`), and the noise share is the energy over
-    ``||B_H||_F^2``; both from ``geom``'s pair sample."""
+    """The cross-fit's noise from two independent halves of the data, given as their ``B_P`` and
+    ``B_Q`` at ``geom``'s sampled pairs (:func:`split_entries`): a pair is within its sampling
+    error when its squared distance in ``B_H`` is at most the rms of ``|D^2_P - D^2_Q| / 2`` over
+    the outer splits (the rule of :func:`posdiag.geometry.heldout.split_half_summary`), and the
+    noise share is the energy over ``||B_H||_F^2``; both from ``geom``'s pair sample."""
     s = geom.pairs
     d2, _ = _squared_distances(geom, sampled_gram(geom))
     on = s.rows == s.cols
     err2 = np.zeros(s.rows.size)
     energy = np.zeros(s.rows.size)
-    for bp, bq in halves:
-        p = gram_entries(bp, bc_row_means(bp), s.rows, s.cols)
-        q = gram_entries(bq, bc_row_means(bq), s.rows, s.cols)
+    for p, q in entries:
         dd = np.empty(geom.n)
         dd[s.rows[on]] = (p - q)[on]
         diff = p - q
         err2 += ((dd[s.rows] + dd[s.cols]) - 2.0 * diff) ** 2
         energy += diff * diff
-    scale = 4.0 * len(halves)
+    scale = 4.0 * len(entries)
     err2 /= scale
     energy /= scale
     count, count_se, examples = _within(geom, d2 <= np.sqrt(err2), max_pairs)

@@ -442,11 +442,13 @@ def implicit_diagnose(
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     run = implicit_analysis(counts, analysis)
-    summary, geom, bc = run.summary, run.geometry, run.bc
+    summary, geom, notes = run.summary, run.geometry, run.notes
     n, seed = geom.n, analysis.seed
     scored = implicit_scores(geom, encodings, dim)
     largest = max((se for _, se in scored), default=0.0)
     scores = sorted((sc for sc, _ in scored), key=lambda e: e.stress)
+    sh = implicit.shift_estimate(geom, run.bc, seed=seed)
+    del run  # the full data's BC: the outer split's halves are built after it is freed
     info = _information(counts, n, seed)
     floor = (
         noise_floor_by_shards(counts.shards, n, seed=seed)
@@ -462,11 +464,16 @@ def implicit_diagnose(
         position_share = tuple(float(x) for x in share)
         unstable = tuple(int(i) for i in np.flatnonzero(share >= UNSTABLE_SHARE))
     else:
-        halves = implicit.split_halves(
-            counts.matrix, n, counts.shards, splits=analysis.splits, seed=seed
+        entries = implicit.split_entries(
+            counts.matrix,
+            n,
+            geom.pairs.rows,
+            geom.pairs.cols,
+            counts.shards,
+            splits=analysis.splits,
+            seed=seed,
         )
-        est = implicit.split_noise(geom, halves, max_pairs=MAX_PAIRS_LISTED)
-        del halves
+        est = implicit.split_noise(geom, entries, max_pairs=MAX_PAIRS_LISTED)
         position_share, unstable = (), ()
     n_pairs = n * (n - 1) // 2
     count = int(round(est.within))
@@ -494,7 +501,6 @@ def implicit_diagnose(
         ),
         analysis.estimator,
     )
-    sh = implicit.shift_estimate(geom, bc, seed=seed)
     shift = shift_diagnosis(sh.r2, sh.profile, sh.smoothness, sh.neighbour_mean, sh.all_mean)
     spectrum = _spectrum(geom, analysis.estimator, DIAGNOSE_TOLERANCES)
     rank = _rank(spectrum, target, dim, n)
@@ -505,7 +511,7 @@ def implicit_diagnose(
     )
     unc = Uncertainty(analysis.coverage, 0, 0, seed, (), noise.floor, unstable, why)
     warnings = (
-        *run.notes,
+        *notes,
         diagnose_line(geom, largest, est, sh, plugin=plugin),
         *unstable_warnings(unstable, n),
     )

@@ -25,6 +25,7 @@ from posdiag.geometry.estimator import (
     gram_from_bc,
     implied_distances,
 )
+from posdiag.geometry.heldout import _outer_splits
 from posdiag.scoring import scores
 from posdiag.uncertainty.bootstrap import noise_floor
 from tests import _data
@@ -301,17 +302,41 @@ def _noise_truth(
     return int(hit.sum()), float(energy.sum() / s), list(zip(i.tolist(), j.tolist(), strict=True))
 
 
+def dense_halves(c: sp.csr_matrix, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The outer splits' half grams in float64 from the dense path's draws (the report's own
+    are float32): the oracle of :func:`implicit.split_entries`."""
+    out = []
+    for sources in _outer_splits(c, n, (), 4, seed, None):
+        (_, a), (_, b) = sources
+        out.append(
+            (gram_from_bc(expected_thinning_bc(a, n)), gram_from_bc(expected_thinning_bc(b, n)))
+        )
+    return out
+
+
+def test_split_entries_are_the_half_grams() -> None:
+    n = 60
+    c = counts(n, v=500, seed=6)
+    rows, cols = np.divmod(np.arange(n * n), n)
+    got = implicit.split_entries(c, n, rows, cols, seed=5)
+    want = dense_halves(c, n, 5)
+    assert len(got) == len(want) == 4
+    for (p, q), (gp, gq) in zip(got, want, strict=True):
+        np.testing.assert_allclose(p, gp.ravel(), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(q, gq.ravel(), rtol=0, atol=1e-13)
+
+
 def test_split_noise_exact_when_every_pair_is_sampled() -> None:
     n = 120
     c = counts(n, v=700, seed=3)
     bc = implicit.from_thinning(c, n)
     geom = implicit.implicit_geometry(bc, pairs=n * n, min_rank=4, max_rank=4, tolerances=())
-    halves = implicit.split_halves(c, n, seed=2)
-    dense = [tuple(gram_from_bc(implicit.bc_matmat(h, np.eye(n))) for h in pair) for pair in halves]
+    dense = dense_halves(c, n, 2)
     b = gram_from_bc(expected_thinning_bc(c, n))
-    within, energy, pairs = _noise_truth(b, dense)  # type: ignore[arg-type]
-    got = implicit.split_noise(geom, halves, max_pairs=7)
-    assert len(halves) == 4  # n < 512: four outer splits, as the dense report
+    within, energy, pairs = _noise_truth(b, dense)
+    entries = implicit.split_entries(c, n, geom.pairs.rows, geom.pairs.cols, seed=2)
+    got = implicit.split_noise(geom, entries, max_pairs=7)
+    assert len(entries) == 4  # n < 512: four outer splits, as the dense report
     assert 0 < within < n * (n - 1) // 2
     assert got.within == within and got.within_se == 0.0
     assert got.examples == tuple(pairs[:7])
@@ -328,16 +353,15 @@ def test_split_noise_sampled_within_its_error() -> None:
     n = 300
     c = counts(n, v=800, seed=4)
     bc = implicit.from_thinning(c, n)
-    halves = implicit.split_halves(c, n, seed=0)
-    dense = [tuple(gram_from_bc(implicit.bc_matmat(h, np.eye(n))) for h in pair) for pair in halves]
     b = gram_from_bc(expected_thinning_bc(c, n))
-    within, energy, _ = _noise_truth(b, dense)  # type: ignore[arg-type]
+    within, energy, _ = _noise_truth(b, dense_halves(c, n, 0))
     share = energy / float(np.vdot(b, b))
     exact = implicit.implicit_geometry(bc, min_rank=8, max_rank=8, tolerances=())
     got = []
     for seed in range(100):
         geom = implicit.implicit_geometry(bc, pairs=3000, seed=seed, spectrum=exact.spectrum)
-        got.append(implicit.split_noise(geom, halves))
+        entries = implicit.split_entries(c, n, geom.pairs.rows, geom.pairs.cols, seed=0)
+        got.append(implicit.split_noise(geom, entries))
     for name, truth in (("within", within), ("energy", energy), ("share", share)):
         est = np.array([getattr(g, name) for g in got])
         stated = np.array([getattr(g, f"{name}_se") for g in got])
