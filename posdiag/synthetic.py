@@ -64,12 +64,20 @@ def drift_distributions(
     v = check_int("vocab", vocab, 2)
     r = check_int("rank", rank, 1)
     g = np.random.default_rng(seed).standard_normal((r, v))
+    return _softmax_rows(sharpness * _cosines(n, r) @ g)
+
+
+def _cosines(n: int, k: int) -> np.ndarray:
+    """``cos(pi k' t_i)`` for ``t_i = i/(n-1)`` and ``k' = 1..k``, of shape (n, k)."""
     t = np.arange(n) / (n - 1)
-    coef = np.cos(np.pi * np.outer(t, np.arange(1, r + 1)))
-    logits = sharpness * coef @ g
-    logits -= logits.max(axis=1, keepdims=True)
-    mu = np.exp(logits)
-    return mu / mu.sum(axis=1, keepdims=True)
+    return np.cos(np.pi * np.outer(t, np.arange(1, k + 1)))
+
+
+def _softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """Each row's softmax (shifted by its maximum, so no exp overflows)."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    e /= e.sum(axis=1, keepdims=True)
+    return e
 
 
 def low_rank_distributions(
@@ -92,10 +100,7 @@ def low_rank_distributions(
     v = check_int("vocab", vocab, r + 1, lo_label="rank+1")
     sharpness = check_float("sharpness", sharpness, 0.0, lo_open=True)
     rng = np.random.default_rng(seed)
-    t = np.arange(n) / (n - 1)
-    logits = sharpness * np.cos(np.pi * np.outer(t, np.arange(1, r + 2)))
-    pi = np.exp(logits - logits.max(axis=1, keepdims=True))
-    pi /= pi.sum(axis=1, keepdims=True)
+    pi = _softmax_rows(sharpness * _cosines(n, r + 1))
     mu = np.zeros((n, v))
     for k, block in enumerate(np.array_split(rng.permutation(v), r + 1)):
         shape = np.exp(rng.standard_normal(block.size))
@@ -248,10 +253,7 @@ def zipf_drift_distributions(
     sharpness = check_float("sharpness", sharpness, 0.0, lo_open=True)
     exponent = check_float("exponent", exponent, 0.0, lo_open=True)
     rng = np.random.default_rng(seed)
-    t = np.arange(n) / (n - 1)
-    logits = sharpness * np.cos(np.pi * np.outer(t, np.arange(1, r + 2)))
-    w = np.exp(logits - logits.max(axis=1, keepdims=True))
-    w /= w.sum(axis=1, keepdims=True)
+    w = _softmax_rows(sharpness * _cosines(n, r + 1))
     zipf = np.arange(1, v + 1, dtype=np.float64) ** -exponent
     zipf /= zipf.sum()
     topics = np.stack([zipf[np.argsort(rng.permutation(v))] for _ in range(r + 1)])

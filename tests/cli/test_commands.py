@@ -63,8 +63,7 @@ def test_stress_json_on_synthetic_corpus(cli: Callable[..., Result], synth_corpu
 def test_stress_table_and_selected_encodings(
     cli: Callable[..., Result], synth_corpus: Path
 ) -> None:
-    r = run(
-        cli,
+    args = (
         "stress",
         str(synth_corpus),
         "--min-count",
@@ -74,22 +73,10 @@ def test_stress_table_and_selected_encodings(
         "-e",
         "mds-2",
     )
+    r = run(cli, *args)
     assert r.exit_code == 0, r.output
     assert "sinusoidal" not in r.stdout
-    doc = json.loads(
-        run(
-            cli,
-            "stress",
-            str(synth_corpus),
-            "--min-count",
-            "50",
-            "-e",
-            "rope:head_dim=8",
-            "-e",
-            "mds-2",
-            "--json",
-        ).stdout
-    )
+    doc = json.loads(run(cli, *args, "--json").stdout)
     row = {e["name"]: e for e in doc["encodings"]}
     # mds-2 stores r(n + d) = 2 (12 + d) numbers; RoPE has no parameters.
     dim = row["mds-2"]["params"]["dim"]

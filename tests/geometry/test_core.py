@@ -836,17 +836,23 @@ def test_symmetrize_averages_every_block_pair(block: int) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
-def test_mds_of_gram_full_and_partial_against_numpy_eigh() -> None:
-    from posdiag.geometry.core import mds_of_gram
-
+def _non_euclidean_gram() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 40 x 40 double-centred Gram of random dissimilarities (not Euclidean: negative
+    eigenvalues too) and numpy's eigenpairs of it, largest first."""
     rng = np.random.default_rng(3)
     d = rng.uniform(0.5, 1.0, (40, 40))
     d = (d + d.T) / 2
     np.fill_diagonal(d, 0)
     j = np.eye(40) - 1 / 40
-    b = -0.5 * j @ (d * d) @ j  # not Euclidean: negative eigenvalues too
+    b = -0.5 * j @ (d * d) @ j
     lam, u = np.linalg.eigh(b)
-    lam, u = lam[::-1], u[:, ::-1]
+    return b, lam[::-1], u[:, ::-1]
+
+
+def test_mds_of_gram_full_and_partial_against_numpy_eigh() -> None:
+    from posdiag.geometry.core import mds_of_gram
+
+    b, lam, u = _non_euclidean_gram()
     # Up to full_max positions (default 1,024, and at n = full_max): every eigenpair.
     for full in (mds_of_gram(b), mds_of_gram(b, full_max=40)):
         np.testing.assert_allclose(full.eigenvalues, lam, atol=1e-12)
@@ -924,14 +930,7 @@ def test_fix_signs_makes_each_largest_entry_positive_and_keeps_a_zero_column() -
 def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth() -> None:
     from posdiag.geometry.core import mds_of_gram
 
-    rng = np.random.default_rng(3)
-    d = rng.uniform(0.5, 1.0, (40, 40))
-    d = (d + d.T) / 2
-    np.fill_diagonal(d, 0)
-    j = np.eye(40) - 1 / 40
-    b = -0.5 * j @ (d * d) @ j  # negative eigenvalues too
-    lam, u = np.linalg.eigh(b)
-    lam, u = lam[::-1], u[:, ::-1]
+    b, lam, u = _non_euclidean_gram()
     # full_max < n <= eigvalsh_max (here n = eigvalsh_max): every eigenvalue, the top vectors.
     for band in (mds_of_gram(b, full_max=30, eigvalsh_max=40, start_rank=5),):
         np.testing.assert_allclose(band.eigenvalues, lam, atol=1e-12)
@@ -969,7 +968,7 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth() -> None:
     k = grown.eigenvalues.size
     assert grown.eigenvalues[-1] < abs(low) and np.sum(lam > abs(low)) < k < 40
     # A positive definite B (bottom 0.5 > 0): nothing to grow past, the same pairs as without.
-    q, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    q, _ = np.linalg.qr(np.random.default_rng(4).standard_normal((40, 40)))
     pd = (q * np.concatenate(([10, 8, 6, 4, 2], np.linspace(1, 0.5, 35)))) @ q.T
     with_bottom = mds_of_gram(pd, full_max=20, eigvalsh_max=30)
     assert with_bottom.bottom == pytest.approx(0.5, abs=1e-8)

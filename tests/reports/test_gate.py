@@ -47,6 +47,20 @@ def _run(cli: Callable[..., Result], *args: str) -> tuple[int, str, str]:
     return res.exit_code, res.stdout, res.stderr
 
 
+def _rope_passes_nope_fails(rope_stress: float) -> tuple[str, ...]:
+    """Two max-stress rules: rope's just above its stress, nope's (stress 1) at 0.5."""
+    return (
+        "-e",
+        "rope",
+        "-e",
+        "nope",
+        "--max-stress",
+        f"{rope_stress + 0.01}",
+        "--max-stress",
+        "0.5",
+    )
+
+
 def test_exit_0_when_every_rule_passes(
     cli: Callable[..., Result], synth_corpus: Path, rope_stress: float
 ) -> None:
@@ -275,20 +289,11 @@ def test_junit_xml_one_case_per_rule_with_failures(
     cli: Callable[..., Result], synth_corpus: Path, rope_stress: float, tmp_path: Path
 ) -> None:
     out_file = tmp_path / "junit.xml"
+    junit = (str(synth_corpus), "--no-config", "--junit", str(out_file))
     code, _, _ = _run(
         cli,
-        str(synth_corpus),
-        "--no-config",
-        "--junit",
-        str(out_file),
-        "-e",
-        "rope",
-        "-e",
-        "nope",
-        "--max-stress",
-        f"{rope_stress + 0.01}",
-        "--max-stress",
-        "0.5",
+        *junit,
+        *_rope_passes_nope_fails(rope_stress),
         "--min-support",
         "601",
         "--min-positional-info",
@@ -305,17 +310,7 @@ def test_junit_xml_one_case_per_rule_with_failures(
     assert failed == ["max-stress[nope]", "min-support"]
     assert suite.get("tests") == "4" and suite.get("failures") == "2"
     # An existing report is replaced, as pytest's --junitxml does (tests/render/test_ci_outputs.py).
-    code, _, _ = _run(
-        cli,
-        str(synth_corpus),
-        "--no-config",
-        "--junit",
-        str(out_file),
-        "--min-support",
-        "1",
-        "-n",
-        "12",
-    )
+    code, _, _ = _run(cli, *junit, "--min-support", "1", "-n", "12")
     assert code == 0
     assert ET.fromstring(out_file.read_bytes()).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
 
@@ -329,14 +324,7 @@ def test_github_format_annotations(
         "--no-config",
         "--format",
         "github",
-        "-e",
-        "rope",
-        "-e",
-        "nope",
-        "--max-stress",
-        f"{rope_stress + 0.01}",
-        "--max-stress",
-        "0.5",
+        *_rope_passes_nope_fails(rope_stress),
     )
     assert code == 1
     lines = out.splitlines()
