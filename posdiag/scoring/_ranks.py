@@ -1,6 +1,6 @@
 """Compiled kernels of :mod:`posdiag.scoring.scores`: pair distances, bucket sort, exact rank sums.
 
-Imported only when a score needs them (from ``geometry._compiled.COMPILED_FROM`` positions on), so
+Imported only when a score needs them (``n(n-1)/2`` from ``scores.COMPILED_FROM_PAIRS`` on), so
 the bundled corpus never imports numba. The bucket sort itself is :mod:`posdiag.scoring._sort`.
 
 Exactness: Spearman's rho is the Pearson correlation of average ranks. Twice an average rank

@@ -23,8 +23,8 @@ kernels), and the one rounding is the final division. The corpus side keeps twic
 never ranked into an array: they are scattered into buckets of equal width in value with the
 corpus ranks carried along, each bucket is sorted in a cache-sized buffer
 (:mod:`posdiag.scoring._ranks`) and the walk over its tie groups sums the products. From
-:data:`~posdiag.geometry._compiled.COMPILED_FROM` positions the compiled kernels run; below, numpy
-does the same sums (bundled corpora never import numba).
+``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels run; below, numpy does the
+same sums (bundled corpora never import numba).
 
 Results equal :func:`~posdiag.geometry.core.compare` to rounding (tests/scoring/test_scores.py,
 tests/scoring/test_ranks.py).
@@ -44,10 +44,10 @@ from .._util.jit import load_numba
 from ..encodings import Encoding
 from ..encodings._core import DENSE_MATRICES_MAX
 from ..errors import PosdiagError
-from ..geometry._compiled import COMPILED_FROM
 from ..geometry.core import StressMeasures, compare
 
 __all__ = [
+    "COMPILED_FROM_PAIRS",
     "DIRECT_MAX_DIM",
     "CorpusSide",
     "GramScorer",
@@ -62,6 +62,10 @@ __all__ = [
 ]
 
 
+# From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does, so small
+# corpora never import numba or wait for a compile. It must stay below 2^21: numpy's integer
+# rank sums are exact only while m^3 < 2^63.
+COMPILED_FROM_PAIRS = 1 << 17
 # The exact sums hold while twice a centred rank fits the limbs' factor (|c| < 2^30: m < 2^30)
 # and the corpus ranks fit uint32 (2 m < 2^32): n(n-1)/2 < 2^30 pairs, i.e. n <= 46,341.
 EXACT_MAX_POSITIONS = 46_341
@@ -101,11 +105,9 @@ def _kernels() -> ModuleType:
     return _ranks
 
 
-def _compiled(n: int, compiled: bool | None = None) -> bool:
-    """Whether ``n`` positions take the compiled kernels (``compiled`` forces a path). Below
-    :data:`~posdiag.geometry._compiled.COMPILED_FROM` numpy's integer rank sums are exact
-    (``m^3 < 2^63`` needs ``m = n(n-1)/2 < 2^21``)."""
-    return n >= COMPILED_FROM if compiled is None else compiled
+def _compiled(m: int, compiled: bool | None = None) -> bool:
+    """Whether ``m`` pairs take the compiled kernels (``compiled`` forces a path)."""
+    return m >= COMPILED_FROM_PAIRS if compiled is None else compiled
 
 
 def _threads() -> int:
@@ -152,11 +154,10 @@ def diagonal_sums(m: np.ndarray, compiled: bool | None = None) -> np.ndarray:
     """``s[l] = sum_i m[i, i + l]`` for ``l = 0..n-1`` (upper diagonals), of shape (n,).
 
     Walks rows (contiguous memory) instead of diagonals (a stride of ``n + 1``); compiled and
-    parallel from :data:`~posdiag.geometry._compiled.COMPILED_FROM` positions on (``compiled``
-    forces a path).
+    parallel from :data:`COMPILED_FROM_PAIRS` pairs on (``compiled`` forces a path).
     """
     n = m.shape[0]
-    if _compiled(n, compiled):
+    if _compiled(n * (n - 1) // 2, compiled):
         return np.asarray(_kernels().diagonal_sums(np.ascontiguousarray(m), False))
     out = np.zeros(n)
     for i in range(n):
@@ -317,8 +318,7 @@ def corpus_side(
     b_h : ndarray of shape (n, n)
         Their Gram matrix; must be double-centred (rows and columns sum to 0).
     compiled : bool, optional
-        Force the compiled kernels or numpy (default: from
-        :data:`~posdiag.geometry._compiled.COMPILED_FROM` positions).
+        Force the compiled kernels or numpy (default: from :data:`COMPILED_FROM_PAIRS` pairs).
     layout : SortLayout, optional
 
     Notes
@@ -338,7 +338,7 @@ def corpus_side(
     start = _upper_segments(n)
     scratch: list[tuple[np.ndarray, np.ndarray]] = []
     layout = layout or SortLayout()
-    compiled = _compiled(n, compiled)
+    compiled = _compiled(m, compiled)
     if compiled:
         k = _kernels()
         d_lags = np.zeros(n)

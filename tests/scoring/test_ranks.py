@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag.geometry._compiled import COMPILED_FROM
 from posdiag.geometry.core import compare, gram_from_distances
 from posdiag.scoring import _ranks as _fastrank
 from posdiag.scoring import scores as fastscore
@@ -277,34 +276,17 @@ def test_nan_distances_give_nan_rho_on_both_paths() -> None:
 
 @pytest.fixture(scope="module")
 def medium() -> tuple[np.ndarray, np.ndarray]:
-    """n = 600 (above geometry._compiled.COMPILED_FROM) with rounded, tied distances."""
+    """n = 600 (179,700 pairs, above COMPILED_FROM_PAIRS) with rounded, tied distances."""
     x = np.random.default_rng(7).standard_normal((600, 4))
     d = np.round(squareform(pdist(x)), 2)
     return d, gram_from_distances(d)
-
-
-@pytest.mark.parametrize(("n", "compiled"), [(COMPILED_FROM - 1, False), (COMPILED_FROM, True)])
-def test_scores_compile_from_the_geometry_threshold(n: int, compiled: bool) -> None:
-    """The scores take their compiled kernels from the size the geometry compiles at, with
-    compare()'s figures on either side of it."""
-    rng = np.random.default_rng(11)
-    d = np.round(squareform(pdist(rng.standard_normal((n, 4)))), 2)
-    b = gram_from_distances(d)
-    side = corpus_side(d, b)
-    assert side.compiled is compiled
-    assert side.rank2.dtype == (np.uint32 if compiled else np.int64)
-    p = np.round(rng.standard_normal((n, 3)), 1)
-    got = score_vectors(side, b, p)
-    want = compare(d, b, squareform(pdist(p)), gram_from_distances(squareform(pdist(p))))
-    for field in ("stress", "raw", "kruskal", "spearman"):
-        assert same(getattr(got, field), getattr(want, field), 1e-12), field
 
 
 def test_medium_input_takes_the_compiled_path_and_agrees(
     medium: tuple[np.ndarray, np.ndarray],
 ) -> None:
     d, b = medium
-    assert d.shape[0] >= COMPILED_FROM
+    assert d.shape[0] * (d.shape[0] - 1) // 2 >= fastscore.COMPILED_FROM_PAIRS
     side = corpus_side(d, b)
     assert side.compiled and side.rank2.dtype == np.uint32  # numpy's ranks are int64
     rng = np.random.default_rng(3)

@@ -3,16 +3,27 @@ figures of score_vectors one table at a time (small inputs, forced compiled, and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag.geometry._compiled import COMPILED_FROM
 from posdiag.geometry.core import gram_from_distances
 from posdiag.scoring import _ranks as _fastrank
+from posdiag.scoring import scores as fastscore
 from posdiag.scoring.scores import corpus_side, score_vectors, score_vectors_many
+
+
+@contextmanager
+def path(compiled: bool) -> Iterator[None]:
+    """Force the compiled kernels (threshold 0) or numpy (threshold above any test size)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fastscore, "COMPILED_FROM_PAIRS", 0 if compiled else 1 << 40)
+        yield
 
 
 def corpus(n: int, seed: int, decimals: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -130,19 +141,19 @@ def test_score_encodings_scores_the_mds_family_in_one_pass(
     from posdiag.reports.scores import score_encodings
     from posdiag.synthetic import drift_distributions, sample_texts
 
-    n = COMPILED_FROM  # the compiled kernels' first size
-    mu = drift_distributions(n, 60, rank=3, seed=4)
-    counts = count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=n)
+    mu = drift_distributions(40, 60, rank=3, seed=4)
+    counts = count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)
     geo = corpus_geometry(counts, min_count=1)
-    calls = counted(monkeypatch)
-    got = score_encodings(geo)
-    assert calls == {"nested_scan": 1, "vector_scan": 0}  # mds-1..3 together
+    with path(True):
+        calls = counted(monkeypatch)
+        got = score_encodings(geo)
+        assert calls == {"nested_scan": 1, "vector_scan": 0}  # mds-1..3 together
 
-    def one_at_a_time(side: object, b: np.ndarray, ps: list[np.ndarray]) -> list[object]:
-        return [score_vectors(side, b, p) for p in ps]  # type: ignore[arg-type]
+        def one_at_a_time(side: object, b: np.ndarray, ps: list[np.ndarray]) -> list[object]:
+            return [score_vectors(side, b, p) for p in ps]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scores_module, "score_vectors_many", one_at_a_time)
-    want = score_encodings(geo)
+        monkeypatch.setattr(scores_module, "score_vectors_many", one_at_a_time)
+        want = score_encodings(geo)
     assert {s.name for s in got} >= {"mds-1", "mds-2", "mds-3"}
     assert [repr(s) for s in got] == [repr(s) for s in want]
     assert calls["vector_scan"] == 3  # the second run: one pass each
