@@ -30,7 +30,7 @@ import numpy as np
 
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, make_encoding
-from ..geometry import implicit
+from ..geometry import implicit, implicit_noise
 from ..geometry.core import _fix_signs, mds_coordinates, parameter_saving
 from ..geometry.estimator import shard_halves
 from ..uncertainty.bootstrap import noise_floor, noise_floor_by_shards
@@ -364,8 +364,8 @@ def stress_report(
 def diagnose_line(
     geom: implicit.ImplicitGeometry,
     largest: float,
-    noise: implicit.PairsWithinNoise,
-    shift: implicit.ShiftEstimate,
+    noise: implicit_noise.PairsWithinNoise,
+    shift: implicit_noise.ShiftEstimate,
     *,
     plugin: bool = False,
 ) -> str:
@@ -447,7 +447,7 @@ def implicit_diagnose(
     scored = implicit_scores(geom, encodings, dim)
     largest = max((se for _, se in scored), default=0.0)
     scores = sorted((sc for sc, _ in scored), key=lambda e: e.stress)
-    sh = implicit.shift_estimate(geom, run.bc, seed=seed)
+    sh = implicit_noise.shift_estimate(geom, run.bc, seed=seed)
     del run  # the full data's BC: the outer split's halves are built after it is freed
     info = _information(counts, n, seed)
     floor = (
@@ -457,14 +457,14 @@ def implicit_diagnose(
     )
     plugin = analysis.estimator == "plugin"
     if plugin:
-        est = implicit.floor_noise(geom, floor, max_pairs=MAX_PAIRS_LISTED)
-        diag = np.asarray(implicit.sampled_gram(geom))[geom.pairs.rows == geom.pairs.cols]
+        est = implicit_noise.floor_noise(geom, floor, max_pairs=MAX_PAIRS_LISTED)
+        diag = np.asarray(implicit_noise.sampled_gram(geom))[geom.pairs.rows == geom.pairs.cols]
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(diag > 0, _noise_gram_diagonal(floor) / diag, np.inf)
         position_share = tuple(float(x) for x in share)
         unstable = tuple(int(i) for i in np.flatnonzero(share >= UNSTABLE_SHARE))
     else:
-        entries = implicit.split_entries(
+        entries = implicit_noise.split_entries(
             counts.matrix,
             n,
             geom.pairs.rows,
@@ -473,7 +473,7 @@ def implicit_diagnose(
             splits=analysis.splits,
             seed=seed,
         )
-        est = implicit.split_noise(geom, entries, max_pairs=MAX_PAIRS_LISTED)
+        est = implicit_noise.split_noise(geom, entries, max_pairs=MAX_PAIRS_LISTED)
         position_share, unstable = (), ()
     n_pairs = n * (n - 1) // 2
     count = int(round(est.within))
