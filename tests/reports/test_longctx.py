@@ -29,6 +29,12 @@ N = 90
 
 
 @pytest.fixture
+def long_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI takes the implicit path from 50 positions (the fixtures have 90)."""
+    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
+
+
+@pytest.fixture
 def counts() -> Counts:
     m = _data.zipf_counts(N, 500, 150, 4, step=3, dtype=np.int64)
     return Counts(sp.csr_matrix(m), {"source": "zipf.npz"})
@@ -66,10 +72,9 @@ def test_implicit_report_equals_dense(counts: Counts, estimator: str) -> None:
 
 
 def test_cli_stress_json_says_what_is_sampled(
-    cli, tmp_path, counts: Counts, monkeypatch: pytest.MonkeyPatch
+    cli, tmp_path, counts: Counts, long_path: None
 ) -> None:
     path = save_counts(counts, tmp_path / "c.npz")
-    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
     res = cli(["stress", str(path), "--min-count", "1", "--json"])
     assert res.exit_code == 0, res.stderr
     out = json.loads(res.stdout)
@@ -158,10 +163,9 @@ def test_implicit_encoding_refuses_bad_rank_and_dim(counts: Counts) -> None:
 
 
 def test_cli_build_encoding_says_the_stress_is_sampled(
-    cli, tmp_path, counts: Counts, monkeypatch: pytest.MonkeyPatch
+    cli, tmp_path, counts: Counts, long_path: None
 ) -> None:
     path = save_counts(counts, tmp_path / "c.npz")
-    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
     out = tmp_path / "enc.npy"
     res = cli(["build-encoding", str(path), "-o", str(out), "--rank", "4", "--dim", "8",
                "--min-count", "1", "--json"])  # fmt: skip
@@ -230,9 +234,8 @@ def test_check_facts_by_the_implicit_path_match_dense_and_stress(counts: Counts)
     )
 
 
-def test_cli_check_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+def test_cli_check_at_long_context(cli, tmp_path, counts: Counts, long_path: None) -> None:
     path = save_counts(counts, tmp_path / "c.npz")
-    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
     res = cli(["check", str(path), "--no-config", "-e", "sinusoidal", "--max-stress", "0.9",
                "--max-rank-for-stress", "0.3:40", "--min-count", "1", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.stderr
@@ -309,9 +312,8 @@ def test_implicit_rank_not_reached_says_so(counts: Counts) -> None:
     assert f"no MDS rank up to {k} reaches stress <= 0.001" in d.recommendation.text
 
 
-def test_cli_diagnose_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+def test_cli_diagnose_at_long_context(cli, tmp_path, counts: Counts, long_path: None) -> None:
     path = save_counts(counts, tmp_path / "c.npz")
-    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
     res = cli(["diagnose", str(path), "--min-count", "1", "--json"])
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -330,9 +332,8 @@ def test_cli_diagnose_at_long_context(cli, tmp_path, counts: Counts, monkeypatch
     assert not (tmp_path / "p").exists()
 
 
-def test_cli_report_at_long_context(cli, tmp_path, counts: Counts, monkeypatch) -> None:
+def test_cli_report_at_long_context(cli, tmp_path, counts: Counts, long_path: None) -> None:
     path = save_counts(counts, tmp_path / "c.npz")
-    monkeypatch.setattr(longctx, "IMPLICIT_FROM", 50)
     out = tmp_path / "r.html"
     res = cli(["report", str(path), "-o", str(out), "--min-count", "1", "--json"])
     assert res.exit_code == 0, res.stderr
