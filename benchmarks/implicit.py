@@ -30,6 +30,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -368,35 +369,45 @@ def bench_implicit(
                 f"{np.round(lam[:4], 5).tolist()} vs population {np.round(true[:4], 5).tolist()}"
             )
             _table(res, None)
-            if "error" in built:
-                print(f"     build-encoding --rank 8: failed: {built['error']}")
-            else:
-                print(
-                    f"     build-encoding --rank 8 (one run): {float(built['time']):.1f} s "  # type: ignore[arg-type]
-                    f"(CPU {float(built['cpu']):.1f} s), peak RSS {float(built['rss']):.2f} GB, "  # type: ignore[arg-type]
-                    f"stress {float(built['stress']):.4f} ± {float(built['se']):.4f}; the file's "  # type: ignore[arg-type]
-                    f"distances vs U_r sqrt(L_r) {float(built['distance_err']):.1e} of the mean, "  # type: ignore[arg-type]
-                    f"A^T A vs diag(L) {float(built['gram_err']):.1e}, B^T B vs I "  # type: ignore[arg-type]
-                    f"{float(built['orthonormal_err']):.1e}"  # type: ignore[arg-type]
-                )
-            if "error" in diag:
-                print(f"     diagnose: failed: {diag['error']}")
-            else:
-                print(
-                    f"     diagnose (one run): {float(diag['time']):.1f} s "  # type: ignore[arg-type]
-                    f"(CPU {float(diag['cpu']):.1f} s), peak RSS {float(diag['rss']):.2f} GB; "  # type: ignore[arg-type]
-                    f"I = {float(diag['bits']):.4f} bits (z = {float(diag['z']):.0f}), "  # type: ignore[arg-type]
-                    f"pairs within noise {float(diag['fraction']):.2%}, noise share "  # type: ignore[arg-type]
-                    f"{float(diag['share']):.2%}, R^2 = {float(diag['r2']):.3f}, smoothness "  # type: ignore[arg-type]
-                    f"{float(diag['smoothness']):.3f}, rank {diag['rank']} (reached: "  # type: ignore[arg-type]
-                    f"{diag['reached']}), recommended {diag['recommendation']}"
-                )
-                print(f"     {diag['line']}")
+            _one_run(
+                "build-encoding --rank 8",
+                built,
+                lambda r: (
+                    f"stress {float(r['stress']):.4f} ± {float(r['se']):.4f}; the file's "  # type: ignore[arg-type]
+                    f"distances vs U_r sqrt(L_r) {float(r['distance_err']):.1e} of the mean, "  # type: ignore[arg-type]
+                    f"A^T A vs diag(L) {float(r['gram_err']):.1e}, B^T B vs I "  # type: ignore[arg-type]
+                    f"{float(r['orthonormal_err']):.1e}"  # type: ignore[arg-type]
+                ),
+            )
+            _one_run(
+                "diagnose",
+                diag,
+                lambda r: (
+                    f"I = {float(r['bits']):.4f} bits (z = {float(r['z']):.0f}), pairs within "  # type: ignore[arg-type]
+                    f"noise {float(r['fraction']):.2%}, noise share {float(r['share']):.2%}, "  # type: ignore[arg-type]
+                    f"R^2 = {float(r['r2']):.3f}, smoothness {float(r['smoothness']):.3f}, "  # type: ignore[arg-type]
+                    f"rank {r['rank']} (reached: {r['reached']}), recommended "
+                    f"{r['recommendation']}\n     {r['line']}"
+                ),
+            )
         if len(rows) >= 2:
             x = np.log([n for n, _ in rows])
             for key, label in (("time", "time"), ("rss", "peak RSS")):
                 y = np.log([float(r[key]) for _, r in rows])  # type: ignore[arg-type]
                 print(f"   fitted growth exponent of {label}: n^{np.polyfit(x, y, 1)[0]:.2f}")
+
+
+def _one_run(
+    label: str, res: dict[str, object], detail: Callable[[dict[str, object]], str]
+) -> None:
+    """One child's line: its time, CPU and peak memory, then ``detail`` of its figures."""
+    if "error" in res:
+        print(f"     {label}: failed: {res['error']}")
+        return
+    print(
+        f"     {label} (one run): {float(res['time']):.1f} s "  # type: ignore[arg-type]
+        f"(CPU {float(res['cpu']):.1f} s), peak RSS {float(res['rss']):.2f} GB; {detail(res)}"  # type: ignore[arg-type]
+    )
 
 
 def _agreement_row(n: int, ours: dict[str, object], dense: dict[str, object]) -> None:
