@@ -314,3 +314,41 @@ def test_stashed_and_upper_rows_give_the_gram_rows_bit_for_bit(block_bytes: int)
         np.testing.assert_array_equal(out, g[lo:hi])
     np.testing.assert_array_equal(stashed.diag, np.diag(g))
     np.testing.assert_array_equal(mirror_upper(buf), before)
+
+
+def test_the_compiled_passes_built_afresh_equal_the_formulas() -> None:
+    """posdiag.geometry._summary's kernels, built as in a fresh process, on a 3-row block of
+    two halves: each element is numpy's arithmetic in numpy's order (bit for bit)."""
+    from posdiag.geometry import _summary
+
+    _summary._KERNELS.clear()  # the first call of a process builds them (numba's disk cache)
+    kern = _summary.kernels()
+    assert set(kern) == {"differences", "within"} and _summary.kernels() is kern
+    rng = np.random.default_rng(7)
+    n, lo, hi, scale = 9, 2, 5, 8.0
+    halves = [(rng.normal(size=(3, n)), rng.normal(size=(3, n)), rng.normal(size=n)) for _ in "ab"]
+    acc, acc_m = np.full((3, n), np.nan), np.full((3, n), np.nan)
+    want, want_m = np.zeros((3, n)), np.zeros((3, n))
+    i = np.arange(lo, hi)[:, None]
+    for s, (p, q, dd) in enumerate(halves):
+        kern["differences"](p, q, dd, lo, s == 0, s == 1, scale, acc, acc_m, True)
+        want = want + (p - q) ** 2
+        want_m = want_m + ((dd[i] + dd[None, :]) - 2.0 * (p - q)) ** 2
+    np.testing.assert_array_equal(acc, want / scale)
+    np.testing.assert_array_equal(acc_m, want_m)
+    # Without noise acc_m is not touched.
+    untouched = np.full((3, n), 5.0)
+    kern["differences"](p, q, dd, lo, True, True, scale, acc, untouched, False)
+    np.testing.assert_array_equal(untouched, 5.0)
+    # within: j != i with (diag_i + diag_j) - 2 h_ij <= sqrt(acc_m / scale).
+    diag = rng.uniform(0.5, 1.0, size=n)
+    h = rng.uniform(0.0, 0.6, size=(3, n))
+    summed = rng.uniform(0.0, 1.5, size=(3, n)) ** 2 * scale
+    d2 = (diag[i] + diag[None, :]) - 2.0 * h
+    near = (d2 <= np.sqrt(summed / scale)) & (np.arange(n)[None, :] != i)
+    upper, partners, above = np.ones((3, n), dtype=bool), np.full(3, -1), np.full(3, -1)
+    kern["within"](summed, h, diag, lo, scale, upper, partners, above)
+    assert 0 < near.sum() < near.size
+    np.testing.assert_array_equal(partners, near.sum(axis=1))
+    np.testing.assert_array_equal(upper, near & (np.arange(n)[None, :] > i))
+    np.testing.assert_array_equal(above, upper.sum(axis=1))
