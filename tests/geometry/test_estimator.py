@@ -23,6 +23,7 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.encodings import make_encoding
 from posdiag.errors import PosdiagError
+from posdiag.geometry._compiled import COMPILED_FROM
 from posdiag.geometry._gram import cross_product
 from posdiag.geometry._thinning import draw_half
 from posdiag.geometry.core import (
@@ -715,6 +716,61 @@ def test_stacked_halves_split_only_the_subset() -> None:
             for j in subset
             if i < j
         )
+
+
+@pytest.mark.parametrize("form", ["csr", "shard_stack"])
+@pytest.mark.parametrize("n", [COMPILED_FROM - 1, COMPILED_FROM])
+def test_stacked_halves_on_both_sides_of_the_compiled_size(n: int, form: str) -> None:
+    """Below COMPILED_FROM positions a selection product, from it on (or given a ShardStack)
+    the union-pattern sums: each split is half of the subset's shards, summed, and the rest."""
+    from posdiag.uncertainty._shardsum import ShardStack
+
+    rng = np.random.default_rng(4)
+    shards = [rng.integers(1, 4, size=(n + 2, 7)) for _ in range(5)]
+    stack = stack_shards([sp.csr_matrix(s) for s in shards], n)
+    given = ShardStack(stack, n) if form == "shard_stack" else stack
+    subset = [0, 2, 3, 4]
+    # Shard numbers as whole floats name the same shards.
+    for subset_given in (np.array(subset), np.array(subset, dtype=np.float64)):
+        halves = stacked_halves(given, n, subset_given, 3, np.random.default_rng(0))
+        assert len(halves) == 3  # every distinct split of 4 shards into 2 + 2
+        seen = set()
+        for a, b in halves:
+            hits = [
+                pair
+                for pair in itertools.combinations(subset, 2)
+                if np.array_equal(a.toarray(), sum(shards[i][:n] for i in pair))
+                and np.array_equal(b.toarray(), sum(shards[i][:n] for i in subset if i not in pair))
+            ]
+            assert len(hits) == 1
+            seen.add(min(hits[0], tuple(i for i in subset if i not in hits[0])))
+        assert len(seen) == 3
+
+
+def test_distances_to_first_sum_duplicate_entries_first() -> None:
+    """A csr with a word stored twice in a row is read as its sum (the input left as given):
+    H_i = sqrt(1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2)."""
+    from posdiag.geometry.crossfit import distances_to_first
+
+    dense = np.array([[3.0, 1.0, 0.0], [1.0, 1.0, 2.0], [0.0, 4.0, 0.0], [3.0, 1.0, 0.0]])
+    # Row 1's first word is stored as 0.5 + 0.5: not in canonical format.
+    c = sp.csr_matrix(
+        (
+            [3.0, 1.0, 0.5, 0.5, 1.0, 2.0, 4.0, 3.0, 1.0],
+            [0, 1, 0, 0, 1, 2, 1, 0, 1],
+            [0, 2, 6, 7, 9],
+        ),
+        shape=(4, 3),
+    )
+    assert not c.has_canonical_format
+    data = c.data.copy()
+    p = np.sqrt(dense / dense.sum(axis=1, keepdims=True))
+    want = np.sqrt(0.5 * ((p[0] - p) ** 2).sum(axis=1))
+    got = distances_to_first(c, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    assert got[3] == 0.0 and got[1] > 0.3
+    np.testing.assert_array_equal(c.data, data)
+    assert not c.has_canonical_format
 
 
 def test_shard_halves_need_two_shards_and_tokens_in_each_half() -> None:
