@@ -352,3 +352,29 @@ def test_the_compiled_passes_built_afresh_equal_the_formulas() -> None:
     np.testing.assert_array_equal(partners, near.sum(axis=1))
     np.testing.assert_array_equal(upper, near & (np.arange(n)[None, :] > i))
     np.testing.assert_array_equal(above, upper.sum(axis=1))
+
+
+@pytest.mark.parametrize("kind", ["float32", "fortran", "shape", "writeable"])
+def test_a_stash_that_cannot_hold_a_half_is_left_alone(
+    kind: str, small: tuple[sp.csr_matrix, np.ndarray, np.ndarray]
+) -> None:
+    """Only a C-contiguous float64 (n, n) array is borrowed: any other stash is not written
+    (the summary as without one), and a usable one is borrowed and restored."""
+    counts, gram, distances = small
+    n = gram.shape[0]
+    stash = {
+        "float32": distances.astype(np.float32),
+        "fortran": np.asfortranarray(distances),
+        "shape": np.ascontiguousarray(distances[: n - 1, : n - 1]),
+        "writeable": distances.copy(),
+    }[kind]
+    assert heldout._usable_stash(stash, n) == (kind == "writeable")
+    before = stash.copy(order="K")
+    got = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2], stash=stash)
+    want = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2])
+    np.testing.assert_array_equal(stash, before)
+    np.testing.assert_array_equal(got.energy_rows, want.energy_rows)
+    np.testing.assert_array_equal(got.partners, want.partners)
+    assert got.heldout == pytest.approx(want.heldout, rel=1e-13, abs=0)
+    assert (got.within, got.first_pairs) == (want.within, want.first_pairs)
+    assert not heldout._usable_stash(None, n)
