@@ -378,3 +378,19 @@ def test_a_stash_that_cannot_hold_a_half_is_left_alone(
     assert got.heldout == pytest.approx(want.heldout, rel=1e-13, abs=0)
     assert (got.within, got.first_pairs) == (want.within, want.first_pairs)
     assert not heldout._usable_stash(None, n)
+
+
+@pytest.mark.parametrize(
+    ("n", "block_bytes", "rows"),
+    [(10, 8 * 10 * 3, 3), (10, 8 * 10 * 4 - 1, 3), (10, 8 * 10 * 4, 4), (10, 1, 1),
+     (10, 1 << 20, 10), (1, 8, 1), (7, 8 * 7 * 7, 7), (5, 8 * 5 * 2, 2)],
+)  # fmt: skip
+def test_row_blocks_are_as_many_whole_rows_as_fit_in_block_bytes(
+    n: int, block_bytes: int, rows: int
+) -> None:
+    """Blocks of floor(block_bytes / 8n) float64 rows (at least one), in order, the last one
+    what is left."""
+    spans = heldout._row_spans(n, block_bytes)
+    starts = list(range(0, n, rows))
+    assert spans == [(lo, min(n, lo + rows)) for lo in starts]
+    assert heldout._row_spans(0, 64) == []
