@@ -836,6 +836,16 @@ def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
     np.testing.assert_allclose(est.distances, implied_distances(want[:3, :3]), atol=1e-15)
 
 
+def test_plugin_bc_of_two_identical_positions_is_exactly_one() -> None:
+    """BC <= 1 (Cauchy-Schwarz), with equality for identical distributions: D^2 = 1 - BC is
+    exactly 0 there, although the product sum_v sqrt(p_v)^2 rounds to 1 + 2^-52 for these
+    counts (the clip removes it)."""
+    row = np.array([12, 19, 14, 13, 11])
+    got = plugin_bc(np.stack([row, row, row[::-1]]))
+    assert got[0, 1] == got[1, 0] == 1.0
+    assert got.max() == 1.0
+
+
 def test_sqrt_rows_keeps_empty_rows_zero() -> None:
     counts = np.array([[1, 3], [0, 0], [2, 2]])
     with warnings.catch_warnings():
