@@ -9,6 +9,7 @@ per module and the score with the mutants listed in ``docs/mutation.md`` as equi
     python tools/mutate.py core gate       # run some modules
     python tools/mutate.py --resume        # skip the mutants an earlier run killed
     python tools/mutate.py --ast [modules] # only the AST pass (tools/astmutate.py)
+    python tools/mutate.py --no-ast heldout  # mutmut only
 """
 
 from __future__ import annotations
@@ -177,6 +178,11 @@ def main() -> int:
         action="store_true",
         help="run the AST pass (max/min swaps, np.sqrt/np.clip removed) instead of mutmut",
     )
+    ap.add_argument(
+        "--no-ast",
+        action="store_true",
+        help="mutmut only: skip the AST pass (each of its mutants runs a fresh pytest)",
+    )
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -188,7 +194,8 @@ def main() -> int:
         children = int(os.environ.get("MUTATE_CHILDREN", "1"))
         for module in chosen:
             run(module, children, args.resume, args.sample)
-        astmutate.run({m: MODULES[m] for m in chosen}, args.resume)
+        if not args.no_ast:
+            astmutate.run({m: MODULES[m] for m in chosen}, args.resume)
     worst = report()
     astmutate.report(MODULES, equivalent_mutants())
     return worst
