@@ -394,3 +394,47 @@ def test_row_blocks_are_as_many_whole_rows_as_fit_in_block_bytes(
     starts = list(range(0, n, rows))
     assert spans == [(lo, min(n, lo + rows)) for lo in starts]
     assert heldout._row_spans(0, 64) == []
+
+
+def test_heldout_pair_is_the_heldout_stress_of_its_split_and_refuses_unfitted_ranks() -> None:
+    """heldout_pair from given fits equals the whole-grams held-out stress of that one split;
+    a rank needs coordinates in both halves (the fewer of the two sets the bound)."""
+    from posdiag.errors import PosdiagError
+    from posdiag.geometry.core import mds_from_gram
+
+    rng = np.random.default_rng(8)
+    truth = rng.normal(size=(7, 3))
+    halves = []
+    for _ in range(2):
+        x = truth + 0.3 * rng.normal(size=(7, 3))
+        x -= x.mean(axis=0)
+        halves.append(x @ x.T)
+    g_p, g_q = halves
+    x_p, x_q = mds_from_gram(g_p).coordinates(4), mds_from_gram(g_q).coordinates(3)
+    got = heldout.heldout_pair(g_p, x_p, g_q, x_q, [1, 3])
+    want = heldout_mds_stress(heldout.SplitHalf(((g_p, g_q),)), [1, 3])
+    assert list(got) == [1, 3]
+    for r in (1, 3):
+        assert got[r] == pytest.approx(want[r], rel=1e-12, abs=0)
+    assert 0.0 < got[3] < got[1] < 1.0
+    for bad in (0, 4):
+        with pytest.raises(
+            PosdiagError, match=rf"^'rank' must be an int in \[1, fitted ranks=3\]; got {bad}$"
+        ):
+            heldout.heldout_pair(g_p, x_p, g_q, x_q, [bad])
+
+
+def test_summary_positions_are_checked_and_two_suffice() -> None:
+    from posdiag.errors import PosdiagError
+
+    counts = noisy_counts(5)
+    gram = corpus_geometry(Counts(counts, {}), min_count=1, plain=False).mds.gram
+    for bad in (1, 6):
+        with pytest.raises(
+            PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=5\]; got {bad}$"
+        ):
+            split_half_summary(counts, bad, gram)
+    two = split_half_summary(counts, 2, gram[:2, :2] - gram[:2, :2].mean(), ranks=[1])
+    assert set(two.heldout) == {1} and two.energy_rows.shape == (2,)
+    assert two.partners is not None and two.partners.dtype == np.int64
+    assert two.within in (0, 1) and two.partners.tolist() == [two.within] * 2
