@@ -424,7 +424,7 @@ def test_heldout_pair_is_the_heldout_stress_of_its_split_and_refuses_unfitted_ra
             heldout.heldout_pair(g_p, x_p, g_q, x_q, [bad])
 
 
-def test_summary_positions_are_checked_and_two_suffice() -> None:
+def test_summary_positions_and_ranks_are_checked_and_two_positions_suffice() -> None:
     from posdiag.errors import PosdiagError
 
     counts = noisy_counts(5)
@@ -434,6 +434,11 @@ def test_summary_positions_are_checked_and_two_suffice() -> None:
             PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=5\]; got {bad}$"
         ):
             split_half_summary(counts, bad, gram)
+    for bad in (0, 4):
+        with pytest.raises(
+            PosdiagError, match=rf"^'rank' must be an int in \[1, n_eff-1=3\]; got {bad}$"
+        ):
+            split_half_summary(counts, 4, gram[:4, :4], ranks=[1, bad])
     two = split_half_summary(counts, 2, gram[:2, :2] - gram[:2, :2].mean(), ranks=[1])
     assert set(two.heldout) == {1} and two.energy_rows.shape == (2,)
     assert two.partners is not None and two.partners.dtype == np.int64
