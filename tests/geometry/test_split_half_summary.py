@@ -443,3 +443,37 @@ def test_summary_positions_and_ranks_are_checked_and_two_positions_suffice() -> 
     assert set(two.heldout) == {1} and two.energy_rows.shape == (2,)
     assert two.partners is not None and two.partners.dtype == np.int64
     assert two.within in (0, 1) and two.partners.tolist() == [two.within] * 2
+
+
+def test_from_partial_from_positions_the_fits_are_warm_started_lanczos() -> None:
+    """At PARTIAL_FROM positions each half's fit is a block Lanczos started from the previous
+    fit's vectors: the held-out stresses equal full-eigh fits of the same halves."""
+    from posdiag.geometry.spectral import PARTIAL_FROM
+
+    n = PARTIAL_FROM
+    rng = np.random.default_rng(1)
+    p = drift_distributions(n, 30, seed=2)
+    counts = sp.csr_matrix(np.stack([rng.multinomial(60, p[i]) for i in range(n)]))
+    gram = corpus_geometry(Counts(counts, {}), min_count=1, plain=False).mds.gram
+    got = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2], noise=False)
+    with small_blas(n):
+        half = split_half_grams(counts, n, repeats=1)
+    want = heldout_mds_stress(half, [1, 2], partial_from=n + 1)  # full eigh
+    for r in (1, 2):
+        # Lanczos residuals within HELDOUT_TOL (1e-8) of ||B||: 1.2e-10 apart here.
+        assert got.heldout[r] == pytest.approx(want[r], rel=1e-9, abs=0)
+
+
+def test_a_partial_fit_of_every_pair_equals_the_full_one() -> None:
+    """_top_mds past its partial_from: rank n-1 gets all n-1 nontrivial pairs by Lanczos."""
+    from posdiag.geometry.core import mds_from_gram
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 7))
+    x -= x.mean(axis=0)
+    g = x @ x.T  # rank 7 = n - 1 after centring
+    part = heldout._top_mds(g, 7, partial_from=2)
+    full = mds_from_gram(g)
+    np.testing.assert_allclose(part.eigenvalues[:7], full.eigenvalues[:7], rtol=1e-10)
+    got, want = part.coordinates(7), full.coordinates(7)
+    np.testing.assert_allclose(got @ got.T, want @ want.T, rtol=0, atol=1e-9)
