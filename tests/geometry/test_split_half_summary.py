@@ -5,6 +5,7 @@ n x n array and leaves the distances it borrowed bit for bit as they were."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import tracemalloc
 
 import numpy as np
@@ -477,3 +478,24 @@ def test_a_partial_fit_of_every_pair_equals_the_full_one() -> None:
     np.testing.assert_allclose(part.eigenvalues[:7], full.eigenvalues[:7], rtol=1e-10)
     got, want = part.coordinates(7), full.coordinates(7)
     np.testing.assert_allclose(got @ got.T, want @ want.T, rtol=0, atol=1e-9)
+
+
+def test_a_float32_gram_is_compared_in_float64() -> None:
+    """B_H given in float32 is read as float64: B_00 + B_11 = 1 + 2^-24 exactly (float32 would
+    round it to 1), so a pair whose squared distance sits within 2^-24 above its bound is not
+    within its sampling error."""
+    n = 6
+    counts = noisy_counts(n)
+    with small_blas(n):
+        ((g_p, g_q),) = split_half_grams(counts, n, repeats=1).grams
+    dd = np.diag(g_p) - np.diag(g_q)
+    bound = math.sqrt(((dd[0] + dd[1]) - 2.0 * (g_p[0, 1] - g_q[0, 1])) ** 2 / 4.0)
+    h = np.float32(np.ceil((1.0 - bound) * 2**24) / 2**25)  # 2h on float32's grid near 1
+    gram = np.eye(n, dtype=np.float32)
+    gram[1, 1] = 2.0**-24
+    gram[0, 1] = gram[1, 0] = h
+    assert np.float32(1.0) + gram[1, 1] == 1.0  # the float32 sum
+    d2 = (1.0 + 2.0**-24) - 2.0 * float(h)
+    assert d2 - 2.0**-24 <= bound < d2  # within the bound only if the sum were rounded
+    got = split_half_summary(counts, n, gram, repeats=1)
+    assert got.partners is not None and got.partners.tolist() == [0] * n and got.within == 0
