@@ -846,6 +846,52 @@ def test_plugin_bc_of_two_identical_positions_is_exactly_one() -> None:
     assert got.max() == 1.0
 
 
+def _wide_counts(n: int, v: int, seed: int, rare: int = 0) -> np.ndarray:
+    """``v`` common words (every position has word 0) and ``rare`` words each at ~2% of the
+    positions (the products' sparse part)."""
+    rng = np.random.default_rng(seed)
+    c = rng.integers(0, 9, size=(n, v))
+    c[:, 0] += 2
+    sparse = (rng.random((n, rare)) < 0.02) * rng.integers(1, 30, size=(n, rare))
+    return np.hstack([c, sparse])
+
+
+def test_plugin_bc_is_float64_where_the_products_default_to_float32() -> None:
+    """At 200 positions the Gram products' dense block defaults to float32 (8e-8 off here);
+    the plug-in asks for float64: S S^T to the last digits."""
+    c = _wide_counts(200, 60, 0)
+    s = np.sqrt(c / c.sum(axis=1, keepdims=True))
+    want = np.clip(s @ s.T, 0.0, 1.0)
+    np.fill_diagonal(want, 1.0)
+    np.testing.assert_allclose(plugin_bc(c), want, rtol=0, atol=2e-15)
+
+
+def test_the_precision_asked_for_reaches_the_products() -> None:
+    """crossfit_bc's ``dtype`` and expected_thinning_bc's ``dtype`` / ``rare`` are the
+    precisions of the Gram products they are defined by (float32 moves BC by ~1e-7 at 200
+    positions, more than float64's rounding)."""
+    from posdiag.geometry._gram import symmetric_product
+    from posdiag.geometry._square import symmetrize
+    from posdiag.geometry.crossfit import thinning_halves
+
+    a, b = sp.csr_matrix(_wide_counts(200, 60, 1)), sp.csr_matrix(_wide_counts(200, 60, 2))
+    for dtype in (np.float32, np.float64):
+        x = cross_product(sqrt_rows(a), sqrt_rows(b), dtype=dtype)
+        want = symmetrize(x.copy())
+        np.testing.assert_array_equal(crossfit_bc([(a, b)], dtype=dtype), want)
+    ma, mb, diag = thinning_halves(_wide_counts(200, 20, 3, rare=400))
+    for dtype, rare in ((np.float32, np.float64), (np.float32, None), (np.float64, None)):
+        want = symmetric_product(ma, mb, dtype=dtype, rare=rare)
+        np.fill_diagonal(want, diag)
+        got = expected_thinning_bc(_wide_counts(200, 20, 3, rare=400), dtype=dtype, rare=rare)
+        np.testing.assert_array_equal(got, want)
+    c = _wide_counts(200, 20, 3, rare=400)
+    f32, mixed = expected_thinning_bc(c, dtype=np.float32), expected_thinning_bc(c)
+    assert 0 < np.abs(f32 - mixed).max() < 1e-6
+    both = expected_thinning_bc(c, dtype=np.float32, rare=np.float64)
+    assert 0 < np.abs(both - f32).max() < 1e-6
+
+
 def test_sqrt_rows_keeps_empty_rows_zero() -> None:
     counts = np.array([[1, 3], [0, 0], [2, 2]])
     with warnings.catch_warnings():
