@@ -457,6 +457,27 @@ def test_gram_from_bc_is_half_the_centred_bc() -> None:
     np.testing.assert_allclose(gram_from_bc(bc), 0.5 * j @ bc @ j, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("n", [6, COMPILED_FROM])  # numpy passes / the compiled pass
+def test_gram_from_bc_overwrites_only_when_asked_and_reads_any_dtype_as_float64(n: int) -> None:
+    rng = np.random.default_rng(n)
+    x = rng.random((n, 5))
+    bc = x @ x.T  # symmetric, with an uneven diagonal
+    j = np.eye(n) - np.ones((n, n)) / n
+    want = 0.5 * j @ bc @ j
+    kept = bc.copy()
+    fresh = gram_from_bc(bc)
+    np.testing.assert_array_equal(bc, kept)  # not asked: BC left as it was
+    np.testing.assert_allclose(fresh, want, rtol=0, atol=1e-14)
+    over = gram_from_bc(bc, overwrite=True)
+    assert over is bc  # written over BC: one n x n array fewer
+    np.testing.assert_array_equal(over, fresh)
+    # float32 and integer BC are read as float64: the numbers of their float64 copies.
+    for other in (kept.astype(np.float32), np.rint(10 * kept).astype(np.int64)):
+        got = gram_from_bc(other)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, gram_from_bc(other.astype(np.float64)))
+
+
 def test_implied_distances_of_an_integer_bc() -> None:
     np.testing.assert_array_equal(implied_distances(np.array([[1, 0], [0, 1]])), [[0, 1], [1, 0]])
 
