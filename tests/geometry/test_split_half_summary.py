@@ -499,3 +499,18 @@ def test_a_float32_gram_is_compared_in_float64() -> None:
     assert d2 - 2.0**-24 <= bound < d2  # within the bound only if the sum were rounded
     got = split_half_summary(counts, n, gram, repeats=1)
     assert got.partners is not None and got.partners.tolist() == [0] * n and got.within == 0
+
+
+def test_below_compiled_from_the_summary_builds_no_kernel(
+    small: tuple[sp.csr_matrix, np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below COMPILED_FROM positions (the bundled corpus) the pass is numpy's: numba is never
+    asked for, so it is never imported."""
+    counts, gram, _ = small
+
+    def no_kernels() -> None:
+        raise AssertionError("compiled kernels built below COMPILED_FROM")
+
+    monkeypatch.setattr(heldout, "_summary_kernels", no_kernels)
+    got = split_half_summary(counts, gram.shape[0], gram, repeats=1, ranks=[1])
+    assert got.partners is not None and got.within > 0
