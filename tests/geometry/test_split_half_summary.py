@@ -514,3 +514,22 @@ def test_below_compiled_from_the_summary_builds_no_kernel(
     monkeypatch.setattr(heldout, "_summary_kernels", no_kernels)
     got = split_half_summary(counts, gram.shape[0], gram, repeats=1, ranks=[1])
     assert got.partners is not None and got.within > 0
+
+
+@pytest.mark.parametrize("size", ["small", "medium"])
+def test_without_noise_every_row_block_still_gives_energy_and_heldout(
+    size: str, request: pytest.FixtureRequest
+) -> None:
+    """noise=False skips only the pairs: over row blocks of 7 rows the energy rows and the
+    held-out stresses are those of the full summary."""
+    counts, gram, _ = request.getfixturevalue(size)
+    n = gram.shape[0]
+    got, full = (
+        split_half_summary(
+            counts, n, gram, repeats=2, ranks=[1, 2], noise=noise, block_bytes=8 * n * 7
+        )
+        for noise in (False, True)
+    )
+    np.testing.assert_array_equal(got.energy_rows, full.energy_rows)
+    assert got.heldout == full.heldout
+    assert (got.partners, got.within, got.first_pairs) == (None, 0, ())
