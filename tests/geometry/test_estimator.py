@@ -23,6 +23,7 @@ from posdiag.counts.core import Counts
 from posdiag.counts.corpus import corpus_counts
 from posdiag.encodings import make_encoding
 from posdiag.errors import PosdiagError
+from posdiag.geometry._compiled import COMPILED_FROM
 from posdiag.geometry._gram import cross_product
 from posdiag.geometry._thinning import draw_half
 from posdiag.geometry.core import (
@@ -456,6 +457,27 @@ def test_gram_from_bc_is_half_the_centred_bc() -> None:
     np.testing.assert_allclose(gram_from_bc(bc), 0.5 * j @ bc @ j, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("n", [6, COMPILED_FROM])  # numpy passes / the compiled pass
+def test_gram_from_bc_overwrites_only_when_asked_and_reads_any_dtype_as_float64(n: int) -> None:
+    rng = np.random.default_rng(n)
+    x = rng.random((n, 5))
+    bc = x @ x.T  # symmetric, with an uneven diagonal
+    j = np.eye(n) - np.ones((n, n)) / n
+    want = 0.5 * j @ bc @ j
+    kept = bc.copy()
+    fresh = gram_from_bc(bc)
+    np.testing.assert_array_equal(bc, kept)  # not asked: BC left as it was
+    np.testing.assert_allclose(fresh, want, rtol=0, atol=1e-14)
+    over = gram_from_bc(bc, overwrite=True)
+    assert over is bc  # written over BC: one n x n array fewer
+    np.testing.assert_array_equal(over, fresh)
+    # float32 and integer BC are read as float64: the numbers of their float64 copies.
+    for other in (kept.astype(np.float32), np.rint(10 * kept).astype(np.int64)):
+        got = gram_from_bc(other)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, gram_from_bc(other.astype(np.float64)))
+
+
 def test_implied_distances_of_an_integer_bc() -> None:
     np.testing.assert_array_equal(implied_distances(np.array([[1, 0], [0, 1]])), [[0, 1], [1, 0]])
 
@@ -717,6 +739,61 @@ def test_stacked_halves_split_only_the_subset() -> None:
         )
 
 
+@pytest.mark.parametrize("form", ["csr", "shard_stack"])
+@pytest.mark.parametrize("n", [COMPILED_FROM - 1, COMPILED_FROM])
+def test_stacked_halves_on_both_sides_of_the_compiled_size(n: int, form: str) -> None:
+    """Below COMPILED_FROM positions a selection product, from it on (or given a ShardStack)
+    the union-pattern sums: each split is half of the subset's shards, summed, and the rest."""
+    from posdiag.uncertainty._shardsum import ShardStack
+
+    rng = np.random.default_rng(4)
+    shards = [rng.integers(1, 4, size=(n + 2, 7)) for _ in range(5)]
+    stack = stack_shards([sp.csr_matrix(s) for s in shards], n)
+    given = ShardStack(stack, n) if form == "shard_stack" else stack
+    subset = [0, 2, 3, 4]
+    # Shard numbers as whole floats name the same shards.
+    for subset_given in (np.array(subset), np.array(subset, dtype=np.float64)):
+        halves = stacked_halves(given, n, subset_given, 3, np.random.default_rng(0))
+        assert len(halves) == 3  # every distinct split of 4 shards into 2 + 2
+        seen = set()
+        for a, b in halves:
+            hits = [
+                pair
+                for pair in itertools.combinations(subset, 2)
+                if np.array_equal(a.toarray(), sum(shards[i][:n] for i in pair))
+                and np.array_equal(b.toarray(), sum(shards[i][:n] for i in subset if i not in pair))
+            ]
+            assert len(hits) == 1
+            seen.add(min(hits[0], tuple(i for i in subset if i not in hits[0])))
+        assert len(seen) == 3
+
+
+def test_distances_to_first_sum_duplicate_entries_first() -> None:
+    """A csr with a word stored twice in a row is read as its sum (the input left as given):
+    H_i = sqrt(1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2)."""
+    from posdiag.geometry.crossfit import distances_to_first
+
+    dense = np.array([[3.0, 1.0, 0.0], [1.0, 1.0, 2.0], [0.0, 4.0, 0.0], [3.0, 1.0, 0.0]])
+    # Row 1's first word is stored as 0.5 + 0.5: not in canonical format.
+    c = sp.csr_matrix(
+        (
+            [3.0, 1.0, 0.5, 0.5, 1.0, 2.0, 4.0, 3.0, 1.0],
+            [0, 1, 0, 0, 1, 2, 1, 0, 1],
+            [0, 2, 6, 7, 9],
+        ),
+        shape=(4, 3),
+    )
+    assert not c.has_canonical_format
+    data = c.data.copy()
+    p = np.sqrt(dense / dense.sum(axis=1, keepdims=True))
+    want = np.sqrt(0.5 * ((p[0] - p) ** 2).sum(axis=1))
+    got = distances_to_first(c, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    assert got[3] == 0.0 and got[1] > 0.3
+    np.testing.assert_array_equal(c.data, data)
+    assert not c.has_canonical_format
+
+
 def test_shard_halves_need_two_shards_and_tokens_in_each_half() -> None:
     one = [sp.csr_matrix(np.ones((3, 2)))]
     with pytest.raises(
@@ -778,6 +855,62 @@ def test_plugin_bc_is_the_dense_product_with_a_unit_diagonal() -> None:
     assert (est.estimator, est.method, est.splits, est.seed) == ("plugin", "none", 0, 4)
     np.testing.assert_allclose(est.gram, gram_from_bc(want[:3, :3]), atol=1e-15)
     np.testing.assert_allclose(est.distances, implied_distances(want[:3, :3]), atol=1e-15)
+
+
+def test_plugin_bc_of_two_identical_positions_is_exactly_one() -> None:
+    """BC <= 1 (Cauchy-Schwarz), with equality for identical distributions: D^2 = 1 - BC is
+    exactly 0 there, although the product sum_v sqrt(p_v)^2 rounds to 1 + 2^-52 for these
+    counts (the clip removes it)."""
+    row = np.array([12, 19, 14, 13, 11])
+    got = plugin_bc(np.stack([row, row, row[::-1]]))
+    assert got[0, 1] == got[1, 0] == 1.0
+    assert got.max() == 1.0
+
+
+def _wide_counts(n: int, v: int, seed: int, rare: int = 0) -> np.ndarray:
+    """``v`` common words (every position has word 0) and ``rare`` words each at ~2% of the
+    positions (the products' sparse part)."""
+    rng = np.random.default_rng(seed)
+    c = rng.integers(0, 9, size=(n, v))
+    c[:, 0] += 2
+    sparse = (rng.random((n, rare)) < 0.02) * rng.integers(1, 30, size=(n, rare))
+    return np.hstack([c, sparse])
+
+
+def test_plugin_bc_is_float64_where_the_products_default_to_float32() -> None:
+    """At 200 positions the Gram products' dense block defaults to float32 (8e-8 off here);
+    the plug-in asks for float64: S S^T to the last digits."""
+    c = _wide_counts(200, 60, 0)
+    s = np.sqrt(c / c.sum(axis=1, keepdims=True))
+    want = np.clip(s @ s.T, 0.0, 1.0)
+    np.fill_diagonal(want, 1.0)
+    np.testing.assert_allclose(plugin_bc(c), want, rtol=0, atol=2e-15)
+
+
+def test_the_precision_asked_for_reaches_the_products() -> None:
+    """crossfit_bc's ``dtype`` and expected_thinning_bc's ``dtype`` / ``rare`` are the
+    precisions of the Gram products they are defined by (float32 moves BC by ~1e-7 at 200
+    positions, more than float64's rounding)."""
+    from posdiag.geometry._gram import symmetric_product
+    from posdiag.geometry._square import symmetrize
+    from posdiag.geometry.crossfit import thinning_halves
+
+    a, b = sp.csr_matrix(_wide_counts(200, 60, 1)), sp.csr_matrix(_wide_counts(200, 60, 2))
+    for dtype in (np.float32, np.float64):
+        x = cross_product(sqrt_rows(a), sqrt_rows(b), dtype=dtype)
+        want = symmetrize(x.copy())
+        np.testing.assert_array_equal(crossfit_bc([(a, b)], dtype=dtype), want)
+    ma, mb, diag = thinning_halves(_wide_counts(200, 20, 3, rare=400))
+    for dtype, rare in ((np.float32, np.float64), (np.float32, None), (np.float64, None)):
+        want = symmetric_product(ma, mb, dtype=dtype, rare=rare)
+        np.fill_diagonal(want, diag)
+        got = expected_thinning_bc(_wide_counts(200, 20, 3, rare=400), dtype=dtype, rare=rare)
+        np.testing.assert_array_equal(got, want)
+    c = _wide_counts(200, 20, 3, rare=400)
+    f32, f64 = expected_thinning_bc(c, dtype=np.float32), expected_thinning_bc(c)
+    assert 0 < np.abs(f32 - f64).max() < 1e-6
+    both = expected_thinning_bc(c, dtype=np.float32, rare=np.float64)
+    assert 0 < np.abs(both - f32).max() < 1e-6
 
 
 def test_sqrt_rows_keeps_empty_rows_zero() -> None:

@@ -86,3 +86,21 @@ def test_warm_start_converges_in_fewer_passes(noisy: np.ndarray) -> None:
     assert warm < again_cold
     want = np.sort(np.linalg.eigvalsh(nudged))[::-1][:10]
     assert np.abs(lam2 - want).max() <= 1e-7 * np.linalg.norm(nudged)
+
+
+def test_top_pairs_asks_for_one_to_n_minus_one_pairs() -> None:
+    """k in [1, n-1], refused outside with the usual message; k = n - 1 gives every pair but the
+    last, largest first, as eigh does."""
+    from posdiag.errors import PosdiagError
+    from posdiag.geometry.spectral import top_pairs
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 5))
+    b = x + x.T
+    for bad in (0, 5):
+        with pytest.raises(PosdiagError, match=rf"^'k' must be an int in \[1, 4\]; got {bad}$"):
+            top_pairs(b, bad)
+    got = top_pairs(b, 4)
+    want = np.linalg.eigvalsh(b)[::-1][:4]
+    np.testing.assert_allclose(got.eigenvalues, want, rtol=0, atol=1e-12)
+    assert got.vectors.shape == (5, 4)

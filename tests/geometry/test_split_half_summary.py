@@ -5,6 +5,7 @@ n x n array and leaves the distances it borrowed bit for bit as they were."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import tracemalloc
 
 import numpy as np
@@ -314,3 +315,221 @@ def test_stashed_and_upper_rows_give_the_gram_rows_bit_for_bit(block_bytes: int)
         np.testing.assert_array_equal(out, g[lo:hi])
     np.testing.assert_array_equal(stashed.diag, np.diag(g))
     np.testing.assert_array_equal(mirror_upper(buf), before)
+
+
+def test_the_compiled_passes_built_afresh_equal_the_formulas() -> None:
+    """posdiag.geometry._summary's kernels, built as in a fresh process, on a 3-row block of
+    two halves: each element is numpy's arithmetic in numpy's order (bit for bit)."""
+    from posdiag.geometry import _summary
+
+    _summary._KERNELS.clear()  # the first call of a process builds them (numba's disk cache)
+    kern = _summary.kernels()
+    assert set(kern) == {"differences", "within"} and _summary.kernels() is kern
+    rng = np.random.default_rng(7)
+    n, lo, hi, scale = 9, 2, 5, 8.0
+    halves = [(rng.normal(size=(3, n)), rng.normal(size=(3, n)), rng.normal(size=n)) for _ in "ab"]
+    acc, acc_m = np.full((3, n), np.nan), np.full((3, n), np.nan)
+    want, want_m = np.zeros((3, n)), np.zeros((3, n))
+    i = np.arange(lo, hi)[:, None]
+    for s, (p, q, dd) in enumerate(halves):
+        kern["differences"](p, q, dd, lo, s == 0, s == 1, scale, acc, acc_m, True)
+        want = want + (p - q) ** 2
+        want_m = want_m + ((dd[i] + dd[None, :]) - 2.0 * (p - q)) ** 2
+    np.testing.assert_array_equal(acc, want / scale)
+    np.testing.assert_array_equal(acc_m, want_m)
+    # Without noise acc_m is not touched.
+    untouched = np.full((3, n), 5.0)
+    kern["differences"](p, q, dd, lo, True, True, scale, acc, untouched, False)
+    np.testing.assert_array_equal(untouched, 5.0)
+    # within: j != i with (diag_i + diag_j) - 2 h_ij <= sqrt(acc_m / scale).
+    diag = rng.uniform(0.5, 1.0, size=n)
+    h = rng.uniform(0.0, 0.6, size=(3, n))
+    summed = rng.uniform(0.0, 1.5, size=(3, n)) ** 2 * scale
+    d2 = (diag[i] + diag[None, :]) - 2.0 * h
+    near = (d2 <= np.sqrt(summed / scale)) & (np.arange(n)[None, :] != i)
+    upper, partners, above = np.ones((3, n), dtype=bool), np.full(3, -1), np.full(3, -1)
+    kern["within"](summed, h, diag, lo, scale, upper, partners, above)
+    assert 0 < near.sum() < near.size
+    np.testing.assert_array_equal(partners, near.sum(axis=1))
+    np.testing.assert_array_equal(upper, near & (np.arange(n)[None, :] > i))
+    np.testing.assert_array_equal(above, upper.sum(axis=1))
+
+
+@pytest.mark.parametrize("kind", ["float32", "fortran", "shape", "writeable"])
+def test_a_stash_that_cannot_hold_a_half_is_left_alone(
+    kind: str, small: tuple[sp.csr_matrix, np.ndarray, np.ndarray]
+) -> None:
+    """Only a C-contiguous float64 (n, n) array is borrowed: any other stash is not written
+    (the summary as without one), and a usable one is borrowed and restored."""
+    counts, gram, distances = small
+    n = gram.shape[0]
+    stash = {
+        "float32": distances.astype(np.float32),
+        "fortran": np.asfortranarray(distances),
+        "shape": np.ascontiguousarray(distances[: n - 1, : n - 1]),
+        "writeable": distances.copy(),
+    }[kind]
+    assert heldout._usable_stash(stash, n) == (kind == "writeable")
+    before = stash.copy(order="K")
+    got = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2], stash=stash)
+    want = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2])
+    np.testing.assert_array_equal(stash, before)
+    np.testing.assert_array_equal(got.energy_rows, want.energy_rows)
+    np.testing.assert_array_equal(got.partners, want.partners)
+    assert got.heldout == pytest.approx(want.heldout, rel=1e-13, abs=0)
+    assert (got.within, got.first_pairs) == (want.within, want.first_pairs)
+    assert not heldout._usable_stash(None, n)
+
+
+@pytest.mark.parametrize(
+    ("n", "block_bytes", "rows"),
+    [(10, 8 * 10 * 3, 3), (10, 8 * 10 * 4 - 1, 3), (10, 8 * 10 * 4, 4), (10, 1, 1),
+     (10, 1 << 20, 10), (1, 8, 1), (7, 8 * 7 * 7, 7), (5, 8 * 5 * 2, 2)],
+)  # fmt: skip
+def test_row_blocks_are_as_many_whole_rows_as_fit_in_block_bytes(
+    n: int, block_bytes: int, rows: int
+) -> None:
+    """Blocks of floor(block_bytes / 8n) float64 rows (at least one), in order, the last one
+    what is left."""
+    spans = heldout._row_spans(n, block_bytes)
+    starts = list(range(0, n, rows))
+    assert spans == [(lo, min(n, lo + rows)) for lo in starts]
+    assert heldout._row_spans(0, 64) == []
+
+
+def test_heldout_pair_is_the_heldout_stress_of_its_split_and_refuses_unfitted_ranks() -> None:
+    """heldout_pair from given fits equals the whole-grams held-out stress of that one split;
+    a rank needs coordinates in both halves (the fewer of the two sets the bound)."""
+    from posdiag.errors import PosdiagError
+    from posdiag.geometry.core import mds_from_gram
+
+    rng = np.random.default_rng(8)
+    truth = rng.normal(size=(7, 3))
+    halves = []
+    for _ in range(2):
+        x = truth + 0.3 * rng.normal(size=(7, 3))
+        x -= x.mean(axis=0)
+        halves.append(x @ x.T)
+    g_p, g_q = halves
+    x_p, x_q = mds_from_gram(g_p).coordinates(4), mds_from_gram(g_q).coordinates(3)
+    got = heldout.heldout_pair(g_p, x_p, g_q, x_q, [1, 3])
+    want = heldout_mds_stress(heldout.SplitHalf(((g_p, g_q),)), [1, 3])
+    assert list(got) == [1, 3]
+    for r in (1, 3):
+        assert got[r] == pytest.approx(want[r], rel=1e-12, abs=0)
+    assert 0.0 < got[3] < got[1] < 1.0
+    for bad in (0, 4):
+        with pytest.raises(
+            PosdiagError, match=rf"^'rank' must be an int in \[1, fitted ranks=3\]; got {bad}$"
+        ):
+            heldout.heldout_pair(g_p, x_p, g_q, x_q, [bad])
+
+
+def test_summary_positions_and_ranks_are_checked_and_two_positions_suffice() -> None:
+    from posdiag.errors import PosdiagError
+
+    counts = noisy_counts(5)
+    gram = corpus_geometry(Counts(counts, {}), min_count=1, plain=False).mds.gram
+    for bad in (1, 6):
+        with pytest.raises(
+            PosdiagError, match=rf"^'n_eff' must be an int in \[2, n_positions=5\]; got {bad}$"
+        ):
+            split_half_summary(counts, bad, gram)
+    for bad in (0, 4):
+        with pytest.raises(
+            PosdiagError, match=rf"^'rank' must be an int in \[1, n_eff-1=3\]; got {bad}$"
+        ):
+            split_half_summary(counts, 4, gram[:4, :4], ranks=[1, bad])
+    two = split_half_summary(counts, 2, gram[:2, :2] - gram[:2, :2].mean(), ranks=[1])
+    assert set(two.heldout) == {1} and two.energy_rows.shape == (2,)
+    assert two.partners is not None and two.partners.dtype == np.int64
+    assert two.within in (0, 1) and two.partners.tolist() == [two.within] * 2
+
+
+def test_from_partial_from_positions_the_fits_are_warm_started_lanczos() -> None:
+    """At PARTIAL_FROM positions each half's fit is a block Lanczos started from the previous
+    fit's vectors: the held-out stresses equal full-eigh fits of the same halves."""
+    from posdiag.geometry.spectral import PARTIAL_FROM
+
+    n = PARTIAL_FROM
+    rng = np.random.default_rng(1)
+    p = drift_distributions(n, 30, seed=2)
+    counts = sp.csr_matrix(np.stack([rng.multinomial(60, p[i]) for i in range(n)]))
+    gram = corpus_geometry(Counts(counts, {}), min_count=1, plain=False).mds.gram
+    got = split_half_summary(counts, n, gram, repeats=1, ranks=[1, 2], noise=False)
+    with small_blas(n):
+        half = split_half_grams(counts, n, repeats=1)
+    want = heldout_mds_stress(half, [1, 2], partial_from=n + 1)  # full eigh
+    for r in (1, 2):
+        # Lanczos residuals within HELDOUT_TOL (1e-8) of ||B||: 1.2e-10 apart here.
+        assert got.heldout[r] == pytest.approx(want[r], rel=1e-9, abs=0)
+
+
+def test_a_partial_fit_of_every_pair_equals_the_full_one() -> None:
+    """_top_mds past its partial_from: rank n-1 gets all n-1 nontrivial pairs by Lanczos."""
+    from posdiag.geometry.core import mds_from_gram
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 7))
+    x -= x.mean(axis=0)
+    g = x @ x.T  # rank 7 = n - 1 after centring
+    part = heldout._top_mds(g, 7, partial_from=2)
+    full = mds_from_gram(g)
+    np.testing.assert_allclose(part.eigenvalues[:7], full.eigenvalues[:7], rtol=1e-10)
+    got, want = part.coordinates(7), full.coordinates(7)
+    np.testing.assert_allclose(got @ got.T, want @ want.T, rtol=0, atol=1e-9)
+
+
+def test_a_float32_gram_is_compared_in_float64() -> None:
+    """B_H given in float32 is read as float64: B_00 + B_11 = 1 + 2^-24 exactly (float32 would
+    round it to 1), so a pair whose squared distance sits within 2^-24 above its bound is not
+    within its sampling error."""
+    n = 6
+    counts = noisy_counts(n)
+    with small_blas(n):
+        ((g_p, g_q),) = split_half_grams(counts, n, repeats=1).grams
+    dd = np.diag(g_p) - np.diag(g_q)
+    bound = math.sqrt(((dd[0] + dd[1]) - 2.0 * (g_p[0, 1] - g_q[0, 1])) ** 2 / 4.0)
+    h = np.float32(np.ceil((1.0 - bound) * 2**24) / 2**25)  # 2h on float32's grid near 1
+    gram = np.eye(n, dtype=np.float32)
+    gram[1, 1] = 2.0**-24
+    gram[0, 1] = gram[1, 0] = h
+    assert np.float32(1.0) + gram[1, 1] == 1.0  # the float32 sum
+    d2 = (1.0 + 2.0**-24) - 2.0 * float(h)
+    assert d2 - 2.0**-24 <= bound < d2  # within the bound only if the sum were rounded
+    got = split_half_summary(counts, n, gram, repeats=1)
+    assert got.partners is not None and got.partners.tolist() == [0] * n and got.within == 0
+
+
+def test_below_compiled_from_the_summary_builds_no_kernel(
+    small: tuple[sp.csr_matrix, np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below COMPILED_FROM positions (the bundled corpus) the pass is numpy's: numba is never
+    asked for, so it is never imported."""
+    counts, gram, _ = small
+
+    def no_kernels() -> None:
+        raise AssertionError("compiled kernels built below COMPILED_FROM")
+
+    monkeypatch.setattr(heldout, "_summary_kernels", no_kernels)
+    got = split_half_summary(counts, gram.shape[0], gram, repeats=1, ranks=[1])
+    assert got.partners is not None and got.within > 0
+
+
+@pytest.mark.parametrize("size", ["small", "medium"])
+def test_without_noise_every_row_block_still_gives_energy_and_heldout(
+    size: str, request: pytest.FixtureRequest
+) -> None:
+    """noise=False skips only the pairs: over row blocks of 7 rows the energy rows and the
+    held-out stresses are those of the full summary."""
+    counts, gram, _ = request.getfixturevalue(size)
+    n = gram.shape[0]
+    got, full = (
+        split_half_summary(
+            counts, n, gram, repeats=2, ranks=[1, 2], noise=noise, block_bytes=8 * n * 7
+        )
+        for noise in (False, True)
+    )
+    np.testing.assert_array_equal(got.energy_rows, full.energy_rows)
+    assert got.heldout == full.heldout
+    assert (got.partners, got.within, got.first_pairs) == (None, 0, ())
