@@ -1020,3 +1020,39 @@ def test_rank_below_the_floor_is_not_reached_and_names_the_floor() -> None:
         f"{math.sqrt(1 / 22):.3f})"
     )
     assert f"{math.sqrt(1 / 22):.3f}" == "0.213"
+
+
+def test_rank_rules_settled_by_reaching_the_tolerance_or_passing_the_rank() -> None:
+    """The top k pairs settle a max-rank-for-stress rule when its tolerance is reached within
+    them (stress <= eps, equality included) or k already exceeds its rank; otherwise more pairs
+    are needed (the gate grows the Lanczos)."""
+    from posdiag.reports import gate
+
+    by_rank = np.array([0.5, 0.3, 0.2, 0.1])
+    base = gate.build_config(encodings=["sinusoidal"], max_stress=[0.9])
+
+    def settled(rules: dict[float, int], k: int) -> bool:
+        return gate._rank_rules_settled(by_rank, k, replace(base, max_rank_for_stress=rules))
+
+    assert settled({0.3: 5}, 3)  # reached at rank 2 (equal to eps), though k <= rank
+    assert not settled({0.05: 3}, 3)  # not reached and k == rank: rank + 1 is unknown
+    assert settled({0.05: 2}, 3)  # not reached, but more than 2 ranks are known to miss it
+    assert not settled({0.3: 5, 0.05: 5}, 3)  # every rule must be settled
+    assert not settled({0.1: 5}, 3)  # rank 4 reaches 0.1, but only 3 pairs are read
+
+
+def test_partial_rank_reads_reached_floor_and_more_than_k() -> None:
+    """A partial spectrum's rank figure: the first rank with stress <= eps (equality counts);
+    infinity when a known floor lies strictly above eps; else k + 1, "more than k"."""
+    from posdiag.reports import gate
+
+    def rank(by_rank: tuple[float, ...], floor: float | None, eps: float) -> tuple[float, str]:
+        facts = gate.GateFacts(None, {}, (), 0.0, by_rank, floor)  # type: ignore[arg-type]
+        return gate._partial_rank(facts, eps, "n")
+
+    assert rank((0.5, 0.3), None, 0.3) == (2.0, "n")
+    assert rank((0.5, 0.4), 0.2, 0.2) == (
+        3.0,
+        "n: more than 2 (only the top 2 eigenvalues were computed)",
+    )
+    assert rank((0.5, 0.4), 0.25, 0.2) == (math.inf, "n: not reached (floor 0.250)")
