@@ -32,6 +32,7 @@ __all__ = [
     "SHIFT_GROUPS",
     "ShiftEstimate",
     "floor_noise",
+    "gram_diagonal",
     "sampled_gram",
     "shift_estimate",
     "split_entries",
@@ -44,14 +45,20 @@ def sampled_gram(geom: ImplicitGeometry) -> np.ndarray:
     return geom.residual + _low_rank(geom.spectrum, geom.pairs.rows, geom.pairs.cols)
 
 
-def _squared_distances(geom: ImplicitGeometry, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``B_ii + B_jj - 2 B_ij`` at the sampled pairs from their ``B_H`` values, and ``B_H``'s
-    diagonal (shape (n,); every ``(i, i)`` is in the sample)."""
+def gram_diagonal(geom: ImplicitGeometry) -> np.ndarray:
+    """``B_H[i, i]``, shape (n,), exact: every ``(i, i)`` is in the pair sample."""
     s = geom.pairs
+    on = np.flatnonzero(s.rows == s.cols)
     diag = np.empty(geom.n)
-    on = s.rows == s.cols
-    diag[s.rows[on]] = values[on]
-    return diag[s.rows] + diag[s.cols] - 2.0 * values, diag
+    diag[s.rows[on]] = geom.residual[on] + _low_rank(geom.spectrum, s.rows[on], s.cols[on])
+    return diag
+
+
+def _squared_distances(geom: ImplicitGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """``B_ii + B_jj - 2 B_ij`` at the sampled pairs, and ``B_H``'s diagonal (shape (n,))."""
+    s = geom.pairs
+    diag = gram_diagonal(geom)
+    return diag[s.rows] + diag[s.cols] - 2.0 * sampled_gram(geom), diag
 
 
 def split_entries(
@@ -138,7 +145,7 @@ def split_noise(
     the outer splits (the rule of :func:`posdiag.geometry.heldout.split_half_summary`), and the
     noise share is the energy over ``||B_H||_F^2``; both from ``geom``'s pair sample."""
     s = geom.pairs
-    d2, _ = _squared_distances(geom, sampled_gram(geom))
+    d2, _ = _squared_distances(geom)
     on = s.rows == s.cols
     err2 = np.zeros(s.rows.size)
     energy = np.zeros(s.rows.size)
@@ -165,26 +172,23 @@ def split_noise(
 
 
 def floor_noise(
-    geom: ImplicitGeometry, floor: np.ndarray, *, max_pairs: int = 100
+    geom: ImplicitGeometry, floor: np.ndarray, noise_trace: float, *, max_pairs: int = 100
 ) -> PairsWithinNoise:
     """The plug-in's noise from the split-half floor ``f`` (shape (n,)): a pair is within it when
     ``d_H(i, j) <= sqrt(f_i^2 + f_j^2) / 2`` (:func:`posdiag.uncertainty.bootstrap.pair_floor`),
-    from the pair sample; the share ``tr(J diag(e) J) / tr(B_H)``, ``e = f^2 / 4``, is exact (the
-    diagonal is in the sample)."""
+    from the pair sample; the share ``noise_trace / tr(B_H)`` is exact (the diagonal is in the
+    sample), ``noise_trace`` the trace ``tr(J diag(e) J)``, ``e = f^2 / 4``, that the noise
+    adds (:func:`posdiag.reports.intervals.position_noise_share`'s numerator, summed)."""
     s = geom.pairs
-    d2, diag = _squared_distances(geom, sampled_gram(geom))
+    d2, diag = _squared_distances(geom)
     f2 = np.asarray(floor, dtype=np.float64) ** 2
     bound = np.sqrt(f2[s.rows] + f2[s.cols]) / 2.0
     with np.errstate(invalid="ignore"):
         hit = np.sqrt(np.clip(d2, 0.0, None)) <= bound
     count, count_se, examples = _within(geom, hit, max_pairs)
-    e = np.nan_to_num(f2) / 4.0
-    n = geom.n
-    noise = float(np.sum(e * (1.0 - 2.0 / n) + e.sum() / (n * n)))
     trace = float(diag.sum())
-    return PairsWithinNoise(
-        count, count_se, examples, math.nan, math.nan, noise / trace if trace > 0 else math.inf, 0.0
-    )
+    share = noise_trace / trace if trace > 0 else math.inf
+    return PairsWithinNoise(count, count_se, examples, math.nan, math.nan, share, 0.0)
 
 
 @dataclass(frozen=True)
@@ -249,8 +253,7 @@ def shift_estimate(
     per_lag = max(2, pairs // n)
     rows, lag, full = _lag_sample(n, per_lag, seed)
     b = gram_entries(bc, geom.means, rows, rows + lag)
-    m = geom.means
-    diag = 0.5 * (bc.diagonal - 2.0 * m + float(m.mean()))  # gram_entries at (i, i)
+    diag = gram_diagonal(geom)
     d = np.sqrt(np.clip(diag[rows] + diag[rows + lag] - 2.0 * b, 0.0, None))
     k = lag - 1
     cnt = np.bincount(k, minlength=n - 1).astype(np.float64)

@@ -30,7 +30,13 @@ from .options import Analysis
 from .padding import _ranges as position_ranges
 from .scores import EncodingScore
 
-__all__ = ["Uncertainty", "interval_scores", "unstable_warnings"]
+__all__ = [
+    "Uncertainty",
+    "interval_scores",
+    "position_floor",
+    "position_noise_share",
+    "unstable_warnings",
+]
 
 # A position whose own noise share (docs/theory.md) reaches this is flagged unstable.
 UNSTABLE_SHARE = 0.5
@@ -157,6 +163,15 @@ def _noise_pairs(
     return mask.sum(axis=1), int(np.count_nonzero(upper)), pairs
 
 
+def position_floor(counts: Counts, n: int, seed: int) -> np.ndarray:
+    """The split-half noise floor of positions ``0..n-1`` (shape (n,)): by halves of the shards
+    when there are any, so copies of a sequence stay on one side, else by each position's
+    tokens."""
+    if len(counts.shards) >= 2:
+        return noise_floor_by_shards(counts.shards, n, seed=seed)
+    return noise_floor(counts.matrix[:n], seed=seed)
+
+
 def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
     """The diagonal of ``J diag(e) J`` with ``e_i = floor_i^2 / 4``: what sampling noise adds to
     ``B_H`` (its trace is the sum of this), without the ``n x n`` matrix.
@@ -169,9 +184,9 @@ def _noise_gram_diagonal(floor: np.ndarray) -> np.ndarray:
     return np.asarray(e * (1.0 - 2.0 / n) + e.sum() / (n * n))
 
 
-def _position_noise_share(gram: np.ndarray, floor: np.ndarray) -> np.ndarray:
-    """Share of each position's squared distance to the centroid (``B_H[i, i]``) due to noise."""
-    diag = np.diag(gram)
+def position_noise_share(diag: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Share of each position's squared distance to the centroid (``diag``: ``B_H[i, i]``, shape
+    (n,)) due to noise."""
     noise = _noise_gram_diagonal(floor)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(diag > 0, noise / diag, np.inf)
@@ -190,7 +205,7 @@ def _noise_shares(geo: CorpusGeometry, floor: np.ndarray) -> tuple[float, np.nda
     summary = geo.split_half_summary()
     if summary is None:
         share = float(np.sum(_noise_gram_diagonal(floor)) / np.trace(gram))
-        return share, _position_noise_share(gram, floor)
+        return share, position_noise_share(np.diag(gram), floor)
     energy = summary.energy_rows
     rows = np.concatenate([np.sum(gram[b] * gram[b], axis=1) for b in _row_blocks(len(gram))])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -267,12 +282,7 @@ def _with_intervals(
     # a draw per position.
     floor = None
     if details or geometry.estimator != "crossfit":
-        # Halves of the shards when there are any: copies of a sequence then stay on one side.
-        floor = (
-            noise_floor_by_shards(counts.shards, n, seed=seed)
-            if len(counts.shards) >= 2
-            else noise_floor(counts.matrix[:n], seed=seed)
-        )
+        floor = position_floor(counts, n, seed)
     probe = np.full(n, np.nan) if floor is None else floor
     unstable = _unstable(_noise_pairs(geometry, probe)[0], _noise_shares(geometry, probe)[1])
     floors = () if floor is None else tuple(float(x) for x in floor)

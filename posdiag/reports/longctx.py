@@ -33,7 +33,6 @@ from ..encodings import DEFAULT_DIM, make_encoding
 from ..geometry import implicit, implicit_noise
 from ..geometry.core import _fix_signs, mds_coordinates, parameter_saving
 from ..geometry.estimator import shard_halves
-from ..uncertainty.bootstrap import noise_floor, noise_floor_by_shards
 from . import stress as dense
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
@@ -61,7 +60,14 @@ from .diagnosis import (
 )
 from .diagnosis import diagnose as dense_diagnose
 from .export import LowRankEncoding, check_dims, eigenpair_encoding, low_rank_encoding
-from .intervals import UNSTABLE_SHARE, Uncertainty, _noise_gram_diagonal, unstable_warnings
+from .intervals import (
+    UNSTABLE_SHARE,
+    Uncertainty,
+    _noise_gram_diagonal,
+    position_floor,
+    position_noise_share,
+    unstable_warnings,
+)
 from .options import Analysis
 from .scores import EncodingRequest, EncodingScore, _resolve
 from .stress import StressReport
@@ -450,17 +456,12 @@ def implicit_diagnose(
     sh = implicit_noise.shift_estimate(geom, run.bc, seed=seed)
     del run  # the full data's BC: the outer split's halves are built after it is freed
     info = _information(counts, n, seed)
-    floor = (
-        noise_floor_by_shards(counts.shards, n, seed=seed)
-        if len(counts.shards) >= 2
-        else noise_floor(counts.matrix[:n], seed=seed)
-    )
+    floor = position_floor(counts, n, seed)
     plugin = analysis.estimator == "plugin"
     if plugin:
-        est = implicit_noise.floor_noise(geom, floor, max_pairs=MAX_PAIRS_LISTED)
-        diag = np.asarray(implicit_noise.sampled_gram(geom))[geom.pairs.rows == geom.pairs.cols]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(diag > 0, _noise_gram_diagonal(floor) / diag, np.inf)
+        noise_trace = float(_noise_gram_diagonal(floor).sum())
+        est = implicit_noise.floor_noise(geom, floor, noise_trace, max_pairs=MAX_PAIRS_LISTED)
+        share = position_noise_share(implicit_noise.gram_diagonal(geom), floor)
         position_share = tuple(float(x) for x in share)
         unstable = tuple(int(i) for i in np.flatnonzero(share >= UNSTABLE_SHARE))
     else:

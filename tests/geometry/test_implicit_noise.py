@@ -13,6 +13,7 @@ from posdiag.geometry._gram import sqrt_rows
 from posdiag.geometry.core import hellinger_distances
 from posdiag.geometry.estimator import expected_thinning_bc, gram_from_bc, implied_distances
 from posdiag.geometry.heldout import _outer_splits
+from posdiag.reports.intervals import _noise_gram_diagonal
 from posdiag.uncertainty.bootstrap import noise_floor
 from tests.geometry.test_implicit import counts
 
@@ -184,7 +185,7 @@ def test_floor_noise_against_pair_floor() -> None:
     d = hellinger_distances(c[:n])
     f2 = floor**2
     hit = np.triu(d <= np.sqrt(f2[:, None] + f2[None, :]) / 2.0, k=1)
-    got = noise.floor_noise(geom, floor, max_pairs=5)
+    got = noise.floor_noise(geom, floor, float(_noise_gram_diagonal(floor).sum()), max_pairs=5)
     i, j = np.nonzero(hit)
     assert got.within == hit.sum() > 0 and got.within_se == 0.0
     assert got.examples == tuple(zip(i[:5].tolist(), j[:5].tolist(), strict=True))
@@ -193,3 +194,4 @@ def test_floor_noise_against_pair_floor() -> None:
     jm = np.eye(n) - 1.0 / n
     assert got.share == pytest.approx(np.trace(jm @ np.diag(e) @ jm) / np.trace(b), rel=1e-12)
     assert 5 not in {k for pair in got.examples for k in pair}
+    np.testing.assert_allclose(noise.gram_diagonal(geom), np.diag(b), rtol=0, atol=1e-13)
