@@ -73,6 +73,18 @@ def small_corpus(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def empty_hub_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both Hugging Face caches empty and no --data-dir default, so a copy cached on the machine
+    running the tests cannot answer (each test sets the offline variable it is about)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("POSDIAG_DATA_DIR", raising=False)
+
+
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Piped output is $COLUMNS wide when set (issue 34): tests get the unset default unless one

@@ -170,7 +170,16 @@ def run(modules: dict[str, str], resume: bool = False) -> None:
                     code = 33  # no covering test, as mutmut counts it
                 else:
                     target.write_text(m.source, encoding="utf-8")
-                    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+                    cmd = [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        "-x",
+                        "-n",
+                        "0",
+                        "-p",
+                        "no:cacheprovider",
+                    ]
                     res = subprocess.run(
                         [*cmd, *tests], cwd=SCRATCH, env=env, capture_output=True, text=True
                     )

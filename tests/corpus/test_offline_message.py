@@ -4,7 +4,6 @@ a local copy) and says how to make that copy with ``datasets`` on a connected ma
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -16,15 +15,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets.config
-    import huggingface_hub.constants
-
+def offline(empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    # Empty caches, so a copy cached on the machine running the tests cannot answer.
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("POSDIAG_DATA_DIR", raising=False)
 
 
 def _suggested(stderr: str) -> list[str]:

@@ -142,16 +142,9 @@ def test_presets_resolve_to_a_local_copy_in_the_data_dir(
 
 
 def test_hub_unreachable_fails_fast_with_the_local_form(
-    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import datasets.config
-    import huggingface_hub.constants
-
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    # Empty caches, so a copy cached on the machine running the tests cannot answer.
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("POSDIAG_DATA_DIR", raising=False)
     t0 = time.perf_counter()
     with pytest.raises(HubUnavailable):
         open_source("hf:nobody/nothing:cfg@test")

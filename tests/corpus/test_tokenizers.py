@@ -66,12 +66,9 @@ def test_model_view_uses_the_tokenizers_own_pad_token(tmp_path: Path) -> None:
 
 
 def test_hub_tokenizer_offline_fails_fast(
-    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import huggingface_hub.constants
-
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     t0 = time.perf_counter()
     with pytest.raises(HubUnavailable):
         load_tokenizer("no-such-model-xyz")

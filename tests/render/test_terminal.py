@@ -55,10 +55,11 @@ def test_stress_table_never_cuts_names(report, width: int) -> None:  # type: ign
     console, buf = _console(width)
     print_stress(report, console)
     text = buf.getvalue()
-    assert "…" not in text
     assert all(len(line) <= width for line in _lines(buf))
     rows = [line for line in _lines(buf) if line.startswith("│ ")]
     names = {row.split("│")[1].strip() for row in rows}
+    # The corpus table may shorten a long temporary path; no first column is ever cut.
+    assert not any("…" in name for name in names)
     # Each label whole on one line (before the fix: 'scaled-sinuso…', 'learne…').
     for label in ("learned-random (bert-base)", "scaled-sinusoidal", "rope-yarn", "mds-3"):
         assert label in names
