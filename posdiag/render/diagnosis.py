@@ -13,7 +13,17 @@ from rich.table import Table
 from ..reports.diagnosis import Diagnosis, noise_share_text
 from ..reports.intervals import Uncertainty
 from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
+from ._format import (
+    SHOWN_RANKS,
+    ci_text,
+    corpus_json,
+    fmt,
+    jsonable,
+    params,
+    ranges,
+    score_json,
+    spectrum_json,
+)
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -25,19 +35,8 @@ def uncertainty_json(u: Uncertainty) -> dict[str, Any]:
 
 def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """The ``--json`` document of ``posdiag diagnose``."""
-    sp = d.rank.spectrum
     rank = asdict(d.rank)
-    rank["spectrum"] = {
-        "eigenvalues": sp.eigenvalues,
-        "stress_by_rank": sp.stress_by_rank,
-        "stress_by_rank_ci": d.uncertainty.stress_by_rank,
-        "effective_rank": sp.effective_rank,
-        "min_eigenvalue": sp.min_eigenvalue,
-        "floor": sp.floor,
-        "signal_rank": sp.signal_rank,
-        "negative": sp.negative,
-        "estimator": sp.estimator,
-    }
+    rank["spectrum"] = spectrum_json(d.rank.spectrum, d.uncertainty.stress_by_rank)
     return jsonable(
         {
             "corpus": corpus_json(d.corpus),

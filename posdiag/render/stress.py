@@ -25,6 +25,7 @@ from ._format import (
     params,
     ranges,
     score_json,
+    spectrum_json,
     summary_rows,
 )
 from .takeaway import IN_SHORT, takeaway
@@ -39,28 +40,12 @@ __all__ = [
 ]
 
 
-def _corpus_json(c: CorpusSummary) -> dict[str, Any]:
-    return corpus_json(c)
-
-
 def stress_json(report: StressReport) -> dict[str, Any]:
     """The ``--json`` document of ``posdiag stress``."""
-    sp = report.spectrum
     return jsonable(
         {
-            "corpus": _corpus_json(report.corpus),
-            "spectrum": {
-                "eigenvalues": sp.eigenvalues,
-                "stress_by_rank": sp.stress_by_rank,
-                "effective_rank": sp.effective_rank,
-                "min_eigenvalue": sp.min_eigenvalue,
-                "floor": sp.floor,
-                "signal_rank": sp.signal_rank,
-                "negative": sp.negative,
-                "estimator": sp.estimator,
-                # 0: every eigenvalue; k: only the top k were computed (long contexts).
-                "computed": sp.computed,
-            },
+            "corpus": corpus_json(report.corpus),
+            "spectrum": spectrum_json(report.spectrum),
             "encodings": [score_json(e) for e in report.encodings],
             "warnings": report.warnings,
             "uncertainty": asdict(report.uncertainty) if report.uncertainty else None,

@@ -94,6 +94,12 @@ def test_every_command_gives_the_same_figures_and_verdicts(
 
     # The spectrum's verdicts: floor, signal rank, effective rank at 0.1, reached or not.
     sp, dsp = s["spectrum"], d["rank"]["spectrum"]
+    # One spectrum document: diagnose's keys are stress's plus its rank intervals.
+    assert list(dsp) == [*list(sp)[:2], "stress_by_rank_ci", *list(sp)[2:]]
+    # The same values, but for the tolerances each command reads effective ranks at.
+    assert {k: dsp[k] for k in sp if k != "effective_rank"} == {
+        k: v for k, v in sp.items() if k != "effective_rank"
+    }
     assert dsp["floor"] == pytest.approx(sp["floor"], abs=1e-12)
     assert dsp["signal_rank"] == sp["signal_rank"]
     eff = sp["effective_rank"]["0.1"]
