@@ -520,6 +520,6 @@ def diagnose(
         tuple(scores),
         rec,
         unc,
-        (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff)),
+        (*geo.warnings, *unstable_warnings(unc, geo.summary)),
         geo,
     )

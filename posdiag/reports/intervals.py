@@ -25,7 +25,7 @@ from ..uncertainty.bootstrap import (
     pair_floor,
     why_no_intervals,
 )
-from .analysis import MAX_PAIRS_LISTED, CorpusGeometry, Progress
+from .analysis import MAX_PAIRS_LISTED, CorpusGeometry, CorpusSummary, Progress
 from .options import Analysis
 from .padding import _ranges as position_ranges
 from .scores import EncodingScore
@@ -324,11 +324,20 @@ def _with_intervals(
     return scores, unc
 
 
-def unstable_warnings(unstable: Sequence[int], n: int) -> list[str]:
-    """The warning the terminal, the HTML and the JSON all give for unstable positions."""
-    if not unstable:
+def unstable_warnings(unc: Uncertainty, summary: CorpusSummary) -> list[str]:
+    """The warning the terminal, the HTML and the JSON all give for unstable positions: which,
+    their support, and what it means for the figures: the intervals (where there are any)
+    carry the noise, and only more data narrows it. A larger ``--min-count`` is no cure:
+    instability is relative to the positions analysed (docs/theory.md)."""
+    if not unc.unstable:
         return []
+    shown = sorted(unc.unstable)
+    held = np.asarray(summary.unit_supports)[shown]
+    lo, hi = int(held.min()), int(held.max())
+    support = f"{lo:,}" + (f"-{hi:,}" if hi > lo else "")
+    meaning = "the intervals include this noise, and " if unc.replicates else ""
     return [
-        f"{len(unstable)} of {n} positions are unstable (mostly sampling noise): "
-        f"{position_ranges(sorted(unstable))}"
+        f"{len(shown)} of {summary.n_eff} positions are unstable (mostly sampling noise): "
+        f"{position_ranges(shown)} (support {support}); {meaning}only more data reaching these "
+        "positions narrows it"
     ]

@@ -514,7 +514,7 @@ def implicit_diagnose(
     warnings = (
         *notes,
         diagnose_line(geom, largest, est, sh, plugin=plugin),
-        *unstable_warnings(unstable, n),
+        *unstable_warnings(unc, summary),
     )
     return Diagnosis(summary, info, noise, shift, rank, tuple(scores), rec, unc, warnings)
 

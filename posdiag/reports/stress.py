@@ -77,5 +77,5 @@ def stress_report(
         return geometry_report(geo, encodings, dim=dim)
     scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, analysis, progress, details=details)
-    warned = (*geo.warnings, *unstable_warnings(unc.unstable, geo.n_eff))
+    warned = (*geo.warnings, *unstable_warnings(unc, geo.summary))
     return StressReport(geo.summary, spectrum(geo), tuple(scores), warned, unc, geo)

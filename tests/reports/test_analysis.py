@@ -294,7 +294,8 @@ def test_two_positions_warn_that_the_comparison_is_empty(
     # Four sequences: both positions are within their noise floor, which is warned too.
     assert doc["warnings"] == [
         note,
-        "2 of 2 positions are unstable (mostly sampling noise): 0-1",
+        "2 of 2 positions are unstable (mostly sampling noise): 0-1 (support 4); only more "
+        "data reaching these positions narrows it",
     ]
     assert res.stderr == "".join(f"Warning: {w}\n" for w in doc["warnings"])
 
