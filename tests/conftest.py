@@ -85,6 +85,18 @@ def empty_hub_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POSDIAG_DATA_DIR", raising=False)
 
 
+@pytest.fixture
+def offline_datasets(empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data sets offline (``HF_DATASETS_OFFLINE=1``), with empty caches."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture
+def offline_hub(empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hub offline (``HF_HUB_OFFLINE=1``: tokenizers), with empty caches."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Piped output is $COLUMNS wide when set (issue 34): tests get the unset default unless one

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..reports.analysis import CorpusSummary, Spectrum
+from ..reports.analysis import CorpusSummary
 from ..reports.scores import EncodingScore
 
 __all__ = [
@@ -84,25 +84,6 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     if c.real_supports:
         out["real_share"] = list(c.real_share)
     return out
-
-
-def spectrum_json(sp: Spectrum, by_rank_ci: Any = None) -> dict[str, Any]:
-    """A spectrum as JSON, the same keys in every command; ``by_rank_ci`` (diagnose's rank
-    intervals) follows ``stress_by_rank`` when given."""
-    ci = {} if by_rank_ci is None else {"stress_by_rank_ci": by_rank_ci}
-    return {
-        "eigenvalues": sp.eigenvalues,
-        "stress_by_rank": sp.stress_by_rank,
-        **ci,
-        "effective_rank": sp.effective_rank,
-        "min_eigenvalue": sp.min_eigenvalue,
-        "floor": sp.floor,
-        "signal_rank": sp.signal_rank,
-        "negative": sp.negative,
-        "estimator": sp.estimator,
-        # 0: every eigenvalue; k: only the top k were computed (long contexts).
-        "computed": sp.computed,
-    }
 
 
 def score_json(e: EncodingScore) -> dict[str, Any]:

@@ -13,18 +13,8 @@ from rich.table import Table
 from ..reports.diagnosis import Diagnosis, noise_share_text
 from ..reports.intervals import Uncertainty
 from ._fit import Column, fitted_table
-from ._format import (
-    SHOWN_RANKS,
-    ci_text,
-    corpus_json,
-    fmt,
-    jsonable,
-    params,
-    ranges,
-    score_json,
-    spectrum_json,
-)
-from .stress import SPECTRUM_STRESS, print_summary, spectrum_line
+from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
+from .stress import SPECTRUM_STRESS, print_summary, spectrum_json, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
 

@@ -25,7 +25,6 @@ from ._format import (
     params,
     ranges,
     score_json,
-    spectrum_json,
     summary_rows,
 )
 from .takeaway import IN_SHORT, takeaway
@@ -35,9 +34,29 @@ __all__ = [
     "print_encoding",
     "print_stress",
     "print_summary",
+    "spectrum_json",
     "spectrum_line",
     "stress_json",
 ]
+
+
+def spectrum_json(sp: Spectrum, by_rank_ci: Any = None) -> dict[str, Any]:
+    """A spectrum as JSON, the same keys in every command; ``by_rank_ci`` (diagnose's rank
+    intervals) follows ``stress_by_rank`` when given."""
+    ci = {} if by_rank_ci is None else {"stress_by_rank_ci": by_rank_ci}
+    return {
+        "eigenvalues": sp.eigenvalues,
+        "stress_by_rank": sp.stress_by_rank,
+        **ci,
+        "effective_rank": sp.effective_rank,
+        "min_eigenvalue": sp.min_eigenvalue,
+        "floor": sp.floor,
+        "signal_rank": sp.signal_rank,
+        "negative": sp.negative,
+        "estimator": sp.estimator,
+        # 0: every eigenvalue; k: only the top k were computed (long contexts).
+        "computed": sp.computed,
+    }
 
 
 def stress_json(report: StressReport) -> dict[str, Any]:

@@ -14,18 +14,13 @@ from posdiag.corpus.sources import HubUnavailable, local_command, open_source
 runner = CliRunner()
 
 
-@pytest.fixture
-def offline(empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-
-
 def _suggested(stderr: str) -> list[str]:
     """The command the message tells the user to run, as argv."""
     tail = stderr.split("then run ", 1)[1]
     return shlex.split(tail.split(" (or ", 1)[0])
 
 
-@pytest.mark.usefixtures("offline")
+@pytest.mark.usefixtures("offline_datasets")
 def test_message_keeps_every_other_option_of_the_command() -> None:
     args = ["stress", "sst2", "-t", "whitespace", "--view", "model", "-n", "64", "--limit", "9"]
     r = runner.invoke(app, args)
@@ -49,7 +44,7 @@ def test_message_keeps_every_other_option_of_the_command() -> None:
     ]
 
 
-@pytest.mark.usefixtures("offline")
+@pytest.mark.usefixtures("offline_datasets")
 def test_message_says_how_to_make_the_local_copy() -> None:
     r = runner.invoke(app, ["count", "hf:someone/my-data:cfg@test", "-o", "x.npz"])
     assert r.exit_code == 2
@@ -70,7 +65,7 @@ def test_message_says_how_to_make_the_local_copy() -> None:
     assert ".save_to_disk('DIR/my-data') there and pass --data-dir DIR" in r.stderr
 
 
-@pytest.mark.usefixtures("offline")
+@pytest.mark.usefixtures("offline_datasets")
 def test_library_message_has_a_placeholder_command() -> None:
     with pytest.raises(HubUnavailable) as info:
         open_source("imdb", "review")

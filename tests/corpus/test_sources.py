@@ -142,9 +142,8 @@ def test_presets_resolve_to_a_local_copy_in_the_data_dir(
 
 
 def test_hub_unreachable_fails_fast_with_the_local_form(
-    cli: Callable[..., Result], empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], offline_datasets: None
 ) -> None:
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     t0 = time.perf_counter()
     with pytest.raises(HubUnavailable):
         open_source("hf:nobody/nothing:cfg@test")

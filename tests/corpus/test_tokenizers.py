@@ -65,10 +65,7 @@ def test_model_view_uses_the_tokenizers_own_pad_token(tmp_path: Path) -> None:
     assert load_tokenizer(str(tmp_path / "copy.json")).fingerprint == plain.fingerprint
 
 
-def test_hub_tokenizer_offline_fails_fast(
-    cli: Callable[..., Result], empty_hub_caches: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_hub_tokenizer_offline_fails_fast(cli: Callable[..., Result], offline_hub: None) -> None:
     t0 = time.perf_counter()
     with pytest.raises(HubUnavailable):
         load_tokenizer("no-such-model-xyz")
