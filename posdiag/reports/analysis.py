@@ -47,6 +47,7 @@ from .padding import padding_warnings
 
 __all__ = [
     "CROSSFIT_MIN_TOKENS",
+    "IMPLICIT_FROM",
     "CorpusGeometry",
     "CorpusSummary",
     "DEFAULT_MIN_COUNT",
@@ -71,6 +72,11 @@ Progress = Callable[[int, int], None] | None
 IDENTICAL_TOL = 1e-6
 # Pairs listed in the report (the count is always complete).
 MAX_PAIRS_LISTED = 100
+# Analysed positions from which no n x n geometry is built: `stress`, `check`, `build-encoding`,
+# `diagnose` and `report` take the implicit path (reports.longctx), the other commands refuse.
+# The dense path's largest measured size is 16,384 (94 s, 8.5 GB); at 32,768 its n x n arrays
+# alone exceed this machine.
+IMPLICIT_FROM = 16_385
 
 
 @dataclass(frozen=True)
@@ -352,6 +358,14 @@ def corpus_geometry(
     n_eff, source = summary.n_eff, summary.source
     need = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
     _check_two_positions(summary, need)
+    if n_eff >= IMPLICIT_FROM:
+        raise PosdiagError(
+            f"{source}: the n x n geometry (plot, diff, inspect --corpus) is built only below "
+            f"{IMPLICIT_FROM:,} analysed positions; n_eff = {n_eff:,} (stress, check, "
+            "build-encoding, diagnose and report analyse this length without it: docs/geometry.md, "
+            f"'Long contexts'; or count at most {IMPLICIT_FROM - 1} positions, --max-len "
+            f"{IMPLICIT_FROM - 1})"
+        )
     # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
     # and a few per-column arrays of the vocabulary (totals, column selections).
     require(

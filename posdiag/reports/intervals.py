@@ -337,7 +337,7 @@ def unstable_warnings(unc: Uncertainty, summary: CorpusSummary) -> list[str]:
     support = f"{lo:,}" + (f"-{hi:,}" if hi > lo else "")
     meaning = "the intervals include this noise, and " if unc.replicates else ""
     return [
-        f"{len(shown)} of {summary.n_eff} positions are unstable (mostly sampling noise): "
+        f"{len(shown):,} of {summary.n_eff:,} positions are unstable (mostly sampling noise): "
         f"{position_ranges(shown)} (support {support}); {meaning}only more data reaching these "
         "positions narrows it"
     ]

@@ -38,6 +38,7 @@ from .analysis import (
     CROSSFIT_MIN_TOKENS,
     DEFAULT_ANALYSIS,
     EFFECTIVE_RANK_TOLERANCES,
+    IMPLICIT_FROM,
     MAX_PAIRS_LISTED,
     CorpusSummary,
     Progress,
@@ -88,10 +89,6 @@ __all__ = [
     "takes_implicit",
     "uses_implicit",
 ]
-
-# Analysed positions from which `stress` runs the implicit path: the dense path's largest
-# measured size is 16,384 (94 s, 8.5 GB); at 32,768 its n x n arrays alone exceed this machine.
-IMPLICIT_FROM = 16_385
 
 
 def uses_implicit(n_eff: int) -> bool:

@@ -28,7 +28,7 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
-from posdiag.counts.core import Counts, save_counts
+from posdiag.counts.core import Counts, load_counts, save_counts
 from posdiag.errors import PosdiagError
 from posdiag.geometry import estimator, spectral
 from posdiag.geometry.core import gram_from_vectors, positional_information, reached_rank
@@ -380,3 +380,38 @@ def test_inspect_computes_no_eigenpair_of_the_corpus(
     assert out.exit_code == 0, out.output
     assert solves == []
     assert json.loads(out.stdout)["fit"]["stress"] == pytest.approx(want.stress, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def at_implicit_from(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A counts file of exactly IMPLICIT_FROM positions, two tokens each (cheap to count)."""
+    n = analysis.IMPLICIT_FROM
+    rows = np.repeat(np.arange(n), 2)
+    cols = np.tile([0, 1], n) + (np.arange(2 * n) // 2) % 3
+    m = sp.csr_matrix((np.ones(2 * n, dtype=np.int64), (rows, cols)), shape=(n, 4))
+    return save_counts(
+        Counts(m, {"source": "long"}, None, ()), tmp_path_factory.mktemp("l") / "l.npz"
+    )
+
+
+def test_dense_geometry_is_refused_from_implicit_from_with_what_works_instead(
+    cli, at_implicit_from: Path, tmp_path: Path
+) -> None:
+    """plot and diff need the n x n geometry: from IMPLICIT_FROM analysed positions they stop
+    at once with one line naming what does work (before: plot ran ~3 min at n = 20,000 and was
+    killed for memory; diff gave a memory estimate)."""
+    n = analysis.IMPLICIT_FROM
+    want = (
+        f"Error: long: the n x n geometry (plot, diff, inspect --corpus) is built only below "
+        f"{n:,} analysed positions; n_eff = {n:,} (stress, check, build-encoding, diagnose and "
+        "report analyse this length without it: docs/geometry.md, 'Long contexts'; or count "
+        f"at most {n - 1} positions, --max-len {n - 1})\n"
+    )
+    src = str(at_implicit_from)
+    out = tmp_path / "plots"
+    for args in (["plot", src, "-o", str(out)], ["diff", src, src]):
+        res = cli([*args, "--min-count", "1"])
+        assert (res.exit_code, res.stderr) == (2, want), args
+    assert not out.exists()
+    with pytest.raises(PosdiagError, match=r"^long: the n x n geometry .* n_eff = 16,385 "):
+        corpus_geometry(load_counts(at_implicit_from), 1)
