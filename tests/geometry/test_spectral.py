@@ -195,6 +195,12 @@ def test_top_eigenpairs_degenerate_warm_start() -> None:
     lam, _, res, _ = top_eigenpairs(b, 2, start=np.ones((40, 2)))
     assert res <= 1e-7
     np.testing.assert_allclose(lam, lam_true[:2], atol=1e-6)
+    # The same for block Lanczos: a first block of 40 equal rows is completed at random.
+    from posdiag.geometry.spectral import top_pairs
+
+    spec = top_pairs(b, 2, start=np.ones((40, 40)), block=4)
+    assert spec.residual <= 1e-10
+    np.testing.assert_allclose(spec.eigenvalues, lam_true[:2], atol=1e-9)
 
 
 def test_top_pairs_eigh_branch_fields_and_its_size_limit() -> None:
