@@ -423,3 +423,27 @@ def test_block_lanczos_blocks_and_wide_warm_starts() -> None:
     warm = top_pairs(b, 3, start=start, block=4)
     assert warm.iterations == 1
     np.testing.assert_allclose(warm.eigenvalues, [9.0, 8.0, 7.0], atol=1e-12)
+
+
+def test_block_lanczos_reports_the_residual_of_its_pairs() -> None:
+    """top_pairs' residual is the largest ``||b u - theta u|| / ||b||_F`` of the pairs returned
+    (measured from the stored images ``B v``, so to rounding)."""
+    from posdiag.geometry.spectral import top_pairs
+
+    lam_true = np.concatenate([[9.0, 8.0, 7.0, 6.5], np.linspace(3.0, -3.0, 196)])
+    b = gram_with_spectrum(lam_true, seed=22)
+    for tol in (1e-4, 1e-10):
+        spec = top_pairs(b, 4, tol=tol)
+        assert 0.0 < spec.residual <= tol
+        want = _residual(b, spec.eigenvalues, spec.vectors)
+        assert spec.residual == pytest.approx(want, rel=1e-2)
+
+
+def test_converged_counts_the_leading_pairs_within_the_tolerance() -> None:
+    from posdiag.geometry.spectral import _BlockLanczos
+
+    solver = _BlockLanczos(np.eye(4), 2, 4)
+    solver.estimate = np.array([1e-9, 1e-7, 1e-3, 1e-9, 1e-2])
+    assert solver.converged(1e-7) == 2  # an estimate equal to tol counts
+    assert solver.converged(1e-8) == 1
+    assert solver.converged(1.0) == 5
