@@ -447,3 +447,31 @@ def test_converged_counts_the_leading_pairs_within_the_tolerance() -> None:
     assert solver.converged(1e-7) == 2  # an estimate equal to tol counts
     assert solver.converged(1e-8) == 1
     assert solver.converged(1.0) == 5
+
+
+def test_schedule_extrapolates_the_residual_decay_seventy_percent_of_the_way() -> None:
+    """The next check: ``m + max(block, min(0.7 ln(worst / tol) / rate, m // 2))`` with
+    ``rate`` the log-decay per vector since the last check; ``block`` ahead when there is no
+    decay to extrapolate (first check, no decrease)."""
+    from posdiag.geometry.spectral import _Schedule
+
+    s = _Schedule(8)
+    assert s.next(64, 1e-4, 1e-7) == 72  # first check: one block ahead
+    rate = np.log(1e-4 / 1e-6) / (128 - 64)
+    assert s.next(128, 1e-6, 1e-7) == 128 + int(0.7 * np.log(10.0) / rate)  # 22 ahead
+    assert s.next(201, 1e-6, 1e-7) == 209  # no decrease: one block
+    assert s.next(301, 0.999e-6, 1e-7) == 301 + 150  # slow decay: capped at m // 2
+    assert s.next(401, 0.0, 1e-7) == 409  # an exact zero: nothing to extrapolate
+    s.reset()
+    assert s.next(64, 1e-4, 1e-7) == 72
+
+
+def test_solve_stops_after_max_passes() -> None:
+    """A tolerance never met (0): the passes run out at ``max_passes``, the pairs as reached."""
+    from posdiag.geometry.spectral import _solve
+
+    lam_true = np.concatenate([[9.0, 8.0, 7.0], np.linspace(3.0, -3.0, 197)])
+    b = gram_with_spectrum(lam_true, seed=23)
+    spec = _solve(b, 3, 3, 0.0, lambda _: True, total=float(np.sum(b * b)), max_passes=2)
+    assert spec.iterations == 2 and spec.eigenvalues.size == 3
+    assert spec.residual == pytest.approx(_residual(b, spec.eigenvalues, spec.vectors), rel=1e-2)
