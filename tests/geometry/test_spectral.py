@@ -475,3 +475,14 @@ def test_solve_stops_after_max_passes() -> None:
     spec = _solve(b, 3, 3, 0.0, lambda _: True, total=float(np.sum(b * b)), max_passes=2)
     assert spec.iterations == 2 and spec.eigenvalues.size == 3
     assert spec.residual == pytest.approx(_residual(b, spec.eigenvalues, spec.vectors), rel=1e-2)
+
+
+def test_exhausted_first_set_stops_the_growth() -> None:
+    """15 positive eigenvalues: the first 16 pairs end on a negative one, so every positive
+    eigenvalue is known and an unreachable tolerance (0.001, below the floor) needs no more."""
+    lam_true = np.concatenate([np.linspace(5.0, 1.0, 15), -np.linspace(0.1, 2.0, 185)])
+    spec = partial_spectrum(gram_with_spectrum(lam_true, seed=24), (0.001,), full_max=0)
+    assert spec.eigenvalues.size == 16 and spec.exhausted and spec.complete is False
+    assert spec.eigenvalues[-2] > 0 > spec.eigenvalues[-1]
+    floor = np.sqrt(np.sum(lam_true[15:] ** 2) / np.sum(lam_true**2))
+    assert spec.floor() == pytest.approx(floor, rel=1e-9) and floor > 0.001
