@@ -483,3 +483,57 @@ def test_float32_blocks_centred_on_the_level_err_on_the_deviations_only(
     for (b_err, lam_err), (b_plain, lam_plain) in zip(centred, plain, strict=True):
         assert 0 < lam_err < 1e-7 * lam.max() and b_err < 1e-7
         assert lam_plain > 5 * lam_err and b_plain > 3 * b_err
+
+
+def test_sqrt_rows_keeps_the_vocabulary_with_stored_zeros() -> None:
+    """Stored zero counts (a row of them: support 0) in a vocabulary whose last columns are
+    unused: the result keeps shape (n, V), the zeros dropped."""
+    c = sp.csr_matrix(
+        (np.array([1.0, 3.0, 0.0, 0.0]), np.array([0, 1, 0, 2]), np.array([0, 2, 4])), (2, 6)
+    )
+    got = sqrt_rows(c)
+    assert got.shape == (2, 6) and got.nnz == 2
+    np.testing.assert_array_equal(got.toarray(), [[0.5, np.sqrt(0.75), 0, 0, 0, 0], [0] * 6])
+
+
+def test_plan_product_hybrid_from_compiled_from_rows_and_default_block_memory() -> None:
+    """Hybrid (dense block + compiled kernel) from COMPILED_FROM rows on both sides; the default
+    row block keeps its two (block_rows x n_B) float64 temporaries within BLOCK_BYTES."""
+    n = fastgram.COMPILED_FROM
+    rng = np.random.default_rng(12)
+    d = np.where(rng.random((n + 1, 40)) < 0.5, 1.0, 0.0)
+    d[:, 0] = 1.0  # a column every row holds: dense
+    c = sp.csr_matrix(d)
+    assert plan_product(c[:n], c[:n])[0].hybrid
+    assert not plan_product(c[: n - 1], c[:n])[0].hybrid
+    wide = sp.csr_matrix((40_000, 40))
+    plan, _ = plan_product(c[:n], wide)
+    assert 16 <= plan.block_rows < n
+    assert 2 * plan.block_rows * 40_000 * 8 <= fastgram.BLOCK_BYTES
+
+
+def test_symmetric_product_of_float32_rows_is_computed_in_float64() -> None:
+    a, b = _odd_even_halves(60, seed=13)
+    for x, y in ((a, None), (a, b)):
+        x32 = sp.csr_matrix(x, dtype=np.float32)
+        y32 = None if y is None else sp.csr_matrix(y, dtype=np.float32)
+        got = fastgram.symmetric_product(x32, y32)
+        want = fastgram.symmetric_product(
+            sp.csr_matrix(x32, dtype=np.float64),
+            None if y32 is None else sp.csr_matrix(y32, dtype=np.float64),
+        )
+        np.testing.assert_array_equal(got, want)
+
+
+def test_gram_lists_past_two_to_the_sixteen_rows_hold_long_gaps() -> None:
+    """70,000 rows (more than 2^16): a token held by rows 1 and 69,999 has a gap of 69,998,
+    which needs int32 (uint16 would wrap)."""
+    m = 70_000
+    x = sp.csr_matrix((np.array([0.5, 0.25]), ([1, m - 1], [3, 3])), shape=(m, 5))
+    counts = np.bincount(x.indices, minlength=5)[None, :]
+    _, (r_ptr, slot, stop, t_gap, t_val) = fastgram._split_gram(
+        x, counts, np.zeros(5, dtype=bool), np.float64
+    )
+    assert t_gap.dtype == np.int32
+    np.testing.assert_array_equal(t_gap, [1, m - 2])
+    np.testing.assert_array_equal(t_val, [0.5, 0.25])
