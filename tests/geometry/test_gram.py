@@ -537,3 +537,14 @@ def test_gram_lists_past_two_to_the_sixteen_rows_hold_long_gaps() -> None:
     assert t_gap.dtype == np.int32
     np.testing.assert_array_equal(t_gap, [1, m - 2])
     np.testing.assert_array_equal(t_val, [0.5, 0.25])
+
+
+def test_float64_gram_with_float32_rare_lists_on_row_subsets() -> None:
+    """float64 dense block, float32 rare lists, row blocks of 64: the Q Q^T correction (rows
+    with odd totals, written at an offset) within the float32 lists' bound of the float64 Gram."""
+    a, b = _odd_even_halves(300, seed=14)
+    want = fastgram.symmetric_product(a, b, dtype=np.float64)
+    got = fastgram.symmetric_product(a, b, dtype=np.float64, rare=np.float32, block_rows=64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    ref = (a @ b.T).toarray()
+    np.testing.assert_allclose(want, (ref + ref.T) / 2, rtol=0, atol=1e-13)
