@@ -548,3 +548,13 @@ def test_float64_gram_with_float32_rare_lists_on_row_subsets() -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     ref = (a @ b.T).toarray()
     np.testing.assert_allclose(want, (ref + ref.T) / 2, rtol=0, atol=1e-13)
+
+
+def test_cross_product_of_float32_rows_is_computed_in_float64() -> None:
+    """float32 rows (the plug-in: one matrix times itself, or two halves) give the float64
+    product of the same values, bit for bit, on the small path."""
+    c = zipf_counts(40, 200, 100, seed=15)
+    r32 = sp.csr_matrix(sqrt_rows(c), dtype=np.float32)
+    r64 = sp.csr_matrix(r32, dtype=np.float64)
+    np.testing.assert_array_equal(cross_product(r32, r32), cross_product(r64, r64))
+    np.testing.assert_array_equal(cross_product(r32, r64[::-1]), cross_product(r64, r64[::-1]))
