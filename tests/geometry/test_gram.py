@@ -558,3 +558,23 @@ def test_cross_product_of_float32_rows_is_computed_in_float64() -> None:
     r64 = sp.csr_matrix(r32, dtype=np.float64)
     np.testing.assert_array_equal(cross_product(r32, r32), cross_product(r64, r64))
     np.testing.assert_array_equal(cross_product(r32, r64[::-1]), cross_product(r64, r64[::-1]))
+
+
+def test_cross_product_out_is_added_to_or_refused() -> None:
+    """``out`` (float64, C-contiguous, (n_A, n_B)) gets the product added, in blocks of any size;
+    anything else is refused by name."""
+    c = zipf_counts(30, 100, 60, seed=16)
+    r = sqrt_rows(c)
+    want = cross_product(r, r[:20])
+    for block_rows in (None, 7):
+        out = np.ones((30, 20))
+        got = cross_product(r, r[:20], out=out, block_rows=block_rows)
+        assert got is out
+        np.testing.assert_array_equal(got, 1.0 + want)
+    shape = r"cross product: 'out' must be float64 of shape \(30, 20\); got"
+    with pytest.raises(PosdiagError, match=rf"^{shape} float64 \(20, 30\)$"):
+        cross_product(r, r[:20], out=np.zeros((20, 30)))
+    with pytest.raises(PosdiagError, match=rf"^{shape} float32 \(30, 20\)$"):
+        cross_product(r, r[:20], out=np.zeros((30, 20), dtype=np.float32))
+    with pytest.raises(PosdiagError, match=r"^cross product: 'out' must be C-contiguous$"):
+        cross_product(r, r[:20], out=np.zeros((30, 20), order="F"))
