@@ -578,3 +578,35 @@ def test_cross_product_out_is_added_to_or_refused() -> None:
         cross_product(r, r[:20], out=np.zeros((30, 20), dtype=np.float32))
     with pytest.raises(PosdiagError, match=r"^cross product: 'out' must be C-contiguous$"):
         cross_product(r, r[:20], out=np.zeros((30, 20), order="F"))
+
+
+def test_hybrid_products_add_into_out_and_square_one_matrix(
+    medium: tuple[sp.csr_matrix, ...],
+) -> None:
+    """The hybrid path (float32 and float64 dense blocks) adds into ``out`` the product it
+    returns (to float64 rounding); ``S S^T`` of one matrix (the plug-in) is within the float32
+    block's error of the dense product; the plan counts the columns both sides use outside the
+    dense block."""
+    ra, rb = sqrt_rows(medium[0]), sqrt_rows(medium[1])
+    for dtype in (np.float32, np.float64):
+        want = cross_product(ra, rb, dtype=dtype)
+        out = np.full(want.shape, 0.5)
+        got = cross_product(ra, rb, dtype=dtype, out=out)  # the same terms, other order
+        np.testing.assert_allclose(got, 0.5 + want, rtol=0, atol=1e-14)
+    dense = dense_sqrt(medium[0])
+    np.testing.assert_allclose(cross_product(ra, ra), dense @ dense.T, rtol=0, atol=1e-6)
+    plan, mask = plan_product(ra, rb)
+    na = np.bincount(ra.indices, minlength=ra.shape[1])
+    nb = np.bincount(rb.indices, minlength=rb.shape[1])
+    assert plan.sparse_columns == int(np.sum((na * nb > 0) & ~mask)) < ra.shape[1]
+
+
+def test_plan_of_a_small_product_bounds_its_two_temporaries_only() -> None:
+    """Below the hybrid size: no dense block, no rare parts; the bound is the two
+    (block_rows x n_B) float64 temporaries, and a block never has more rows than A."""
+    c = sqrt_rows(zipf_counts(30, 100, 60, seed=17))
+    plan, mask = plan_product(c, c[:20], block_rows=7)
+    assert not plan.hybrid and not mask.any() and plan.dense_columns == 0
+    assert plan.bytes_bound == 2 * 7 * 20 * 8
+    one, _ = plan_product(c[:1], c[:20])
+    assert one.block_rows == 1 and one.bytes_bound == 2 * 1 * 20 * 8
