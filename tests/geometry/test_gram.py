@@ -610,3 +610,15 @@ def test_plan_of_a_small_product_bounds_its_two_temporaries_only() -> None:
     assert plan.bytes_bound == 2 * 7 * 20 * 8
     one, _ = plan_product(c[:1], c[:20])
     assert one.block_rows == 1 and one.bytes_bound == 2 * 1 * 20 * 8
+
+
+def test_symmetric_product_is_compiled_from_compiled_from_rows() -> None:
+    """From COMPILED_FROM (128) rows the float32 dense block (within 1e-6 of the float64
+    product, not equal to it); one row fewer, scipy's float64 product exactly."""
+    n = fastgram.COMPILED_FROM
+    c = sqrt_rows(zipf_counts(n, 400, 200, seed=18))
+    exact = (c @ c.T).toarray()
+    got = fastgram.symmetric_product(c)
+    assert 0.0 < np.abs(got - exact).max() <= 1e-6
+    small = c[: n - 1]
+    np.testing.assert_array_equal(fastgram.symmetric_product(small), (small @ small.T).toarray())
