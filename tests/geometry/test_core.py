@@ -974,3 +974,96 @@ def test_mds_of_gram_eigenvalue_band_bottom_and_signal_growth() -> None:
     assert with_bottom.bottom == pytest.approx(0.5, abs=1e-8)
     without = mds_of_gram(pd, full_max=20, eigvalsh_max=30, bottom=False)
     assert with_bottom.eigenvalues.size == without.eigenvalues.size < 35
+
+
+def test_float32_input_gives_the_float64_figures() -> None:
+    """Every measure converts its input to float64 first: float32 values give exactly the
+    figures of the same values held in float64 (a float32 computation would differ ~1e-7)."""
+    rng = np.random.default_rng(3)
+    p32 = (rng.standard_normal((7, 3)) * 10 + 0.1).astype(np.float32)
+    d32 = pairwise_distances(p32.astype(np.float64)).astype(np.float32)
+    lam32 = np.array([5.3, 2.1, 0.7, -0.3, -1.1], dtype=np.float32)
+    c32 = rng.integers(1, 9, (6, 5)).astype(np.float32)
+    b32 = gram_from_distances(d32.astype(np.float64)).astype(np.float32)
+    from posdiag.geometry.core import mds_from_gram
+
+    pairs = {
+        "gram_from_vectors": lambda x: gram_from_vectors(x(p32)),
+        "double_center": lambda x: double_center(x(d32)),
+        "shift r2": lambda x: shift_equivariance(x(d32)).r2,
+        "shift profile": lambda x: shift_equivariance(x(d32)).profile,
+        "smoothness": lambda x: smoothness(x(d32)),
+        "stress_by_rank": lambda x: stress_by_rank(x(lam32)),
+        "stress_by_rank total": lambda x: stress_by_rank(x(lam32), total=40.3),
+        "mds eigenvalues": lambda x: mds_from_gram(x(b32)).eigenvalues,
+        "mds gram": lambda x: mds_from_gram(x(b32)).gram,
+        "stress_floor": lambda x: stress_floor(x(lam32)),
+        "information": lambda x: positional_information(x(c32))[0],
+        "information kl": lambda x: positional_information(x(c32))[1],
+    }
+    for name, f in pairs.items():
+        got = np.asarray(f(lambda a: a))
+        want = np.asarray(f(lambda a: a.astype(np.float64)))
+        assert got.dtype == np.float64, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_mds_coordinates_drop_negative_eigenvalues_among_the_top() -> None:
+    """``X_r = U_r diag(sqrt(max(l_k, 0)))``: a negative eigenvalue among the top ``rank`` gives
+    a zero column, not NaN."""
+    from posdiag.geometry.core import mds_coordinates
+
+    u = np.eye(3)[:, :2]
+    got = mds_coordinates(np.array([4.0, -1.0, -2.0]), u, 2)
+    np.testing.assert_array_equal(got, [[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_mds_of_gram_grows_past_the_bottom_from_a_small_start() -> None:
+    """With the bottom computed, the top pairs grow until the smallest computed eigenvalue is
+    below ``|l_min|`` even from 3 pairs, so every signal eigenvalue (12 here) is among them."""
+    from posdiag.geometry.core import mds_of_gram
+
+    b, lam, _ = _non_euclidean_gram()
+    signal = int(np.sum(lam > abs(lam[-1])))
+    got = mds_of_gram(b, full_max=20, eigvalsh_max=30, start_rank=3)
+    k = got.eigenvalues.size
+    assert signal == 12 and signal < k < 40
+    assert got.eigenvalues[-1] < abs(lam[-1])
+    np.testing.assert_allclose(got.eigenvalues, lam[:k], atol=1e-8)
+    # Without the bottom and without tolerances, the first set is the answer: start_rank pairs.
+    first = mds_of_gram(b, full_max=20, eigvalsh_max=30, bottom=False, start_rank=5)
+    assert first.eigenvalues.size == 5 and math.isnan(first.bottom)
+    np.testing.assert_allclose(first.eigenvalues, lam[:5], atol=1e-8)
+
+
+def test_mds_of_gram_default_band_computes_every_eigenvalue_above_full_eigh_max() -> None:
+    """Without ``full_max``, ``FULL_EIGH_MAX < n <= EIGVALSH_MAX`` is the eigenvalues-only band:
+    every eigenvalue (no total, no bottom), the top ``START_RANK`` vectors."""
+    from posdiag.geometry.core import mds_of_gram
+    from posdiag.geometry.spectral import FULL_EIGH_MAX, START_RANK
+
+    n = FULL_EIGH_MAX + 1
+    x = np.random.default_rng(0).standard_normal((n, 3)) * [3.0, 2.0, 1.0]
+    b = gram_from_vectors(x)
+    got = mds_of_gram(b)
+    assert got.total is None and got.bottom is None
+    assert got.eigenvalues.shape == (n,) and got.vectors.shape == (n, START_RANK)
+    top = np.linalg.svd(x - x.mean(axis=0), compute_uv=False) ** 2
+    np.testing.assert_allclose(got.eigenvalues[:3], top, rtol=1e-10)
+    assert np.abs(got.eigenvalues[3:]).max() < 1e-9 * top[0]
+
+
+def test_coordinates_up_to_the_kept_rank_use_the_kept_vectors() -> None:
+    """A partial MDS keeps the partial solver's top vectors (residual 1e-7); a rank up to their
+    number is made of them as they are, not of a new Lanczos solve (converged further)."""
+    from posdiag.geometry.core import mds_of_gram
+
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.standard_normal((300, 300)))
+    lam = np.concatenate([10 * 0.7 ** np.arange(20), rng.uniform(-0.05, 0.05, 280)])
+    b = (q * lam) @ q.T
+    part = mds_of_gram(b, full_max=20, eigvalsh_max=30, bottom=False, start_rank=5)
+    assert part.vectors.shape == (300, 5)
+    want = part.vectors * np.sqrt(part.eigenvalues)[None, :]
+    np.testing.assert_array_equal(part.coordinates(5), want)
+    np.testing.assert_allclose(part.eigenvalues, lam[:5], atol=1e-7 * np.linalg.norm(lam))

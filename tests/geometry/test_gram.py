@@ -483,3 +483,142 @@ def test_float32_blocks_centred_on_the_level_err_on_the_deviations_only(
     for (b_err, lam_err), (b_plain, lam_plain) in zip(centred, plain, strict=True):
         assert 0 < lam_err < 1e-7 * lam.max() and b_err < 1e-7
         assert lam_plain > 5 * lam_err and b_plain > 3 * b_err
+
+
+def test_sqrt_rows_keeps_the_vocabulary_with_stored_zeros() -> None:
+    """Stored zero counts (a row of them: support 0) in a vocabulary whose last columns are
+    unused: the result keeps shape (n, V), the zeros dropped."""
+    c = sp.csr_matrix(
+        (np.array([1.0, 3.0, 0.0, 0.0]), np.array([0, 1, 0, 2]), np.array([0, 2, 4])), (2, 6)
+    )
+    got = sqrt_rows(c)
+    assert got.shape == (2, 6) and got.nnz == 2
+    np.testing.assert_array_equal(got.toarray(), [[0.5, np.sqrt(0.75), 0, 0, 0, 0], [0] * 6])
+
+
+def test_plan_product_hybrid_from_compiled_from_rows_and_default_block_memory() -> None:
+    """Hybrid (dense block + compiled kernel) from COMPILED_FROM rows on both sides; the default
+    row block keeps its two (block_rows x n_B) float64 temporaries within BLOCK_BYTES."""
+    n = fastgram.COMPILED_FROM
+    rng = np.random.default_rng(12)
+    d = np.where(rng.random((n + 1, 40)) < 0.5, 1.0, 0.0)
+    d[:, 0] = 1.0  # a column every row holds: dense
+    c = sp.csr_matrix(d)
+    assert plan_product(c[:n], c[:n])[0].hybrid
+    assert not plan_product(c[: n - 1], c[:n])[0].hybrid
+    wide = sp.csr_matrix((40_000, 40))
+    plan, _ = plan_product(c[:n], wide)
+    assert 16 <= plan.block_rows < n
+    assert 2 * plan.block_rows * 40_000 * 8 <= fastgram.BLOCK_BYTES
+
+
+def test_symmetric_product_of_float32_rows_is_computed_in_float64() -> None:
+    a, b = _odd_even_halves(60, seed=13)
+    for x, y in ((a, None), (a, b)):
+        x32 = sp.csr_matrix(x, dtype=np.float32)
+        y32 = None if y is None else sp.csr_matrix(y, dtype=np.float32)
+        got = fastgram.symmetric_product(x32, y32)
+        want = fastgram.symmetric_product(
+            sp.csr_matrix(x32, dtype=np.float64),
+            None if y32 is None else sp.csr_matrix(y32, dtype=np.float64),
+        )
+        np.testing.assert_array_equal(got, want)
+
+
+def test_gram_lists_past_two_to_the_sixteen_rows_hold_long_gaps() -> None:
+    """70,000 rows (more than 2^16): a token held by rows 1 and 69,999 has a gap of 69,998,
+    which needs int32 (uint16 would wrap)."""
+    m = 70_000
+    x = sp.csr_matrix((np.array([0.5, 0.25]), ([1, m - 1], [3, 3])), shape=(m, 5))
+    counts = np.bincount(x.indices, minlength=5)[None, :]
+    _, (r_ptr, slot, stop, t_gap, t_val) = fastgram._split_gram(
+        x, counts, np.zeros(5, dtype=bool), np.float64
+    )
+    assert t_gap.dtype == np.int32
+    np.testing.assert_array_equal(t_gap, [1, m - 2])
+    np.testing.assert_array_equal(t_val, [0.5, 0.25])
+
+
+def test_float64_gram_with_float32_rare_lists_on_row_subsets() -> None:
+    """float64 dense block, float32 rare lists, row blocks of 64: the Q Q^T correction (rows
+    with odd totals, written at an offset) within the float32 lists' bound of the float64 Gram."""
+    a, b = _odd_even_halves(300, seed=14)
+    want = fastgram.symmetric_product(a, b, dtype=np.float64)
+    got = fastgram.symmetric_product(a, b, dtype=np.float64, rare=np.float32, block_rows=64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    ref = (a @ b.T).toarray()
+    np.testing.assert_allclose(want, (ref + ref.T) / 2, rtol=0, atol=1e-13)
+
+
+def test_cross_product_of_float32_rows_is_computed_in_float64() -> None:
+    """float32 rows (the plug-in: one matrix times itself, or two halves) give the float64
+    product of the same values, bit for bit, on the small path."""
+    c = zipf_counts(40, 200, 100, seed=15)
+    r32 = sp.csr_matrix(sqrt_rows(c), dtype=np.float32)
+    r64 = sp.csr_matrix(r32, dtype=np.float64)
+    np.testing.assert_array_equal(cross_product(r32, r32), cross_product(r64, r64))
+    np.testing.assert_array_equal(cross_product(r32, r64[::-1]), cross_product(r64, r64[::-1]))
+
+
+def test_cross_product_out_is_added_to_or_refused() -> None:
+    """``out`` (float64, C-contiguous, (n_A, n_B)) gets the product added, in blocks of any size;
+    anything else is refused by name."""
+    c = zipf_counts(30, 100, 60, seed=16)
+    r = sqrt_rows(c)
+    want = cross_product(r, r[:20])
+    for block_rows in (None, 7):
+        out = np.ones((30, 20))
+        got = cross_product(r, r[:20], out=out, block_rows=block_rows)
+        assert got is out
+        np.testing.assert_array_equal(got, 1.0 + want)
+    shape = r"cross product: 'out' must be float64 of shape \(30, 20\); got"
+    with pytest.raises(PosdiagError, match=rf"^{shape} float64 \(20, 30\)$"):
+        cross_product(r, r[:20], out=np.zeros((20, 30)))
+    with pytest.raises(PosdiagError, match=rf"^{shape} float32 \(30, 20\)$"):
+        cross_product(r, r[:20], out=np.zeros((30, 20), dtype=np.float32))
+    with pytest.raises(PosdiagError, match=r"^cross product: 'out' must be C-contiguous$"):
+        cross_product(r, r[:20], out=np.zeros((30, 20), order="F"))
+
+
+def test_hybrid_products_add_into_out_and_square_one_matrix(
+    medium: tuple[sp.csr_matrix, ...],
+) -> None:
+    """The hybrid path (float32 and float64 dense blocks) adds into ``out`` the product it
+    returns (to float64 rounding); ``S S^T`` of one matrix (the plug-in) is within the float32
+    block's error of the dense product; the plan counts the columns both sides use outside the
+    dense block."""
+    ra, rb = sqrt_rows(medium[0]), sqrt_rows(medium[1])
+    for dtype in (np.float32, np.float64):
+        want = cross_product(ra, rb, dtype=dtype)
+        out = np.full(want.shape, 0.5)
+        got = cross_product(ra, rb, dtype=dtype, out=out)  # the same terms, other order
+        np.testing.assert_allclose(got, 0.5 + want, rtol=0, atol=1e-14)
+    dense = dense_sqrt(medium[0])
+    np.testing.assert_allclose(cross_product(ra, ra), dense @ dense.T, rtol=0, atol=1e-6)
+    plan, mask = plan_product(ra, rb)
+    na = np.bincount(ra.indices, minlength=ra.shape[1])
+    nb = np.bincount(rb.indices, minlength=rb.shape[1])
+    assert plan.sparse_columns == int(np.sum((na * nb > 0) & ~mask)) < ra.shape[1]
+
+
+def test_plan_of_a_small_product_bounds_its_two_temporaries_only() -> None:
+    """Below the hybrid size: no dense block, no rare parts; the bound is the two
+    (block_rows x n_B) float64 temporaries, and a block never has more rows than A."""
+    c = sqrt_rows(zipf_counts(30, 100, 60, seed=17))
+    plan, mask = plan_product(c, c[:20], block_rows=7)
+    assert not plan.hybrid and not mask.any() and plan.dense_columns == 0
+    assert plan.bytes_bound == 2 * 7 * 20 * 8
+    one, _ = plan_product(c[:1], c[:20])
+    assert one.block_rows == 1 and one.bytes_bound == 2 * 1 * 20 * 8
+
+
+def test_symmetric_product_is_compiled_from_compiled_from_rows() -> None:
+    """From COMPILED_FROM (128) rows the float32 dense block (within 1e-6 of the float64
+    product, not equal to it); one row fewer, scipy's float64 product exactly."""
+    n = fastgram.COMPILED_FROM
+    c = sqrt_rows(zipf_counts(n, 400, 200, seed=18))
+    exact = (c @ c.T).toarray()
+    got = fastgram.symmetric_product(c)
+    assert 0.0 < np.abs(got - exact).max() <= 1e-6
+    small = c[: n - 1]
+    np.testing.assert_array_equal(fastgram.symmetric_product(small), (small @ small.T).toarray())
