@@ -332,7 +332,8 @@ def unstable_warnings(unc: Uncertainty, summary: CorpusSummary) -> list[str]:
     if not unc.unstable:
         return []
     shown = sorted(unc.unstable)
-    held = np.asarray(summary.supports)[shown]  # the corpus table's support row
+    # What --min-count counts (sampling units): copies of a sequence do not narrow the noise.
+    held = np.asarray(summary.unit_supports)[shown]
     lo, hi = int(held.min()), int(held.max())
     support = f"{lo:,}" + (f"-{hi:,}" if hi > lo else "")
     meaning = "the intervals include this noise, and " if unc.replicates else ""

@@ -156,7 +156,7 @@ def test_plot_draws_intervals_with_shards(
         (
             [],
             "11 of 76 positions are unstable (mostly sampling noise): 36, 38, 41-42, 44-45, 48, "
-            "50, 52, 61, 66 (support 201-1,192); only more data reaching these positions "
+            "50, 52, 61, 66 (support 200-1,190); only more data reaching these positions "
             "narrows it",
         ),
         (
@@ -198,15 +198,16 @@ def test_json_warnings_are_what_the_terminal_and_the_html_warn(
 
 @pytest.mark.parametrize("shards", ["20", "0"])
 def test_unstable_warning_gives_their_support_and_what_narrows_it(shards: str) -> None:
-    """The warning names the unstable positions' support (sequences, as the corpus table's
-    support row) and says the intervals carry their noise only when there are any."""
+    """The warning names the unstable positions' support as --min-count counts it (sampling
+    units, from the JSON's own tally: copies do not count) and says the intervals carry their
+    noise only when there are any."""
     res = runner.invoke(app, ["stress", str(BUNDLED), "--shards", shards, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     unstable = doc["uncertainty"]["unstable"]
     assert len(unstable) >= 2
-    supports = np.asarray(doc["corpus"]["supports"])
-    lo, hi = int(supports[unstable].min()), int(supports[unstable].max())
+    units = np.minimum(doc["corpus"]["supports"], doc["corpus"]["units"]["unit_supports"])
+    lo, hi = int(units[unstable].min()), int(units[unstable].max())
     assert lo < hi
     (warning,) = [w for w in doc["warnings"] if "unstable" in w]
     intervals = "the intervals include this noise, and " if shards != "0" else ""
