@@ -385,10 +385,7 @@ def corpus_geometry(
     else:
         largest = math.inf  # some position is >= IDENTICAL_TOL from position 0
     if largest < IDENTICAL_TOL:
-        raise PosdiagError(
-            f"{source}: all {n_eff} analysed positions have the same token distribution "
-            f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
-        )
+        raise identical_positions(source, n_eff, largest)
     _check_tokens(summary, need)
     if estimator == "plugin":
         assert plug is not None
@@ -492,6 +489,23 @@ def summary_notes(summary: CorpusSummary, *, sharded: bool) -> list[str]:
 
 # Positions whose distance to position 0 is tried first by _maybe_identical (fractions of n).
 _PROBES = (1.0, 0.5, 0.0)
+
+
+def identical_positions(source: str, n_eff: int, largest: float) -> PosdiagError:
+    """The error when every analysed position has the same token distribution (the dense and
+    the implicit path alike)."""
+    return PosdiagError(
+        f"{source}: all {n_eff:,} analysed positions have the same token distribution "
+        f"(largest Hellinger distance {largest:.2g}); there is no positional geometry to fit"
+    )
+
+
+def refuse_identical(counts: Counts, n_eff: int, source: str) -> None:
+    """Raise :func:`identical_positions` when every position of ``0..n_eff-1`` is within
+    :data:`IDENTICAL_TOL` of position 0 (the implicit path's check: ``O(nnz)``, no pair)."""
+    if _maybe_identical(counts.matrix, n_eff):
+        largest = float(distances_to_first(sp.csr_matrix(counts.matrix), n_eff).max())
+        raise identical_positions(source, n_eff, largest)
 
 
 def _maybe_identical(matrix: Any, n: int) -> bool:

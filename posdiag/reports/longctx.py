@@ -45,6 +45,7 @@ from .analysis import (
     Spectrum,
     analysed_geometry,
     corpus_summary,
+    refuse_identical,
     summary_notes,
 )
 from .diagnosis import (
@@ -178,6 +179,7 @@ def implicit_analysis(
             f"{summary.source}: the cross-fitted geometry needs >= {CROSSFIT_MIN_TOKENS} tokens "
             f"at every analysed position; position {i} has {int(tokens[i])}"
         )
+    refuse_identical(counts, n, summary.source)
     bc, method = _halves(counts, n, estimator, analysis.splits, seed)
     geom = implicit.implicit_geometry(
         bc,

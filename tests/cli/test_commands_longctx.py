@@ -415,3 +415,29 @@ def test_dense_geometry_is_refused_from_implicit_from_with_what_works_instead(
     assert not out.exists()
     with pytest.raises(PosdiagError, match=r"^long: the n x n geometry .* n_eff = 16,385 "):
         corpus_geometry(load_counts(at_implicit_from), 1)
+
+
+def test_identical_positions_are_refused_by_the_implicit_path_as_by_the_dense_one(
+    cli, tmp_path: Path
+) -> None:
+    """Every position with one distribution: below IMPLICIT_FROM the dense path refused it, while
+    the implicit path printed a table (mds-r 0, every other encoding 1). Now every command that
+    takes the implicit path gives the dense path's error."""
+    n = analysis.IMPLICIT_FROM
+    m = sp.csr_matrix(np.tile(np.array([[5, 5, 5, 5]], dtype=np.int64), (n, 1)))
+    src = str(save_counts(Counts(m, {"source": "same"}, None, ()), tmp_path / "s.npz"))
+    want = (
+        f"Error: same: all {n:,} analysed positions have the same token distribution (largest "
+        "Hellinger distance 0); there is no positional geometry to fit\n"
+    )
+    out = tmp_path / "e.npy"
+    for args in (
+        ["stress", src],
+        ["stress", src, "--estimator", "plugin"],
+        ["diagnose", src],
+        ["check", src, "--no-config", "-e", "alibi", "--max-stress", "1"],
+        ["build-encoding", src, "-o", str(out)],
+    ):
+        res = cli([*args, "--min-count", "1"])
+        assert (res.exit_code, res.stderr) == (2, want), args
+    assert not out.exists()
