@@ -45,20 +45,26 @@ def sampled_gram(geom: ImplicitGeometry) -> np.ndarray:
     return geom.residual + _low_rank(geom.spectrum, geom.pairs.rows, geom.pairs.cols)
 
 
-def gram_diagonal(geom: ImplicitGeometry) -> np.ndarray:
-    """``B_H[i, i]``, shape (n,), exact: every ``(i, i)`` is in the pair sample."""
+def gram_diagonal(geom: ImplicitGeometry, sampled: np.ndarray | None = None) -> np.ndarray:
+    """``B_H[i, i]``, shape (n,), exact: every ``(i, i)`` is in the pair sample; read from
+    ``sampled`` (:func:`sampled_gram`) when the caller has it."""
     s = geom.pairs
     on = np.flatnonzero(s.rows == s.cols)
     diag = np.empty(geom.n)
-    diag[s.rows[on]] = geom.residual[on] + _low_rank(geom.spectrum, s.rows[on], s.cols[on])
+    diag[s.rows[on]] = (
+        sampled[on]
+        if sampled is not None
+        else geom.residual[on] + _low_rank(geom.spectrum, s.rows[on], s.cols[on])
+    )
     return diag
 
 
 def _squared_distances(geom: ImplicitGeometry) -> tuple[np.ndarray, np.ndarray]:
     """``B_ii + B_jj - 2 B_ij`` at the sampled pairs, and ``B_H``'s diagonal (shape (n,))."""
     s = geom.pairs
-    diag = gram_diagonal(geom)
-    return diag[s.rows] + diag[s.cols] - 2.0 * sampled_gram(geom), diag
+    values = sampled_gram(geom)
+    diag = gram_diagonal(geom, values)  # the diagonal's low-rank part is in values already
+    return diag[s.rows] + diag[s.cols] - 2.0 * values, diag
 
 
 def split_entries(
