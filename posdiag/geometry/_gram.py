@@ -72,16 +72,8 @@ class ProductPlan:
 
 
 def sqrt_rows(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    """``sqrt(C / N)`` row-wise, kept sparse; rows with no tokens stay zero.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, vocab_size)
-
-    Returns
-    -------
-    csr_matrix of shape (n, vocab_size), float64
-    """
+    """``sqrt(C / N)`` row-wise of counts (n, V), a float64 csr (n, V); rows with no tokens stay
+    zero."""
     c = sp.csr_matrix(counts, dtype=np.float64)
     supports = np.asarray(c.sum(axis=1)).ravel()
     inv = np.divide(1.0, supports, out=np.zeros_like(supports), where=supports > 0)
@@ -104,13 +96,8 @@ def plan_product(
     dtype: type[np.floating] = np.float32,
     dense_fraction: float = DENSE_FRACTION,
 ) -> tuple[ProductPlan, np.ndarray]:
-    """Which columns go dense, the block size and the memory bound of ``A B^T``.
-
-    Returns
-    -------
-    (ProductPlan, ndarray of bool of shape (V,))
-        The plan and the mask of dense columns.
-    """
+    """Which columns of ``A`` (n_A, V) and ``B`` (n_B, V) go dense, the block size and the memory
+    bound of ``A B^T``: the plan and the dense columns' mask, shape (V,)."""
     (na, v), nb = a.shape, b.shape[0]
     nnz_a = np.bincount(a.indices, minlength=v).astype(np.float64)
     nnz_b = np.bincount(b.indices, minlength=v).astype(np.float64)
@@ -152,9 +139,9 @@ def cross_product(
 
     Parameters
     ----------
-    a : sparse matrix of shape (n_A, V)
-    b : sparse matrix of shape (n_B, V)
+    a, b : sparse matrices of shape (n_A, V) and (n_B, V)
         Typically :func:`sqrt_rows` of two halves of the counts (``b = a`` for the plug-in).
+    block_rows : int, optional
         Rows of ``A`` per block; default keeps the temporaries near 128 MB.
     dtype : numpy float type
         Precision of the dense BLAS block.
@@ -403,18 +390,11 @@ def _split_gram(
     values: type[np.floating] | None = None,
     gap: type[np.integer] | None = None,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The dense columns of canonical ``x`` (m, V) as an (m, k) array of ``dtype``, and its
-    rare entries as the upper-triangle kernel reads them, in one parallel pass over ``x``.
-
-    Returns
-    -------
-    block : ndarray of shape (m, k), dtype
-    (r_ptr, slot, stop, t_gap, t_val) : the rare part, ``x`` transposed on the rare columns.
-        ``t_gap``/``t_val``: per token, the rows holding it (each as its gap to the previous
-        row of the list; uint16 up to 65,536 rows, else int32) and their values (float32 for a
-        float32 ``values``, else float64). Row ``i``'s rare entries are ``p`` in
-        ``r_ptr[i]:r_ptr[i + 1]``, at ``slot[p]`` of a list ending at ``stop[p]``.
-    """
+    """The dense columns of canonical ``x`` (m, V) as an (m, k) ``dtype`` block, and its rare
+    entries as the upper-triangle kernel reads them, ``(r_ptr, slot, stop, t_gap, t_val)``: per
+    token, the rows holding it (as gaps to the list's previous row; uint16 up to 65,536 rows, else
+    int32) and their values (float32 for float32 ``values``, else float64); row ``i``'s rare entries
+    are ``p`` in ``r_ptr[i]:r_ptr[i + 1]``, at ``slot[p]`` of a list ending at ``stop[p]``."""
     m, v = x.shape
     ranges = counts.shape[0]
     rare = np.where(dense[None, :], 0, counts)

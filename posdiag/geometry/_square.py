@@ -32,15 +32,10 @@ _NO_PACKED = np.zeros(0, dtype=np.float64)
 
 
 def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
-    """``m[j, i] = m[i, j]`` for ``j > i``, in place; returns ``m``.
+    """``m[j, i] = m[i, j]`` for ``j > i`` in place (``m`` (n, n) float64, C-contiguous).
 
-    Compiled from :data:`COMPILED_FROM` rows (numpy's strided block copies cost a TLB miss per
-    element on large arrays); below, block by block of ``block`` rows. Copies only.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
+    Compiled from :data:`COMPILED_FROM` rows (numpy's strided copies cost a TLB miss per element
+    there), else by blocks of ``block`` rows. Copies only."""
     _check_square(m)
     n = m.shape[0]
     if n >= COMPILED_FROM:
@@ -69,14 +64,8 @@ def pack_upper(m: np.ndarray) -> np.ndarray:
 
 
 def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
-    """The symmetric (n, n) float64 array whose upper triangle, diagonal included, ``packed``
-    holds row after row; copies only, so bit for bit.
-
-    Parameters
-    ----------
-    packed : ndarray of shape (n (n + 1) / 2,), float64
-    n : int
-    """
+    """The symmetric (n, n) float64 array whose upper triangle, diagonal included, ``packed`` (shape
+    (n (n + 1) / 2,), float64) holds row after row; copies only, so bit for bit."""
     if packed.shape != (n * (n + 1) // 2,) or packed.dtype != np.float64:
         raise PosdiagError(
             f"expected a packed triangle of shape ({n * (n + 1) // 2},) float64; "
@@ -96,13 +85,8 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
 
 
 def symmetrize(m: np.ndarray) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place, ``(a + b) / 2`` per pair as
-    :func:`~.core.symmetrize`; returns ``m``.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
+    """``m <- (m + m^T) / 2`` in place (``m`` (n, n) float64, C-contiguous), ``(a + b) / 2`` per
+    pair as :func:`~.core.symmetrize`; returns ``m``."""
     _check_square(m)
     if m.shape[0] < COMPILED_FROM:
         m[...] = (m + m.T) / 2.0
@@ -119,22 +103,12 @@ def centred_half(
     grand: float,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array
-    or into ``out`` (which may be ``bc``): :func:`~.crossfit.gram_from_bc`'s arithmetic in one
-    pass.
+    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, symmetrised, in one pass
+    (:func:`~.crossfit.gram_from_bc`'s arithmetic), as a new (n, n) array or into ``out`` (may be
+    ``bc``).
 
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    col, row : ndarray of shape (n,)
-        Column and row means of ``bc``.
-    grand : float
-        Mean of ``bc``.
-
-    Returns
-    -------
-    ndarray of shape (n, n), symmetric
-    """
+    ``bc`` (n, n) float64 C-contiguous; ``col``, ``row`` (n,) its column and row means, ``grand``
+    its mean."""
     _check_square(bc)
     if out is None:
         out = np.empty_like(bc)
@@ -156,13 +130,8 @@ def centred_half(
 
 
 def implied_distances(bc: np.ndarray) -> np.ndarray:
-    """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, as a new
-    array: :func:`~.crossfit.implied_distances`' numpy passes in one compiled pass, bit for bit.
-
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    """
+    """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, a new (n, n)
+    array: :func:`~.crossfit.implied_distances`' numpy passes in one compiled pass, bit for bit."""
     _check_square(bc)
     out = np.empty_like(bc)
     zeros = np.zeros(bc.shape[0])
@@ -179,22 +148,11 @@ def _check_square(m: np.ndarray) -> None:
 
 
 def distances_to_first(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Hellinger distance of each row of a canonical csr count matrix to row 0.
+    """Hellinger distance of each row of a canonical csr count matrix to row 0; shape (n,).
 
-    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows: exactly
-    0 for a row equal to row 0. A row without tokens is at distance 1 (every row when row 0 has
-    none).
-
-    Parameters
-    ----------
-    indptr : ndarray of shape (n + 1,)
-    indices, data : ndarray
-        The csr arrays (sorted column indices, no duplicates, counts >= 0).
-
-    Returns
-    -------
-    ndarray of shape (n,)
-    """
+    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows: exactly 0 for
+    a row equal to row 0. A row without tokens is at distance 1 (every row when row 0 has none).
+    ``indptr`` (n + 1,), ``indices``/``data``: sorted column indices, no duplicates, counts >= 0."""
     out = np.empty(indptr.size - 1)
     if out.size < COMPILED_FROM:
         return _distances_to_first_numpy(indptr.astype(np.int64), indices, data)

@@ -231,20 +231,12 @@ def _int_csr(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
 def expected_halves(
     counts: sp.spmatrix | sp.sparray | np.ndarray,
 ) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
-    """``M^A``, ``M^B`` and the diagonal ``E X_ii`` of the expected thinning (module docstring).
+    """``M^A``, ``M^B`` (csr, (n, V)) and the diagonal ``E X_ii`` (n,) of the expected thinning of
+    integer counts (n, V), every row with ``N_i >= 2`` tokens (the caller checks).
 
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, V)
-        Integer counts, every row with ``N_i >= 2`` tokens (the caller checks).
-
-    Returns
-    -------
-    (csr_matrix (n, V), csr_matrix (n, V), ndarray (n,))
-        Both have the sparsity pattern of ``counts`` and share its index arrays (or its
-        canonical int64 copy's), read-only; ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2``
-        off the diagonal.
-    """
+    Both matrices have the sparsity pattern of ``counts`` and share its index arrays (or its
+    canonical int64 copy's), read-only; ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2`` off the
+    diagonal."""
     c = _int_csr(counts)
     a = np.empty(c.data.size)
     b = np.empty(c.data.size)
@@ -258,18 +250,9 @@ def expected_halves(
 def draw_half(
     counts: sp.spmatrix | sp.sparray | np.ndarray, rng: np.random.Generator
 ) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """One seeded thinning: ``(C^A, C^B)`` with ``floor(N_i/2)`` tokens of row ``i`` in ``C^A``.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, V), integer counts
-    rng : numpy Generator
-        Seeds one splitmix64 stream per row (one draw of ``n`` integers from it).
-
-    Returns
-    -------
-    (csr_matrix, csr_matrix), each of shape (n, V), int64, explicit zeros removed
-    """
+    """One seeded thinning of integer counts (n, V): ``(C^A, C^B)``, int64 csr (n, V) without
+    explicit zeros, ``floor(N_i/2)`` tokens of row ``i`` in ``C^A``; ``rng`` seeds one splitmix64
+    stream a row."""
     c = _int_csr(counts)
     seeds = rng.integers(0, np.iinfo(np.int64).max, size=c.shape[0], dtype=np.int64)
     taken = np.zeros(c.data.size, dtype=np.int64)

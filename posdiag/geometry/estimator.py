@@ -51,7 +51,6 @@ from .heldout import (
     heldout_pair,
     noise_energy_rows,
     outer_splits,
-    split_half_grams,
     split_half_summary,
 )
 
@@ -78,7 +77,6 @@ __all__ = [
     "plugin_bc",
     "restrict",
     "shard_halves",
-    "split_half_grams",
     "split_half_summary",
     "split_picks",
     "sqrt_rows",

@@ -38,7 +38,6 @@ __all__ = [
     "heldout_pair",
     "noise_energy_rows",
     "outer_splits",
-    "split_half_grams",
     "split_half_summary",
 ]
 
@@ -63,39 +62,6 @@ FOUR_OUTER_SPLITS_BELOW = 512
 ONE_OUTER_SPLIT_ABOVE = 2048
 
 
-def split_half_grams(
-    counts: Matrix,
-    n: int,
-    *,
-    shards: Sequence[Matrix] = (),
-    splits: int = DEFAULT_SPLITS,
-    seed: int = 0,
-    repeats: int | None = None,
-) -> SplitHalf:
-    """Cross-fitted ``B_H`` of two independent halves of the data, ``repeats`` times.
-
-    ``repeats`` defaults to :func:`outer_splits` (one outer split at long contexts, where two
-    halves cost two of the report's three Gram products; docs/geometry.md, "Long contexts").
-    Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
-    halves of the shards, else a thinning of each position's counts, each half then
-    cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
-    n : int
-        Positions analysed, ``2 <= n <= n_positions``.
-    """
-    c = sp.csr_matrix(counts)
-    n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
-    out = []
-    for sources in _outer_splits(c, n, shards, splits, seed, repeats):
-        g_p = _half_gram(sources.pop(0))
-        g_q = _half_gram(sources.pop(0))
-        out.append((g_p, g_q))
-    return SplitHalf(tuple(out))
-
-
 # A source of one half's gram: ("shards", its inner halves) or ("thinning", its counts).
 _HalfSource: TypeAlias = tuple[str, Any]
 
@@ -108,8 +74,15 @@ def _outer_splits(
     seed: int,
     repeats: int | None,
 ) -> Iterator[list[_HalfSource]]:
-    """Per outer split of :func:`split_half_grams`, the sources of ``B_P`` and ``B_Q``
-    (:func:`_half_gram`), as a list the caller pops from (a half's counts are freed early)."""
+    """Per outer split of :func:`split_half_summary`, the sources of ``B_P`` and ``B_Q``
+    (:func:`_half_gram`), as a list the caller pops from (a half's counts are freed early).
+
+    ``repeats`` defaults to :func:`outer_splits` (one outer split at long contexts, where two
+    halves cost two of the report's three Gram products; docs/geometry.md, "Long contexts").
+    Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
+    halves of the shards, else a thinning of each position's counts, each half then
+    cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
+    """
     if repeats is None:
         repeats = outer_splits(n)
     repeats = check_int("repeats", repeats, 1)
@@ -375,7 +348,7 @@ def split_half_summary(
     block_bytes: int = SUMMARY_BLOCK_BYTES,
 ) -> SplitHalfSummary:
     """The held-out stress, :func:`noise_energy_rows` and the pairs within their sampling
-    error of :func:`split_half_grams`'s grams, each half's gram made, used and freed.
+    error of the split-half grams, each half's gram made, used and freed.
 
     ``B_P`` is fitted as soon as it exists; with one outer split and ``stash`` given, its strict
     lower triangle then moves into ``stash``'s (``gram`` itself or ``D_H``), so only one half's
@@ -386,7 +359,8 @@ def split_half_summary(
     Parameters
     ----------
     counts, n, shards, splits, seed, repeats
-        As for :func:`split_half_grams`.
+        The counts (n_positions, vocab_size), ``n`` positions analysed and the outer splits
+        (:func:`_outer_splits`).
     gram : ndarray of shape (n, n)
         The full-data ``B_H``.
     ranks : sequence of int, each in [1, n-1]

@@ -76,7 +76,7 @@ def split_entries(
     seed: int = 0,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``B_P`` and ``B_Q`` at the pairs ``(rows[k], cols[k])`` for each outer split of
-    :func:`~.heldout.split_half_grams` (the same draws), each half's ``BC`` implicit and only one
+    :func:`~.heldout.split_half_summary` (the same draws), each half's ``BC`` implicit and only one
     in memory at a time."""
     from .heldout import _outer_splits
 

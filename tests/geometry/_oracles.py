@@ -1,6 +1,7 @@
 """Whole-matrix references of posdiag.geometry.heldout, for tests only.
 
-``heldout_mds_stress`` and ``noise_energy`` compute from whole ``n x n`` split-half grams what
+``split_half_grams`` makes the whole split-half grams; ``heldout_mds_stress`` and
+``noise_energy`` compute from whole ``n x n`` split-half grams what
 :func:`posdiag.geometry.heldout.split_half_summary` computes one half's gram at a time; the
 tests check the summary (and the bootstrap's ``heldout_pair``) against them.
 """
@@ -10,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from posdiag._util.validate import check_int
+from posdiag.geometry import heldout
+from posdiag.geometry.crossfit import DEFAULT_SPLITS, Matrix
 from posdiag.geometry.heldout import (
     SplitHalf,
     _add_split,
@@ -20,6 +24,27 @@ from posdiag.geometry.heldout import (
     noise_energy_rows,
 )
 from posdiag.geometry.spectral import PARTIAL_FROM
+
+
+def split_half_grams(
+    counts: Matrix,
+    n: int,
+    *,
+    shards: Sequence[Matrix] = (),
+    splits: int = DEFAULT_SPLITS,
+    seed: int = 0,
+    repeats: int | None = None,
+) -> SplitHalf:
+    """The whole cross-fitted ``(B_P, B_Q)`` of each outer split that
+    :func:`posdiag.geometry.heldout.split_half_summary` makes one at a time (the same draws)."""
+    c = sp.csr_matrix(counts)
+    n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    out = []
+    for sources in heldout._outer_splits(c, n, shards, splits, seed, repeats):
+        g_p = heldout._half_gram(sources.pop(0))
+        g_q = heldout._half_gram(sources.pop(0))
+        out.append((g_p, g_q))
+    return SplitHalf(tuple(out))
 
 
 def heldout_mds_stress(
