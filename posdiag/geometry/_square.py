@@ -85,8 +85,8 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
 
 
 def symmetrize(m: np.ndarray) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place (``m`` (n, n) float64, C-contiguous), ``(a + b) / 2`` per
-    pair as :func:`~.core.symmetrize`; returns ``m``."""
+    """``m <- (m + m^T) / 2`` in place, ``(a + b) / 2`` per pair (``m`` (n, n) float64,
+    C-contiguous); returns ``m``."""
     _check_square(m)
     if m.shape[0] < COMPILED_FROM:
         m[...] = (m + m.T) / 2.0

@@ -16,6 +16,7 @@ from .._util.lazy import stats
 from .._util.validate import check_float, check_int
 from ..errors import PosdiagWarning
 from ._gram import sqrt_rows, symmetric_product
+from ._square import symmetrize
 
 __all__ = [
     "MDS",
@@ -24,9 +25,7 @@ __all__ = [
     "StressMeasures",
     "classical_mds",
     "mds_of_gram",
-    "symmetrize",
     "compare",
-    "double_center",
     "effective_rank",
     "gram_from_distances",
     "gram_from_vectors",
@@ -108,12 +107,6 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     return d
 
 
-def double_center(m: np.ndarray) -> np.ndarray:
-    """``J M J`` with ``J = I - 11^T/n``, without forming ``J``."""
-    m = np.asarray(m, dtype=np.float64)
-    return m - m.mean(axis=0, keepdims=True) - m.mean(axis=1, keepdims=True) + m.mean()
-
-
 def gram_from_distances(delta: np.ndarray) -> np.ndarray:
     """Torgerson Gram matrix ``B = -1/2 J (delta o delta) J``.
 
@@ -135,19 +128,6 @@ def gram_from_distances(delta: np.ndarray) -> np.ndarray:
     b += grand
     b *= -0.5
     return symmetrize(b)
-
-
-def symmetrize(m: np.ndarray, block: int = 1024) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place, block by block (no ``n x n`` temporary); returns ``m``."""
-    n = m.shape[0]
-    for lo in range(0, n, block):
-        hi = min(n, lo + block)
-        for lo2 in range(lo, n, block):
-            hi2 = min(n, lo2 + block)
-            avg = (m[lo:hi, lo2:hi2] + m[lo2:hi2, lo:hi].T) / 2.0
-            m[lo:hi, lo2:hi2] = avg
-            m[lo2:hi2, lo:hi] = avg.T
-    return m
 
 
 def gram_from_vectors(p: np.ndarray) -> np.ndarray:
@@ -203,12 +183,6 @@ class MDS:
     def stress_by_rank(self) -> np.ndarray:
         """:func:`stress_by_rank` for the ranks whose eigenvalue is known (all, or ``k``)."""
         return stress_by_rank(self.eigenvalues, total=self.total)
-
-    @property
-    def positive_rank(self) -> int:
-        """Number of eigenvalues above the rounding tolerance."""
-        tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
-        return int(np.sum(self.eigenvalues > tol))
 
     def coordinates(self, rank: int) -> np.ndarray:
         """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank);

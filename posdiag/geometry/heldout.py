@@ -213,11 +213,10 @@ def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndar
     Row blocks of ``block_bytes``; each row's sum is bit for bit the whole array's.
     """
     n = halves.grams[0][0].shape[0]
-    step = max(1, block_bytes // (8 * n))
     out = np.empty(n)
-    for lo in range(0, n, step):
-        rows = slice(lo, min(n, lo + step))
-        acc = np.zeros((rows.stop - lo, n))
+    for lo, hi in _row_spans(n, block_bytes):
+        rows = slice(lo, hi)
+        acc = np.zeros((hi - lo, n))
         for g_p, g_q in halves.grams:
             d = np.subtract(g_p[rows], g_q[rows])
             d *= d
@@ -308,11 +307,7 @@ class _StashedRows(_Rows):
 
 
 class _UpperRows(_Rows):
-    """Row blocks of a symmetric matrix read from ``buf``'s upper triangle and diagonal only."""
-
-    def __init__(self, buf: np.ndarray) -> None:
-        self.gram = buf
-        self.diag = np.diag(buf).copy()
+    """Row blocks of a symmetric matrix read from its upper triangle and diagonal only."""
 
     def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         buf = self.gram

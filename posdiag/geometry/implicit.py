@@ -120,12 +120,8 @@ def _build(
     for (a, b), one in zip(halves, same, strict=True):
         at = _canonical(a.T.tocsr())
         transposes.append((at, at if one else _canonical(b.T.tocsr())))
-        if one:
-            own += np.asarray(sp.csr_matrix((a.data * a.data, a.indices, a.indptr)).sum(axis=1))[
-                :, 0
-            ]
-        else:
-            own += np.asarray(a.multiply(b).sum(axis=1)).ravel()
+        prod = sp.csr_matrix((a.data * a.data, a.indices, a.indptr)) if one else a.multiply(b)
+        own += np.asarray(prod.sum(axis=1)).ravel()
     own /= len(halves)
     diagonal = own.copy() if diag is None else diag
     return ImplicitBC(halves, tuple(transposes), diagonal, own, same)
