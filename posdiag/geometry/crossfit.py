@@ -124,12 +124,7 @@ def thinning_halves(
     n = c.shape[0] if n is None else n
     c = sp.csr_matrix(first_rows(c, n), dtype=np.int64)
     c.sum_duplicates()
-    supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports < 2):
-        i = int(np.flatnonzero(supports < 2)[0])
-        raise PosdiagError(
-            f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
-        )
+    _require_tokens(np.asarray(c.sum(axis=1)).ravel(), 2, "thinning")
     return expected_halves(c)
 
 
@@ -351,9 +346,14 @@ def first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
 def check_thinnable(counts: sp.csr_matrix, n: int) -> None:
     """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
     has the 2 tokens its own inner thinning needs."""
-    supports = np.asarray(counts.sum(axis=1)).ravel()[:n]
-    if np.any(supports < 4):
-        i = int(np.flatnonzero(supports < 4)[0])
+    _require_tokens(np.asarray(counts.sum(axis=1)).ravel()[:n], 4, "split-half thinning")
+
+
+def _require_tokens(supports: np.ndarray, least: int, what: str) -> None:
+    """Refuse the first position whose support (shape (n,)) is below ``least`` tokens."""
+    short = np.flatnonzero(supports < least)
+    if short.size:
+        i = int(short[0])
         raise PosdiagError(
-            f"cross-fit: position {i} has {int(supports[i])} tokens; split-half thinning needs >= 4"
+            f"cross-fit: position {i} has {int(supports[i])} tokens; {what} needs >= {least}"
         )
