@@ -79,9 +79,8 @@ def supported_prefix(supports: np.ndarray, min_count: int) -> int:
 
 
 def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
-    """Hellinger distances between the rows of a count matrix.
-
-    ``d_H(i, j) = sqrt(1 - BC(i, j))`` with ``BC = S S^T`` and ``S = sqrt(C / N)`` kept sparse.
+    """Hellinger distances ``sqrt(1 - BC)`` between the rows of a count matrix, ``BC = S S^T`` with
+    ``S = sqrt(C / N)`` kept sparse.
 
     Parameters
     ----------
@@ -240,10 +239,8 @@ def classical_mds(distances: np.ndarray) -> MDS:
 
 
 def mds_from_gram(gram: np.ndarray) -> MDS:
-    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning).
-
-    An estimated ``B_H`` has negative eigenvalues by design; :meth:`MDS.coordinates` uses the
-    positive ones only.
+    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning: an
+    estimated ``B_H`` has negative eigenvalues by design).
 
     Parameters
     ----------

@@ -44,11 +44,9 @@ Matrix: TypeAlias = sp.spmatrix | sp.sparray | np.ndarray
 
 
 def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
-    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0.
-
-    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` over the union of the two supports: no
-    cancellation, so a position identical to position 0 is at distance exactly 0. Rows without
-    tokens are at distance 1.
+    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0, summed over the
+    union of the two supports (no cancellation: an identical position is at exactly 0; a row without
+    tokens at 1).
 
     Parameters
     ----------
@@ -135,10 +133,8 @@ def expected_thinning_bc(
     dtype: type[np.floating] = np.float64,
     rare: type[np.floating] | None = None,
 ) -> np.ndarray:
-    """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly.
-
-    ``E X_ij = <m^A_i, m^B_j>`` for ``i != j`` and ``E X_ii`` from each token's hypergeometric
-    share (:mod:`._thinning`): one product replaces the ``S`` seeded thinnings and their noise.
+    """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly: one product
+    (:mod:`._thinning`) instead of ``S`` seeded thinnings and their noise.
 
     Parameters
     ----------

@@ -74,15 +74,10 @@ def _outer_splits(
     seed: int,
     repeats: int | None,
 ) -> Iterator[list[_HalfSource]]:
-    """Per outer split of :func:`split_half_summary`, the sources of ``B_P`` and ``B_Q``
-    (:func:`_half_gram`), as a list the caller pops from (a half's counts are freed early).
-
-    ``repeats`` defaults to :func:`outer_splits` (one outer split at long contexts, where two
-    halves cost two of the report's three Gram products; docs/geometry.md, "Long contexts").
-    Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
-    halves of the shards, else a thinning of each position's counts, each half then
-    cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
-    """
+    """Per outer split, the sources of ``B_P`` and ``B_Q`` (:func:`_half_gram`) as a list the caller
+    pops from. ``repeats`` defaults to :func:`outer_splits`; each half gets ``max(2, splits // 2)``
+    inner splits; with ``>= 4`` shards the halves are halves of the shards, else a thinning, each
+    half then cross-fitted by its exact average over every inner thinning."""
     if repeats is None:
         repeats = outer_splits(n)
     repeats = check_int("repeats", repeats, 1)
@@ -342,14 +337,10 @@ def split_half_summary(
     max_pairs: int = 100,
     block_bytes: int = SUMMARY_BLOCK_BYTES,
 ) -> SplitHalfSummary:
-    """The held-out stress, :func:`noise_energy_rows` and the pairs within their sampling
-    error of the split-half grams, each half's gram made, used and freed.
-
-    ``B_P`` is fitted as soon as it exists; with one outer split and ``stash`` given, its strict
-    lower triangle then moves into ``stash``'s (``gram`` itself or ``D_H``), so only one half's
-    gram is whole while ``B_Q`` is made; one pass over row blocks then sums everything else.
-    The results equal the whole-matrix functions' bit for bit, except the held-out stresses'
-    summation order (~1e-16 relative).
+    """The held-out stress, :func:`noise_energy_rows` and the pairs within their sampling error of
+    the split-half grams, each half's gram made, used and freed (with one outer split and ``stash``,
+    ``B_P``'s lower triangle waits in ``stash`` while ``B_Q`` is made). Equal to the whole-matrix
+    computations bit for bit, but for the held-out stresses' summation order.
 
     Parameters
     ----------
@@ -363,7 +354,7 @@ def split_half_summary(
     noise : bool
         Also find the pairs within their sampling error.
     stash : ndarray of shape (n, n), float64, C-contiguous, writeable, exactly symmetric, optional
-        Scratch for the first half's gram (used with one outer split only; restored on return).
+        Scratch for the first half's gram (``gram`` itself or ``D_H``; restored on return).
     max_pairs : int
         Pairs listed in ``first_pairs``.
 

@@ -528,10 +528,8 @@ def partial_spectrum(
     until_below: float | None = None,
     start_rank: int = START_RANK,
 ) -> PartialSpectrum:
-    """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
-
-    The pairs grow 16, 32, 64, ... (from ``max(start_rank, min_rank)``, at most ``max_rank``)
-    as the top of one growing Krylov basis.
+    """Top eigenpairs of ``b``, grown (16, 32, 64, ... pairs of one Krylov basis) until every stress
+    tolerance is reached or unreachable.
 
     Parameters
     ----------
