@@ -7,8 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from posdiag.geometry.estimator import SplitHalf, split_half_grams
+from posdiag.geometry.estimator import SplitHalf
 from posdiag.reports.analysis import CorpusGeometry
+from tests.geometry._oracles import split_half_grams
 
 
 def toeplitz(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:

@@ -1,10 +1,8 @@
 """The compiled (numba) kernels of the Gram products, and the one size from which geometry compiles.
 
 Below :data:`COMPILED_FROM` positions every geometry computation runs in numpy and scipy, so
-the bundled corpus (76 positions) never imports numba or waits for a compile; from it on the
-products split their columns (:mod:`posdiag.geometry._gram`), the ``n x n`` passes
-(:mod:`posdiag.geometry._square`) and the split-half summary (:mod:`posdiag.geometry._summary`)
-run compiled. The kernels here are built on first use and cached on disk.
+the bundled corpus (76 positions) never imports numba or waits for a compile. The kernels are
+built on first use and cached on disk.
 """
 
 from __future__ import annotations
@@ -28,11 +26,9 @@ _SPLIT: dict[str, Callable[..., None]] = {}
 
 
 def split_kernels() -> dict[str, Callable[..., None]]:
-    """Compiled passes of :func:`posdiag.geometry._gram._split` and ``_split_gram``: rows in
-    parallel, each writing only its own block row and its own slice of the rare
-    arrays; :func:`_split`'s transposed split is one serial pass (its writes interleave across
-    columns), :func:`_split_gram`'s runs by ranges of rows, each range writing its own slice
-    of every token's list (placed by the ranges' column counts)."""
+    """Compiled passes of :func:`~._gram._split` and ``_split_gram``: rows (or ranges of rows)
+    in parallel, each writing only its own block rows and slices; the transposed split is one
+    serial pass (its writes interleave across columns)."""
     if _SPLIT:
         return _SPLIT
     numba = load_numba()
@@ -92,9 +88,7 @@ def split_kernels() -> dict[str, Callable[..., None]]:
         t_gap,
         t_val,
     ):  # pragma: no cover - compiled
-        # Each range of rows writes its block rows, its slice of the row entries (from
-        # start[t]) and its slice of every token's list (from nxt[t, j]); last[t, j] is the
-        # range's last row holding token j so far.
+        # last[t, j]: range t's last row holding token j so far.
         for t in numba.prange(bounds.size - 1):
             c = start[t]
             for i in range(bounds[t], bounds[t + 1]):
@@ -128,9 +122,8 @@ _KERNEL: list[object] = []
 
 def rare_kernels() -> list[Any]:
     """``[rare, upper, upper32]``: the rare tokens' part of a product
-    (:func:`posdiag.geometry._gram.cross_product`: a csr block times a csr transpose, added
-    into a dense block row by row, the list of the token after next prefetched) and of a Gram's
-    upper triangle in float64 and float32 (:func:`posdiag.geometry._gram._run_upper`)."""
+    (:func:`~._gram.cross_product`, prefetching the list of the token after next) and of a
+    Gram's upper triangle in float64 and float32 (:func:`~._gram._run_upper`)."""
     if not _KERNEL:
         _KERNEL.extend(_build_rare(load_numba()))
     return _KERNEL
@@ -140,9 +133,8 @@ def rare_kernels() -> list[Any]:
 PREFETCH_AHEAD = 2
 
 
-# The prefetch intrinsic, a module global (set by _build_rare): as a closure variable of the
-# kernel it would enter numba's cache key pickled, differently in every process, and the kernel
-# would be recompiled in every process (posdiag.geometry._thinning had that bug).
+# The prefetch intrinsic, a module global (set by _build_rare): as a closure variable it would
+# enter numba's cache key pickled, and the kernel be recompiled in every process.
 _prefetch: Any = None
 
 
@@ -192,11 +184,8 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
                 for j in range(i, out.shape[1] + col0):
                     row[j - col0] += si + shift[j]
 
-    # float32 lists (a float32 Gram): each row's rare part off the diagonal is summed in a
-    # float32 row of its own, half the bytes of the float64 row the terms scatter into (it
-    # stays in L1 longer), and added to it once with the
-    # dense block's level terms shift[i] + shift[j] + level (_centre); the diagonal is summed
-    # in float64.
+    # float32 lists: each row's rare part off the diagonal is summed in a float32 row of its
+    # own (half the bytes) and added once with the level terms; the diagonal in float64.
     @numba.njit(parallel=True, cache=True, nogil=True)
     def upper32(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, shift, level):
         width = out.shape[1] + col0
@@ -223,8 +212,7 @@ def _build_rare(numba: Any) -> list[Callable[..., None]]:  # pragma: no cover - 
             for c in range(1, acc.size):
                 row[i - col0 + c] += acc[c] + (si + shift[i + c])
 
-    # Compile (or load) now, with the array types the callers pass: _split's csr for the
-    # product, _split_gram's int32 slots and float64 or float32 lists for the Gram.
+    # Compile (or load) now, with the array types the callers pass.
     one = sp.csr_matrix(
         (np.ones(1), np.zeros(1, np.int32), np.array([0, 1], np.int64)), shape=(1, 1)
     )

@@ -1,27 +1,13 @@
 """Gram products of square-root probability rows at long contexts.
 
-The Hellinger geometry needs ``BC = R^A (R^B)^T`` (cross-fitted: two independent halves) or
-``S S^T`` (plug-in), where each row is ``sqrt(C_i / N_i)`` over the vocabulary. A sparse-sparse
-product costs ``sum_j nnz_A(j) nnz_B(j)`` multiply-adds over columns ``j``; the frequent tokens,
-present at almost every position, dominate that sum and run an order of magnitude faster as a
-dense BLAS product. :func:`cross_product` therefore splits the columns:
-
-- a column goes to the dense block when ``nnz_A(j) nnz_B(j) > (f n_A)(f n_B)`` with ``f`` =
-  :data:`DENSE_FRACTION` (the break-even of a BLAS multiply-add against a sparse one, measured);
-- the rest stay sparse and are accumulated straight into the dense result by a small compiled
-  kernel (numba): scipy's sparse product would build a csr result that is dense anyway.
-
-Rows are processed in blocks of ``block_rows``, so besides the ``n_A x n_B`` float64 result and
-the two dense column blocks the working memory is ``O(block_rows * n_B)`` (bound in
-:class:`ProductPlan`). The dense block runs in float32 by default, centred on its columns'
-common level (:func:`_level`): float32 accumulation errs in proportion to the absolute terms it
-sums, so only the deviations from the level are multiplied in float32 and the level's terms
-are added back in float64: an entry of ``BC`` errs by a few 1e-8 (tests/geometry/test_gram.py
-and test_longctx_paths.py bound it; docs/performance.md).
-
-The cross-fit only ever uses the symmetric part ``(A B^T + B A^T) / 2``; :func:`symmetric_product`
-computes it as ``P P^T - Q Q^T`` (``P``, ``Q`` the half-sum and half-difference of the factors),
-two Grams of which only the upper triangles are computed: about half the work of the product.
+The geometry needs ``BC = R^A (R^B)^T`` (cross-fitted) or ``S S^T`` (plug-in), each row
+``sqrt(C_i / N_i)`` over the vocabulary. Frequent tokens dominate a sparse product's cost, so
+:func:`cross_product` splits the columns: those with ``nnz_A(j) nnz_B(j) > (f n_A)(f n_B)``
+(``f`` = :data:`DENSE_FRACTION`) go to a dense BLAS block, the rest are added into the dense
+result by a compiled kernel. Rows go in blocks (memory bound in :class:`ProductPlan`). The dense
+block runs in float32, centred on its columns' common level (:func:`_level`), so an entry of
+``BC`` errs by a few 1e-8 (docs/performance.md). :func:`symmetric_product` computes the
+cross-fit's symmetric part ``(A B^T + B A^T) / 2`` as two upper-triangle Grams, half the work.
 """
 
 from __future__ import annotations
@@ -48,14 +34,11 @@ __all__ = [
     "symmetric_product",
 ]
 
-# Break-even column density: a BLAS flop is far cheaper than a sparse multiply-add, so a column
-# pays off dense once both sides hold it in more than ~10% of rows (docs/performance.md).
+# Break-even column density of a BLAS multiply-add against a sparse one (docs/performance.md).
 DENSE_FRACTION = 0.1
-# Working memory per row block (besides the result): the block's dense product and its
-# sparse part, both of shape (block_rows, n_B).
+# Working memory per row block besides the result: two (block_rows, n_B) float64 arrays.
 BLOCK_BYTES = 64 << 20
-# Row blocks of symmetric_product: its dense block rows are thinner than a product's (the rows
-# from the block on), so taller blocks pay, up to UPPER_BLOCK_BYTES of float64 result a block row.
+# symmetric_product's block rows are thinner (the rows from the block on): taller blocks pay.
 UPPER_BLOCK_BYTES = 128 << 20
 UPPER_BLOCK_ROWS = 2048
 
@@ -76,11 +59,8 @@ class ProductPlan:
     hybrid : bool
         False when the product is one plain sparse product (small inputs).
     bytes_bound : int
-        Upper bound of the working memory besides the result and the inputs: the two dense
-        column blocks, two ``block_rows x n_B`` float64 temporaries and the two rare parts
-        (12 bytes an entry plus pointers). It grows as ``n k`` (dense) and ``nnz`` (rare),
-        i.e. linearly in n at a fixed number of distinct tokens per position, the result as
-        ``n^2``.
+        Upper bound of the working memory besides the result and the inputs: the dense column
+        blocks, two ``block_rows x n_B`` float64 temporaries and the two rare parts.
     """
 
     dense_columns: int
@@ -92,16 +72,8 @@ class ProductPlan:
 
 
 def sqrt_rows(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    """``sqrt(C / N)`` row-wise, kept sparse; rows with no tokens stay zero.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, vocab_size)
-
-    Returns
-    -------
-    csr_matrix of shape (n, vocab_size), float64
-    """
+    """``sqrt(C / N)`` row-wise of counts (n, V), a float64 csr (n, V); rows with no tokens stay
+    zero."""
     c = sp.csr_matrix(counts, dtype=np.float64)
     supports = np.asarray(c.sum(axis=1)).ravel()
     inv = np.divide(1.0, supports, out=np.zeros_like(supports), where=supports > 0)
@@ -124,13 +96,8 @@ def plan_product(
     dtype: type[np.floating] = np.float32,
     dense_fraction: float = DENSE_FRACTION,
 ) -> tuple[ProductPlan, np.ndarray]:
-    """Which columns go dense, the block size and the memory bound of ``A B^T``.
-
-    Returns
-    -------
-    (ProductPlan, ndarray of bool of shape (V,))
-        The plan and the mask of dense columns.
-    """
+    """Which columns of ``A`` (n_A, V) and ``B`` (n_B, V) go dense, the block size and the memory
+    bound of ``A B^T``: the plan and the dense columns' mask, shape (V,)."""
     (na, v), nb = a.shape, b.shape[0]
     nnz_a = np.bincount(a.indices, minlength=v).astype(np.float64)
     nnz_b = np.bincount(b.indices, minlength=v).astype(np.float64)
@@ -172,19 +139,16 @@ def cross_product(
 
     Parameters
     ----------
-    a : sparse matrix of shape (n_A, V)
-    b : sparse matrix of shape (n_B, V)
+    a, b : sparse matrices of shape (n_A, V) and (n_B, V)
         Typically :func:`sqrt_rows` of two halves of the counts (``b = a`` for the plug-in).
     block_rows : int, optional
-        Rows of ``A`` per block; default keeps the temporaries near 128 MB. The result is the
-        same for any block size (to float rounding of the dense block).
+        Rows of ``A`` per block; default keeps the temporaries near 128 MB.
     dtype : numpy float type
-        Precision of the dense BLAS block (float32 default, see the module docstring).
+        Precision of the dense BLAS block.
     dense_fraction : float
         Column density from which a column goes to the dense block.
     out : ndarray of shape (n_A, n_B), float64, C-contiguous, optional
-        Add the product into this array (and return it) instead of a new one: the cross-fit
-        sums its ``S`` products without an ``n x n`` temporary per split.
+        Add the product into this array (and return it) instead of a new one.
 
     Returns
     -------
@@ -219,9 +183,6 @@ def cross_product(
             else:
                 out[lo:hi] = (a[lo:hi] @ bt).toarray()
         return out
-    # One compiled pass per factor scatters its dense columns into the BLAS block and keeps
-    # the rest sparse (B's rare part transposed: row j lists the rows of B holding token j),
-    # in place of numpy fancy indexing's copies.
     # Canonical rows (sorted, no duplicates): the kernel adds a row's terms in column order.
     a.sum_duplicates()
     b.sum_duplicates()
@@ -230,7 +191,6 @@ def cross_product(
     ad, a_s = _split(a, position, plan.dense_columns, dtype)
     bd, bst = (ad, None) if same else _split(b, position, plan.dense_columns, dtype, rows=False)
     if bst is None:
-        # The plug-in multiplies a matrix by itself: split it once, transpose its rare part.
         bst = _transpose(a_s, b.shape[0], b.shape[1])
     shift = None
     if ad.dtype == np.float32:
@@ -243,16 +203,13 @@ def cross_product(
         hi = min(lo + plan.block_rows, a.shape[0])
         block = out[lo:hi]
         if add and gemm is not None:
-            # block += ad bd^T in place: BLAS gemm with beta = 1 on the transposed (Fortran-
-            # ordered) view, block^T += bd ad^T; the C-ordered inputs are passed transposed, so
-            # nothing is copied.
+            # block^T += bd ad^T by BLAS gemm (beta = 1) on transposed views: nothing copied.
             gemm(1.0, bd.T, ad[lo:hi].T, beta=1.0, c=block.T, trans_a=True, overwrite_c=True)
         elif add:
             block += ad[lo:hi] @ bd.T
         else:
             block[...] = ad[lo:hi] @ bd.T
         if shift is not None:
-            # The level's terms of the centred block (_centre), in float64.
             block += shift[0][lo:hi, None]
             block += shift[1][None, :] + shift[2]
         kernel(a_s.indptr, a_s.indices, a_s.data, lo, hi, bst.indptr, bst.indices, bst.data, block)
@@ -268,33 +225,22 @@ def symmetric_product(
     dense_fraction: float = DENSE_FRACTION,
     rare: type[np.floating] | None = None,
 ) -> np.ndarray:
-    """``(A B^T + B A^T) / 2`` (``A A^T`` without ``b``) as a dense float64 array, in about
-    0.6 of the multiply-adds of :func:`cross_product`.
+    """``(A B^T + B A^T) / 2`` (``A A^T`` without ``b``) as a dense float64 array.
 
-    With ``P = (A + B) / 2`` and ``Q = (A - B) / 2``, ``A B^T = P P^T - P Q^T + Q P^T - Q Q^T``
-    and the two middle terms are each other's negative transposes, so the symmetric part is
-    ``P P^T - Q Q^T`` exactly. Both are Grams of one factor: only their upper triangles are
-    computed (the dense block by BLAS on each row block against the rows from it on, each rare
-    token from the row's own place in the token's list on) and mirrored, half the work of a
-    product. ``Q`` keeps only the rows where ``A`` and ``B`` differ; for the expected thinning
-    (:func:`posdiag.geometry._thinning.expected_halves`) those are the positions with an odd number
-    of tokens, so ``Q Q^T`` costs about a quarter of ``P P^T``.
+    With ``P = (A + B) / 2`` and ``Q = (A - B) / 2`` the symmetric part is ``P P^T - Q Q^T``
+    exactly; only the Grams' upper triangles are computed, and ``Q`` keeps only the rows where
+    ``A`` and ``B`` differ.
 
     Parameters
     ----------
     a, b : sparse matrices of shape (n, V)
         Typically the expected square-root halves of the counts.
     block_rows, dtype, dense_fraction
-        As for :func:`cross_product` (the dense block's precision; float32, centred on
-        the level, errs by a few 1e-8 per entry, tests/geometry/test_gram.py). With float32 the
-        rare tokens' part runs in float32 as well (half the bytes of the kernel's list walk
-        and of the row it adds into), and errs by at most ``(K + 2) 2^-24`` of itself, ``K``
-        the rare tokens two positions share (:func:`_run_upper`).
+        As for :func:`cross_product`. With float32 the rare tokens' part runs in float32 too
+        and errs by at most ``(K + 2) 2^-24`` of itself, ``K`` the rare tokens two rows share.
     rare : numpy float type, optional
-        Precision of the rare tokens' part when it should differ from ``dtype``: float64
-        with a float32 dense block is what the headline uses. At n = 16,384 the float32 rare
-        part put the top eigenvalues of ``B_H`` 9.5e-6 off float64 (its columns hold tokens
-        in up to 10% of 16,384 rows, long uncentred float32 sums), float64 ones 5.8e-8.
+        Precision of the rare tokens' part when it should differ from ``dtype``
+        (benchmarks/NOTES.md compares them).
 
     Returns
     -------
@@ -311,7 +257,7 @@ def symmetric_product(
             raise PosdiagError(f"symmetric product: shapes differ ({a.shape} vs {b.shape})")
         b.sum_duplicates()
         if np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices):
-            # Same pattern (the expected halves): P and Q entry by entry, no sparse addition.
+            # Same pattern (the expected halves): P and Q entry by entry.
             diff = a.data - b.data
             if diff.any():
                 p = sp.csr_matrix(((a.data + b.data) * 0.5, a.indices, a.indptr), shape=a.shape)
@@ -343,8 +289,7 @@ def _upper_gram(
     values: type[np.floating] | None,
 ) -> None:
     """Write ``X X^T``'s upper triangle into ``out`` (``rows`` None), or subtract it from
-    ``out[rows][:, rows]``'s upper triangle (``rows`` increasing); the lower triangle of the
-    touched block rows is left to :func:`mirror_upper`."""
+    ``out[rows][:, rows]``'s (``rows`` increasing); :func:`mirror_upper` fills the rest."""
     m, v = x.shape
     x.sum_duplicates()
     # plan_product's rule for a product of x with itself: nnz_j^2 > (f m)^2.
@@ -367,9 +312,7 @@ def _upper_gram(
         mu = _level((xd,), dense)
         shift = (_centre(x, xd, mu, dense), float(mu @ mu))
 
-    # Rows go to the kernel's threads in chunks as they finish (_run_upper); numba keeps
-    # the chunk size per calling thread, and a `with numba.parallel_chunksize` inside the
-    # kernel would keep it from numba's cache.
+    # numba keeps the chunk size per calling thread (set inside the kernel, it defeats caching).
     chunk = numba.set_parallel_chunksize(UPPER_CHUNK_ROWS)
     try:
         _gram_blocks(xd, parts, _run_upper, out, rows, block_rows, shift)
@@ -378,16 +321,12 @@ def _upper_gram(
 
 
 def _level(blocks: tuple[np.ndarray, ...], dense: np.ndarray) -> np.ndarray:
-    """The dense blocks' column mean over all their rows, rounded to float32, on the dense
-    columns of the vocabulary; zero on the rare ones. Shape (V,), float64.
+    """The dense blocks' column mean, rounded to float32, on the dense columns; zero on the
+    rare ones. Shape (V,), float64.
 
-    Why: the float32 BLAS block errs in proportion to the sum of the absolute terms of each
-    entry, and a frequent token's column is mostly its common level, which the centring
-    ``J BC J`` of the geometry removes anyway. Multiplying the deviations from the level
-    (:func:`_centre`) and adding the level's terms back in float64 cuts the error of ``B_H``'s
-    top eigenvalues by almost two orders of magnitude (tests/geometry/test_gram.py bounds it). Any
-    level keeps the identity of :func:`_centre` exact, so the mean of the blocks' own rounded
-    entries serves; rounded to float32, the blocks subtract it as is.
+    The float32 block errs in proportion to its entries' absolute terms; multiplying only the
+    deviations from this level (:func:`_centre`) cuts the error of ``B_H``'s top eigenvalues by
+    almost two orders of magnitude. Any level keeps :func:`_centre`'s identity exact.
     """
     sums = sum(b.sum(axis=0, dtype=np.float64) for b in blocks)
     rows = max(sum(b.shape[0] for b in blocks), 1)
@@ -397,12 +336,10 @@ def _level(blocks: tuple[np.ndarray, ...], dense: np.ndarray) -> np.ndarray:
 
 
 def _centre(x: sp.csr_matrix, xd: np.ndarray, mu: np.ndarray, dense: np.ndarray) -> np.ndarray:
-    """Subtract the level ``mu`` (:func:`_level`) from ``x``'s dense block ``xd`` (m, k), in
-    place, and return ``s = (X - 1 mu^T) mu``, shape (m,), float64, from ``x``'s entries.
+    """Subtract the level ``mu`` from ``x``'s dense block ``xd`` (m, k) in place; return
+    ``s = (X - 1 mu^T) mu``, shape (m,), float64.
 
-    With ``c = mu . mu``, ``X Y^T = c + s^X_i + s^Y_j + (Delta^X Delta^Y^T)_ij`` for two
-    blocks centred on the same level: the deviations are multiplied in float32, the rest is
-    added in float64.
+    With ``c = mu . mu``, ``X Y^T = c + s^X_i + s^Y_j + (Delta^X Delta^Y^T)_ij``.
     """
     xd -= mu[dense].astype(xd.dtype)[None, :]
     return np.asarray(x @ mu, dtype=np.float64) - float(mu @ mu)
@@ -417,17 +354,13 @@ def _gram_blocks(
     block_rows: int,
     shift: tuple[np.ndarray, float] | None = None,
 ) -> None:
-    """:func:`_upper_gram`'s row blocks: BLAS on the dense columns, the kernel on the rest;
-    ``shift = (s, c)`` (:func:`_centre`): the kernel adds back the centred block's level
-    terms ``c + s_i + s_j`` as it adds each row's rare part (one pass over the row instead of
-    two more over the block row)."""
+    """:func:`_upper_gram`'s row blocks: BLAS on the dense columns, the kernel on the rest,
+    which also adds a centred block's level terms ``c + s_i + s_j`` for ``shift = (s, c)``."""
     m = xd.shape[0]
     for lo in range(0, m, block_rows):
         hi = min(lo + block_rows, m)
-        # The diagonal tile as a block times its own transpose, which numpy hands to BLAS syrk
-        # (half the flops), the rest of the block row by gemm.
-        # Column c of target is output column c + col0 (out's own block row, or a compact
-        # block subtracted from out[rows][:, rows] below).
+        # Diagonal tile as a block times its own transpose: numpy hands it to syrk (half the
+        # flops). Target column c is output column c + col0.
         col0 = 0 if rows is None else lo
         target = out[lo:hi] if rows is None else np.empty((hi - lo, m - lo), dtype=np.float64)
         target[:, lo - col0 : hi - col0] = xd[lo:hi] @ xd[lo:hi].T
@@ -444,9 +377,7 @@ def _row_ranges(m: int, r: int) -> np.ndarray:
 
 
 def _range_counts(x: sp.csr_matrix, v: int, ranges: int) -> np.ndarray:
-    """Column counts of ``x`` per range of rows (:func:`_row_ranges`), shape (ranges, V), int64:
-    their sum gives the dense columns, and each range's counts where its rows start in the
-    token lists of :func:`_split_gram`."""
+    """Column counts of ``x`` per range of rows (:func:`_row_ranges`), shape (ranges, V), int64."""
     bounds = x.indptr[_row_ranges(x.shape[0], ranges)]
     return np.array([np.bincount(x.indices[lo:hi], minlength=v) for lo, hi in pairwise(bounds)])
 
@@ -459,28 +390,17 @@ def _split_gram(
     values: type[np.floating] | None = None,
     gap: type[np.integer] | None = None,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The dense columns of canonical ``x`` (m, V) as an (m, k) array of ``dtype``, and its
-    rare entries as the upper-triangle kernel reads them, in one parallel pass over ``x``.
-
-    Returns
-    -------
-    block : ndarray of shape (m, k), dtype
-    (r_ptr, slot, stop, t_gap, t_val) : the rare part. ``t_gap``/``t_val`` list, token by
-        token, the rows holding it in ascending order and their values (``x`` transposed,
-        rare columns only), each row as its gap to the row before it in the list (a list's
-        first entry: its row), uint16 up to 65,536 rows, else int32; row ``i``'s rare entries
-        are ``p`` in ``r_ptr[i]:r_ptr[i + 1]`` (int64), in column order, entry ``p`` sitting
-        at ``slot[p]`` of its token's list, which ends at ``stop[p]`` (int32 while the lists
-        fit, else int64). Values are float32 for a float32 ``values`` (default ``dtype``),
-        else float64.
-    """
+    """The dense columns of canonical ``x`` (m, V) as an (m, k) ``dtype`` block, and its rare
+    entries as the upper-triangle kernel reads them, ``(r_ptr, slot, stop, t_gap, t_val)``: per
+    token, the rows holding it (as gaps to the list's previous row; uint16 up to 65,536 rows, else
+    int32) and their values (float32 for float32 ``values``, else float64); row ``i``'s rare entries
+    are ``p`` in ``r_ptr[i]:r_ptr[i + 1]``, at ``slot[p]`` of a list ending at ``stop[p]``."""
     m, v = x.shape
     ranges = counts.shape[0]
     rare = np.where(dense[None, :], 0, counts)
     t_ptr = np.zeros(v + 1, dtype=np.int64)
     np.cumsum(rare.sum(axis=0), out=t_ptr[1:])
-    # Range t's rows go after the earlier ranges' rows in every token's list, and its row
-    # entries after the earlier ranges' entries: each range writes its own slices.
+    # Each range writes its own slices: after the earlier ranges' rows in every token's list.
     nxt = t_ptr[None, :-1] + np.cumsum(rare, axis=0) - rare
     first = nxt[1:].copy()  # where ranges 1.. start in each list
     start = np.zeros(ranges, dtype=np.int64)
@@ -488,7 +408,6 @@ def _split_gram(
     position = (np.cumsum(dense) - 1).astype(np.int64)
     position[~dense] = -1
     total = int(t_ptr[-1])
-    # int32 while the lists fit: half the bytes of int64 for the longest arrays here.
     index = np.int32 if total < 2**31 else np.int64
     value = (
         np.float32 if np.dtype(dtype if values is None else values) == np.float32 else np.float64
@@ -497,8 +416,7 @@ def _split_gram(
     r_ptr = np.zeros(m + 1, dtype=np.int64)
     slot = np.empty(total, dtype=index)
     stop = np.empty(total, dtype=index)
-    # Gaps, not rows: the kernel knows each walk's first row (its own), and 2 bytes an entry
-    # instead of 4 cut the bytes it streams (below, _run_upper).
+    # Gaps, not rows: 2 bytes an entry instead of 4 in the kernel's stream.
     if gap is None:
         gap = np.uint16 if m <= 1 << 16 else np.int32
     t_gap = np.empty(total, dtype=gap)
@@ -522,8 +440,7 @@ def _split_gram(
         t_val,
     )
     if ranges > 1:
-        # A range's first row in a list was written as a row: its gap is to the last row of
-        # the earlier ranges in that list (if any).
+        # A range's first row in a list was written as a row: make it a gap.
         before = np.maximum.accumulate(last, axis=0)[:-1]
         fix = (rare[1:] > 0) & (before >= 0)
         t_gap[first[fix]] -= before[fix].astype(gap)
@@ -531,8 +448,7 @@ def _split_gram(
 
 
 def _gemm(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
-    """BLAS dgemm (which can add into its output) for a float64 dense block, else None (a
-    float32 block is multiplied in float32 and added)."""
+    """BLAS dgemm (adds into its output) for a float64 dense block, else None."""
     if dtype != np.float64:
         return None
     from scipy.linalg.blas import dgemm
@@ -548,12 +464,10 @@ def _split(
     *,
     rows: bool = True,
 ) -> tuple[np.ndarray, sp.csr_matrix]:
-    """The dense columns of ``m`` as an (n, k) array of ``dtype`` and the rest sparse.
+    """The dense columns of ``m`` (n, V) as an (n, k) array of ``dtype`` and the rest sparse.
 
-    ``position[j]`` is column ``j``'s place in the dense block, -1 for a rare column. The rare
-    part keeps the vocabulary's column indices: as an (n, V) csr (``rows``), else transposed,
-    a (V, n) csr whose row ``j`` lists the rows holding token ``j`` in ascending order (what
-    ``csr_matrix(rare.T)`` gives, so the kernel adds the same terms in the same order).
+    ``position[j]``: column ``j``'s place in the dense block, -1 if rare. The rare part is an
+    (n, V) csr (``rows``), else a (V, n) csr listing each token's rows in ascending order.
     """
     kern = split_kernels()
     n, v = m.shape
@@ -597,32 +511,17 @@ def _run_upper(
     col0: int,
     shift: tuple[np.ndarray, float] | None = None,
 ) -> None:
-    """The compiled kernels of a Gram's upper triangle (:func:`symmetric_product`).
+    """Add the rare parts of a Gram's upper triangle for rows ``lo:hi`` (:func:`_split_gram`)
+    into ``out[i - lo, row - col0]``, plus ``c + s_i + s_j`` for ``shift = (s, c)``.
 
-    ``kernel(r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0)`` adds, for rows ``lo:hi``
-    of :func:`_split_gram`'s rare part, each row's value times every entry of its token's list
-    from the row's own place (``slot``) to the list's end (``stop``) into ``out[i - lo,
-    row - col0]``. The row's value is the list's entry at ``slot``. Float64 lists: products
-    and sums in float64, each term added straight into ``out``. Float32 lists (float32
-    Grams): each row's terms off the diagonal are multiplied and summed in float32 and added
-    to ``out`` once, so an entry's rare part whose two rows share ``K`` rare tokens errs by at
-    most ``(K + 2) 2^-24`` of itself (values rounded once, ``K`` float32 operations on
-    non-negative terms), the bound of the float32 BLAS block over its ``k`` dense columns
-    with ``K << k``; the diagonal is summed in float64. A float32 row halves the bytes the
-    terms scatter into.
-
-    Called with numba's ``parallel_chunksize`` set to :data:`UPPER_CHUNK_ROWS`, rows go to the
-    threads in chunks as they finish: a row's work falls with its index (the lists' remainders
-    shrink), so static halves of a row block would leave one core idle part of the time. Each
-    row adds the same terms in the same order whichever thread runs it.
-
-    Float32 lists go to the kernel summing in float32; either kernel also adds ``c + s_i + s_j``
-    for ``shift = (s, c)`` (a float32 dense block's level, :func:`_centre`).
+    Float32 lists sum each row's off-diagonal terms in float32 (error at most ``(K + 2) 2^-24``
+    of itself, ``K`` the shared rare tokens), the diagonal in float64. Rows go to threads in
+    chunks of :data:`UPPER_CHUNK_ROWS` as they finish (a row's work falls with its index); each
+    row adds the same terms in the same order on any thread.
     """
     kernels = rare_kernels()
     if t_val.dtype != np.float32:
-        # Float64 lists add straight into out: the level terms cost a pass over the row, so
-        # only a shifted Gram pays it.
+        # The level terms cost a pass over the row: only a shifted Gram pays it.
         s, level = (_NO_SHIFT, 0.0) if shift is None else shift
         kernels[1](r_ptr, slot, stop, t_gap, t_val, lo, hi, out, col0, s, level)
         return

@@ -1,13 +1,6 @@
 """Compiled (numba) kernels behind :mod:`posdiag.geometry.implicit`: sums over position pairs of
-the cross-fitted ``BC`` without an ``n x n`` array.
-
-- :func:`rare_lag_sums`: the lag sums ``sum_i X[i, i+l]`` and ``sum_i X[i+l, i]`` of
-  ``X = R^A (R^B)^T`` restricted to the given tokens, by pair lists: for each token, every pair
-  of a row holding it in ``R^A`` and a row holding it in ``R^B`` adds its product at their lag.
-  Cost: ``sum_v nnz_A(v) nnz_B(v)``, so only for tokens in few rows (the frequent ones go by FFT).
-- :func:`pair_products`: ``<R^A_i, R^B_j>`` for a list of pairs, by merging the two sorted rows.
-- :func:`gather_product`: ``M @ X`` for a csr ``M`` and a dense block ``X`` (rows in parallel);
-  with ``M`` the transpose's csr (a csc of the halves), ``M^T X`` the same way.
+the cross-fitted ``BC`` without an ``n x n`` array (lag sums by pair lists, sparse row dot
+products for sampled pairs, sparse gathers ``M x``).
 """
 
 from __future__ import annotations
@@ -31,8 +24,7 @@ def _kernels() -> dict[str, Callable[..., object]]:
 
     @numba.njit(cache=True, nogil=True)
     def lags(a_ptr, a_idx, a_val, b_ptr, b_idx, b_val, tokens, out):  # pragma: no cover
-        # out[l] += sum over pairs (p in A's column, q in B's column) of
-        # a_p b_q / 2 at l = |row_q - row_p| (both orientations: X and X^T, halved).
+        # out[l] += a_p b_q / 2 at l = |row_q - row_p| (both orientations: X and X^T, halved).
         for t in range(tokens.size):
             v = tokens[t]
             for p in range(a_ptr[v], a_ptr[v + 1]):
@@ -99,8 +91,8 @@ def rare_lag_sums(
     """Add the symmetrised lag sums of the tokens' part of ``A B^T`` into ``out`` (shape (n,)):
     ``out[l] += (sum_i X[i, i+l] + sum_i X[i+l, i]) / 2`` over the listed tokens.
 
-    ``a_csc``, ``b_csc``: the transposes of ``A`` and ``B`` (n, V) as canonical csr (V, n);
-    the same object when ``A = B``.
+    ``a_csc``, ``b_csc``: the transposes of ``A`` and ``B`` as canonical csr (V, n), the same
+    object when ``A = B``. Cost ``sum_v nnz_A(v) nnz_B(v)``: for tokens in few rows.
     """
     if a_csc is b_csc:
         # One matrix: the pairs of A A^T once each (sorted rows), half the work.

@@ -1,7 +1,6 @@
-"""In-place and one-pass ``n x n`` passes over dense symmetric arrays, and distances to row 0.
-
-From :data:`~posdiag.geometry._compiled.COMPILED_FROM` positions each is one compiled pass over
-square tiles, with numpy's operations in numpy's order (the same numbers); below, numpy.
+"""In-place and one-pass ``n x n`` passes over dense symmetric arrays, and distances to row 0:
+numpy below :data:`~._compiled.COMPILED_FROM` positions, else one compiled pass over square tiles
+with numpy's operations in numpy's order (the same numbers).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ __all__ = [
     "unpack_upper",
 ]
 
-# Square tiles of the in-place passes: a tile and its mirror (2 x 64 x 64 float64, 64 KB)
-# stay in cache while the mirror is read column-wise.
+# Square tiles of the in-place passes: a tile and its mirror (64 KB) stay in cache.
 _TILE = 64
 
 # The modes of the square-tile kernel (pairs) and its packed argument when it reads a square.
@@ -34,17 +32,10 @@ _NO_PACKED = np.zeros(0, dtype=np.float64)
 
 
 def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
-    """``m[j, i] = m[i, j]`` for ``j > i``, in place; returns ``m``.
+    """``m[j, i] = m[i, j]`` for ``j > i`` in place (``m`` (n, n) float64, C-contiguous).
 
-    From :data:`COMPILED_FROM` rows one compiled pass over square tiles (the kernel of
-    :func:`symmetrize`): numpy's strided block copies below cost a TLB miss per element
-    written on large arrays. Smaller arrays: each block row's strip right of the diagonal is
-    copied, transposed, below it, by blocks of ``block`` rows. Copies only: the same numbers.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
+    Compiled from :data:`COMPILED_FROM` rows (numpy's strided copies cost a TLB miss per element
+    there), else by blocks of ``block`` rows. Copies only."""
     _check_square(m)
     n = m.shape[0]
     if n >= COMPILED_FROM:
@@ -62,8 +53,7 @@ def mirror_upper(m: np.ndarray, block: int = 64) -> np.ndarray:
 
 def pack_upper(m: np.ndarray) -> np.ndarray:
     """The upper triangle of ``m`` (n, n), diagonal included, row after row: shape
-    (n (n + 1) / 2,). :func:`unpack_upper` gives ``m`` back bit for bit when ``m`` is exactly
-    symmetric."""
+    (n (n + 1) / 2,); :func:`unpack_upper` inverts it bit for bit for a symmetric ``m``."""
     n = m.shape[0]
     out = np.empty(n * (n + 1) // 2, dtype=m.dtype)
     at = 0
@@ -74,14 +64,8 @@ def pack_upper(m: np.ndarray) -> np.ndarray:
 
 
 def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
-    """The symmetric (n, n) float64 array whose upper triangle, diagonal included, ``packed``
-    holds row after row (shape (n (n + 1) / 2,)); copies only, so bit for bit.
-
-    Parameters
-    ----------
-    packed : ndarray of shape (n (n + 1) / 2,), float64
-    n : int
-    """
+    """The symmetric (n, n) float64 array whose upper triangle, diagonal included, ``packed`` (shape
+    (n (n + 1) / 2,), float64) holds row after row; copies only, so bit for bit."""
     if packed.shape != (n * (n + 1) // 2,) or packed.dtype != np.float64:
         raise PosdiagError(
             f"expected a packed triangle of shape ({n * (n + 1) // 2},) float64; "
@@ -89,7 +73,6 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
         )
     out = np.empty((n, n), dtype=np.float64)
     if n >= COMPILED_FROM:
-        # One tile pass writing both triangles, not a row loop then a mirror.
         zeros = np.zeros(n)
         packed = np.ascontiguousarray(packed)
         _square_kernels()["pairs"](out, zeros, zeros, 0.0, 1.0, zeros, _UPPER, packed, out, _TILE)
@@ -102,15 +85,8 @@ def unpack_upper(packed: np.ndarray, n: int) -> np.ndarray:
 
 
 def symmetrize(m: np.ndarray) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place (compiled, tile by tile, rows in parallel); returns ``m``.
-
-    The same arithmetic as :func:`posdiag.geometry.core.symmetrize` (``(a + b) / 2`` per pair, so
-    the same numbers) in one pass over the matrix.
-
-    Parameters
-    ----------
-    m : ndarray of shape (n, n), float64, C-contiguous
-    """
+    """``m <- (m + m^T) / 2`` in place, ``(a + b) / 2`` per pair (``m`` (n, n) float64,
+    C-contiguous); returns ``m``."""
     _check_square(m)
     if m.shape[0] < COMPILED_FROM:
         m[...] = (m + m.T) / 2.0
@@ -127,25 +103,12 @@ def centred_half(
     grand: float,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, then symmetrised, as a new array
-    (or into ``out``, which may be ``bc`` itself: each pair's two entries are read before they
-    are written, and every pair is visited once).
+    """``((bc - col[None, :]) - row[:, None] + grand) * 0.5``, symmetrised, in one pass
+    (:func:`~.crossfit.gram_from_bc`'s arithmetic), as a new (n, n) array or into ``out`` (may be
+    ``bc``).
 
-    :func:`posdiag.geometry.crossfit.gram_from_bc`'s arithmetic (the same operations in the same
-    order, so the same numbers) in one compiled pass instead of five passes over ``n x n`` arrays.
-
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    col, row : ndarray of shape (n,)
-        Column and row means of ``bc``.
-    grand : float
-        Mean of ``bc``.
-
-    Returns
-    -------
-    ndarray of shape (n, n), symmetric
-    """
+    ``bc`` (n, n) float64 C-contiguous; ``col``, ``row`` (n,) its column and row means, ``grand``
+    its mean."""
     _check_square(bc)
     if out is None:
         out = np.empty_like(bc)
@@ -167,16 +130,8 @@ def centred_half(
 
 
 def implied_distances(bc: np.ndarray) -> np.ndarray:
-    """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, as a new
-    array: :func:`posdiag.geometry.estimator.implied_distances`' six numpy passes (outer sum,
-    halving, subtraction, clip, sqrt, symmetrisation) in one compiled
-    pass with the same operations in the same order, so the same numbers bit for bit
-    (tests/geometry/test_implied_distances.py).
-
-    Parameters
-    ----------
-    bc : ndarray of shape (n, n), float64, C-contiguous
-    """
+    """``sqrt(max(0, (BC_ii + BC_jj) / 2 - BC_ij))``, zero diagonal, symmetrised, a new (n, n)
+    array: :func:`~.crossfit.implied_distances`' numpy passes in one compiled pass, bit for bit."""
     _check_square(bc)
     out = np.empty_like(bc)
     zeros = np.zeros(bc.shape[0])
@@ -193,22 +148,11 @@ def _check_square(m: np.ndarray) -> None:
 
 
 def distances_to_first(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Hellinger distance of each row of a canonical csr count matrix to row 0.
+    """Hellinger distance of each row of a canonical csr count matrix to row 0; shape (n,).
 
-    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows (rows
-    in parallel): a sum of squares, exact to rounding even when the rows are equal (then 0).
-    A row without tokens is at distance 1 (and every row when row 0 has none).
-
-    Parameters
-    ----------
-    indptr : ndarray of shape (n + 1,)
-    indices, data : ndarray
-        The csr arrays (sorted column indices, no duplicates, counts >= 0).
-
-    Returns
-    -------
-    ndarray of shape (n,)
-    """
+    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` by a merge of the two sorted rows: exactly 0 for
+    a row equal to row 0. A row without tokens is at distance 1 (every row when row 0 has none).
+    ``indptr`` (n + 1,), ``indices``/``data``: sorted column indices, no duplicates, counts >= 0."""
     out = np.empty(indptr.size - 1)
     if out.size < COMPILED_FROM:
         return _distances_to_first_numpy(indptr.astype(np.int64), indices, data)
@@ -219,8 +163,8 @@ def distances_to_first(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
 def _distances_to_first_numpy(
     indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
 ) -> np.ndarray:
-    """:func:`distances_to_first` in numpy: the same terms, summed in another order (so equal
-    to rounding), and exactly 0 for a row equal to row 0 (every term is 0, none is missing)."""
+    """:func:`distances_to_first` in numpy: the same terms summed in another order, and exactly
+    0 for a row equal to row 0."""
     n = indptr.size - 1
     data = np.asarray(data[: indptr[-1]], dtype=np.float64)
     indices = indices[: indptr[-1]]
@@ -258,17 +202,12 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def pairs(bc, col, row, grand, scale, diag, mode, packed, out, tile):  # pragma: no cover
-        # Each pair (i, j >= i) is read and written to both entries, in one pass:
-        # - _UPPER: both take the upper entry bc[i, j], or with a packed upper triangle (row
-        #   after row, diagonal included; packed.size > 0) its entry (a mirror, copies only);
-        # - _IMPLIED: the distances sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal,
-        #   symmetrised (posdiag.geometry.estimator.implied_distances' numpy order: clip (NaN
-        # passes), sqrt, and the symmetrisation's x - 0 - 0 + 0 turning a -0.0 into 0.0);
-        # - _CENTRED: out = sym(((bc - col) - row + grand) * scale); with zero col/row/grand and
-        #   scale 1 it is the plain symmetrisation (x - 0 - 0 + 0) * 1 == x.
-        # Tile row I owns the tiles (I, J >= I) and their mirrors; rows I and nt - 1 - I go to
-        # the same thread, so every thread gets the same share of the triangle. Each pair is
-        # read before it is written, so out may be bc.
+        # Each pair (i, j >= i) is read (so out may be bc) and both entries written, by mode:
+        # - _UPPER: the upper entry bc[i, j], or the packed triangle's (a mirror);
+        # - _IMPLIED: sqrt(max(0, (diag_i + diag_j) / 2 - bc_ij)), zero diagonal, in numpy's
+        #   order (clip passes NaN, sqrt, and the symmetrisation turning -0.0 into 0.0);
+        # - _CENTRED: sym(((bc - col) - row + grand) * scale); zeros and scale 1 symmetrise.
+        # Tile rows I and nt - 1 - I go to the same thread: equal shares of the triangle.
         n = bc.shape[0]
         nt = (n + tile - 1) // tile
         for k in numba.prange((nt + 1) // 2):
@@ -309,8 +248,7 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
         n0 = 0.0
         for p in range(e0):
             n0 += data[p]
-        # sqrt(c / N) as sqrt(c) / sqrt(N), the same expression for every row: a row equal to
-        # row 0 gives the same terms, so its distance is exactly 0.
+        # sqrt(c) / sqrt(N), the same expression for every row: row 0's copy is at exactly 0.
         first = np.empty(e0)
         for p in range(e0):
             first[p] = math.sqrt(data[p]) / math.sqrt(n0)

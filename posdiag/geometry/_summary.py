@@ -1,12 +1,8 @@
 """Compiled passes of :func:`posdiag.geometry.heldout.split_half_summary` over row blocks.
 
-The summary's element-wise work on each (rows, n) block of the split-half grams (the noise
-energy terms, the squared-distance differences and the pairs within their sampling error) was a
-dozen numpy passes over the block; here it is two, each element read once. Every element gets
-numpy's operations in numpy's order (no fast-math: no reassociation, no fused multiply-add), so
-the results are the numpy path's bit for bit (tests/geometry/test_split_half_summary.py runs both).
-Imported only from :data:`posdiag.geometry._compiled.COMPILED_FROM` positions on, so the bundled
-corpus never imports numba.
+Two passes over each (rows, n) block instead of a dozen numpy ones, each element getting numpy's
+operations in numpy's order (no fast-math), so the results are the numpy path's bit for bit.
+Imported only from :data:`~._compiled.COMPILED_FROM` positions on.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """Thinning at long contexts: its exact expectation, and fast seeded draws.
 
-Counts without shards are cross-fitted by *thinning*: position ``i``'s ``N_i`` tokens are split
-into ``h_i = floor(N_i / 2)`` for half ``A`` and ``g_i = N_i - h_i`` for half ``B`` by a
-multivariate hypergeometric draw, and ``X = R^A (R^B)^T`` with ``R^A = sqrt(C^A / h)``.
+Thinning splits position ``i``'s ``N_i`` tokens into ``h_i = floor(N_i / 2)`` for half ``A`` and
+``g_i = N_i - h_i`` for ``B`` by a multivariate hypergeometric draw. The average over every
+thinning (docs/geometry.md 2b) is one product ``M^A (M^B)^T`` plus a diagonal, with
+``m^A_iv = E sqrt(H / h_i)``, ``m^B_iv = E sqrt((c_iv - H) / g_i)`` and
+``E X_ii = sum_v E sqrt(H (c_iv - H)) / sqrt(h_i g_i)`` for ``H`` one token's hypergeometric
+share; each is a sum over the pmf from its mode outwards until the terms fall below ``1e-17``
+of the mode's: exact to rounding.
 
-**The expectation over every thinning.** Rows are thinned independently, so for ``i != j`` the
-entries ``A_iv`` and ``B_jv`` are independent and
-
-    E X_ij = sum_v E sqrt(A_iv / h_i) E sqrt(B_jv / g_j) = <m^A_i, m^B_j>,
-
-where, with ``H ~ Hypergeometric(c_iv successes, N_i - c_iv failures, h_i draws)`` (the marginal
-law of one token's share of half ``A``), ``m^A_iv = E sqrt(H / h_i)`` and
-``m^B_iv = E sqrt((c_iv - H) / g_i)``. On the diagonal ``E X_ii = sum_v E sqrt(H (c_iv - H)) /
-sqrt(h_i g_i)`` (expectation of a sum: the joint law does not matter). So the average over
-*infinitely many* thinnings, which ``S`` seeded draws only approach with a split-to-split noise
-of order ``1/S``, is one product ``M^A (M^B)^T`` of two matrices with the sparsity of ``C``, plus
-a diagonal. Each expectation is a sum over the hypergeometric pmf, evaluated from its mode
-outwards (log-gamma at the mode, then the ratio recurrence) until the terms fall below
-``1e-17`` of the mode's: exact to rounding.
-
-**Draws.** Where an actual random half is needed (the held-out halves ``P`` and ``Q``), each
-row's ``floor(N_i/2)`` tokens are chosen by selection sampling (Knuth's Algorithm S: token unit
-``t`` is taken with probability ``still needed / still left``), which draws a uniformly random
-subset of the row's token units, i.e. exactly the multivariate hypergeometric law. Rows run in
-parallel, each with its own splitmix64 stream seeded from the caller's generator, so the result
-does not depend on the thread schedule.
+Draws (the held-out halves) choose each row's ``floor(N_i/2)`` token units by selection
+sampling (Knuth's Algorithm S), exactly the multivariate hypergeometric law; each row has its
+own splitmix64 stream, so the result does not depend on the thread schedule.
 """
 
 from __future__ import annotations
@@ -45,10 +31,8 @@ _KERNELS: dict[str, Callable[..., None]] = {}
 _MEMO = 256
 
 
-# The compiled moments and entries, module globals (set by _kernels): as closure variables of
-# `expected` they went into numba's cache key as pickled dispatchers, which differ from process
-# to process, so `expected` was recompiled in every fresh process and its cache grew by
-# one file per run.
+# The compiled moments and entries, module globals (set by _kernels): as closure variables
+# they would enter numba's cache key as pickled dispatchers, recompiled in every process.
 _moments: Any = None
 _scaled: Any = None
 
@@ -143,8 +127,7 @@ def _build_scaled(numba: Any) -> Callable[..., tuple[float, float, float]]:
         g = total - h
         ea, eb, ed = _moments(c, total, h)
         va = ea / math.sqrt(h)
-        # An even N_i: both halves have the same law, so the same numbers (the two sums
-        # differ in rounding only), and fastgram.symmetric_product skips the row.
+        # An even N_i: both halves have the same law, so the same numbers.
         return va, va if h == g else eb / math.sqrt(g), ed
 
     return scaled
@@ -160,10 +143,8 @@ def _build_expected(numba: Any) -> Callable[..., None]:
             for p in range(indptr[i], indptr[i + 1]):
                 total += data[p]
             totals[i] = total
-        # The entries depend on (c, N_i) only, and most counts are small and repeat, within a
-        # row and across the rows of equal N_i (every position of a packed corpus): each small
-        # count's entries are computed once per distinct N_i, by the same operations, so the
-        # same numbers as computed per entry, without a pass per row.
+        # The entries depend on (c, N_i) only: each small count's entries are computed once
+        # per distinct N_i, by the same operations as per entry.
         sizes = np.unique(totals)
         group = np.searchsorted(sizes, totals)
         # slot[s, c]: the row of `table` for count c at N_i = sizes[s]; -1 where not needed.
@@ -250,27 +231,17 @@ def _int_csr(counts: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
 def expected_halves(
     counts: sp.spmatrix | sp.sparray | np.ndarray,
 ) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
-    """``M^A``, ``M^B`` and the diagonal ``E X_ii`` of the expected thinning (module docstring).
+    """``M^A``, ``M^B`` (csr, (n, V)) and the diagonal ``E X_ii`` (n,) of the expected thinning of
+    integer counts (n, V), every row with ``N_i >= 2`` tokens (the caller checks).
 
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, V)
-        Integer counts, every row with ``N_i >= 2`` tokens (the caller checks).
-
-    Returns
-    -------
-    (csr_matrix (n, V), csr_matrix (n, V), ndarray (n,))
-        Both matrices have the sparsity pattern of ``counts`` (every expectation of a stored
-        entry is positive); ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2`` off the diagonal.
-        They share the index arrays of ``counts`` (when it is a canonical int64 csr matrix,
-        else of its converted copy), as scipy's constructors do: read-only, like ``counts``.
-    """
+    Both matrices have the sparsity pattern of ``counts`` and share its index arrays (or its
+    canonical int64 copy's), read-only; ``E BC_ij = (<m^A_i, m^B_j> + <m^A_j, m^B_i>) / 2`` off the
+    diagonal."""
     c = _int_csr(counts)
     a = np.empty(c.data.size)
     b = np.empty(c.data.size)
     diag = np.empty(c.shape[0])
     _kernels()["expected"](c.indptr, c.data, a, b, diag)
-    # No copies of the index arrays: nobody writes to them, and fresh memory costs time here.
     ma = sp.csr_matrix((a, c.indices, c.indptr), shape=c.shape)
     mb = sp.csr_matrix((b, c.indices, c.indptr), shape=c.shape)
     return ma, mb, diag
@@ -279,18 +250,9 @@ def expected_halves(
 def draw_half(
     counts: sp.spmatrix | sp.sparray | np.ndarray, rng: np.random.Generator
 ) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """One seeded thinning: ``(C^A, C^B)`` with ``floor(N_i/2)`` tokens of row ``i`` in ``C^A``.
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n, V), integer counts
-    rng : numpy Generator
-        Seeds one splitmix64 stream per row (one draw of ``n`` integers from it).
-
-    Returns
-    -------
-    (csr_matrix, csr_matrix), each of shape (n, V), int64, explicit zeros removed
-    """
+    """One seeded thinning of integer counts (n, V): ``(C^A, C^B)``, int64 csr (n, V) without
+    explicit zeros, ``floor(N_i/2)`` tokens of row ``i`` in ``C^A``; ``rng`` seeds one splitmix64
+    stream a row."""
     c = _int_csr(counts)
     seeds = rng.integers(0, np.iinfo(np.int64).max, size=c.shape[0], dtype=np.int64)
     taken = np.zeros(c.data.size, dtype=np.int64)

@@ -1,8 +1,5 @@
 """Hellinger geometry of positions, classical MDS and stress measures (docs/geometry.md
-sections 2-4).
-
-Everything here works on the ``n_eff`` supported positions; no function densifies the
-``n x V`` count matrix.
+sections 2-4), on the ``n_eff`` supported positions, never densifying the ``n x V`` counts.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from .._util.lazy import stats
 from .._util.validate import check_float, check_int
 from ..errors import PosdiagWarning
 from ._gram import sqrt_rows, symmetric_product
+from ._square import symmetrize
 
 __all__ = [
     "MDS",
@@ -27,9 +25,7 @@ __all__ = [
     "StressMeasures",
     "classical_mds",
     "mds_of_gram",
-    "symmetrize",
     "compare",
-    "double_center",
     "effective_rank",
     "gram_from_distances",
     "gram_from_vectors",
@@ -83,9 +79,8 @@ def supported_prefix(supports: np.ndarray, min_count: int) -> int:
 
 
 def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.ndarray:
-    """Hellinger distances between the rows of a count matrix.
-
-    ``d_H(i, j) = sqrt(1 - BC(i, j))`` with ``BC = S S^T`` and ``S = sqrt(C / N)`` kept sparse.
+    """Hellinger distances ``sqrt(1 - BC)`` between the rows of a count matrix, ``BC = S S^T`` with
+    ``S = sqrt(C / N)`` kept sparse.
 
     Parameters
     ----------
@@ -104,18 +99,11 @@ def hellinger_distances(counts: sp.spmatrix | sp.sparray | np.ndarray) -> np.nda
     s = sqrt_rows(c)
     # Float64: the headline eigenvalues must agree with a dense float64 pipeline to 1e-6.
     d = symmetric_product(s, dtype=np.float64)
-    # d = sqrt(clip(1 - BC)) in place: no temporary the size of the result.
     np.subtract(1.0, d, out=d)
     np.clip(d, 0.0, 1.0, out=d)
     np.sqrt(d, out=d)
     np.fill_diagonal(d, 0.0)
     return d
-
-
-def double_center(m: np.ndarray) -> np.ndarray:
-    """``J M J`` with ``J = I - 11^T/n``, without forming ``J``."""
-    m = np.asarray(m, dtype=np.float64)
-    return m - m.mean(axis=0, keepdims=True) - m.mean(axis=1, keepdims=True) + m.mean()
 
 
 def gram_from_distances(delta: np.ndarray) -> np.ndarray:
@@ -132,26 +120,13 @@ def gram_from_distances(delta: np.ndarray) -> np.ndarray:
     """
     delta = np.asarray(delta, dtype=np.float64)
     b = delta * delta
-    # In place: one n x n array instead of four temporaries (2 GB each at n = 16,384).
+    # In place: one n x n array instead of four temporaries.
     col, row, grand = b.mean(axis=0), b.mean(axis=1), b.mean()
     b -= col[None, :]
     b -= row[:, None]
     b += grand
     b *= -0.5
     return symmetrize(b)
-
-
-def symmetrize(m: np.ndarray, block: int = 1024) -> np.ndarray:
-    """``m <- (m + m^T) / 2`` in place, block by block (no ``n x n`` temporary); returns ``m``."""
-    n = m.shape[0]
-    for lo in range(0, n, block):
-        hi = min(n, lo + block)
-        for lo2 in range(lo, n, block):
-            hi2 = min(n, lo2 + block)
-            avg = (m[lo:hi, lo2:hi2] + m[lo2:hi2, lo:hi].T) / 2.0
-            m[lo:hi, lo2:hi2] = avg
-            m[lo2:hi2, lo:hi] = avg.T
-    return m
 
 
 def gram_from_vectors(p: np.ndarray) -> np.ndarray:
@@ -180,14 +155,12 @@ class MDS:
     eigenvalues : ndarray of shape (n,)
         Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
     vectors : ndarray of shape (n, m)
-        Matching unit eigenvectors (columns) of the top ``m`` eigenvalues (``m = n`` up to
-        :data:`posdiag.geometry.spectral.FULL_EIGH_MAX` positions), signs fixed so each column's
-        entry of largest magnitude is positive.
+        Matching unit eigenvectors of the top ``m`` eigenvalues (``m = n`` up to
+        :data:`~posdiag.geometry.spectral.FULL_EIGH_MAX`), each column's largest entry positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
     total : float or None
-        ``||B||_F^2`` when ``eigenvalues`` holds only the top ``k`` (a partial spectrum), else
-        None (every eigenvalue is known).
+        ``||B||_F^2`` when ``eigenvalues`` holds only the top ``k``, else None.
     bottom : float or None
         The smallest eigenvalue of a partial spectrum (NaN: not computed).
     """
@@ -210,18 +183,9 @@ class MDS:
         """:func:`stress_by_rank` for the ranks whose eigenvalue is known (all, or ``k``)."""
         return stress_by_rank(self.eigenvalues, total=self.total)
 
-    @property
-    def positive_rank(self) -> int:
-        """Number of eigenvalues above the rounding tolerance."""
-        tol = NEGATIVE_EIGENVALUE_TOL * max(float(self.eigenvalues[0]), 0.0)
-        return int(np.sum(self.eigenvalues > tol))
-
     def coordinates(self, rank: int) -> np.ndarray:
-        """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank).
-
-        When only the top eigenvectors were kept (long contexts: every eigenvalue but the top
-        vectors) and ``rank`` needs more, they are computed from ``gram`` (Lanczos).
-        """
+        """Rank-``rank`` MDS encoding ``X_r = U_r diag(sqrt(l_1..l_r))``, of shape (n, rank);
+        eigenvectors not kept are computed from ``gram`` (Lanczos)."""
         top = min(self.n - 1, self.eigenvalues.shape[0])
         rank = check_int("rank", rank, 1, top, hi_label="n-1")
         lam = np.clip(self.eigenvalues[:rank], 0.0, None)
@@ -275,10 +239,8 @@ def classical_mds(distances: np.ndarray) -> MDS:
 
 
 def mds_from_gram(gram: np.ndarray) -> MDS:
-    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning).
-
-    An estimated ``B_H`` (the cross-fit, posdiag.geometry.estimator) has negative eigenvalues by
-    design; :meth:`MDS.coordinates` uses the positive ones only.
+    """Eigen-decomposition of a symmetric Gram matrix ``B`` as an :class:`MDS` (no warning: an
+    estimated ``B_H`` has negative eigenvalues by design).
 
     Parameters
     ----------
@@ -299,19 +261,15 @@ def mds_of_gram(
     bottom: bool = True,
     start_rank: int | None = None,
 ) -> MDS:
-    """Classical MDS of a Gram matrix ``B``: every eigenpair, or the top ones at long contexts.
+    """Classical MDS of a Gram matrix ``B`` (n, n): every eigenpair, or the top ones at long
+    contexts. No warning.
 
-    Up to ``full_max`` positions (default :data:`posdiag.geometry.spectral.FULL_EIGH_MAX`) the full
-    ``eigh``; up to :data:`posdiag.geometry.spectral.EIGVALSH_MAX` every eigenvalue (``eigvalsh``)
-    with the top eigenvectors only; beyond, :func:`posdiag.geometry.spectral.partial_spectrum` grown
-    until each stress tolerance in ``tolerances`` is reached (or shown unreachable), with
-    ``total = ||B||_F^2`` so the stress tail of the computed ranks stays exact, and the
-    smallest eigenvalue by Lanczos (``bottom=True``; slow on the dense cluster of noise
-    eigenvalues at the bottom of an estimated ``B_H``) or not at all (``bottom=False``: NaN).
-    ``eigvalsh_max`` defaults to :data:`~posdiag.geometry.spectral.EIGVALSH_MAX` when ``full_max``
-    is not given, else to ``full_max`` (no eigenvalues-only band). ``start_rank``: the
-    eigenvectors kept in that band and the partial solver's first set (default
-    :data:`~posdiag.geometry.spectral.START_RANK`). No warning.
+    Up to ``full_max`` positions (default :data:`~posdiag.geometry.spectral.FULL_EIGH_MAX`) the
+    full ``eigh``; up to ``eigvalsh_max`` (default :data:`~posdiag.geometry.spectral.EIGVALSH_MAX`
+    without ``full_max``, else ``full_max``) every eigenvalue with the top ``start_rank``
+    eigenvectors; beyond, :func:`~posdiag.geometry.spectral.partial_spectrum` grown for
+    ``tolerances``, with the exact ``total`` and the smallest eigenvalue by Lanczos when
+    ``bottom`` (else NaN).
     """
     from .spectral import (
         EIGVALSH_MAX,
@@ -330,16 +288,13 @@ def mds_of_gram(
     if n <= limit:
         return mds_from_gram(b)
     if n <= eigvalsh_max:
-        # Every eigenvalue without the vectors (LAPACK's tridiagonal path, several times cheaper
-        # than eigh), so the tail, the floor, every effective rank and the signal rank stay
-        # exact; the top eigenvectors by Lanczos. The smallest eigenvalue alone by Lanczos is
-        # slower still: the bottom of an estimated B_H is a dense cluster of noise eigenvalues.
+        # Every eigenvalue without the vectors (several times cheaper than eigh) keeps the tail,
+        # floor and ranks exact; Lanczos resolves the dense bottom cluster of B_H slowly.
         lam = np.linalg.eigvalsh(b)[::-1]
         vectors = _fix_signs(top_vectors(b, min(n - 1, first)))
         return MDS(eigenvalues=lam, vectors=vectors, gram=b)
-    # Longer: the top pairs only (grown for the tolerances), the exact total ||B||_F^2; the
-    # smallest eigenvalue first when asked for, so the top pairs can grow past its magnitude
-    # (the signal rank), else NaN (posdiag.reports.analysis.Spectrum says what is then unknown).
+    # The smallest eigenvalue first, so the top pairs can grow past its magnitude (the signal
+    # rank); NaN when not asked for.
     low = smallest_eigenvalue(b) if bottom else math.nan
     spec = partial_spectrum(
         b,
@@ -376,9 +331,8 @@ def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.nd
     """Stress of the rank-r MDS encoding for r = 1..n-1 (Eckart-Young eigenvalue tail).
 
     ``stress(MDS_r) = sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``; element ``r-1`` is rank ``r``.
-    A configuration's Gram is positive semi-definite, so the rank-r encoding keeps only the
-    positive eigenvalues among ``l_1..l_r``: negative eigenvalues (an estimated ``B_H``) stay in
-    every tail, and stress levels off at :func:`stress_floor` from the last positive rank on.
+    Negative eigenvalues (an estimated ``B_H``) stay in every tail, so stress levels off at
+    :func:`stress_floor` from the last positive rank on.
 
     Parameters
     ----------
@@ -392,15 +346,12 @@ def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.nd
     lam = np.asarray(eigenvalues, dtype=np.float64)
     sq = lam**2
     if total is not None:
-        # A partial spectrum (the k largest) with total = ||B||_F^2 = sum of all l^2: the tail
-        # after rank r is total minus the positive squares kept, exactly
-        # (posdiag.geometry.spectral).
+        # A partial spectrum: the tail is total minus the positive squares kept, exactly.
         if total <= 0:
             return np.zeros(sq.size)
         kept = np.cumsum(np.where(lam > 0, sq, 0.0))
         return np.sqrt(np.clip((total - kept) / total, 0.0, 1.0))
     total = sq.sum()
-    # Squares the rank-r encoding cannot absorb: every negative eigenvalue wherever it sits.
     fitted = np.where(lam > 0, sq, 0.0)
     # tail[r] = sum_{k>=r} sq[k] + (negatives before r); reversed cumsum keeps tiny tails accurate.
     tail = np.cumsum(fitted[::-1])[::-1] + np.sum(sq[lam <= 0])
@@ -410,9 +361,7 @@ def stress_by_rank(eigenvalues: np.ndarray, total: float | None = None) -> np.nd
 def stress_floor(eigenvalues: np.ndarray) -> float:
     """Lowest stress any MDS rank reaches: the share of the negative eigenvalues.
 
-    A rank-r configuration has a positive semi-definite Gram, so the negative eigenvalues of an
-    estimated ``B_H`` stay in every tail: ``sqrt(sum_{l_k<0} l_k^2 / sum_k l_k^2)``; 0 when
-    there are none.
+    ``sqrt(sum_{l_k<0} l_k^2 / sum_k l_k^2)``; 0 when there are none.
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     total = float(np.sum(lam**2))
@@ -424,9 +373,8 @@ def stress_floor(eigenvalues: np.ndarray) -> float:
 def reached_rank(eigenvalues: np.ndarray, eps: float) -> int | None:
     """Smallest rank r with ``stress(MDS_r) <= eps``, or None when no rank reaches it.
 
-    Unlike :func:`effective_rank` this does not fall back to ``n-1``: with negative eigenvalues
-    (an estimated ``B_H``) stress has a floor (:func:`stress_floor`) and a tolerance below it is
-    "not reached".
+    Unlike :func:`effective_rank` there is no fallback to ``n-1``: a tolerance below the
+    :func:`stress_floor` is "not reached".
     """
     eps = check_float("eps", eps, 0.0, 1.0)
     hits = np.flatnonzero(stress_by_rank(eigenvalues) <= eps)
@@ -564,8 +512,8 @@ def shift_equivariance(distances: np.ndarray) -> ShiftFit:
 def smoothness(distances: np.ndarray) -> float:
     """Mean distance of neighbouring positions ``(i, i+1)`` over the mean of all pairs ``i < j``.
 
-    Well below 1: positions change gradually (a smooth drift); near 1: neighbours are as far
-    apart as any two positions. NaN when every distance is 0.
+    Well below 1: a smooth drift; near 1: neighbours as far apart as any two positions. NaN
+    when every distance is 0.
     """
     d = np.asarray(distances, dtype=np.float64)
     all_mean = float(_upper(d).mean())
@@ -577,10 +525,8 @@ def smoothness(distances: np.ndarray) -> float:
 def violation_rate(d_h: np.ndarray, delta: np.ndarray) -> float:
     """Monotonicity violation rate ``(1 - tau) / 2`` over ``i < j`` (docs/geometry.md section 8).
 
-    ``tau`` is Kendall's tau-b of ``{d_H(i, j)}`` against ``{delta(i, j)}``. Without ties this is
-    exactly the fraction of pairs of position pairs the two order differently; with ties (common
-    for relative encodings, whose ``delta`` depends on ``|i-j|`` only) tau-b's tie correction
-    applies. NaN when either set of distances is constant.
+    ``tau`` is Kendall's tau-b of ``{d_H(i, j)}`` against ``{delta(i, j)}`` (the fraction of
+    pairs of pairs ordered differently, without ties). NaN when either set is constant.
 
     Parameters
     ----------

@@ -1,10 +1,6 @@
-"""The cross-fit's pieces: the halves of the data, their products, and ``BC`` from them.
-
-Why a cross-fit and how it splits the data: :mod:`posdiag.geometry.estimator`. This module holds
-what the full estimate and the held-out halves (:mod:`posdiag.geometry.heldout`) share: the
-splits by shard (:func:`shard_halves`, :func:`stacked_halves`), ``BC`` from split halves
-(:func:`crossfit_bc`) or from the exact average over every thinning
-(:func:`expected_thinning_bc`), the plug-in (:func:`plugin_bc`) and ``B_H`` from ``BC``.
+"""The cross-fit's pieces (why a cross-fit: :mod:`.estimator`), shared by the full estimate and
+the held-out halves: splits by shard, ``BC`` from split halves or from the exact average over
+every thinning, the plug-in ``BC`` and ``B_H`` from ``BC``.
 """
 
 from __future__ import annotations
@@ -41,22 +37,16 @@ __all__ = [
     "stacked_halves",
 ]
 
-# Why 10 splits: the split-to-split spread of BC is a second-order noise term; on the bundled
-# corpus and on the synthetic validation corpora the cross-fitted stresses moved by < 0.005
-# between S = 10 and S = 40, at 1/4 of the cost.
+# Why 10 splits: the split-to-split spread of BC is a second-order noise term (docs/geometry.md).
 DEFAULT_SPLITS = 10
 
 Matrix: TypeAlias = sp.spmatrix | sp.sparray | np.ndarray
 
 
 def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
-    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0.
-
-    ``H^2 = 1/2 sum_v (sqrt(p_0v) - sqrt(p_iv))^2`` summed over the union of the two supports
-    (:func:`posdiag.geometry._gram.distances_to_first`): no cancellation, so a position identical to
-    position 0 is at distance exactly 0 (``sqrt(1 - BC)`` leaves ~1e-7 of rounding there), and
-    no ``sqrt(C / N)`` matrix is built. Rows without tokens are at distance 1, as with
-    :func:`sqrt_rows`.
+    """Plug-in Hellinger distance of each of positions ``0..n-1`` to position 0, summed over the
+    union of the two supports (no cancellation: an identical position is at exactly 0; a row without
+    tokens at 1).
 
     Parameters
     ----------
@@ -87,8 +77,7 @@ def plugin_bc(counts: Matrix) -> np.ndarray:
     ndarray of shape (n, n)
     """
     s = sqrt_rows(counts)
-    # Symmetric by construction (one Gram's upper triangle, mirrored): half a product's work;
-    # float64, as cross_product.
+    # Symmetric by construction (one Gram's upper triangle, mirrored); float64, as cross_product.
     bc = symmetric_product(s, dtype=np.float64)
     np.fill_diagonal(bc, 1.0)
     return np.clip(bc, 0.0, 1.0)
@@ -104,8 +93,8 @@ def crossfit_bc(
     halves : sequence of (C^A, C^B), each of shape (n, vocab_size)
         Counts of two independent halves of the data, one pair per split.
     dtype : numpy float type
-        Precision of the products' dense BLAS block (:func:`posdiag.geometry._gram.cross_product`):
-        float64 for the headline, float32 for the split-half grams (as the thinning's).
+        Precision of the products' dense BLAS block: float64 for the headline, float32 for
+        the split-half grams.
 
     Returns
     -------
@@ -113,9 +102,8 @@ def crossfit_bc(
     """
     if not halves:
         raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
-    # sum_s (X_s + X_s^T) = M + M^T with M = sum_s X_s: the first product is written, the later
-    # ones add into it (BLAS beta = 1), and the transpose is taken once, in place (no n x n
-    # temporaries: 2 GB each at n = 16,384).
+    # sum_s (X_s + X_s^T) = M + M^T with M = sum_s X_s: the products add into one array and
+    # the transpose is taken once, in place (no n x n temporaries).
     acc: np.ndarray | None = None
     for ca, cb in halves:
         acc = cross_product(sqrt_rows(ca), sqrt_rows(cb), dtype=dtype, out=acc)
@@ -128,18 +116,13 @@ def crossfit_bc(
 def thinning_halves(
     counts: Matrix, n: int | None = None
 ) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
-    """:func:`posdiag.geometry._thinning.expected_halves` of rows ``0..n-1`` (all when None),
-    each of which needs at least 2 tokens; no copy of canonical int64 counts."""
+    """:func:`~._thinning.expected_halves` of rows ``0..n-1`` (all when None), each needing
+    at least 2 tokens; no copy of canonical int64 counts."""
     c = sp.csr_matrix(counts)
     n = c.shape[0] if n is None else n
     c = sp.csr_matrix(first_rows(c, n), dtype=np.int64)
     c.sum_duplicates()
-    supports = np.asarray(c.sum(axis=1)).ravel()
-    if np.any(supports < 2):
-        i = int(np.flatnonzero(supports < 2)[0])
-        raise PosdiagError(
-            f"cross-fit: position {i} has {int(supports[i])} tokens; thinning needs >= 2"
-        )
+    _require_tokens(np.asarray(c.sum(axis=1)).ravel(), 2, "thinning")
     return expected_halves(c)
 
 
@@ -150,11 +133,8 @@ def expected_thinning_bc(
     dtype: type[np.floating] = np.float64,
     rare: type[np.floating] | None = None,
 ) -> np.ndarray:
-    """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly.
-
-    ``E X_ij = <m^A_i, m^B_j>`` for ``i != j`` (rows are thinned independently) and ``E X_ii``
-    from each token's hypergeometric share (:mod:`posdiag.geometry._thinning`), so one product
-    replaces the ``S`` seeded thinnings, and the split-to-split noise they leave is gone.
+    """``BC`` averaged over every thinning of each row (``S -> infinity``), exactly: one product
+    (:mod:`._thinning`) instead of ``S`` seeded thinnings and their noise.
 
     Parameters
     ----------
@@ -163,15 +143,11 @@ def expected_thinning_bc(
     n : int, optional
         Positions used (default all rows).
     dtype : numpy float type
-        Precision of the product's dense BLAS block
-        (:func:`posdiag.geometry._gram.symmetric_product`).
-        The estimator passes float32 (the block centred on its columns' level) with float64
-        ``rare`` tokens: every printed number within 1e-6 of float64
-        (tests/geometry/test_longctx_paths.py), the top eigenvalues within 2e-7 at n = 4,096 and
-        5.8e-8 at 16,384.
+        Precision of the product's dense BLAS block (:func:`~._gram.symmetric_product`); the
+        estimator passes float32 with float64 ``rare`` tokens (every printed number within 1e-6
+        of float64).
     rare : numpy float type, optional
-        Precision of the rare tokens' part (default ``dtype``;
-        :func:`posdiag.geometry._gram.symmetric_product`).
+        Precision of the rare tokens' part (default ``dtype``).
 
     Returns
     -------
@@ -179,7 +155,6 @@ def expected_thinning_bc(
         Symmetric; the diagonal is ``E X_ii`` (below 1).
     """
     ma, mb, diag = thinning_halves(counts, n)
-    # (M^A M^B^T + M^B M^A^T) / 2 as two Grams' upper triangles: ~0.6 of a product's work.
     bc = symmetric_product(ma, mb, dtype=dtype, rare=rare)
     np.fill_diagonal(bc, diag)
     return bc
@@ -188,9 +163,8 @@ def expected_thinning_bc(
 def gram_from_bc(bc: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
     """``B_H = 1/2 J BC J``, symmetrised; shape (n, n).
 
-    One pass writing one array (no ``n x n`` temporaries), in double centring's order of
-    operations; ``overwrite``: written over ``bc`` when it is C-contiguous float64 (each pair
-    is read before it is written), one ``n x n`` array fewer at the peak.
+    One pass writing one array, in double centring's order of operations; ``overwrite``: into
+    ``bc`` when it is C-contiguous float64, one ``n x n`` array fewer at the peak.
     """
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     col, row, grand = bc.mean(axis=0), bc.mean(axis=1), float(bc.mean())
@@ -200,9 +174,8 @@ def gram_from_bc(bc: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
 def implied_distances(bc: np.ndarray) -> np.ndarray:
     """Distances ``sqrt(max(0, (BC_ii + BC_jj)/2 - BC_ij))`` implied by ``B_H = 1/2 J BC J``.
 
-    ``B_ii + B_jj - 2 B_ij = (BC_ii + BC_jj)/2 - BC_ij`` (the centring terms cancel), so these are
-    the distances whose Torgerson Gram is ``B_H``; with a unit diagonal they are ``sqrt(1 - BC)``.
-    A negative value (noise around a true distance near 0) is clipped at 0.
+    The centring terms cancel in ``B_ii + B_jj - 2 B_ij``, so these are the distances whose
+    Torgerson Gram is ``B_H``; a negative value (noise near distance 0) is clipped at 0.
 
     Returns
     -------
@@ -210,7 +183,6 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
     """
     bc = np.asarray(bc, dtype=np.float64)
     if bc.shape[0] >= COMPILED_FROM and bc.ndim == 2 and bc.shape[0] == bc.shape[1]:
-        # One compiled pass, the same numbers as the numpy passes, without their temporaries.
         return compiled_implied_distances(np.ascontiguousarray(bc))
     return _implied_distances_numpy(bc)
 
@@ -218,7 +190,7 @@ def implied_distances(bc: np.ndarray) -> np.ndarray:
 def _implied_distances_numpy(bc: np.ndarray) -> np.ndarray:
     """:func:`implied_distances` in numpy passes (small inputs: no compile)."""
     diag = np.diag(bc)
-    # In place on one n x n array (no temporaries: 2 GB each at n = 16,384).
+    # In place on one n x n array (no temporaries).
     d = np.add.outer(diag, diag)
     d /= 2.0
     d -= bc
@@ -244,8 +216,7 @@ def shard_halves(
     """``splits`` random halves of the shards: ``(C^A, C^B)`` on positions ``0..n-1``.
 
     ``A`` holds ``floor(K/2)`` of the ``K`` shards drawn without replacement, ``B`` the rest;
-    the splits are distinct (:func:`split_picks`), so at most :func:`distinct_splits` of them
-    (3 for 4 shards: the cross-fit then averages every split once).
+    the splits are distinct, so at most :func:`distinct_splits` of them.
 
     Parameters
     ----------
@@ -272,10 +243,9 @@ def stacked_halves(
     """:func:`shard_halves` of the shards ``subset`` of a :func:`stack_shards` stack.
 
     Lets the bootstrap split each replicate's shards without restacking them. From
-    :data:`~posdiag.geometry._compiled.COMPILED_FROM` positions, or given a
-    :class:`~posdiag.uncertainty._shardsum.ShardStack` made once for many calls, the halves are
-    summed on the shards' union pattern (compiled); below, by a sparse selection product. The
-    same draws and the same counts either way.
+    :data:`~._compiled.COMPILED_FROM` positions, or given a ``ShardStack``, the halves are
+    summed on the shards' union pattern (compiled); below, by a sparse selection product
+    (no compile). The same draws and counts either way.
     """
     if not isinstance(stack, ShardStack) and n >= COMPILED_FROM:
         stack = ShardStack(stack, n)
@@ -302,13 +272,9 @@ def distinct_splits(k: int) -> int:
 
 
 def split_picks(k: int, splits: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """The first halves (sorted shard indices ``0..k-1``) of ``min(splits,``
-    :func:`distinct_splits` ``(k))`` distinct random splits, drawn lazily from ``rng``.
-
-    A split drawn again, or its mirror, is drawn anew. Drawn independently, a replicate's 2
-    splits of 10 shards were the same split 1 time in 126: that replicate was then a 1-split
-    cross-fit, whose stress sits higher by the split noise the second split removes (an
-    outlier of several sds; benchmarks/NOTES.md, "Distinct splits").
+    """The first halves (sorted shard indices) of ``min(splits, distinct_splits(k))``
+    distinct random splits, drawn lazily from ``rng``; a split drawn again, or its mirror, is
+    drawn anew (benchmarks/NOTES.md, "Distinct splits").
     """
     seen: set[bytes] = set()
     everything = np.arange(k)
@@ -335,7 +301,7 @@ def _union_halves(stack: ShardStack, subset: np.ndarray) -> _Halves:
 
 def _selected_halves(stack: sp.csr_matrix, n: int, subset: np.ndarray) -> _Halves:
     """``(C^A, C^B)`` of the shards ``pick`` and the rest of ``subset``: one (n, K n) selection
-    product for ``C^A`` (instead of K sparse additions), ``C^B`` the subset's total minus it."""
+    product for ``C^A``, ``C^B`` the subset's total minus it."""
     k_all = stack.shape[0] // n
     rows = np.tile(np.arange(n), k_all)
     cols = np.arange(k_all * n)
@@ -366,9 +332,8 @@ def _select(
 
 
 def first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
-    """Rows ``0..n-1`` of ``c``: ``c`` itself when that is all of it and in canonical format
-    (so the callers' in-place ``sum_duplicates`` and ``sort_indices`` leave it as it is), else
-    a copy (slicing copies every row)."""
+    """Rows ``0..n-1`` of ``c``: ``c`` itself when that is all of it and canonical (callers'
+    in-place ``sum_duplicates`` leave it as it is), else a copy."""
     if n == c.shape[0] and c.has_canonical_format:
         return c
     return sp.csr_matrix(c[:n])
@@ -377,10 +342,14 @@ def first_rows(c: sp.csr_matrix, n: int) -> sp.csr_matrix:
 def check_thinnable(counts: sp.csr_matrix, n: int) -> None:
     """Every row ``0..n-1`` of ``counts`` has >= 4 tokens: after one thinning each half still
     has the 2 tokens its own inner thinning needs."""
-    # Row sums of all rows, then the first n: no copy of the rows.
-    supports = np.asarray(counts.sum(axis=1)).ravel()[:n]
-    if np.any(supports < 4):
-        i = int(np.flatnonzero(supports < 4)[0])
+    _require_tokens(np.asarray(counts.sum(axis=1)).ravel()[:n], 4, "split-half thinning")
+
+
+def _require_tokens(supports: np.ndarray, least: int, what: str) -> None:
+    """Refuse the first position whose support (shape (n,)) is below ``least`` tokens."""
+    short = np.flatnonzero(supports < least)
+    if short.size:
+        i = int(short[0])
         raise PosdiagError(
-            f"cross-fit: position {i} has {int(supports[i])} tokens; split-half thinning needs >= 4"
+            f"cross-fit: position {i} has {int(supports[i])} tokens; {what} needs >= {least}"
         )

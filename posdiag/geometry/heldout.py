@@ -1,10 +1,7 @@
-"""Held-out checks of the cross-fit: two geometries from disjoint halves of the data.
+"""Held-out checks of the cross-fit: two geometries from disjoint halves ``P``, ``Q`` of the data.
 
-``mds-r`` is fitted on one half ``P`` and scored against the other ``Q``
-(the held-out stress), and ``(B_P - B_Q)^2 / 4`` bounds the full estimate's squared
-sampling error per entry (the noise energy). :func:`split_half_summary` computes what a
-report takes from the halves one half at a time, so at long contexts no more than one half's
-``n x n`` gram is whole.
+``mds-r`` fitted on ``P`` is scored against ``Q`` (the held-out stress), and ``(B_P - B_Q)^2 / 4``
+bounds the full estimate's squared sampling error per entry (the noise energy).
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ __all__ = [
     "heldout_pair",
     "noise_energy_rows",
     "outer_splits",
-    "split_half_grams",
     "split_half_summary",
 ]
 
@@ -66,42 +62,6 @@ FOUR_OUTER_SPLITS_BELOW = 512
 ONE_OUTER_SPLIT_ABOVE = 2048
 
 
-def split_half_grams(
-    counts: Matrix,
-    n: int,
-    *,
-    shards: Sequence[Matrix] = (),
-    splits: int = DEFAULT_SPLITS,
-    seed: int = 0,
-    repeats: int | None = None,
-) -> SplitHalf:
-    """Cross-fitted ``B_H`` of two independent halves of the data, ``repeats`` times.
-
-    ``repeats`` defaults to :func:`outer_splits`: 4 below :data:`FOUR_OUTER_SPLITS_BELOW`
-    positions, 2 up to :data:`ONE_OUTER_SPLIT_ABOVE` and 1 above it: there two halves cost two
-    of the report's three Gram products, and single
-    outer splits gave held-out ``mds-1..3`` within 1.3e-4 of each other at n = 4,096 (6e-4 at
-    n = 1,024), below the three printed digits (docs/geometry.md, "Long contexts").
-    Each half gets ``max(2, splits // 2)`` inner splits. With ``>= 4`` shards the halves are
-    halves of the shards, otherwise a thinning of each position's counts, each half then
-    cross-fitted by its exact average over every inner thinning (:func:`expected_thinning_bc`).
-
-    Parameters
-    ----------
-    counts : sparse matrix or ndarray of shape (n_positions, vocab_size)
-    n : int
-        Positions analysed, ``2 <= n <= n_positions``.
-    """
-    c = sp.csr_matrix(counts)
-    n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
-    out = []
-    for sources in _outer_splits(c, n, shards, splits, seed, repeats):
-        g_p = _half_gram(sources.pop(0))
-        g_q = _half_gram(sources.pop(0))
-        out.append((g_p, g_q))
-    return SplitHalf(tuple(out))
-
-
 # A source of one half's gram: ("shards", its inner halves) or ("thinning", its counts).
 _HalfSource: TypeAlias = tuple[str, Any]
 
@@ -114,11 +74,10 @@ def _outer_splits(
     seed: int,
     repeats: int | None,
 ) -> Iterator[list[_HalfSource]]:
-    """The outer splits of :func:`split_half_grams`: per split, the sources of ``B_P`` and
-    ``B_Q`` (:func:`_half_gram`), drawn in the same order from the same stream.
-
-    A list the caller pops from, so that a half's counts are freed once its gram is made.
-    """
+    """Per outer split, the sources of ``B_P`` and ``B_Q`` (:func:`_half_gram`) as a list the caller
+    pops from. ``repeats`` defaults to :func:`outer_splits`; each half gets ``max(2, splits // 2)``
+    inner splits; with ``>= 4`` shards the halves are halves of the shards, else a thinning, each
+    half then cross-fitted by its exact average over every inner thinning."""
     if repeats is None:
         repeats = outer_splits(n)
     repeats = check_int("repeats", repeats, 1)
@@ -141,8 +100,8 @@ def _outer_splits(
             except PosdiagError:
                 sources = []  # a quarter of the shards missed a position: thin instead
         if not sources:
-            # Thinning: one random split into P and Q (it must be a real draw: held out means
-            # independent), each cross-fitted by its exact average over every inner thinning.
+            # Thinning: one random split (held out means independent), each half cross-fitted
+            # by its exact average over every inner thinning.
             check_thinnable(c, n)
             sources = [("thinning", h) for h in draw_half(first_rows(c, n), rng)]
         yield sources
@@ -160,19 +119,15 @@ def _half_gram(source: _HalfSource) -> np.ndarray:
 def heldout_pair(
     g_p: np.ndarray, x_p: np.ndarray, g_q: np.ndarray, x_q: np.ndarray, ranks: Sequence[int]
 ) -> dict[int, float]:
-    """the held-out stress of one outer split whose fits are already made.
-
-    Used by the bootstrap (posdiag.uncertainty.bootstrap): two complementary replicates are an outer
-    split of the full data, and the spread of this figure over such pairs is the spread the
-    held-out headline owes to which shards went to which half.
+    """The held-out stress of one outer split whose fits are already made (the bootstrap's
+    complementary replicates).
 
     Parameters
     ----------
     g_p, g_q : ndarray of shape (n, n)
         Cross-fitted ``B_P`` and ``B_Q`` of two disjoint halves of the data.
     x_p, x_q : ndarray of shape (n, top)
-        Their MDS coordinates (eigenvectors scaled by the square roots of the clipped
-        eigenvalues, largest first), ``top >= max(ranks)``.
+        Their MDS coordinates, ``top >= max(ranks)``.
     ranks : sequence of int, each in [1, top]
 
     Returns
@@ -188,18 +143,16 @@ def heldout_pair(
 
 
 def outer_splits(n: int) -> int:
-    """Outer splits the held-out ``mds-r`` figure averages by default at ``n`` positions: 4
-    below :data:`FOUR_OUTER_SPLITS_BELOW`, 2 up to :data:`ONE_OUTER_SPLIT_ABOVE`, 1 above it
-    (:func:`split_half_grams`)."""
+    """Outer splits the held-out ``mds-r`` averages by default at ``n`` positions: 4 below
+    :data:`FOUR_OUTER_SPLITS_BELOW`, 2 up to :data:`ONE_OUTER_SPLIT_ABOVE`, 1 above it."""
     if n < FOUR_OUTER_SPLITS_BELOW:
         return 4
     return 1 if n > ONE_OUTER_SPLIT_ABOVE else 2
 
 
 def _heldout_norm(signal: float, noise: float) -> float:
-    """``sqrt(<B_P, B_Q> + e)``, standing in for ``||B_H||`` in the held-out scores
-    (the held-out stress); 0 when the cross product ``signal`` is not positive (noise
-    swamping all signal leaves nothing to fit)."""
+    """``sqrt(<B_P, B_Q> + e)``, standing in for ``||B_H||`` in the held-out stress; 0 when
+    ``signal`` is not positive (noise swamps all signal)."""
     return float(np.sqrt(signal + noise)) if signal > 0 else 0.0
 
 
@@ -211,17 +164,15 @@ def _add_split(
     x_q: np.ndarray,
     norm: float,
 ) -> None:
-    """Add both directions of one outer split to ``acc``: the rank-r fits on ``P``
-    (coordinates ``x_p``, shape (n, top)) scored against ``B_Q``, and those on ``Q`` against
-    ``B_P``."""
+    """Add both directions of one outer split to ``acc``: the fits on ``P`` (coordinates
+    ``x_p``, (n, top)) scored against ``B_Q``, and those on ``Q`` against ``B_P``."""
     _add_heldout(acc, *_rank_sums(g_q @ x_p, x_p), norm)
     _add_heldout(acc, *_rank_sums(g_p @ x_q, x_q), norm)
 
 
 def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, norm: float) -> None:
-    """Add each rank's scale-fitted stress ``sqrt(1 - cos^2)``, the cosine clipped to [0, 1]
-    (:func:`posdiag.geometry.core.stress`), with ``norm`` standing in for ``||target||``; ``inner``
-    and ``norms`` by rank (index ``r - 1``)."""
+    """Add each rank's scale-fitted stress ``sqrt(1 - cos^2)`` (:func:`~.core.stress`) with
+    ``norm`` standing in for ``||target||``; ``inner``, ``norms`` by rank (index ``r - 1``)."""
     for r in acc:
         ng = float(norms[r - 1])
         if norm == 0.0 or ng == 0.0:
@@ -233,8 +184,7 @@ def _add_heldout(acc: dict[int, float], inner: np.ndarray, norms: np.ndarray, no
 
 # Block of the held-out fits' Lanczos (3 pairs; benchmarks/NOTES.md).
 HELDOUT_BLOCK = 8
-# Residual of the held-out fits, relative to ||B||_F: an error e in the fitted vectors moves a
-# score by ~e^2.
+# Residual of the held-out fits relative to ||B||_F: a vector error e moves a score by ~e^2.
 HELDOUT_TOL = 1e-8
 
 
@@ -242,8 +192,7 @@ def _top_mds(
     gram: np.ndarray, k: int, start: np.ndarray | None = None, partial_from: int = PARTIAL_FROM
 ) -> MDS:
     """The MDS of ``gram`` as far as rank ``k`` needs: every pair below ``partial_from``
-    positions, else the ``k`` largest by block Lanczos (:func:`~.spectral.top_pairs`, residuals
-    within :data:`HELDOUT_TOL` of ``||gram||_F``, warm-started from ``start`` (n, m) if given)."""
+    positions, else the top ``k`` by block Lanczos (warm-started from ``start`` (n, m))."""
     n = gram.shape[0]
     if n < partial_from:
         return mds_from_gram(gram)
@@ -256,15 +205,13 @@ def _top_mds(
 def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
     """Row sums of the noise energy, of shape (n,), without its ``n x n`` array.
 
-    Row blocks of ``block_bytes``: each row's sum is the one ``noise_energy(halves).sum(axis=1)``
-    gives, bit for bit (the same products, and numpy sums each row alone either way).
+    Row blocks of ``block_bytes``; each row's sum is bit for bit the whole array's.
     """
     n = halves.grams[0][0].shape[0]
-    step = max(1, block_bytes // (8 * n))
     out = np.empty(n)
-    for lo in range(0, n, step):
-        rows = slice(lo, min(n, lo + step))
-        acc = np.zeros((rows.stop - lo, n))
+    for lo, hi in _row_spans(n, block_bytes):
+        rows = slice(lo, hi)
+        acc = np.zeros((hi - lo, n))
         for g_p, g_q in halves.grams:
             d = np.subtract(g_p[rows], g_q[rows])
             d *= d
@@ -274,8 +221,7 @@ def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndar
     return out
 
 
-# Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size, so
-# the pass adds ~0.1 of an n x n array at n = 16,384 (each is 2.1 GB there).
+# Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size.
 SUMMARY_BLOCK_BYTES = 32 << 20
 
 
@@ -286,12 +232,12 @@ class SplitHalfSummary:
     Attributes
     ----------
     heldout : mapping of int to float
-        Held-out stress of ``mds-r`` for each rank asked for (the held-out stress).
+        Held-out stress of ``mds-r`` for each rank asked for.
     energy_rows : ndarray of shape (n,)
         :func:`noise_energy_rows` of the grams.
     partners : ndarray of shape (n,), int64, or None
-        Per position, how many others are within their own sampling error of it (the row sums
-        of ``posdiag.reports.analysis._pairs_within_noise``'s mask); None when not asked for.
+        Per position, how many others are within their own sampling error of it; None when
+        not asked for.
     within : int
         Pairs ``i < j`` within their sampling error (0 when ``partners`` is None).
     first_pairs : tuple of (int, int)
@@ -313,13 +259,11 @@ class _Rows:
         self.diag = np.diag(gram).copy()
 
     def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Rows ``lo..hi-1``: a view of the gram (``out`` unused), else written into ``out``
-        of shape (hi - lo, n) by the subclasses."""
+        """Rows ``lo..hi-1`` (hi - lo, n): a view of the gram, or written into ``out``."""
         return self.gram[lo:hi]
 
 
-# Columns per strip of a transposed copy: numpy's strided copy of a whole (rows, n) strip goes
-# through memory column by column, 64 columns at a time stay in cache.
+# Columns per strip of a transposed copy: 64 columns at a time stay in cache.
 _STRIP = 64
 
 
@@ -331,10 +275,8 @@ def _copy_transposed(out: np.ndarray, src: np.ndarray) -> None:
 
 class _StashedRows(_Rows):
     """Row blocks of a symmetric gram ``G`` whose strict lower triangle was copied into the
-    strict lower triangle of another symmetric array ``buf`` (its upper triangle untouched,
-    so :func:`posdiag.geometry._gram.mirror_upper` restores it bit for bit) and whose diagonal is
-    kept
-    apart. Every entry is copied, never computed: the blocks equal ``G``'s rows bit for bit."""
+    strict lower triangle of a symmetric ``buf`` (restored by :func:`mirror_upper`), its
+    diagonal kept apart. Blocks are copies, so they equal ``G``'s rows bit for bit."""
 
     def __init__(self, gram: np.ndarray, buf: np.ndarray, block_bytes: int) -> None:
         n = gram.shape[0]
@@ -360,12 +302,7 @@ class _StashedRows(_Rows):
 
 
 class _UpperRows(_Rows):
-    """Row blocks of a symmetric matrix read from the upper triangle of ``buf`` (diagonal
-    included) only: its strict lower triangle may hold a stashed gram (:class:`_StashedRows`)."""
-
-    def __init__(self, buf: np.ndarray) -> None:
-        self.gram = buf
-        self.diag = np.diag(buf).copy()
+    """Row blocks of a symmetric matrix read from its upper triangle and diagonal only."""
 
     def block(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         buf = self.gram
@@ -400,36 +337,24 @@ def split_half_summary(
     max_pairs: int = 100,
     block_bytes: int = SUMMARY_BLOCK_BYTES,
 ) -> SplitHalfSummary:
-    """the held-out stress, :func:`noise_energy_rows` and the pairs within their sampling
-    error of :func:`split_half_grams`'s grams, made one half at a time and then dropped.
-
-    At long contexts the grams were the largest thing a report held: two ``n x n`` arrays
-    beside ``B_H`` and ``D_H`` while the encodings were scored. Here each half's gram is made,
-    used and freed: ``B_P`` is fitted (its top eigenpairs) as soon as it exists; with one outer
-    split and ``stash`` given, its strict lower triangle then moves into ``stash``'s (a
-    symmetric array not read meanwhile: ``gram`` itself, whose rows are then read from its upper
-    triangle, or the distances ``D_H``), so only one half's gram is whole while ``B_Q`` is
-    made; then one pass over row blocks of both (and of ``gram``) sums everything else, and
-    ``stash``'s lower triangle is restored from its upper one.
-
-    Every entry of every block equals the whole grams' (copies only), so ``energy_rows``,
-    ``partners``, ``within`` and ``first_pairs`` are bit for bit those of the whole-matrix
-    functions; the held-out stresses differ only in the summation order of ``<B_P, B_Q>`` and
-    ``B_P X`` over row blocks (~1e-16 relative; tests/geometry/test_split_half_summary.py).
+    """The held-out stress, :func:`noise_energy_rows` and the pairs within their sampling error of
+    the split-half grams, each half's gram made, used and freed (with one outer split and ``stash``,
+    ``B_P``'s lower triangle waits in ``stash`` while ``B_Q`` is made). Equal to the whole-matrix
+    computations bit for bit, but for the held-out stresses' summation order.
 
     Parameters
     ----------
     counts, n, shards, splits, seed, repeats
-        As for :func:`split_half_grams`.
+        The counts (n_positions, vocab_size), ``n`` positions analysed and the outer splits
+        (:func:`_outer_splits`).
     gram : ndarray of shape (n, n)
-        The full-data ``B_H`` (its squared distances are what sampling error is compared with).
+        The full-data ``B_H``.
     ranks : sequence of int, each in [1, n-1]
         Held-out ``mds-r`` stresses wanted.
     noise : bool
-        Also find the pairs within their sampling error (``partners``, ``within``,
-        ``first_pairs``).
+        Also find the pairs within their sampling error.
     stash : ndarray of shape (n, n), float64, C-contiguous, writeable, exactly symmetric, optional
-        Scratch for the first half's gram (used with one outer split only; restored on return).
+        Scratch for the first half's gram (``gram`` itself or ``D_H``; restored on return).
     max_pairs : int
         Pairs listed in ``first_pairs``.
 
@@ -444,7 +369,6 @@ def split_half_summary(
     gram = np.asarray(gram, dtype=np.float64)
     if repeats is None:
         repeats = outer_splits(n)
-    # The stash may be the gram itself: its lower triangle is then read from its upper one.
     rows_h = _UpperRows(gram) if stash is gram else _Rows(gram)
     usable = _usable_stash(stash, n) and repeats == 1
     with small_blas(n):
@@ -492,8 +416,7 @@ def _usable_stash(stash: np.ndarray | None, n: int) -> bool:
 
 
 def _fit(gram: np.ndarray, top: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The rank-``top`` MDS coordinates of ``gram`` and its eigenvectors (the next fit's start);
-    the fit itself, which holds the gram, is dropped."""
+    """The rank-``top`` MDS coordinates of ``gram`` and its eigenvectors (the next start)."""
     fit = _top_mds(gram, top, start)
     return fit.coordinates(top), fit.vectors
 
@@ -518,16 +441,10 @@ def _heldout_of(
 
 
 def _rank_sums(product: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``<target, G_r>`` and ``||G_r||_F`` for the Grams ``G_r = X_r X_r^T`` of the rank-r MDS
-    coordinates ``x`` (shape (n, top)), r = 1..top, from ``product = target @ x``, without
-    forming any ``G_r``.
+    """``<target, G_r>`` and ``||G_r||_F`` for ``G_r = X_r X_r^T``, r = 1..top, from ``product =
+    target @ x`` (x: (n, top)), without forming any ``G_r``; two arrays of shape (top,).
 
-    ``<B, X X^T> = sum((B X) o X)`` (one pass over ``B`` for every rank: the columns add up) and
-    ``||X X^T||_F = ||X^T X||_F`` (an r x r matrix): no n x n product per rank per fit.
-
-    Returns
-    -------
-    (ndarray of shape (top,), ndarray of shape (top,))
+    ``<B, X X^T> = sum((B X) o X)`` and ``||X X^T||_F = ||X^T X||_F``.
     """
     inner = np.cumsum(np.einsum("ij,ij->j", product, x))
     small = x.T @ x
@@ -542,10 +459,9 @@ def _summary_pass(
     max_pairs: int,
     block_bytes: int,
 ) -> tuple[np.ndarray, list[float], np.ndarray | None, int, tuple[tuple[int, int], ...]]:
-    """One pass over row blocks of every half's grams: the noise energy of each row, ``<B_P,
-    B_Q>``, ``B_P X_Q`` (into each half's last slot) and the pairs within sampling error, each
-    entry with :func:`noise_energy_rows`'s and the whole-matrix mask's arithmetic (compiled from
-    :data:`~posdiag.geometry._compiled.COMPILED_FROM` positions on: :mod:`._summary`)."""
+    """One pass over row blocks of every half's grams: each row's noise energy, ``<B_P, B_Q>``,
+    ``B_P X_Q`` (into each half's last slot) and the pairs within sampling error (compiled from
+    :data:`~._compiled.COMPILED_FROM` positions on: :mod:`._summary`)."""
     n = rows_h.gram.shape[0]
     energy = np.empty(n)
     signals = [0.0] * len(halves)
@@ -558,8 +474,7 @@ def _summary_pass(
     last = len(halves) - 1
     kern = _summary_kernels() if n >= COMPILED_FROM else None
     spans = _row_spans(n, block_bytes)
-    # Scratch blocks reused by every row block: a fresh (rows, n) array per operation cost more
-    # than the arithmetic, each of its pages faulted in anew.
+    # Scratch blocks reused by every row block: fresh pages cost more than the arithmetic.
     size = (max(hi - lo for lo, hi in spans), n)
     acc_all, rows_all = np.empty(size), np.empty(size)
     acc_m_all = np.empty(size) if noise else None
@@ -591,7 +506,6 @@ def _summary_pass(
         else:
             acc_m /= scale
             np.sqrt(acc_m, out=acc_m)
-            # The squared distances of B_H, written over the block of its rows and acc.
             np.add(diag[lo:hi, None], diag[None, :], out=acc)
             np.subtract(acc, np.multiply(h, 2.0, out=rows), out=acc)
             np.less_equal(acc, acc_m, out=upper)
@@ -601,7 +515,6 @@ def _summary_pass(
             above = np.count_nonzero(upper, axis=1)
         within += int(above.sum())
         if len(first) < max_pairs:
-            # Only the rows holding the pairs still listed (np.nonzero's row-major order).
             take = max_pairs - len(first)
             upto = int(np.searchsorted(np.cumsum(above), take)) + 1
             i, j = np.nonzero(upper[:upto])
@@ -619,9 +532,8 @@ def _differences(
     acc_m: np.ndarray,
     noise: bool,
 ) -> None:
-    """One half's terms of a row block in numpy (``posdiag.geometry._summary``'s ``differences``
-    without the division): ``acc (+)= (p - q)^2``; with ``noise`` ``acc_m (+)= ((dd_i + dd_j)
-    - 2 (p - q))^2``, ``dd_rows`` the block's rows of ``dd``."""
+    """One half's terms of a row block (``_summary``'s ``differences`` without the division):
+    ``acc (+)= (p - q)^2``; with ``noise`` ``acc_m (+)= ((dd_i + dd_j) - 2 (p - q))^2``."""
     d = p - q
     if noise:
         m = (dd_rows[:, None] + dd[None, :]) - 2.0 * d

@@ -1,28 +1,13 @@
-"""The cross-fitted geometry at long contexts without an ``n x n`` array (issue 35).
+"""The cross-fitted geometry at long contexts without an ``n x n`` array (docs/geometry.md,
+"Long contexts: the implicit path").
 
-Every figure of the stress table is a sum over position pairs of ``B_H = 1/2 J BC J`` with
-``BC = mean_s (X_s + X_s^T) / 2``, ``X_s = R^A_s (R^B_s)^T`` (docs/geometry.md 2b), so none needs
-``BC`` itself (docs/geometry.md, "Long contexts: the implicit path"):
-
-- **row means** ``m = BC 1 / n`` are exact: ``BC 1 = mean_s (R^A (R^B^T 1) + R^B (R^A^T 1)) / 2``,
-  so a centred entry ``(J BC J)_ij = BC_ij - m_i - m_j + mean(m)`` costs one sparse dot product
-  per half (:func:`gram_entries`);
-- **lag sums** ``sum_i B_H[i, i+l]`` (all a Toeplitz encoding's score needs, with
-  ``<B_H, B_E> = -1/2 <B_H, D_E^2>`` because ``B_H`` is double-centred) are exact: the lag sums of
-  ``X`` are per-token cross-correlations of the columns of ``R^A`` and ``R^B``, by FFT for tokens
-  in many rows and by pair lists for the rest (:func:`gram_lag_sums`);
-- **products** ``B_H x`` are four sparse gathers per split (:func:`gram_matmat`), so the top
-  eigenpairs come from the block Lanczos of :mod:`posdiag.geometry.spectral` on that operator;
-- ``||B_H||_F^2`` is ``sum_k l_k^2`` over the computed pairs plus the squared norm of the
-  residual ``B_H - U diag(l) U^T``, which is estimated from a seeded sample of position pairs
-  stratified by lag (near lags enumerated, the diagonal exact), with a standard error from the
-  same sample; or exactly by row blocks (:func:`gram_frobenius_exact`) where that is affordable.
-  The low-rank part is exact, so the sample only has to resolve the (noise-like) residual;
-- a table encoding's ``<B_H, (JP)(JP)^T>`` is the same split: ``sum_k l_k ||P^T J u_k||^2``
-  exactly plus the residual's share from the same pair sample.
-
-Memory: the halves and their transposes (``O(nnz)``), ``O(n (rank + lags))`` vectors, and the
-pair sample; never ``O(n^2)``.
+``B_H = 1/2 J BC J`` with ``BC = mean_s (X_s + X_s^T) / 2``, ``X_s = R^A_s (R^B_s)^T``, is held as
+its halves: row means (:func:`bc_row_means`), entries (:func:`gram_entries`), lag sums by FFT
+and pair lists (:func:`gram_lag_sums`) and products (:func:`gram_matmat`, for the block Lanczos
+of :mod:`.spectral`) are exact; ``||B_H||_F^2`` is the top pairs' ``sum_k l_k^2`` plus the
+residual's squared norm from a seeded lag-stratified pair sample (with its standard error), or
+exact by row blocks (:func:`gram_frobenius_exact`). Memory ``O(nnz + n (rank + lags))`` plus the
+pair sample, never ``O(n^2)``.
 """
 
 from __future__ import annotations
@@ -70,13 +55,11 @@ __all__ = [
 # Position pairs sampled for the residual norm (and table encodings' residual share), besides
 # the diagonal; the standard error it leaves is reported with every figure.
 DEFAULT_PAIRS = 50_000
-# Eigenpairs the implicit path grows to at most (each pass is a sparse product over every count,
-# ~1.3 s of CPU at n = 32,768): effective ranks past it read "> 32".
+# Eigenpairs the implicit path grows to at most (each pass is a sparse product over every
+# count): effective ranks past it read "> 32".
 IMPLICIT_MAX_RANK = 32
-# A token's lag sums go by FFT (two real transforms of length ~2n) when its pair list
-# nnz_A(v) nnz_B(v) is longer than this many times the transform length (one pair is one
-# multiply-add, ~1.2 ns; a token's two transforms and their products ~1.5 ms at n = 32,768, the
-# break-even near 18 pairs a point: benchmarks/NOTES.md).
+# A token's lag sums go by FFT when its pair list nnz_A(v) nnz_B(v) is longer than this many
+# times the transform length (the break-even: benchmarks/NOTES.md).
 FFT_PAIRS_PER_POINT = 16.0
 # Frequent tokens transformed per block (dense block of ~2n x this, float64).
 FFT_BLOCK = 64
@@ -97,12 +80,10 @@ class ImplicitBC:
     diagonal : ndarray of shape (n,)
         ``BC_ii`` (the products' own diagonal, or the thinning's exact ``E X_ii``).
     own : ndarray of shape (n,)
-        The products' diagonal ``mean_s <R^A_i, R^B_i>``: :func:`bc_matmat` replaces it by
-        ``diagonal``.
+        The products' diagonal ``mean_s <R^A_i, R^B_i>``, which ``diagonal`` replaces.
     same : tuple of bool
-        Whether a split's two halves are the same matrix (the thinning of a corpus whose every
-        position has an even number of tokens, e.g. a packed view with an even number of
-        windows): ``(X + X^T) / 2 = R R^T``, one product instead of two.
+        Whether a split's two halves are the same matrix (every position's token count even):
+        ``(X + X^T) / 2 = R R^T``, one product instead of two.
     """
 
     halves: tuple[tuple[sp.csr_matrix, sp.csr_matrix], ...]
@@ -139,12 +120,8 @@ def _build(
     for (a, b), one in zip(halves, same, strict=True):
         at = _canonical(a.T.tocsr())
         transposes.append((at, at if one else _canonical(b.T.tocsr())))
-        if one:
-            own += np.asarray(sp.csr_matrix((a.data * a.data, a.indices, a.indptr)).sum(axis=1))[
-                :, 0
-            ]
-        else:
-            own += np.asarray(a.multiply(b).sum(axis=1)).ravel()
+        prod = sp.csr_matrix((a.data * a.data, a.indices, a.indptr)) if one else a.multiply(b)
+        own += np.asarray(prod.sum(axis=1)).ravel()
     own /= len(halves)
     diagonal = own.copy() if diag is None else diag
     return ImplicitBC(halves, tuple(transposes), diagonal, own, same)
@@ -160,12 +137,8 @@ def _identical(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
 
 
 def from_thinning(counts: sp.spmatrix | np.ndarray, n: int) -> ImplicitBC:
-    """The exact average over every thinning of rows ``0..n-1`` (docs/geometry.md 2b):
-    ``M^A``, ``M^B`` and the diagonal ``E X_ii`` of
-    :func:`posdiag.geometry._thinning.expected_halves`.
-
-    The same ``BC`` as :func:`posdiag.geometry.estimator.expected_thinning_bc`.
-    """
+    """The exact average over every thinning of rows ``0..n-1`` (docs/geometry.md 2b), the
+    ``BC`` of :func:`~.crossfit.expected_thinning_bc`."""
     # No copy of canonical int64 counts: at 131,072 positions they are 1.6 GB.
     ma, mb, diag = thinning_halves(counts, n)
     return _build([(ma, mb)], diag)
@@ -181,8 +154,7 @@ def from_halves(
 
 def from_rows(s: sp.spmatrix) -> ImplicitBC:
     """The plug-in ``BC = S S^T`` of square-root rows ``S`` (n, V), diagonal exactly 1
-    (docs/geometry.md section 2; :func:`posdiag.geometry.estimator.plugin_bc` without its clip
-    to [0, 1], which only rounding can reach)."""
+    (:func:`~.crossfit.plugin_bc` without its clip to [0, 1], which only rounding reaches)."""
     s = _canonical(s)
     return _build([(s, s)], np.ones(s.shape[0]))
 
@@ -286,8 +258,8 @@ def bc_lag_sums(bc: ImplicitBC) -> np.ndarray:
 
 
 def gram_lag_sums(bc: ImplicitBC, means: np.ndarray | None = None) -> np.ndarray:
-    """Diagonal sums ``sum_i B_H[i, i+l]``, ``l = 0..n-1`` (what
-    :class:`posdiag.scoring.scores.CorpusSide` holds as ``b_lags``); exact, shape (n,)."""
+    """Diagonal sums ``sum_i B_H[i, i+l]``, ``l = 0..n-1`` (``CorpusSide.b_lags``); exact,
+    shape (n,)."""
     n = bc.n
     m = bc_row_means(bc) if means is None else means
     prefix = np.concatenate(([0.0], np.cumsum(m)))
@@ -298,8 +270,7 @@ def gram_lag_sums(bc: ImplicitBC, means: np.ndarray | None = None) -> np.ndarray
 
 
 def gram_frobenius_exact(bc: ImplicitBC, means: np.ndarray | None = None) -> float:
-    """``||B_H||_F^2`` exactly, by blocks of rows of ``BC`` (time of the dense products, memory
-    of one block)."""
+    """``||B_H||_F^2`` exactly, by blocks of rows of ``BC``."""
     n = bc.n
     m = bc_row_means(bc) if means is None else means
     grand = float(m.mean())
@@ -460,14 +431,21 @@ class ImplicitGeometry:
         return math.sqrt(self.total_var)
 
 
-def _low_rank(spec: PartialSpectrum, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    u = spec.vectors
+def _pair_dots(
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, cols: np.ndarray, step: int
+) -> np.ndarray:
+    """``<x[rows[k]], y[cols[k]]>`` for (n, d) ``x`` and ``y``, ``step`` pairs at a time; (m,)."""
     out = np.empty(rows.size)
-    step = 1 << 16
     for lo in range(0, rows.size, step):
         r, c = rows[lo : lo + step], cols[lo : lo + step]
-        out[lo : lo + step] = np.einsum("ij,ij->i", u[r] * spec.eigenvalues[None, :], u[c])
+        out[lo : lo + step] = np.einsum("ij,ij->i", x[r], y[c])
     return out
+
+
+def _low_rank(spec: PartialSpectrum, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``(U diag(l) U^T)[rows[k], cols[k]]`` of the top pairs; shape (m,)."""
+    u = spec.vectors
+    return _pair_dots(u * spec.eigenvalues[None, :], u, rows, cols, 1 << 16)
 
 
 def implicit_geometry(
@@ -494,8 +472,7 @@ def implicit_geometry(
     exact_total : bool
         Compute ``||B_H||_F^2`` by row blocks (the cost of the dense products) instead.
     spectrum : PartialSpectrum, optional
-        Eigenpairs of the same ``bc`` computed before (another pair sample of one geometry):
-        no Lanczos.
+        Eigenpairs of the same ``bc`` computed before: no Lanczos.
     """
     n = bc.n
     means = bc_row_means(bc)
@@ -578,12 +555,8 @@ def score_vectors(geom: ImplicitGeometry, p: np.ndarray) -> Scored:
     proj = q.T @ spec.vectors  # (d, k)
     inner_top = float(np.sum(spec.eigenvalues * np.sum(proj * proj, axis=0)))
     sample = geom.pairs
-    e = np.empty(sample.rows.size)
     step = max(1, (32 << 20) // (8 * max(1, q.shape[1])))  # rows gathered per chunk
-    for lo in range(0, e.size, step):
-        r, c = sample.rows[lo : lo + step], sample.cols[lo : lo + step]
-        e[lo : lo + step] = np.einsum("ij,ij->i", q[r], q[c])
-    y = geom.residual * e
+    y = geom.residual * _pair_dots(q, q, sample.rows, sample.cols, step)
     r2 = geom.residual * geom.residual
     inner = inner_top + sample.total(y)
     gram = q.T @ q

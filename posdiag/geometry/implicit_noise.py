@@ -1,10 +1,8 @@
-"""What ``diagnose`` estimates at long contexts from the implicit geometry (issue 35;
-docs/geometry.md, "Long contexts: the implicit path"): the pairs within the sampling noise and
-the noise's share of the geometry, from the pair sample of an
-:class:`~posdiag.geometry.implicit.ImplicitGeometry` (:func:`split_noise` for the cross-fit, with
-the outer split's halves taken one at a time by :func:`split_entries`; :func:`floor_noise` for the
-plug-in), and the shift-equivariance ``R^2`` from a sample at every lag (:func:`shift_estimate`).
-Each figure comes with its standard error; each is exact when its sample holds every pair.
+"""What ``diagnose`` estimates at long contexts from an
+:class:`~posdiag.geometry.implicit.ImplicitGeometry` (docs/geometry.md, "Long contexts: the
+implicit path"): the pairs within the sampling noise and the noise's share from its pair sample
+(:func:`split_noise`, :func:`floor_noise`), and the shift-equivariance ``R^2`` from a sample at
+every lag (:func:`shift_estimate`), each with its standard error.
 """
 
 from __future__ import annotations
@@ -46,8 +44,8 @@ def sampled_gram(geom: ImplicitGeometry) -> np.ndarray:
 
 
 def gram_diagonal(geom: ImplicitGeometry, sampled: np.ndarray | None = None) -> np.ndarray:
-    """``B_H[i, i]``, shape (n,), exact: every ``(i, i)`` is in the pair sample; read from
-    ``sampled`` (:func:`sampled_gram`) when the caller has it."""
+    """``B_H[i, i]``, shape (n,), exact (every ``(i, i)`` is sampled); read from ``sampled``
+    (:func:`sampled_gram`) when given."""
     s = geom.pairs
     on = np.flatnonzero(s.rows == s.cols)
     diag = np.empty(geom.n)
@@ -78,9 +76,8 @@ def split_entries(
     seed: int = 0,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``B_P`` and ``B_Q`` at the pairs ``(rows[k], cols[k])`` for each outer split of
-    :func:`posdiag.geometry.heldout.split_half_grams` (the same draws from the same stream:
-    halves of the shards, or a thinning), each half's ``BC`` implicit and only one in memory at
-    a time (at 131,072 positions one costs ~2.5 GB)."""
+    :func:`~.heldout.split_half_summary` (the same draws), each half's ``BC`` implicit and only one
+    in memory at a time."""
     from .heldout import _outer_splits
 
     out = []
@@ -98,8 +95,8 @@ def split_entries(
 
 @dataclass(frozen=True)
 class PairsWithinNoise:
-    """The position pairs ``i < j`` whose distance sampling noise could explain, and the noise's
-    share of the geometry, estimated from the pair sample of an :class:`ImplicitGeometry`.
+    """The pairs ``i < j`` whose distance sampling noise could explain, and the noise's share
+    of the geometry, estimated from a pair sample.
 
     Attributes
     ----------
@@ -108,8 +105,8 @@ class PairsWithinNoise:
     examples : tuple of (int, int)
         Sampled pairs within the noise, ``i < j`` in row-major order.
     energy, energy_se : float
-        Cross-fit: ``sum_ij (B_P - B_Q)_ij^2 / 4`` (mean over outer splits), the squared sampling
-        error bound of :func:`posdiag.geometry.heldout.noise_energy_rows`; NaN for the plug-in.
+        Cross-fit: ``sum_ij (B_P - B_Q)_ij^2 / 4`` (mean over outer splits); NaN for the
+        plug-in.
     share, share_se : float
         The noise's share of the geometry (docs/geometry.md section 8) and its standard error.
     """
@@ -145,11 +142,10 @@ def split_noise(
     *,
     max_pairs: int = 100,
 ) -> PairsWithinNoise:
-    """The cross-fit's noise from two independent halves of the data, given as their ``B_P`` and
-    ``B_Q`` at ``geom``'s sampled pairs (:func:`split_entries`): a pair is within its sampling
-    error when its squared distance in ``B_H`` is at most the rms of ``|D^2_P - D^2_Q| / 2`` over
-    the outer splits (the rule of :func:`posdiag.geometry.heldout.split_half_summary`), and the
-    noise share is the energy over ``||B_H||_F^2``; both from ``geom``'s pair sample."""
+    """The cross-fit's noise from ``B_P`` and ``B_Q`` at ``geom``'s sampled pairs
+    (:func:`split_entries`): a pair is within its sampling error when its squared distance is
+    at most the rms of ``|D^2_P - D^2_Q| / 2`` over the outer splits (as
+    :func:`~.heldout.split_half_summary`); the share is the energy over ``||B_H||_F^2``."""
     s = geom.pairs
     d2, _ = _squared_distances(geom)
     on = s.rows == s.cols
@@ -180,11 +176,9 @@ def split_noise(
 def floor_noise(
     geom: ImplicitGeometry, floor: np.ndarray, noise_trace: float, *, max_pairs: int = 100
 ) -> PairsWithinNoise:
-    """The plug-in's noise from the split-half floor ``f`` (shape (n,)): a pair is within it when
-    ``d_H(i, j) <= sqrt(f_i^2 + f_j^2) / 2`` (:func:`posdiag.uncertainty.bootstrap.pair_floor`),
-    from the pair sample; the share ``noise_trace / tr(B_H)`` is exact (the diagonal is in the
-    sample), ``noise_trace`` the trace ``tr(J diag(e) J)``, ``e = f^2 / 4``, that the noise
-    adds (:func:`posdiag.reports.intervals.position_noise_share`'s numerator, summed)."""
+    """The plug-in's noise from the split-half floor ``f`` (n,): a pair is within it when
+    ``d_H(i, j) <= sqrt(f_i^2 + f_j^2) / 2``; the share ``noise_trace / tr(B_H)`` is exact,
+    ``noise_trace`` the trace ``tr(J diag(f^2 / 4) J)`` the noise adds."""
     s = geom.pairs
     d2, diag = _squared_distances(geom)
     f2 = np.asarray(floor, dtype=np.float64) ** 2
@@ -199,8 +193,8 @@ def floor_noise(
 
 @dataclass(frozen=True)
 class ShiftEstimate:
-    """Shift-equivariance of ``D_H`` (:func:`posdiag.geometry.core.shift_equivariance`) and its
-    smoothness (:func:`posdiag.geometry.core.smoothness`) from a sample of pairs at every lag.
+    """Shift-equivariance of ``D_H`` (:func:`~.core.shift_equivariance`) and its smoothness
+    from a sample of pairs at every lag.
 
     Attributes
     ----------
@@ -234,8 +228,8 @@ SHIFT_GROUPS = 8
 
 
 def _lag_sample(n: int, per_lag: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows, lags and whether each lag is enumerated: every pair at lag 1 and at any lag with at
-    most ``per_lag`` pairs, else ``per_lag`` seeded draws (with replacement)."""
+    """Rows, lags and whether each lag is enumerated (lag 1 and lags of at most ``per_lag``
+    pairs), else ``per_lag`` seeded draws with replacement."""
     rng = np.random.default_rng([seed, 36])
     lags = np.arange(1, n)
     size = n - lags
@@ -253,8 +247,8 @@ def _lag_sample(n: int, per_lag: int, seed: int) -> tuple[np.ndarray, np.ndarray
 def shift_estimate(
     geom: ImplicitGeometry, bc: ImplicitBC, *, pairs: int = DEFAULT_PAIRS, seed: int = 0
 ) -> ShiftEstimate:
-    """:class:`ShiftEstimate` of ``B_H`` from about ``pairs`` pairs spread over every lag (at
-    least 2 a lag, so that each lag's spread is estimated): exact when ``pairs`` covers them."""
+    """:class:`ShiftEstimate` of ``B_H`` from about ``pairs`` pairs over every lag (at least 2
+    a lag); exact when ``pairs`` covers them."""
     n = geom.n
     per_lag = max(2, pairs // n)
     rows, lag, full = _lag_sample(n, per_lag, seed)

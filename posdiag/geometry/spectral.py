@@ -1,27 +1,16 @@
 """Only the eigen-information a report needs, at long contexts.
 
-The stress of the rank-r MDS encoding is an eigenvalue tail,
-``sqrt(sum_{k>r} l_k^2 / sum_k l_k^2)``, and ``sum_k l_k^2 = ||B||_F^2`` needs no eigenvalue at
-all. So the tail after the top ``K`` eigenvalues is ``||B||_F^2 - sum_{k<=K} l_k^2`` exactly, and a
-report needs only the top eigenpairs (coordinates, the effective ranks of the tolerances asked
-for), found by a partial solver:
+The stress of the rank-r MDS encoding is ``sqrt(sum_{k>r} l_k^2 / ||B||_F^2)``, so the tail after
+the top ``K`` eigenvalues is ``||B||_F^2 - sum_{k<=K} l_k^2`` exactly and a report needs only the
+top eigenpairs: the full ``eigh`` up to :data:`FULL_EIGH_MAX`, else block Lanczos with full
+reorthogonalisation (:class:`_BlockLanczos`, one BLAS-3 pass ``Q B`` per block of :data:`BLOCK`
+vectors), whose basis only grows as the pairs grow (16, 32, 64, ...) until every requested
+tolerance is reached, shown unreachable (the positive eigenvalues are exhausted: the tail is the
+stress floor) or ``max_rank`` is hit. Bootstrap replicates use block subspace iteration
+warm-started from the previous eigenvectors (:func:`top_eigenpairs`).
 
-- ``n <= FULL_EIGH_MAX``: the full ``eigh`` (exact, every eigenvalue; what small inputs always did).
-- larger ``n``: block Lanczos with full reorthogonalisation (:class:`_BlockLanczos`): each pass
-  is one BLAS-3 product ``Q B`` of a block of :data:`BLOCK` vectors (about the memory traffic
-  of one matrix-vector product, far fewer passes than single-vector Lanczos), and the basis
-  only grows, so growing the number of pairs (16, 32, 64, ... until every requested tolerance
-  is reached, the positive eigenvalues are exhausted -- the tolerance is then shown
-  unreachable: the remaining tail, made of negative eigenvalues, is the stress floor -- or
-  ``max_rank`` is hit) continues the same Krylov space instead of starting again.
-- bootstrap replicates: block subspace iteration warm-started from the previous eigenvectors
-  (:func:`top_eigenpairs`), a few passes.
-
-Accuracy: iteration stops when every wanted Ritz pair has residual
-``||B u - theta u|| <= tol * ||B||_F``; for a symmetric matrix each such ``theta`` is within the
-residual of an eigenvalue (and within ``residual^2 / gap`` of its own), so with the default
-``tol = 1e-7`` every computed eigenvalue is within ``1e-7 ||B||_F`` of the truth (in practice
-~1e-13, the square), and so is each stress-by-rank value relative to 1.
+Every returned Ritz pair has residual ``||B u - theta u|| <= tol * ||B||_F``, so each eigenvalue
+and each stress-by-rank value (relative to 1) is within ``tol`` (default 1e-7) of the truth.
 """
 
 from __future__ import annotations
@@ -61,17 +50,14 @@ PARTIAL_FROM = 512
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs
-# more than it saves; effective ranks beyond are reported as "> k" (a noisy plug-in spectrum can
-# need ~1,500 ranks for stress 0.1).
+# more than it saves; effective ranks beyond are reported as "> k".
 DEFAULT_MAX_RANK = 128
 DEFAULT_TOL = 1e-7
-# Eigenvectors used as coordinates (MDS fits) are converged further: their error is the
-# residual over the eigengap, so 1e-10 (what ARPACK was asked for before) keeps them to ~1e-9.
+# Eigenvectors used as coordinates err by the residual over the eigengap: converge them further.
 VECTOR_TOL = 1e-10
 # Vectors per block: a pass B Q reads B once whatever the block (benchmarks/NOTES.md).
 BLOCK = 32
-# Passes at most (a guard: the basis restarts past _basis_limit, and a pathological cluster
-# could stall it); what was reached is returned with its residual.
+# Passes at most (a guard against a pathological cluster); what was reached is returned.
 MAX_PASSES = 1000
 
 
@@ -146,10 +132,7 @@ class PartialSpectrum:
 def _orthonormal(m: np.ndarray) -> np.ndarray:
     """Orthonormal basis of the columns of ``m`` (n, p) by Cholesky QR, twice (CholeskyQR2).
 
-    Two BLAS-3 products instead of Householder QR, whose level-2 steps fight for the cores of a
-    loaded machine.
-    The Ritz vectors times ``B`` are nearly orthogonal already, so the Gram matrix is well
-    conditioned; Householder QR remains the fallback for a singular one.
+    BLAS-3 products instead of Householder QR, which stays the fallback for a singular Gram.
     """
     m = m / np.maximum(np.linalg.norm(m, axis=0), np.finfo(float).tiny)[None, :]
     try:
@@ -240,24 +223,17 @@ def _next_block(
     """Orthonormal rows ``q`` (size, n), orthogonal to ``basis``, whose span holds the rows of
     ``r`` (j, n), and ``c`` (size, j) with ``r = c^T q`` up to ``1e-13 scale``.
 
-    ``r`` is orthogonal to the rows of ``basis`` already, up to rounding of order
-    ``eps * scale`` (``scale = ||B||_F``). When every singular value of ``r`` exceeds
-    ``1e-6 scale``: Cholesky QR twice, a few BLAS-3 products (cheaper than LAPACK's Householder
-    QR). Otherwise -- an invariant subspace was found, ``B`` has
-    low rank, or the basis is about to span everything -- normalising a small direction would
-    magnify its rounding: the singular directions of ``r`` above ``1e-13 scale`` (SVD) are
-    made orthogonal to ``basis`` once more and completed by random rows orthogonal to it,
-    along which ``r`` has no part.
+    Cholesky QR twice when every singular value of ``r`` exceeds ``1e-6 scale``; otherwise
+    (an invariant subspace, low rank, or a basis about to span everything) the SVD directions
+    of ``r`` above ``1e-13 scale``, completed by random rows orthogonal to ``basis``.
     """
     j = r.shape[0]
     if size == j:
         try:
             g1 = np.linalg.cholesky(r @ r.T)
-            # The singular values of r are those of its Cholesky factor (resolved down to
-            # ~1e-8 of the largest, enough for the 1e-6 asked for here).
+            # Its singular values are r's (resolved to ~1e-8 of the largest).
             if float(scipy.linalg.svdvals(g1)[-1]) > 1e-6 * scale:
-                # The small triangular inverses times r: a GEMM each, cheaper than
-                # solve_triangular's per-call overhead.
+                # Triangular inverses times r: a GEMM each, cheaper than solve_triangular.
                 q = _lower_inverse(g1) @ r
                 g2 = np.linalg.cholesky(q @ q.T)
                 q = _lower_inverse(g2) @ q
@@ -279,15 +255,10 @@ class _BlockLanczos:
     """Block Lanczos with full reorthogonalisation and thick restarts.
 
     The basis is kept as rows ``v`` (m, n) with their images ``w = v B``; the projection
-    ``h = v B v^T`` is computed explicitly (not assumed block tridiagonal), so Rayleigh-Ritz is
-    exact for the basis held. After the newest block, ``(I - v^T v) B v^T`` lies along the next
-    block ``q`` only (the Krylov property): ``r = c^T q`` for the newest block's residual, so
-    the residual of a Ritz pair ``(theta, s)`` is ``||c s_last||`` without touching ``B``;
-    :meth:`pairs` checks it explicitly from ``w``. When the basis would exceed ``max_basis``
-    rows it restarts from its best Ritz vectors (their images and ``h = diag(theta)`` follow
-    exactly; ``c`` is carried along), which keeps the Krylov property.
-
-    Memory: ``v`` and ``w``, each ``max_basis x n`` float64, besides ``B``.
+    ``h = v B v^T`` is computed explicitly, so Rayleigh-Ritz is exact for the basis held. The
+    newest block's residual is ``r = c^T q`` along the next block ``q`` (the Krylov property), so a
+    Ritz pair's residual is ``||c s_last||`` without touching ``B``. Past ``max_basis`` rows it
+    restarts from its best Ritz vectors. Memory: ``v`` and ``w``, each ``max_basis x n`` float64.
     """
 
     def __init__(
@@ -304,8 +275,7 @@ class _BlockLanczos:
         self.fro = float(np.linalg.norm(b)) if fro is None else fro
         self.scale = self.fro if self.fro > 0 else 1.0
         self.rng = np.random.default_rng(seed)
-        # Every block has the first one's size: the next block must span the whole residual of
-        # the newest one (the Krylov property), and a warm start may be wider than ``block``.
+        # Every block has the first one's size: the next must span the newest one's residual.
         first = min(n, max(block, 1, 0 if start is None else start.shape[1]))
         self.block = first
         self.max_basis = min(n, max(max_basis, 3 * first))
@@ -353,11 +323,8 @@ class _BlockLanczos:
             self.v[m : m + j] = q
             self.w[m : m + j] = z
             basis = self.v[: m + j]
-            # Gram-Schmidt twice keeps the basis orthogonal to rounding: first against the
-            # newest two blocks (z = B q lies in their span and the next block's, the Lanczos
-            # recurrence), then against the whole basis. The projection column v z^T is the
-            # sum of both coefficient sets (exact for an orthonormal basis), so Rayleigh-Ritz
-            # uses v B v^T itself, not an assumed block-tridiagonal form.
+            # Gram-Schmidt twice: against the newest two blocks (the Lanczos recurrence), then
+            # the whole basis; the projection column v z^T is the sum of both coefficient sets.
             lo = max(0, m - self.last)
             local = basis[lo:]
             coef = z @ local.T
@@ -423,18 +390,14 @@ class _BlockLanczos:
 
 def _basis_limit(n: int, k: int, block: int) -> int:
     """Rows of the Krylov basis before a restart: 4 per pair wanted plus 8 blocks, at least 24
-    blocks: enough that the default blocks converge on B_H without a restart, while ``v`` and
-    ``w`` stay a small fraction of ``B``."""
+    blocks (the default blocks converge on B_H without a restart)."""
     return min(n, max(4 * k + 8 * block, 24 * block))
 
 
 class _Schedule:
-    """When to do the next Rayleigh-Ritz check (an ``eigh`` of the projection, whose cost grows
-    as the cube of the basis): extrapolating the geometric decay of the worst residual from
-    the last two checks, 70% of the way (Krylov convergence speeds up, so the straight line
-    overestimates what is left), and at most half the vectors so far ahead (the first checks,
-    on a tiny basis, see almost no decay: extrapolated, they scheduled the next check past the
-    basis limit)."""
+    """When to do the next Rayleigh-Ritz check (an ``eigh`` costing the basis size cubed):
+    70% of the way the worst residual's geometric decay over the last two checks predicts, at
+    most half the vectors so far ahead."""
 
     def __init__(self, block: int) -> None:
         self.block = block
@@ -466,11 +429,8 @@ def _solve(
     max_passes: int = MAX_PASSES,
 ) -> PartialSpectrum:
     """The top ``k`` pairs, then ``2k``, ... (at most ``cap``) of one growing Krylov basis, until
-    ``finished`` accepts them; every returned residual is within ``tol * ||b||_F`` (unless the
-    basis spans everything, where the pairs are exact, or ``max_passes`` ran out).
-
-    ``finished`` sees the eigenvalues only (its ``vectors`` are a placeholder of the right
-    shape): the vectors of the sets it turns down are never formed.
+    ``finished`` accepts them (it sees eigenvalues only); every returned residual is within
+    ``tol * ||b||_F`` unless the basis spans everything or ``max_passes`` ran out.
     """
     n = b.shape[0]
     limit = _basis_limit(n, cap, block)
@@ -487,7 +447,6 @@ def _solve(
         solver.ritz()
         while solver.converged(tol) >= k or final:
             lam = solver.theta[:k]
-            # Estimated residuals within tol bound these eigenvalues as well as the final ones.
             sketch = PartialSpectrum(
                 lam, np.broadcast_to(0.0, (n, k)), total, False, bool(lam[-1] <= 0), tol, 0
             )
@@ -521,8 +480,7 @@ def top_pairs(
     k : int
         Pairs wanted, ``1 <= k <= n - 1``.
     start : ndarray of shape (n, m), optional
-        Warm start: the first block of the Krylov basis (e.g. the eigenvectors of a nearby
-        matrix), completed with seeded noise to ``block`` vectors.
+        Warm start: the first block of the Krylov basis, completed with seeded noise.
 
     Returns
     -------
@@ -570,11 +528,8 @@ def partial_spectrum(
     until_below: float | None = None,
     start_rank: int = START_RANK,
 ) -> PartialSpectrum:
-    """Top eigenpairs of ``b``, grown until every stress tolerance is reached or unreachable.
-
-    The pairs grow 16, 32, 64, ... (from ``max(start_rank, min_rank)``, at most ``max_rank``);
-    each set is the top of the same Krylov basis, which only grows (block Lanczos), so a
-    larger set costs the passes it needs beyond the smaller one, not a new solve.
+    """Top eigenpairs of ``b``, grown (16, 32, 64, ... pairs of one Krylov basis) until every stress
+    tolerance is reached or unreachable.
 
     Parameters
     ----------
@@ -593,8 +548,7 @@ def partial_spectrum(
     full_max : int
         Up to this ``n`` the full ``eigh`` is used.
     until_below : float, optional
-        Also grow until the smallest computed eigenvalue is below this value (the magnitude of
-        the most negative eigenvalue: then every eigenvalue above it, the signal rank, is known).
+        Also grow until the smallest computed eigenvalue is below this value.
     start_rank : int
         Eigenpairs computed at first (:data:`START_RANK`).
     """
@@ -618,10 +572,9 @@ def partial_spectrum(
 def smallest_eigenvalue(b: np.ndarray, tol: float = 1e-8, seed: int = 0) -> float:
     """The algebraically smallest eigenvalue of symmetric ``b``, within ``tol * ||b||_F``.
 
-    Lanczos on ``c I - b`` with ``c = ||b||_F`` (>= every eigenvalue): its largest eigenvalue is
-    ``c - l_min``, and ARPACK's relative tolerance on that becomes an absolute one on ``l_min``.
-    Asking ARPACK for ``which="SA"`` directly applies its relative tolerance to an eigenvalue
-    near 0 (every double-centred ``B`` has one), which it missed by 8e-4 in a test.
+    Lanczos on ``c I - b`` with ``c = ||b||_F``: its largest eigenvalue is ``c - l_min``, so
+    ARPACK's relative tolerance becomes an absolute one on ``l_min`` (``which="SA"`` applies it
+    to an eigenvalue near 0, which every double-centred ``B`` has).
     """
     n = b.shape[0]
     c = float(np.linalg.norm(b))
@@ -636,8 +589,7 @@ def smallest_eigenvalue(b: np.ndarray, tol: float = 1e-8, seed: int = 0) -> floa
 class GramOperator:
     """A symmetric ``n x n`` matrix known only by its products, for the partial solver.
 
-    ``op @ x`` for ``x`` of shape (n, k) returns ``B x`` (n, k); no ``n x n`` array exists
-    (:mod:`posdiag.geometry.implicit`).
+    ``op @ x`` for ``x`` of shape (n, k) returns ``B x`` (n, k).
     """
 
     def __init__(self, n: int, matmat: Callable[[np.ndarray], np.ndarray]) -> None:
@@ -658,17 +610,14 @@ def operator_spectrum(
     tol: float = DEFAULT_TOL,
     seed: int = 0,
 ) -> PartialSpectrum:
-    """:func:`partial_spectrum` of a matrix given as an operator: the same block Lanczos
-    (:class:`_BlockLanczos`), one product ``B Q`` per pass, grown 16, 32, ... pairs until every
-    stress tolerance is reached or unreachable (at most ``max_rank``).
+    """:func:`partial_spectrum` of a matrix given as an operator (one product ``B Q`` a pass).
 
     Parameters
     ----------
     op : GramOperator
         ``B`` (n, n), symmetric, by its products.
     total : float
-        ``||B||_F^2`` (exact, or an estimate: it scales the residual tolerance and the stress
-        tail; the caller may replace it afterwards, ``dataclasses.replace``).
+        ``||B||_F^2`` (exact or an estimate: it scales the residual tolerance and the tail).
     """
     n = op.shape[0]
     k = min(n - 1, max(START_RANK, min_rank))

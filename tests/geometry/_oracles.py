@@ -1,6 +1,9 @@
-"""Whole-matrix references of posdiag.geometry.heldout, for tests only.
+"""References of posdiag.geometry for tests only: code production no longer calls, and
+whole-matrix versions of what posdiag.geometry.heldout computes by row blocks.
 
-``heldout_mds_stress`` and ``noise_energy`` compute from whole ``n x n`` split-half grams what
+``double_center``, ``symmetrize`` (block by block) and ``positive_rank`` check the production
+passes and figures. ``split_half_grams`` makes the whole split-half grams;
+``heldout_mds_stress`` and ``noise_energy`` compute from them what
 :func:`posdiag.geometry.heldout.split_half_summary` computes one half's gram at a time; the
 tests check the summary (and the bootstrap's ``heldout_pair``) against them.
 """
@@ -10,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from posdiag._util.validate import check_int
+from posdiag.geometry import heldout
+from posdiag.geometry.core import MDS, NEGATIVE_EIGENVALUE_TOL
+from posdiag.geometry.crossfit import DEFAULT_SPLITS, Matrix
 from posdiag.geometry.heldout import (
     SplitHalf,
     _add_split,
@@ -20,6 +27,52 @@ from posdiag.geometry.heldout import (
     noise_energy_rows,
 )
 from posdiag.geometry.spectral import PARTIAL_FROM
+
+
+def double_center(m: np.ndarray) -> np.ndarray:
+    """``J M J`` with ``J = I - 11^T/n``, without forming ``J``."""
+    m = np.asarray(m, dtype=np.float64)
+    return m - m.mean(axis=0, keepdims=True) - m.mean(axis=1, keepdims=True) + m.mean()
+
+
+def symmetrize(m: np.ndarray, block: int = 1024) -> np.ndarray:
+    """``m <- (m + m^T) / 2`` in place, block by block (no ``n x n`` temporary); returns ``m``."""
+    n = m.shape[0]
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        for lo2 in range(lo, n, block):
+            hi2 = min(n, lo2 + block)
+            avg = (m[lo:hi, lo2:hi2] + m[lo2:hi2, lo:hi].T) / 2.0
+            m[lo:hi, lo2:hi2] = avg
+            m[lo2:hi2, lo:hi] = avg.T
+    return m
+
+
+def positive_rank(mds: MDS) -> int:
+    """Number of eigenvalues of ``mds`` above the rounding tolerance ``1e-10 * l_1``."""
+    tol = NEGATIVE_EIGENVALUE_TOL * max(float(mds.eigenvalues[0]), 0.0)
+    return int(np.sum(mds.eigenvalues > tol))
+
+
+def split_half_grams(
+    counts: Matrix,
+    n: int,
+    *,
+    shards: Sequence[Matrix] = (),
+    splits: int = DEFAULT_SPLITS,
+    seed: int = 0,
+    repeats: int | None = None,
+) -> SplitHalf:
+    """The whole cross-fitted ``(B_P, B_Q)`` of each outer split that
+    :func:`posdiag.geometry.heldout.split_half_summary` makes one at a time (the same draws)."""
+    c = sp.csr_matrix(counts)
+    n = check_int("n_eff", n, 2, c.shape[0], hi_label="n_positions")
+    out = []
+    for sources in heldout._outer_splits(c, n, shards, splits, seed, repeats):
+        g_p = heldout._half_gram(sources.pop(0))
+        g_q = heldout._half_gram(sources.pop(0))
+        out.append((g_p, g_q))
+    return SplitHalf(tuple(out))
 
 
 def heldout_mds_stress(

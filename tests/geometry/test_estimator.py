@@ -45,7 +45,6 @@ from posdiag.geometry.estimator import (
     plugin_bc,
     restrict,
     shard_halves,
-    split_half_grams,
     sqrt_rows,
     stack_shards,
     stacked_halves,
@@ -56,7 +55,7 @@ from posdiag.reports.scores import score_encodings
 from posdiag.reports.stress import stress_report
 from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
-from tests.geometry._oracles import heldout_mds_stress, noise_energy
+from tests.geometry._oracles import heldout_mds_stress, noise_energy, split_half_grams
 
 N_POS, VOCAB = 32, 5000
 

@@ -384,8 +384,7 @@ def test_float32_split_half_grams_move_heldout_scores_below_1e6(
     long_counts: Counts, monkeypatch: pytest.MonkeyPatch, split: str, product: str
 ) -> None:
     from posdiag.geometry import heldout
-    from posdiag.geometry.estimator import split_half_grams
-    from tests.geometry._oracles import heldout_mds_stress, noise_energy
+    from tests.geometry._oracles import heldout_mds_stress, noise_energy, split_half_grams
 
     m = sp.csr_matrix(long_counts.matrix, dtype=np.int64)
     shards = _shards_of(m, 8, seed=4) if split == "shards" else []

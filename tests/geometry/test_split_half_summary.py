@@ -17,7 +17,6 @@ from posdiag.counts.core import Counts
 from posdiag.geometry import estimator, heldout
 from posdiag.geometry.estimator import (
     noise_energy_rows,
-    split_half_grams,
     split_half_summary,
 )
 from posdiag.reports import analysis, intervals
@@ -27,7 +26,7 @@ from posdiag.reports.stress import stress_report
 from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests._data import whole_mask, whole_split_half
-from tests.geometry._oracles import heldout_mds_stress
+from tests.geometry._oracles import heldout_mds_stress, split_half_grams
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:

@@ -12,13 +12,14 @@ import scipy.sparse as sp
 from posdiag.corpus.tokenizers import load_tokenizer
 from posdiag.counts.core import Counts, count_texts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
-from posdiag.geometry.core import compare, double_center, gram_from_distances
+from posdiag.geometry.core import compare, gram_from_distances
 from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.scores import score_encodings
 from posdiag.scoring import scores as fastscore
 from posdiag.synthetic import drift_distributions, sample_texts
 from tests._data import whole_mask, whole_split_half
+from tests.geometry._oracles import double_center
 
 
 @pytest.fixture(scope="module")

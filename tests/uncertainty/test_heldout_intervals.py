@@ -23,7 +23,6 @@ from posdiag.geometry.core import mds_from_gram
 from posdiag.geometry.estimator import (
     heldout_pair,
     outer_splits,
-    split_half_grams,
 )
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
@@ -35,7 +34,7 @@ from posdiag.synthetic import (
 )
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import bootstrap_stress, paired_halves
-from tests.geometry._oracles import heldout_mds_stress
+from tests.geometry._oracles import heldout_mds_stress, split_half_grams
 
 
 @settings(max_examples=60, deadline=None)
