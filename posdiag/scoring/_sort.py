@@ -21,8 +21,7 @@ _NEG_ZERO = np.uint64(1 << 63)
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
-    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62`` (int64 limbs), while the
-    running total stays below ``2^93`` in magnitude (``hi < 2^62``)."""
+    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62``, a total below ``2^93``."""
     b_lo = b & _LIMB_MASK  # b = b_hi * 2^31 + b_lo with 0 <= b_lo < 2^31, also for b < 0
     b_hi = b >> LIMB_BITS
     lo += a * b_lo
@@ -32,8 +31,7 @@ def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _order_key(bits: np.uint64) -> np.uint64:
-    """Map the bit pattern of a float64 to a uint64 that sorts like the float (``-0.0`` as
-    ``+0.0``); NaN patterns land above every other key (callers check them apart)."""
+    """A float64's bit pattern as a uint64 that sorts like the float (``-0.0`` as ``+0.0``)."""
     if bits == _NEG_ZERO:
         bits = np.uint64(0)
     if bits & _SIGN:
@@ -58,8 +56,8 @@ def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
         dst_v[at] = src_v[q]
 
 
-# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
-# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
+# Sub-buckets of at most SMALL pairs are sorted by insertion; a bucket of n pairs is split into
+# about n << SUB_BITS sub-buckets, so few hold two or more.
 SMALL = 16
 SUB_BITS = 2
 
@@ -145,15 +143,11 @@ def bucket_offsets(hist: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
-    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals[lo:hi]``) into order
-    keys ``bk[:hi - lo]`` and payloads ``bv``. Returns False (writing nothing) when all keys
-    are equal.
+    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals``) into order keys
+    ``bk[:hi - lo]`` and payloads ``bv``; False (nothing written) when all keys are equal.
 
-    One counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)``
-    sub-buckets (values within a bucket are close to uniform, so few sub-buckets hold two
-    keys), then one insertion sort over the whole range (it only moves keys within their
-    sub-bucket); when some sub-bucket is crowded, a radix sort of those
-    (:func:`_lsd_segment`, scratch ``tk``/``tv``) and insertion for the others. Stable."""
+    A counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)`` sub-buckets,
+    then insertion sort, or a radix sort (:func:`_lsd_segment`) of crowded sub-buckets."""
     size = hi - lo
     kmin = _order_key(src[lo])
     kmax = kmin
@@ -208,11 +202,9 @@ FLAG_BITS = 8
 
 @numba.njit(cache=True, nogil=True)
 def _sort_in_place(keys, vals, lo, hi):
-    """Sort ``keys[lo:hi]`` (float64 bit patterns, replaced by their order keys) with the
-    payloads ``vals`` in place and no memory beyond the digit counts: an MSD radix sort whose
-    passes permute by cycles (American flag sort) on :data:`FLAG_BITS` of ``key - min`` at a
-    time, from the top of the range's span; ranges of :data:`SMALL` keys by insertion. Not
-    stable (tie groups are walked as a whole)."""
+    """Sort ``keys[lo:hi]`` (float64 bit patterns, replaced by their order keys) and ``vals`` in
+    place: an MSD radix sort permuting by cycles (American flag sort) on :data:`FLAG_BITS` of
+    ``key - min`` at a time; :data:`SMALL` keys by insertion. Not stable."""
     for q in range(lo, hi):
         keys[q] = _order_key(keys[q])
     nb_max = 1 << FLAG_BITS
@@ -221,7 +213,6 @@ def _sort_in_place(keys, vals, lo, hi):
     ends = np.empty(nb_max, np.int64)
     # Depth-first: at most nb_max - 1 ranges wait per level, 64 / FLAG_BITS + 1 levels.
     stack = np.empty((nb_max * (64 // FLAG_BITS + 2), 2), np.int64)
-    top = 0
     stack[0, 0] = lo
     stack[0, 1] = hi
     top = 1
@@ -336,13 +327,10 @@ def sort_buckets(
     bits: int,
     cap: int,
 ) -> np.ndarray:
-    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``)
-    in a buffer of the thread's and walk its tie groups: with ``ranks``, ``vals`` are pair
-    indices and ``rank2`` gets twice the average ranks (:func:`_walk_ranks`); else ``vals``
-    are the doubled corpus ranks and the cross sum is accumulated (:func:`_walk_cross`).
-    Equal values share a bucket, so no tie group crosses one. Buffers hold ``cap`` pairs;
-    larger buckets are sorted in place (:func:`_sort_in_place`), so memory stays bounded
-    whatever the distribution of the values.
+    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``) in a
+    thread's buffer of ``cap`` pairs (larger ones in place) and walk its tie groups: with
+    ``ranks``, ``vals`` are pair indices and ``rank2`` gets twice the average ranks; else
+    ``vals`` are the doubled corpus ranks and their cross sum is accumulated.
 
     Returns limbs ``(hi, lo, tie_hi, tie_lo)`` per thread, shape (threads, 4).
     """
@@ -366,8 +354,7 @@ def sort_buckets(
             size = starts[b + 1] - first
             if size == 0:
                 continue
-            if size > cap:
-                # Too large for the buffers (a crowded value range): sorted where it lies.
+            if size > cap:  # a crowded value range: sorted where it lies
                 _sort_in_place(src, vals, first, first + size)
                 sorted_keys, payload = src[first : first + size], vals[first : first + size]
             elif _sort_bucket(src, vals, first, first + size, bk0, bv0, tk0, tv0, hist0, bits):
