@@ -262,7 +262,6 @@ _PRF = (float, 1.0, "fraction of head_dim rotated (HF partial_rotary_factor)")
 _FACTOR = (float, 4.0, "context-extension factor s (HF factor; HF has no default, 4 is ours)")
 _ORIG = (int, 4096, "original context length L (HF original_max_position_embeddings)")
 _SEQ = (int, 0, "current sequence length l; 0 = n, the positions scored")
-_SUMMARY_ROPE = "delta^2 = ||mR_i - mR_j||_F^2 = 4m^2 sum_k (1 - cos((i-j) theta'_k))"
 
 
 def _register(name: str, fn: Factory, summary: str, **params: tuple[Any, ...]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import ModuleType
 
 import numpy as np
@@ -231,8 +232,8 @@ class CorpusSide:
         Twice the average ranks of ``d_H(i, j)``, ``i < j``, row-major (uint32, or int64 in numpy).
     rank_lags : ndarray of shape (n,), int64
         Diagonal sums of the centred doubled ranks ``rank2 - (m + 1)`` (lag 0 is 0).
-    rank_ss2, rank_ss : int, float
-        ``sum (rank2 - (m + 1))^2`` (exact; 0 when ``d_H`` is constant), and a quarter of it.
+    rank_ss2 : int
+        ``sum (rank2 - (m + 1))^2`` (exact; 0 when ``d_H`` is constant).
     d_nan : bool
         Whether some ``d_H(i, j)`` is NaN (every Spearman rho is then nan).
     scratch : list of (ndarray of shape (m,), ndarray of shape (m,))
@@ -251,7 +252,6 @@ class CorpusSide:
     rank2: np.ndarray
     rank_lags: np.ndarray
     rank_ss2: int
-    rank_ss: float
     d_nan: bool
     scratch: list[tuple[np.ndarray, np.ndarray]] = field(
         default_factory=list, repr=False, compare=False
@@ -327,7 +327,6 @@ def corpus_side(
         # |sum| < n m < 2^53: the float64 bincount is exact.
         lag_sums = np.bincount(cols - rows, weights=rank2 - (m + 1), minlength=n)
         rank_lags = lag_sums.astype(np.int64)
-    ss2 = _sum_c2(m, ties) if m else 0
     return CorpusSide(
         n=n,
         b_norm=float(np.linalg.norm(b_h)),
@@ -337,8 +336,7 @@ def corpus_side(
         d_h=d_h,
         rank2=rank2,
         rank_lags=rank_lags,
-        rank_ss2=ss2,
-        rank_ss=ss2 / 4.0,
+        rank_ss2=_sum_c2(m, ties) if m else 0,
         d_nan=bool(nan),
         scratch=scratch,
         compiled=compiled,
@@ -540,12 +538,7 @@ def _nested_scan(side: CorpusSide, b_h: np.ndarray, ps: Sequence[np.ndarray]) ->
     for e, p in enumerate(ps):
         s_he, s_ee, s_be = (float(r) for r in rows[e].sum(axis=1))
         table = np.ascontiguousarray(p)
-
-        def scatter(
-            keys: np.ndarray, vals: np.ndarray, table: np.ndarray = table, e: int = e
-        ) -> None:
-            k.vector_scatter(table, side.rank2, start, float(scales[e]), hist[e], keys, vals)
-
+        scatter = partial(k.vector_scatter, table, side.rank2, start, float(scales[e]), hist[e])
         out.append((s_he, s_ee, -s_be, hist[e], int(nans[e]), scatter))
     return out
 
@@ -562,16 +555,14 @@ def _vector_sums_compiled(
     b_h = np.ascontiguousarray(b_h, dtype=np.float64)
     rows = np.zeros((3, n))
     hist = _bucket_hist(m, side.layout.bucket_size, side.layout.max_buckets)
+    scatter: Callable[[np.ndarray, np.ndarray], None]
     if p.shape[1] <= DIRECT_MAX_DIM:
         # Distances recomputed in each of two passes, never stored; buckets over [0, an
         # upper bound of the largest] (larger rounded values go to the top bucket).
         p = np.ascontiguousarray(p)
         scale = _scale(hist.shape[1], 0.0, _diameter_bound(p))
         nan = k.vector_scan(p, side.d_h, b_h, rows, scale, hist)
-
-        def scatter(keys: np.ndarray, vals: np.ndarray) -> None:
-            k.vector_scatter(p, side.rank2, start, scale, hist, keys, vals)
-
+        scatter = partial(k.vector_scatter, p, side.rank2, start, scale, hist)
     else:
         dist = np.empty(m)
         sq = np.einsum("ij,ij->i", p, p)
