@@ -136,7 +136,6 @@ class EncodingSpec:
     n_params_formula: str
     kind: str = "absolute"
     docs: Mapping[str, str] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, EncodingSpec] = {}
