@@ -222,25 +222,15 @@ def positive(name: str, value: Any) -> float:
 # --- parsing and construction -------------------------------------------------------------------
 
 _MDS_ALIAS = re.compile(r"^mds-(\d+)$")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLS |= {"false": False, "0": False, "no": False, "off": False}
 
 
 def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
+    """``raw`` as the parameter's type: int, float, str, or bool from :data:`_BOOLS`."""
     try:
-        if kind is bool:
-            low = raw.lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
-            raise ValueError
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-        return raw
-    except ValueError:
+        return _BOOLS[raw.lower()] if kind is bool else kind(raw)
+    except (KeyError, ValueError):
         article = "an" if kind is int else "a"  # "an int", "a float", "a bool"
         raise PosdiagError(
             f"encoding {enc!r}: parameter {key!r} must be {article} {kind.__name__}; got {raw!r}"
