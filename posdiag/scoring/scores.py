@@ -362,20 +362,13 @@ def _kruskal(side: CorpusSide, s_he: float, s_ee: float) -> float:
 
 
 def _lag_average_ranks(g: np.ndarray, n: int) -> np.ndarray:
-    """Average rank of each lag's value among all pairs ``i < j`` (lag 1..n-1; index 0 unused)."""
-    lags = np.arange(1, n)
-    values = g[1:]
-    counts = (n - lags).astype(np.float64)
-    order = np.argsort(values, kind="stable")
-    v_sorted, c_sorted = values[order], counts[order]
-    # Group equal values; each group gets the mean of the ranks it spans.
-    new = np.concatenate(([True], v_sorted[1:] != v_sorted[:-1]))
-    group = np.cumsum(new) - 1
-    group_count = np.bincount(group, weights=c_sorted)
-    group_end = np.cumsum(group_count)
-    group_rank = group_end - (group_count - 1.0) / 2.0
+    """Average rank of each lag's value among all pairs ``i < j`` (lag 1..n-1; index 0 unused),
+    shape (n,): lag ``l`` holds ``n - l`` pairs."""
+    order, starts, ends = _tie_groups(g[1:])
+    count = np.add.reduceat((n - 1 - order).astype(np.float64), starts)  # pairs per group
+    end = np.cumsum(count)
     out = np.zeros(n)
-    out[lags[order]] = group_rank[group]
+    out[1 + order] = np.repeat(end - (count - 1.0) / 2.0, ends - starts)
     return out
 
 
