@@ -1,13 +1,10 @@
 """Positional encodings as position geometries: a name -> factory registry.
 
-Definitions: docs/geometry.md section 5 and docs/encodings.md.
-
 Each factory turns ``n`` positions and keyword parameters into an :class:`Encoding` holding the
 dissimilarity ``delta_E`` the encoding induces between positions. Families: ``absolute``
-(sinusoidal, learned tables and checkpoints), ``rope`` (RoPE, its context-extension variants,
-xPos), ``bias`` (ALiBi, T5, KERPLE, Shaw), ``optimal`` (the corpus MDS); ``presets`` maps real
-models to them. Definitions, sources and the dissimilarity each is scored by:
-``docs/encodings.md``.
+(sinusoidal, learned tables and checkpoints), ``rope`` (RoPE, its context extensions, xPos),
+``bias`` (ALiBi, T5, KERPLE, Shaw), ``optimal`` (the corpus MDS); ``presets`` maps real models
+to them. Definitions and sources: docs/geometry.md section 5 and docs/encodings.md.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from ._core import (
     with_dim,
 )
 from .bias import alibi_slopes, t5_bucket
-from .checkpoint import POSITION_TENSOR_NAMES, PositionTable, load_table, read_position_table
+from .checkpoint import PositionTable, read_position_table
 from .families import family
 from .presets import MODEL_PRESETS, ModelPreset, expand_preset, preset_specs
 
@@ -70,7 +67,6 @@ __all__ = [
     "DEFAULT_SET",
     "DIM_PARAMS",
     "MODEL_PRESETS",
-    "POSITION_TENSOR_NAMES",
     "REGISTRY",
     "Context",
     "Encoding",
@@ -80,7 +76,6 @@ __all__ = [
     "alibi_slopes",
     "describe",
     "expand_preset",
-    "load_table",
     "make_encoding",
     "parse_encoding",
     "preset_specs",

@@ -1,10 +1,7 @@
 """The encoding registry: specs, factories, parsing of ``NAME[:key=value,...]``.
 
-Contract: docs/geometry.md section 5.
-
-Each factory turns ``n`` positions and keyword parameters into an :class:`Encoding` holding the
-dissimilarity ``delta_E`` the encoding induces between positions. The family modules
-(``absolute``, ``rope``, ``bias``) register their factories here on import.
+Contract: docs/geometry.md section 5. The family modules (``absolute``, ``rope``, ``bias``,
+``optimal``) register their factories here on import.
 """
 
 from __future__ import annotations
@@ -54,11 +51,9 @@ DIM_PARAMS: dict[str, str] = {
 class Encoding:
     """One encoding evaluated on ``n`` positions.
 
-    The dissimilarity ``delta_E`` is kept in the cheapest exact form: the lag profile of a
-    Toeplitz encoding (``delta(i, j) = profile[|i - j|]``), the position vectors of an additive
-    one (``delta`` = their Euclidean distances), or an explicit matrix. :attr:`delta` builds the
-    ``n x n`` matrix on first use only: at n = 16,384 each one is 2 GB, and scoring
-    (:mod:`posdiag.scoring.scores`) never needs it.
+    ``delta_E`` is kept in the cheapest exact form: a lag profile, position vectors, or an
+    explicit matrix; :attr:`delta` builds the ``n x n`` matrix on first use only (scoring,
+    :mod:`posdiag.scoring.scores`, never needs it).
 
     Attributes
     ----------
@@ -130,10 +125,8 @@ Factory = Callable[..., Encoding]
 
 @dataclass(frozen=True)
 class EncodingSpec:
-    """A registered encoding: its parameters with defaults (``None`` = required) and its maker.
-
-    ``docs`` maps a parameter to one line saying what it is (shown by ``posdiag encodings``).
-    """
+    """A registered encoding: its parameters with defaults (``None`` = required), their types
+    and one-line ``docs`` (shown by ``posdiag encodings``), and its maker."""
 
     name: str
     factory: Factory
@@ -143,7 +136,6 @@ class EncodingSpec:
     n_params_formula: str
     kind: str = "absolute"
     docs: Mapping[str, str] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, EncodingSpec] = {}
@@ -230,25 +222,15 @@ def positive(name: str, value: Any) -> float:
 # --- parsing and construction -------------------------------------------------------------------
 
 _MDS_ALIAS = re.compile(r"^mds-(\d+)$")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLS |= {"false": False, "0": False, "no": False, "off": False}
 
 
 def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
+    """``raw`` as the parameter's type: int, float, str, or bool from :data:`_BOOLS`."""
     try:
-        if kind is bool:
-            low = raw.lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
-            raise ValueError
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-        return raw
-    except ValueError:
+        return _BOOLS[raw.lower()] if kind is bool else kind(raw)
+    except (KeyError, ValueError):
         article = "an" if kind is int else "a"  # "an int", "a float", "a bool"
         raise PosdiagError(
             f"encoding {enc!r}: parameter {key!r} must be {article} {kind.__name__}; got {raw!r}"
@@ -290,10 +272,14 @@ def parse_encoding(text: str) -> tuple[str, dict[str, Any]]:
         if not eq:
             raise PosdiagError(f"encoding {name!r}: parameter {item!r} must look like key=value")
         if key not in spec.defaults:
-            known = ", ".join(spec.defaults) or "(none)"
-            raise PosdiagError(f"encoding {name!r}: unknown parameter {key!r}; parameters: {known}")
+            raise _unknown_parameter(spec, key)
         params[key] = _coerce(name, key, spec.types[key], raw.strip())
     return name, params
+
+
+def _unknown_parameter(spec: EncodingSpec, key: str) -> PosdiagError:
+    known = ", ".join(spec.defaults) or "(none)"
+    return PosdiagError(f"encoding {spec.name!r}: unknown parameter {key!r}; parameters: {known}")
 
 
 def with_dim(name: str, params: Mapping[str, Any], dim: int | None) -> dict[str, Any]:
@@ -335,10 +321,7 @@ def make_encoding(
     given = dict(params or {})
     unknown = sorted(set(given) - set(spec.defaults))
     if unknown:
-        known = ", ".join(spec.defaults) or "(none)"
-        raise PosdiagError(
-            f"encoding {name!r}: unknown parameter {unknown[0]!r}; parameters: {known}"
-        )
+        raise _unknown_parameter(spec, unknown[0])
     full = {**spec.defaults, **given}
     missing = [k for k, v in full.items() if v is None]
     if missing:
@@ -350,11 +333,8 @@ def make_encoding(
 
 # Integer parameters that size an encoding's arrays (a table n x width, or one n x n per head).
 _WIDTHS = ("d", "head_dim", "d_head", "dim", "buckets", "k")
-
-
-# Up to this n a score may build an encoding's dense n x n delta and gram (<= 32 MB each; the
-# bootstrap's scorer: one vdot per replicate); beyond it every built-in encoding is scored from
-# its lag profile or its vectors, and no n x n array of it exists.
+# Up to this n a score may build an encoding's dense delta and gram (the bootstrap's scorer: one
+# vdot a replicate); beyond it encodings are scored from their lag profile or vectors only.
 DENSE_MATRICES_MAX = 2048
 
 
@@ -363,9 +343,8 @@ def _require_memory(name: str, n: int, params: Mapping[str, Any]) -> None:
     ints = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
     width = max([abs(ints[k]) for k in _WIDTHS if k in ints] or [1])
     heads = abs(ints.get("heads", 1))
-    # A few n x width tables (angles, sin, cos, the table), a few arrays of head slopes, and the
-    # dense delta and gram a short input's scores build lazily (no n x n matrix per head: every
-    # built-in factory returns a lag profile or vectors).
+    # A few n x width tables (angles, sin, cos, the table), head slopes, and the dense delta and
+    # gram a short input's scores build lazily (no factory builds an n x n matrix per head).
     dense = 2 * n * n if n <= DENSE_MATRICES_MAX else 0
     need = 8 * (4 * n * width + 4 * heads + dense)
     shown = ", ".join(f"{k}={v:,}" for k, v in ints.items() if k in (*_WIDTHS, "heads"))

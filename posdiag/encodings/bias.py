@@ -1,14 +1,10 @@
 """Attention-bias encodings: ``logit_h(i, j) += b_h(i, j)`` (docs/encodings.md section 3).
 
-A bias is not a position vector, so each encoding states the dissimilarity it is scored by.
-The exact reading, when it exists, is Schoenberg's: if ``-b`` is conditionally negative definite
-(CND), ``sqrt(-b)`` is a Euclidean distance between points realising it; heads that share a
-shape (ALiBi, KERPLE with shared parameters) are scored by that shape. ALiBi and
-KERPLE have such readings; T5 buckets and Shaw's clipped positions are learned, so posdiag
-scores the distance their index structure resolves (a step function of ``|i-j|``).
-
-Factories are registered by a ``register(...)(factory)`` call after their definition, not as a
-decorator: mutmut (``make mutate``) does not mutate decorated functions.
+A bias is not a position vector, so each encoding states the dissimilarity it is scored by:
+Schoenberg's exact reading where ``-b`` is conditionally negative definite (CND: ``sqrt(-b)``
+is a Euclidean distance; ALiBi, KERPLE, heads sharing a shape scored by it), else for learned
+T5 buckets and Shaw's clipped positions the step function of ``|i-j|`` their indices resolve.
+Factories are registered by a call, not a decorator: mutmut does not mutate decorated functions.
 """
 
 from __future__ import annotations
@@ -54,9 +50,8 @@ register(
 
 
 def _alibi_kernel(n: int, ctx: Context, *, heads: int) -> Encoding:
-    # Each head's exact distance is sqrt(m_h |i-j|): the same shape for every head, and the
-    # heads side by side give sqrt(sum_h m_h |i-j|). The slope factor is a scale, which the
-    # headline stress ignores, so the slope-free sqrt(|i-j|) is scored (raw stress assumes m=1).
+    # Each head's distance is sqrt(m_h |i-j|), all heads together sqrt(sum_h m_h |i-j|): a scale
+    # the headline stress ignores, so sqrt(|i-j|) is scored (raw stress assumes m = 1).
     alibi_slopes(heads)
     return Encoding("alibi-kernel", {"heads": heads}, 0, profile=lag_profile(np.sqrt, n))
 

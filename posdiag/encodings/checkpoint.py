@@ -19,7 +19,7 @@ from .._util.memory import require
 from .._util.validate import check_int
 from ..errors import PosdiagError
 
-__all__ = ["POSITION_TENSOR_NAMES", "PositionTable", "load_table", "read_position_table"]
+__all__ = ["PositionTable", "read_position_table"]
 
 # (name, offset) under which checkpoints store absolute position tables, most specific first.
 # The offset is the row of position 0: OPT/BART (`embed_positions`) and RoBERTa (padding_idx+1).
@@ -37,7 +37,6 @@ POSITION_TENSORS: tuple[tuple[str, int], ...] = (
     ("position_embeddings.weight", 0),
     ("position_embeddings", 0),
 )
-POSITION_TENSOR_NAMES = tuple(name for name, _ in POSITION_TENSORS)
 # Suffixes tried when no exact name matches (checkpoints saved under another prefix).
 _SUFFIXES: tuple[tuple[str, int], ...] = (
     ("roberta.embeddings.position_embeddings.weight", 2),
@@ -75,7 +74,7 @@ def _list_names(names: Sequence[str], limit: int = 20) -> str:
 
 
 def _choose(path: str, names: Sequence[str], tensor: str) -> tuple[str, int]:
-    """The tensor to read and its automatic offset."""
+    """The tensor to read (``tensor``, else the first known name) and its automatic offset."""
     if tensor:
         if tensor not in names:
             raise PosdiagError(
@@ -127,8 +126,7 @@ def _safetensors_header(file: Path) -> tuple[dict[str, dict[str, object]], int]:
 
 
 def _read_safetensor(file: Path, name: str) -> np.ndarray:
-    # bfloat16 has no numpy dtype, so safetensors' numpy reader refuses it; its bits are the top
-    # half of a float32, which is exact to widen by hand.
+    # safetensors' numpy reader refuses bfloat16; its bits are a float32's top half: widened here.
     header, start = _safetensors_header(file)
     info = header[name]
     if info.get("dtype") == "BF16":
@@ -183,7 +181,7 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
         ``.npy``; ``.safetensors``; a sharded checkpoint's ``*.safetensors.index.json``; or a
         directory holding ``model.safetensors`` or ``model.safetensors.index.json``.
     tensor : str
-        Tensor name; empty = find it by the common names (:data:`POSITION_TENSOR_NAMES`).
+        Tensor name; empty = find it by the common names (:data:`POSITION_TENSORS`).
     offset : int
         Row of position 0; -1 = automatic (2 for OPT/BART ``embed_positions`` and RoBERTa,
         else 0).
@@ -213,8 +211,7 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
                 f"learned: tensor={tensor!r} applies to .safetensors files, not {path}"
             )
         try:
-            # Memory-mapped first: a header claiming more than the file holds fails here,
-            # before anything is allocated; the rows are copied below once they are checked.
+            # Memory-mapped: a header claiming more than the file holds fails before allocating.
             table = np.load(p, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise PosdiagError(f"learned: {path}: not a readable .npy file ({exc})") from None
@@ -244,8 +241,3 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
             f"column {col} ({int(bad.sum())} non-finite values)"
         )
     return PositionTable(table, name, auto if offset < 0 else offset, str(file))
-
-
-def load_table(path: str, tensor: str = "") -> np.ndarray:
-    """The whole table of :func:`read_position_table`, of shape (rows, d)."""
-    return read_position_table(path, tensor).rows

@@ -1,11 +1,6 @@
-"""One taxonomy of encodings, the same in every output: the stress reading, ``diagnose``'s
-recommendation, the plot legend, ``posdiag encodings`` and every ``--json``.
-
-Five families: ``absolute`` (a vector added per position: sinusoidal, learned tables),
-``relative: rotary`` (rope, its context extensions, xpos), ``relative: attention bias`` (alibi,
-t5, kerple, shaw), ``optimal: MDS`` (the corpus's own geometry, ``mds-r``) and ``none``
-(``nope``). The two ``relative`` families depend on ``i - j`` only: they are the ones a
-shift-equivariant corpus favours.
+"""One taxonomy of encodings, the same in every output (stress reading, ``diagnose``, plot
+legend, ``posdiag encodings``, ``--json``): the five families of :data:`FAMILY_LEGEND`. The two
+``relative`` families depend on ``i - j`` only: the ones a shift-equivariant corpus favours.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """How an encoding file was built, and reading a corpus the same way for ``posdiag inspect``.
 
-``posdiag build-encoding`` writes the tokenizer, view, ``max_len`` and ``min_count`` it counted
-with into the file's metadata (``.safetensors`` header, or the ``.json`` beside a ``.npy``).
-Comparing the table with a corpus read another way (whitespace words instead of WordPiece, the
-text view instead of the model view, 512 positions instead of 64) compares different geometries:
-the file's values are the defaults, options override them and every conflict is stated.
+``posdiag build-encoding`` writes how it read the corpus (tokenizer, view, ``max_len``,
+``min_count``, ...) into the file's metadata (``.safetensors`` header, or a ``.json`` beside a
+``.npy``). A corpus read another way has another geometry, so the file's values are the
+defaults, options override them and every conflict is stated.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ BUILT_WITH = ("tokenizer", "view", "max_len", "min_count", "group_by", "group_pr
 
 
 def read_encoding_meta(path: str | Path) -> dict[str, str]:
-    """posdiag's metadata of an encoding file; empty for files posdiag did not write (e.g. a
-    checkpoint) or unreadable metadata (the table reader reports unreadable files)."""
+    """posdiag's metadata of an encoding file; empty for other files (e.g. a checkpoint) and
+    unreadable metadata (the table reader reports unreadable files)."""
     p = Path(path)
     meta: Any = None
     try:
@@ -41,7 +40,7 @@ def read_encoding_meta(path: str | Path) -> dict[str, str]:
         return {}
     if not isinstance(meta, Mapping) or "posdiag_version" not in meta:
         return {}
-    # A sidecar before issue 34 held strings; since then numbers and lists (JSON text again here).
+    # Older sidecars hold strings, newer ones numbers and lists (JSON text again here).
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
 
 
@@ -117,10 +116,9 @@ def inspect_reading(
 def row_notes(
     path: str, rows: int, meta: Mapping[str, str], summary: Any, *, counts_file: str | None = None
 ) -> tuple[str, ...]:
-    """Loud warnings when a counts file ``counts_file`` was not counted as the encoding file was
-    built, or when the table's row count and the corpus's ``n_eff`` differ (only positions
-    ``0..min(rows, n_eff)-1`` are then compared). ``summary`` is the corpus's
-    :class:`~posdiag.reports.analysis.CorpusSummary`."""
+    """Warnings when the counts file ``counts_file`` was not counted as the encoding file was
+    built, or when the table's ``rows`` and the corpus's ``n_eff`` differ; ``summary`` is the
+    corpus's :class:`~posdiag.reports.analysis.CorpusSummary`."""
     out = []
     units = summary.units
     read = {
@@ -154,9 +152,8 @@ def row_notes(
 
 
 def fitted_rank(meta: Mapping[str, str], summary: Any) -> int | None:
-    """The rank of a posdiag MDS file built from the corpus ``summary`` (a
-    :class:`~posdiag.reports.analysis.CorpusSummary`) describes (same source
-    and positions): its stress against that corpus is in-sample. None for any other table."""
+    """The rank of a posdiag MDS file built from the corpus ``summary`` (a ``CorpusSummary``)
+    describes (same source and positions), whose stress there is in-sample; else None."""
     try:
         rank, n = int(meta["r"]), int(meta["n"])
     except (KeyError, ValueError):

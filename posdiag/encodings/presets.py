@@ -133,7 +133,6 @@ def expand_preset(name: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def preset_specs(name: str) -> list[tuple[str, dict[str, Any], str]]:
-    """``(encoding, params, preset)`` triples of the model preset ``name``: the form the stress
-    table takes to name, on every row, the preset it came from (two presets may expand to the
-    same encoding, e.g. gpt2 and bert-base both to ``learned-random``)."""
+    """``(encoding, params, preset)`` triples of the model preset ``name``: each stress row names
+    its preset (gpt2 and bert-base both expand to ``learned-random``)."""
     return [(enc, params, name) for enc, params in expand_preset(name)]

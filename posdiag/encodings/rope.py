@@ -5,11 +5,8 @@ RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{
 position geometry scored is that of the rotation operators:
 ``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))``, with the variant's
 frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin). Unrotated
-dimensions (``partial_rotary_factor < 1``) are the identity in every ``R_i`` and add nothing; an
-odd rotated dimension d rotates ceil(d/2) pairs, as in Hugging Face.
-Parameter names follow Hugging Face ``rope_scaling`` (``base`` is HF ``rope_theta``).
-
-Factories are registered by a ``register(...)(factory)`` call after their definition, not as a
+dimensions (``partial_rotary_factor < 1``) add nothing. Parameter names follow Hugging Face
+``rope_scaling`` (``base`` is HF ``rope_theta``). Factories are registered by a call, not a
 decorator: mutmut (``make mutate``) does not mutate decorated functions.
 """
 
@@ -39,13 +36,11 @@ from ._core import (
 
 __all__ = [
     "LongRopeConfig",
-    "RopeFrequencies",
     "dynamic_ntk_base",
     "llama3_frequencies",
     "longrope_config",
     "rope_frequencies",
     "rotated_dim",
-    "rotated_pairs",
     "yarn_correction_range",
     "yarn_frequencies",
     "yarn_attention_factor",
@@ -54,28 +49,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RopeFrequencies:
-    """The frequencies a RoPE variant rotates with.
-
-    Attributes
-    ----------
-    theta : ndarray of shape (ceil(rotated_dim/2),)
-        Angle per position of each rotated pair.
-    attention_factor : float
-        ``m``, multiplying cos and sin (geometry scales by ``m^2``).
-    """
-
-    theta: np.ndarray
-    attention_factor: float
-
-
 def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
     """``int(head_dim * partial_rotary_factor)`` (HF), which must be >= 1.
 
-    An odd ``d`` is allowed, as in Hugging Face: the pairs are ``k = 0..ceil(d/2)-1`` with
-    ``theta_k = base^(-2k/d)`` (HF ``arange(0, d, 2) / d``), so ``2 ceil(d/2) = d + 1`` dimensions
-    rotate (``head_dim 64 x partial_rotary_factor 0.4 = 25`` rotates 13 pairs).
+    An odd ``d`` rotates ``ceil(d/2)`` pairs, as in Hugging Face (``arange(0, d, 2) / d``).
     """
     head_dim = even("head_dim", head_dim)
     prf = check_float("partial_rotary_factor", partial_rotary_factor, 0.0, 1.0, lo_open=True)
@@ -86,11 +63,6 @@ def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
             f"got head_dim={head_dim} * {prf:g} = {d}"
         )
     return d
-
-
-def rotated_pairs(d: int) -> int:
-    """Number of rotated pairs, ``ceil(d/2)`` (HF ``len(arange(0, d, 2))``)."""
-    return (d + 1) // 2
 
 
 def rope_frequencies(d: int, base: float) -> np.ndarray:
@@ -196,10 +168,8 @@ class LongRopeConfig:
     ----------
     short_factor, long_factor : ndarray of shape (pairs,)
         Per-pair frequency divisors ``lambda_k``.
-    max_position_embeddings : int or None
-        The extended context length, when the file has it.
-    original_max_position_embeddings : int or None
-        The pretrained context length ``L`` (top level, as Phi-3, or under ``rope_scaling``).
+    max_position_embeddings, original_max_position_embeddings : int or None
+        The extended and the pretrained context length ``L``, when the file has them.
     factor : float or None
         ``rope_scaling.factor``, when the file has it.
     """
@@ -278,8 +248,11 @@ def longrope_config(path: str, pairs: int) -> LongRopeConfig:
     return LongRopeConfig(out[0], out[1], **found)
 
 
-def _rope_encoding(name: str, n: int, f: RopeFrequencies, params: dict[str, Any]) -> Encoding:
-    g = f.attention_factor * lag_profile(cosine_sum_distance(f.theta, 4.0), n)
+def _rope_encoding(
+    name: str, n: int, theta: np.ndarray, m: float, params: dict[str, Any]
+) -> Encoding:
+    """Rotations by ``theta`` (pairs,) scaled by the attention factor ``m``."""
+    g = m * lag_profile(cosine_sum_distance(theta, 4.0), n)
     return Encoding(name, params, 0, profile=g)
 
 
@@ -289,7 +262,6 @@ _PRF = (float, 1.0, "fraction of head_dim rotated (HF partial_rotary_factor)")
 _FACTOR = (float, 4.0, "context-extension factor s (HF factor; HF has no default, 4 is ours)")
 _ORIG = (int, 4096, "original context length L (HF original_max_position_embeddings)")
 _SEQ = (int, 0, "current sequence length l; 0 = n, the positions scored")
-_SUMMARY_ROPE = "delta^2 = ||mR_i - mR_j||_F^2 = 4m^2 sum_k (1 - cos((i-j) theta'_k))"
 
 
 def _register(name: str, fn: Factory, summary: str, **params: tuple[Any, ...]) -> None:
@@ -333,7 +305,7 @@ def _rope(
         params["partial_rotary_factor"] = partial_rotary_factor
     if m != 1.0:
         params["attention_factor"] = m
-    return _rope_encoding("rope", n, RopeFrequencies(rope_frequencies(d, base), m), params)
+    return _rope_encoding("rope", n, rope_frequencies(d, base), m, params)
 
 
 _register(
@@ -349,8 +321,8 @@ def _rope_linear(
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
     s = _factor(factor)
-    f = RopeFrequencies(rope_frequencies(d, base) / s, 1.0)
-    return _rope_encoding("rope-linear", n, f, {"head_dim": head_dim, "base": base, "factor": s})
+    params = {"head_dim": head_dim, "base": base, "factor": s}
+    return _rope_encoding("rope-linear", n, rope_frequencies(d, base) / s, 1.0, params)
 
 
 _register(
@@ -368,9 +340,8 @@ def _rope_ntk(
     _base_rescaled(d, partial_rotary_factor)
     s = _factor(factor)
     new_base = base * s ** (d / (d - 2))
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {"head_dim": head_dim, "base": base, "factor": s, "scaled_base": new_base}
-    return _rope_encoding("rope-ntk", n, f, params)
+    return _rope_encoding("rope-ntk", n, rope_frequencies(d, new_base), 1.0, params)
 
 
 _register(
@@ -398,7 +369,6 @@ def _rope_dynamic(
     big_l = check_int("max_position_embeddings", max_position_embeddings, 1)
     seq = check_int("seq_len", seq_len, 0) or n
     new_base = dynamic_ntk_base(base, d, s, big_l, seq)
-    f = RopeFrequencies(rope_frequencies(d, new_base), 1.0)
     params = {
         "head_dim": head_dim,
         "base": base,
@@ -407,7 +377,7 @@ def _rope_dynamic(
         "seq_len": seq,
         "scaled_base": new_base,
     }
-    return _rope_encoding("rope-dynamic", n, f, params)
+    return _rope_encoding("rope-dynamic", n, rope_frequencies(d, new_base), 1.0, params)
 
 
 _register(
@@ -415,11 +385,7 @@ _register(
     _rope_dynamic,
     "dynamic NTK: b' = b (s l/L - (s-1))^(d/(d-2)), l = max(seq_len, L); = rope if l <= L",
     factor=_FACTOR,
-    max_position_embeddings=(
-        int,
-        4096,
-        "L, the trained length (HF max_position_embeddings)",
-    ),
+    max_position_embeddings=(int, 4096, "L, the trained length (HF max_position_embeddings)"),
     seq_len=_SEQ,
 )
 
@@ -464,7 +430,7 @@ def _rope_yarn(
         "beta_slow": slow,
         "attention_factor": m,
     }
-    return _rope_encoding("rope-yarn", n, RopeFrequencies(theta, m), params)
+    return _rope_encoding("rope-yarn", n, theta, m, params)
 
 
 _register(
@@ -514,7 +480,7 @@ def _rope_llama3(
         "high_freq_factor": hf,
         "original_max_position_embeddings": big_l,
     }
-    return _rope_encoding("rope-llama3", n, RopeFrequencies(theta, 1.0), params)
+    return _rope_encoding("rope-llama3", n, theta, 1.0, params)
 
 
 _register(
@@ -544,7 +510,7 @@ def _rope_longrope(
     seq_len: int,
 ) -> Encoding:
     d, base = _common(head_dim, base, partial_rotary_factor)
-    pairs = rotated_pairs(d)
+    pairs = (d + 1) // 2
     if factors:
         cfg = longrope_config(factors, pairs)
     else:
@@ -576,7 +542,7 @@ def _rope_longrope(
         seq_len=seq,
         lists="long" if use_long else "short",
     )
-    return _rope_encoding("rope-longrope", n, RopeFrequencies(theta, m), params)
+    return _rope_encoding("rope-longrope", n, theta, m, params)
 
 
 _register(

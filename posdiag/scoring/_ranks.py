@@ -1,13 +1,7 @@
-"""Compiled kernels of :mod:`posdiag.scoring.scores`: pair distances, bucket sort, exact rank sums.
+"""Compiled kernels of :mod:`posdiag.scoring.scores`: pair distances, bucket scatter, lag sums.
 
-Imported only when a score needs them (``n(n-1)/2`` from ``scores.COMPILED_FROM_PAIRS`` on), so
-the bundled corpus never imports numba. The bucket sort itself is :mod:`posdiag.scoring._sort`.
-
-Exactness: Spearman's rho is the Pearson correlation of average ranks. Twice an average rank
-is an integer (``start + end + 1`` of its tie group), so every sum the correlation needs is an
-integer sum; the kernels accumulate them exactly in two int64 limbs (:func:`_mac`), and the one
-rounding left is the final division (tests/scoring/test_ranks.py checks it against
-``scipy.stats.spearmanr``).
+Imported only from ``scores.COMPILED_FROM_PAIRS`` pairs on, so the bundled corpus never imports
+numba. The bucket sort and its exact rank sums (two int64 limbs) are :mod:`posdiag.scoring._sort`.
 """
 
 from __future__ import annotations
@@ -31,8 +25,7 @@ __all__ = [
     "nested_scan",
     "rank_lag_sums",
     "sort_buckets",
-    "square_hist",
-    "square_scatter",
+    "square_buckets",
     "vector_scan",
     "vector_scatter",
 ]
@@ -50,11 +43,10 @@ def block_distances(
     rows: np.ndarray,
     ranges: np.ndarray,
 ) -> None:
-    """Rows ``lo..lo+len(gram)-1`` from inner products ``gram[r, c] = p_{lo+r} . p_{lo+c}`` and
-    squared norms ``sq``: ``sqrt(max(0, (sq_i + sq_j) - 2 gram))`` right of the diagonal (the
-    operations of ``fastscore.upper_distances``), with the sums of :func:`vector_scan` into
-    ``rows`` and each row's (min, max, NaN count) of the distances into ``ranges`` (3, n): the
-    range of the buckets without another pass over the distances."""
+    """Distances of rows ``lo..lo+len(gram)-1`` right of the diagonal into ``out``, from
+    ``gram[r, c] = p_{lo+r} . p_{lo+c}`` and squared norms ``sq`` (as ``scores.upper_distances``),
+    with the sums of :func:`vector_scan` into ``rows`` and each row's (min, max, NaN count) of
+    the distances into ``ranges`` (3, n), for the buckets' range."""
     count, cols = gram.shape
     n = lo + cols
     for r in numba.prange(count):
@@ -90,12 +82,11 @@ def block_distances(
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _bucket(x: float, vmin: float, scale: float, top: int) -> int:
-    """Monotone in ``x`` (a subtraction and a product by constants round monotonically; the
-    clamps put values past a bound in the end buckets); one bucket for all when ``scale = 0``
-    (a range of 0 or infinite: callers pass 0 rather than a scale that makes inf * 0)."""
+    """The bucket of ``x`` (not NaN), monotone in ``x``; values past a bound go to the end
+    buckets, and ``scale = 0`` (an empty or infinite range) puts all in bucket 0."""
     if scale == 0.0:
         return 0
-    y = (x - vmin) * scale  # x is never NaN (callers count NaN values apart)
+    y = (x - vmin) * scale
     if y < 1.0:
         return 0
     if y < top:
@@ -103,19 +94,15 @@ def _bucket(x: float, vmin: float, scale: float, top: int) -> int:
     return top  # also y = inf: int(inf) is undefined
 
 
-# The pairs i < j enter the sort from one of three sources: the upper triangle of a square
-# matrix (d_H), distances between position vectors computed on the fly (never stored), or a
-# flat array in pair order (distances of wide tables from BLAS blocks). Each is read twice:
-# once to count the pairs per bucket (one histogram row per part of the work), once to
-# scatter (value, payload) to the bucket ranges. Square and vector sources split the rows
-# into parts of balanced work (rows k and n - 1 - k together).
+# The pairs i < j enter the sort from the upper triangle of d_H, from position vectors (distances
+# computed on the fly), or from a flat array (wide tables' distances). Each source is read twice:
+# to count the pairs per bucket and part of the work, then to scatter them to their buckets.
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def corpus_scan(d: np.ndarray, lags: np.ndarray, row_sq: np.ndarray) -> tuple[float, float, int]:
     """One pass over the upper triangle of ``d`` (n, n): ``lags[l] = sum_i d[i, i + l]``
-    (``l >= 1``; :func:`diagonal_sums` with ``upper_only``, same stripes and order),
-    ``row_sq[i] = sum_{j > i} d[i, j]^2``, and (min, max, NaN count) of the values."""
+    (``lags[0] = 0``), ``row_sq[i] = sum_{j > i} d[i, j]^2``, and (min, max, NaN count)."""
     n = d.shape[0]
     acc = np.zeros((STRIPES, n))
     lows = np.full(STRIPES, np.inf)
@@ -140,59 +127,45 @@ def corpus_scan(d: np.ndarray, lags: np.ndarray, row_sq: np.ndarray) -> tuple[fl
         lows[t] = a
         highs[t] = b
         nans[t] = nan
-    for lag in range(n):
-        lags[lag] = 0.0
-    for t in range(STRIPES):
-        for lag in range(n):
-            lags[lag] += acc[t, lag]
+    lags[:] = _sum_stripes(acc)
     return lows.min(), highs.max(), int(nans.sum())
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _part_rows(t: int, parts: int, n: int) -> tuple[int, int]:
-    """Part ``t`` of ``parts`` takes ``k`` in the returned range, and rows ``k``, ``n - 1 - k``."""
+def _part_rows(t: int, parts: int, n: int) -> np.ndarray:
+    """The rows of part ``t`` of ``parts``: ``k, n - 1 - k`` for each ``k`` of its range (balanced
+    work: a short row with a long one)."""
     half = (n + 1) // 2
     chunk = (half + parts - 1) // parts
-    return t * chunk, min(half, (t + 1) * chunk)
+    rows = []
+    for k in range(t * chunk, min(half, (t + 1) * chunk)):
+        rows.append(k)
+        if n - 1 - k != k:
+            rows.append(n - 1 - k)
+    return np.array(rows, dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
 def _square_part(d, t, parts, vmin, scale, h, start, keys, idx):
-    # Counts into h (keys empty) or scatters to the places h holds (keys of size m).
     n = d.shape[0]
     top = h.size - 1
-    k0, k1 = _part_rows(t, parts, n)
     scatter = keys.size > 0
-    for k in range(k0, k1):
-        for rep in range(1 if n - 1 - k == k else 2):
-            i = k if rep == 0 else n - 1 - k
-            base = start[i] - i - 1
-            for j in range(i + 1, n):
-                v = d[i, j]
-                b = _bucket(v, vmin, scale, top)
-                if scatter:
-                    at = h[b]
-                    h[b] = at + 1
-                    keys[at] = v
-                    idx[at] = base + j
-                else:
-                    h[b] += 1
+    for i in _part_rows(t, parts, n):
+        base = start[i] - i - 1
+        for j in range(i + 1, n):
+            v = d[i, j]
+            b = _bucket(v, vmin, scale, top)
+            if scatter:
+                at = h[b]
+                h[b] = at + 1
+                keys[at] = v
+                idx[at] = base + j
+            else:
+                h[b] += 1
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def square_hist(
-    d: np.ndarray, start: np.ndarray, vmin: float, scale: float, hist: np.ndarray
-) -> None:
-    """``hist[t, b]`` = pairs of part ``t`` in bucket ``b`` (upper triangle of ``d``)."""
-    parts = hist.shape[0]
-    none = np.empty(0)
-    no_idx = np.empty(0, np.uint32)
-    for t in numba.prange(parts):
-        _square_part(d, t, parts, vmin, scale, hist[t], start, none, no_idx)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def square_scatter(
+def square_buckets(
     d: np.ndarray,
     start: np.ndarray,
     vmin: float,
@@ -201,8 +174,9 @@ def square_scatter(
     keys: np.ndarray,
     idx: np.ndarray,
 ) -> None:
-    """Write each pair's value to ``keys`` and its index (row-major upper triangle) to
-    ``idx`` at the next free place of its bucket (``pos`` from :func:`bucket_offsets`)."""
+    """With ``keys`` empty, count the pairs of part ``t`` in bucket ``b`` into ``pos[t, b]``
+    (upper triangle of ``d``); else write each pair's value to ``keys`` and its row-major index
+    to ``idx`` at the next free place of its bucket (``pos`` from :func:`bucket_offsets`)."""
     parts = pos.shape[0]
     for t in numba.prange(parts):
         _square_part(d, t, parts, vmin, scale, pos[t], start, keys, idx)
@@ -223,25 +197,22 @@ def _vector_scan_part(p, d_h, b_h, rows, scale, h, t, parts):
     n = p.shape[0]
     top = h.size - 1
     nan = 0
-    k0, k1 = _part_rows(t, parts, n)
-    for k in range(k0, k1):
-        for rep in range(1 if n - 1 - k == k else 2):
-            i = k if rep == 0 else n - 1 - k
-            he = 0.0
-            ee = 0.0
-            be = 0.0
-            for j in range(i + 1, n):
-                dist, sq = _distance(p, i, j)
-                he += d_h[i, j] * dist
-                ee += sq
-                be += b_h[i, j] * sq
-                if dist != dist:
-                    nan += 1
-                else:
-                    h[_bucket(dist, 0.0, scale, top)] += 1
-            rows[0, i] = he
-            rows[1, i] = ee
-            rows[2, i] = be
+    for i in _part_rows(t, parts, n):
+        he = 0.0
+        ee = 0.0
+        be = 0.0
+        for j in range(i + 1, n):
+            dist, sq = _distance(p, i, j)
+            he += d_h[i, j] * dist
+            ee += sq
+            be += b_h[i, j] * sq
+            if dist != dist:
+                nan += 1
+            else:
+                h[_bucket(dist, 0.0, scale, top)] += 1
+        rows[0, i] = he
+        rows[1, i] = ee
+        rows[2, i] = be
     return nan
 
 
@@ -272,63 +243,59 @@ def _nested_scan_part(p, dims, d_h, b_h, rows, scales, hist, nan, t, parts):
     d0, d1, d2 = dims[0], dims[1], dims[2]
     s0, s1, s2 = scales[0], scales[1], scales[2]
     h0, h1, h2 = hist[0, t], hist[1, t], hist[2, t]
-    k0, k1 = _part_rows(t, parts, n)
-    for k in range(k0, k1):
-        for rep in range(1 if n - 1 - k == k else 2):
-            i = k if rep == 0 else n - 1 - k
-            # Scalars, not small arrays: the nine sums stay in registers.
-            he0 = ee0 = be0 = he1 = ee1 = be1 = he2 = ee2 = be2 = 0.0
-            for j in range(i + 1, n):
-                dh = d_h[i, j]
-                bh = b_h[i, j]
-                # Coordinate by coordinate as _distance: the square of a prefix of the
-                # coordinates is the running sum after its last one.
-                q = 0.0
-                for c in range(d0):
-                    diff = p[i, c] - p[j, c]
-                    q += diff * diff
-                q0 = q
-                for c in range(d0, d1):
-                    diff = p[i, c] - p[j, c]
-                    q += diff * diff
-                q1 = q
-                for c in range(d1, d2):
-                    diff = p[i, c] - p[j, c]
-                    q += diff * diff
-                q2 = q
-                e0 = np.sqrt(q0)
-                e1 = np.sqrt(q1)
-                e2 = np.sqrt(q2)
-                he0 += dh * e0
-                ee0 += q0
-                be0 += bh * q0
-                he1 += dh * e1
-                ee1 += q1
-                be1 += bh * q1
-                he2 += dh * e2
-                ee2 += q2
-                be2 += bh * q2
-                if e0 != e0:
-                    nan[t, 0] += 1
-                else:
-                    h0[_bucket(e0, 0.0, s0, top)] += 1
-                if e1 != e1:
-                    nan[t, 1] += 1
-                else:
-                    h1[_bucket(e1, 0.0, s1, top)] += 1
-                if e2 != e2:
-                    nan[t, 2] += 1
-                else:
-                    h2[_bucket(e2, 0.0, s2, top)] += 1
-            rows[0, 0, i] = he0
-            rows[0, 1, i] = ee0
-            rows[0, 2, i] = be0
-            rows[1, 0, i] = he1
-            rows[1, 1, i] = ee1
-            rows[1, 2, i] = be1
-            rows[2, 0, i] = he2
-            rows[2, 1, i] = ee2
-            rows[2, 2, i] = be2
+    for i in _part_rows(t, parts, n):
+        # Scalars, not small arrays: the nine sums stay in registers.
+        he0 = ee0 = be0 = he1 = ee1 = be1 = he2 = ee2 = be2 = 0.0
+        for j in range(i + 1, n):
+            dh = d_h[i, j]
+            bh = b_h[i, j]
+            # Coordinate by coordinate as _distance: a prefix's square is the running sum.
+            q = 0.0
+            for c in range(d0):
+                diff = p[i, c] - p[j, c]
+                q += diff * diff
+            q0 = q
+            for c in range(d0, d1):
+                diff = p[i, c] - p[j, c]
+                q += diff * diff
+            q1 = q
+            for c in range(d1, d2):
+                diff = p[i, c] - p[j, c]
+                q += diff * diff
+            q2 = q
+            e0 = np.sqrt(q0)
+            e1 = np.sqrt(q1)
+            e2 = np.sqrt(q2)
+            he0 += dh * e0
+            ee0 += q0
+            be0 += bh * q0
+            he1 += dh * e1
+            ee1 += q1
+            be1 += bh * q1
+            he2 += dh * e2
+            ee2 += q2
+            be2 += bh * q2
+            if e0 != e0:
+                nan[t, 0] += 1
+            else:
+                h0[_bucket(e0, 0.0, s0, top)] += 1
+            if e1 != e1:
+                nan[t, 1] += 1
+            else:
+                h1[_bucket(e1, 0.0, s1, top)] += 1
+            if e2 != e2:
+                nan[t, 2] += 1
+            else:
+                h2[_bucket(e2, 0.0, s2, top)] += 1
+        rows[0, 0, i] = he0
+        rows[0, 1, i] = ee0
+        rows[0, 2, i] = be0
+        rows[1, 0, i] = he1
+        rows[1, 1, i] = ee1
+        rows[1, 2, i] = be1
+        rows[2, 0, i] = he2
+        rows[2, 1, i] = ee2
+        rows[2, 2, i] = be2
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -341,11 +308,10 @@ def nested_scan(
     scales: np.ndarray,
     hist: np.ndarray,
 ) -> np.ndarray:
-    """:func:`vector_scan` of three tables at once, in one pass over ``d_H`` and ``B_H``: table
-    ``e`` is the first ``dims[e]`` columns of ``p`` (n, dims[2]), ``dims`` non-decreasing (the
-    ``mds-r`` family: ``mds-1`` is the first column of ``mds-3``). Into ``rows[e]`` (3, n) and
-    ``hist[e]`` (parts, buckets) with ``scales[e]``, the figures of :func:`vector_scan` of table
-    ``e`` alone (the same sums in the same order, the same parts). Returns the NaN counts (3,)."""
+    """:func:`vector_scan` of three tables in one pass over ``d_H`` and ``B_H``: table ``e`` is
+    the first ``dims[e]`` columns of ``p`` (n, dims[2]), ``dims`` non-decreasing. Into ``rows[e]``
+    (3, n) and ``hist[e]`` (parts, buckets) with ``scales[e]``, the same sums in the same order
+    as :func:`vector_scan` of table ``e`` alone. Returns the NaN counts, shape (3,)."""
     parts = hist.shape[1]
     nans = np.zeros((parts, 3), np.int64)
     for t in numba.prange(parts):
@@ -357,18 +323,15 @@ def nested_scan(
 def _vector_scatter_part(p, rank2, start, scale, row, keys, vals, t, parts):
     n = p.shape[0]
     top = row.size - 1
-    k0, k1 = _part_rows(t, parts, n)
-    for k in range(k0, k1):
-        for rep in range(1 if n - 1 - k == k else 2):
-            i = k if rep == 0 else n - 1 - k
-            base = start[i] - i - 1
-            for j in range(i + 1, n):
-                dist, _ = _distance(p, i, j)
-                b = _bucket(dist, 0.0, scale, top)
-                at = row[b]
-                row[b] = at + 1
-                keys[at] = dist
-                vals[at] = rank2[base + j]
+    for i in _part_rows(t, parts, n):
+        base = start[i] - i - 1
+        for j in range(i + 1, n):
+            dist, _ = _distance(p, i, j)
+            b = _bucket(dist, 0.0, scale, top)
+            at = row[b]
+            row[b] = at + 1
+            keys[at] = dist
+            vals[at] = rank2[base + j]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -449,18 +412,22 @@ def rank_lag_sums(rank2: np.ndarray, n: int, start: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def diagonal_sums(a: np.ndarray, upper_only: bool) -> np.ndarray:
-    """``out[l] = sum_i a[i, i + l]``, ``l = 0..n-1`` (``out[0] = 0`` when ``upper_only``),
-    rows interleaved over :data:`STRIPES` partial sums added in a fixed order."""
+def diagonal_sums(a: np.ndarray) -> np.ndarray:
+    """``out[l] = sum_i a[i, i + l]``, ``l = 0..n-1``, rows interleaved over :data:`STRIPES`."""
     n = a.shape[0]
     acc = np.zeros((STRIPES, n))
-    first = 1 if upper_only else 0
     for t in numba.prange(STRIPES):
         for i in range(t, n, STRIPES):
-            for j in range(i + first, n):
+            for j in range(i, n):
                 acc[t, j - i] += a[i, j]
-    out = np.zeros(n)
+    return _sum_stripes(acc)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_stripes(acc: np.ndarray) -> np.ndarray:
+    """``acc`` (STRIPES, n) summed over stripes in a fixed order, shape (n,)."""
+    out = np.zeros(acc.shape[1])
     for t in range(STRIPES):
-        for lag in range(n):
+        for lag in range(acc.shape[1]):
             out[lag] += acc[t, lag]
     return out

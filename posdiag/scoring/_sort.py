@@ -1,6 +1,6 @@
 """Compiled bucket sort of :mod:`posdiag.scoring._ranks`: each bucket of scattered pairs sorted
-in a thread's buffer (or in place when it outgrows it), and its tie groups walked for exact
-doubled average ranks or the rank cross sums, in two int64 limbs (:func:`_mac`)."""
+in a thread's buffer (in place when it outgrows it; one MSD radix sort for crowded ranges), and
+its tie groups walked for exact doubled average ranks or rank cross sums in two int64 limbs."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ _NEG_ZERO = np.uint64(1 << 63)
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
-    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62`` (int64 limbs), while the
-    running total stays below ``2^93`` in magnitude (``hi < 2^62``)."""
+    """``(hi, lo) += a * b`` exactly for ``|a| < 2^30``, ``|b| < 2^62``, a total below ``2^93``."""
     b_lo = b & _LIMB_MASK  # b = b_hi * 2^31 + b_lo with 0 <= b_lo < 2^31, also for b < 0
     b_hi = b >> LIMB_BITS
     lo += a * b_lo
@@ -32,8 +31,7 @@ def _mac(hi: int, lo: int, a: int, b: int) -> tuple[int, int]:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _order_key(bits: np.uint64) -> np.uint64:
-    """Map the bit pattern of a float64 to a uint64 that sorts like the float (``-0.0`` as
-    ``+0.0``); NaN patterns land above every other key (callers check them apart)."""
+    """A float64's bit pattern as a uint64 that sorts like the float (``-0.0`` as ``+0.0``)."""
     if bits == _NEG_ZERO:
         bits = np.uint64(0)
     if bits & _SIGN:
@@ -41,25 +39,8 @@ def _order_key(bits: np.uint64) -> np.uint64:
     return bits | _SIGN
 
 
-@numba.njit(cache=True, nogil=True)
-def _count(keys, lo, hi, kmin, shift, mask, hist):
-    for q in range(lo, hi):
-        hist[np.intp(((keys[q] - kmin) >> shift) & mask)] += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos):
-    for q in range(lo, hi):
-        k = src_k[q]
-        d = np.intp(((k - kmin) >> shift) & mask)
-        at = pos[d]
-        pos[d] = at + 1
-        dst_k[at] = k
-        dst_v[at] = src_v[q]
-
-
-# Sub-buckets of at most this many pairs are sorted by insertion (stable); a bucket of n
-# pairs is split into about n << SUB_BITS sub-buckets, so few hold two or more.
+# Sub-buckets of at most SMALL pairs are sorted by insertion; a bucket of n pairs is split into
+# about n << SUB_BITS sub-buckets, so few hold two or more.
 SMALL = 16
 SUB_BITS = 2
 
@@ -88,45 +69,6 @@ def _bit_width(span: np.uint64) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _lsd_segment(keys, vals, keys_tmp, vals_tmp, lo, hi, bits):  # sorts [lo, hi) in place
-    if hi - lo < 2:
-        return
-    if hi - lo <= SMALL:
-        _insertion(keys, vals, lo, hi)  # the many tiny buckets
-        return
-    kmin = keys[lo]
-    kmax = keys[lo]
-    for q in range(lo, hi):
-        kmin = min(kmin, keys[q])
-        kmax = max(kmax, keys[q])
-    width = _bit_width(kmax - kmin)
-    if width == 0:
-        return
-    passes = (width + bits - 1) // bits
-    digit = (width + passes - 1) // passes
-    buckets = 1 << digit
-    mask = np.uint64(buckets - 1)
-    pos = np.empty(buckets, np.int64)
-    swapped = False
-    for ps in range(passes):
-        shift = np.uint64(ps * digit)
-        src_k, src_v = (keys_tmp, vals_tmp) if swapped else (keys, vals)
-        dst_k, dst_v = (keys, vals) if swapped else (keys_tmp, vals_tmp)
-        pos[:] = 0
-        _count(src_k, lo, hi, kmin, shift, mask, pos)
-        total = lo
-        for b in range(buckets):
-            c = pos[b]
-            pos[b] = total
-            total += c
-        _scatter(src_k, src_v, dst_k, dst_v, lo, hi, kmin, shift, mask, pos)
-        swapped = not swapped
-    if swapped:
-        keys[lo:hi] = keys_tmp[lo:hi]
-        vals[lo:hi] = vals_tmp[lo:hi]
-
-
-@numba.njit(cache=True, nogil=True)
 def bucket_offsets(hist: np.ndarray) -> np.ndarray:
     """Turn counts ``hist[t, b]`` into first write places (bucket-major, then part), in place;
     returns the bucket starts, shape (buckets + 1,)."""
@@ -144,16 +86,12 @@ def bucket_offsets(hist: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
-    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals[lo:hi]``) into order
-    keys ``bk[:hi - lo]`` and payloads ``bv``. Returns False (writing nothing) when all keys
-    are equal.
+def _sort_bucket(src, vals, lo, hi, bk, bv, hist, bits):
+    """Sort the float64 bit patterns ``src[lo:hi]`` (payloads ``vals``) into order keys
+    ``bk[:hi - lo]`` and payloads ``bv``; False (nothing written) when all keys are equal.
 
-    One counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)``
-    sub-buckets (values within a bucket are close to uniform, so few sub-buckets hold two
-    keys), then one insertion sort over the whole range (it only moves keys within their
-    sub-bucket); when some sub-bucket is crowded, a radix sort of those
-    (:func:`_lsd_segment`, scratch ``tk``/``tv``) and insertion for the others. Stable."""
+    A counting pass on the top bits of ``key - min`` into about ``4 (hi - lo)`` sub-buckets,
+    then insertion sort, or :func:`_radix_sort` of crowded sub-buckets."""
     size = hi - lo
     kmin = _order_key(src[lo])
     kmax = kmin
@@ -194,34 +132,23 @@ def _sort_bucket(src, vals, lo, hi, bk, bv, tk, tv, hist, bits):
     s = 0
     for b in range(count):
         e = hist[b]  # the end of sub-bucket b now
-        if e - s > SMALL:
-            _lsd_segment(bk, bv, tk, tv, s, e, bits)
-        elif e - s > 1:
-            _insertion(bk, bv, s, e)
+        if e - s > 1:
+            _radix_sort(bk, bv, s, e, bits)
         s = e
     return True
 
 
-# Digit of the in-place sort of buckets larger than the thread buffers.
-FLAG_BITS = 8
-
-
 @numba.njit(cache=True, nogil=True)
-def _sort_in_place(keys, vals, lo, hi):
-    """Sort ``keys[lo:hi]`` (float64 bit patterns, replaced by their order keys) with the
-    payloads ``vals`` in place and no memory beyond the digit counts: an MSD radix sort whose
-    passes permute by cycles (American flag sort) on :data:`FLAG_BITS` of ``key - min`` at a
-    time, from the top of the range's span; ranges of :data:`SMALL` keys by insertion. Not
-    stable (tie groups are walked as a whole)."""
-    for q in range(lo, hi):
-        keys[q] = _order_key(keys[q])
-    nb_max = 1 << FLAG_BITS
+def _radix_sort(keys, vals, lo, hi, bits):
+    """Sort the order keys ``keys[lo:hi]`` and ``vals`` in place: an MSD radix sort permuting
+    by cycles (American flag sort) on ``bits`` of ``key - min`` at a time; :data:`SMALL` keys
+    by insertion. Not stable."""
+    nb_max = 1 << bits
     counts = np.empty(nb_max, np.int64)
     heads = np.empty(nb_max, np.int64)
     ends = np.empty(nb_max, np.int64)
-    # Depth-first: at most nb_max - 1 ranges wait per level, 64 / FLAG_BITS + 1 levels.
-    stack = np.empty((nb_max * (64 // FLAG_BITS + 2), 2), np.int64)
-    top = 0
+    # Depth-first: at most nb_max - 1 ranges wait per level, 64 / bits + 1 levels.
+    stack = np.empty((nb_max * (64 // bits + 2), 2), np.int64)
     stack[0, 0] = lo
     stack[0, 1] = hi
     top = 1
@@ -240,7 +167,7 @@ def _sort_in_place(keys, vals, lo, hi):
         if kmin == kmax:
             continue
         width = _bit_width(kmax - kmin)
-        digit = min(FLAG_BITS, width)
+        digit = min(bits, width)
         shift = np.uint64(width - digit)
         nb = 1 << digit
         for b in range(nb):
@@ -336,13 +263,10 @@ def sort_buckets(
     bits: int,
     cap: int,
 ) -> np.ndarray:
-    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``)
-    in a buffer of the thread's and walk its tie groups: with ``ranks``, ``vals`` are pair
-    indices and ``rank2`` gets twice the average ranks (:func:`_walk_ranks`); else ``vals``
-    are the doubled corpus ranks and the cross sum is accumulated (:func:`_walk_cross`).
-    Equal values share a bucket, so no tie group crosses one. Buffers hold ``cap`` pairs;
-    larger buckets are sorted in place (:func:`_sort_in_place`), so memory stays bounded
-    whatever the distribution of the values.
+    """Sort each bucket ``[starts[b], starts[b + 1])`` of float ``keys`` (payloads ``vals``) in a
+    thread's buffer of ``cap`` pairs (larger ones in place) and walk its tie groups: with
+    ``ranks``, ``vals`` are pair indices and ``rank2`` gets twice the average ranks; else
+    ``vals`` are the doubled corpus ranks and their cross sum is accumulated.
 
     Returns limbs ``(hi, lo, tie_hi, tie_lo)`` per thread, shape (threads, 4).
     """
@@ -358,19 +282,18 @@ def sort_buckets(
         tl = 0
         bk0 = np.empty(cap, np.uint64)
         bv0 = np.empty(cap, np.uint32)
-        tk0 = np.empty(cap, np.uint64)
-        tv0 = np.empty(cap, np.uint32)
         hist0 = np.empty(cap << SUB_BITS, np.int64)
         for b in range(t, buckets, threads):
             first = starts[b]
             size = starts[b + 1] - first
             if size == 0:
                 continue
-            if size > cap:
-                # Too large for the buffers (a crowded value range): sorted where it lies.
-                _sort_in_place(src, vals, first, first + size)
+            if size > cap:  # a crowded value range: sorted where it lies
+                for q in range(first, first + size):
+                    src[q] = _order_key(src[q])
+                _radix_sort(src, vals, first, first + size, bits)
                 sorted_keys, payload = src[first : first + size], vals[first : first + size]
-            elif _sort_bucket(src, vals, first, first + size, bk0, bv0, tk0, tv0, hist0, bits):
+            elif _sort_bucket(src, vals, first, first + size, bk0, bv0, hist0, bits):
                 sorted_keys, payload = bk0, bv0
             else:
                 sorted_keys, payload = equal, vals[first : first + size]

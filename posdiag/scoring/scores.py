@@ -1,33 +1,13 @@
-"""Encoding scores without an ``n x n`` matrix per encoding.
+"""Encoding scores without an ``n x n`` matrix per encoding (docs/geometry.md section 4).
 
-Every measure of :func:`posdiag.geometry.core.compare` is an inner product or a rank correlation
-between the corpus side (``B_H``, ``d_H``) and the encoding side (``B_E``, ``delta_E``). The
-corpus side is summarised once (:func:`corpus_side`, ``O(n^2)``); then
-
-- a Toeplitz encoding (``delta_E(i, j) = g(|i - j|)``: sinusoidal, RoPE, ALiBi, T5, ...) is scored
-  in ``O(n log n)`` from its lag profile ``g`` alone: ``<B_H, B_E> = -1/2 <B_H, G>`` with
-  ``G = [g(|i-j|)^2]`` because ``B_H`` is double-centred, and ``<B_H, G>`` is a sum over
-  diagonals; ``||J G J||_F^2 = ||G||^2 - 2/n ||G 1||^2 + (1^T G 1)^2 / n^2`` with ``G 1`` from
-  prefix sums; Kruskal's stress uses the diagonal sums of ``d_H``; Spearman's rho ranks ``d_H``
-  once and the ``n - 1`` distinct lags of ``g`` (average ranks for ties, as
-  ``scipy.stats.spearmanr``);
-- an encoding given by position vectors ``P`` (learned tables, MDS) uses ``B_E = (JP)(JP)^T``:
-  ``||B_E||_F = ||(JP)^T JP||_F``; ``<B_H, B_E> = sum((B_H JP) o JP)`` on small inputs, and on
-  the compiled path ``-sum_{i<j} B_H(i, j) d_E(i, j)^2`` (``B_H`` double-centred), summed by
-  the kernel that forms the distances for Kruskal and Spearman anyway.
-
-Spearman's rho is computed exactly: twice an average rank is an integer, so ``sum r_H r_E`` and
-the tie-corrected variances are integer sums (int64 here, two int64 limbs in the compiled
-kernels), and the one rounding is the final division. The corpus side keeps twice the ranks of
-``d_H`` as uint32 (``n(n-1)/2`` of them, 0.54 GB at n = 16,384); an encoding's distances are
-never ranked into an array: they are scattered into buckets of equal width in value with the
-corpus ranks carried along, each bucket is sorted in a cache-sized buffer
-(:mod:`posdiag.scoring._ranks`) and the walk over its tie groups sums the products. From
-``n(n-1)/2 >=`` :data:`COMPILED_FROM_PAIRS` the compiled kernels run; below, numpy does the
-same sums (bundled corpora never import numba).
-
-Results equal :func:`~posdiag.geometry.core.compare` to rounding (tests/scoring/test_scores.py,
-tests/scoring/test_ranks.py).
+The corpus side (``B_H``, ``d_H`` and the ranks of ``d_H``) is summarised once
+(:func:`corpus_side`). A Toeplitz encoding is then scored from its lag profile alone
+(``<B_H, B_E> = -1/2 <B_H, G>``, ``G = [g(|i-j|)^2]``, a sum over diagonals since ``B_H`` is
+double-centred), position vectors ``P`` from ``B_E = (JP)(JP)^T`` and their pair distances.
+Spearman's rho is exact: twice an average rank is an integer, so every sum is an integer sum
+and the one rounding is the final division. From :data:`COMPILED_FROM_PAIRS` pairs on the
+kernels of :mod:`posdiag.scoring._ranks` run (a bucket sort instead of ranking into an array);
+below, numpy does the same sums. Results equal :func:`~posdiag.geometry.core.compare` to rounding.
 """
 
 from __future__ import annotations
@@ -35,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import ModuleType
 
 import numpy as np
@@ -62,16 +43,13 @@ __all__ = [
 ]
 
 
-# From this many pairs n(n-1)/2 (n ~ 512) the compiled kernels score; below, numpy does, so small
-# corpora never import numba or wait for a compile. It must stay below 2^21: numpy's integer
-# rank sums are exact only while m^3 < 2^63.
+# From this many pairs (n ~ 512) the compiled kernels score, so small corpora never import numba;
+# below 2^21 pairs, where numpy's integer rank sums are exact (m^3 < 2^63).
 COMPILED_FROM_PAIRS = 1 << 17
-# The exact sums hold while twice a centred rank fits the limbs' factor (|c| < 2^30: m < 2^30)
-# and the corpus ranks fit uint32 (2 m < 2^32): n(n-1)/2 < 2^30 pairs, i.e. n <= 46,341.
+# Exact sums need |c| < 2^30 (the limbs' factor) and 2 m < 2^32 (uint32 ranks): n <= 46,341.
 EXACT_MAX_POSITIONS = 46_341
-# Position vectors of at most this many coordinates get their distances coordinate by
-# coordinate (as pdist: exactly compare()'s values); wider ones (learned tables, d = 768) by
-# the Gram expansion with BLAS, one block of rows at a time.
+# Narrower vectors get distances coordinate by coordinate (as pdist: compare()'s values); wider
+# ones (learned tables) by the BLAS Gram expansion, a block of rows at a time.
 DIRECT_MAX_DIM = 16
 
 
@@ -79,12 +57,10 @@ DIRECT_MAX_DIM = 16
 class SortLayout:
     """How the pairs are laid out for the compiled sort; results do not depend on it.
 
-    The ``n(n-1)/2`` pair values are scattered into buckets of equal width in value, about
-    ``bucket_size`` pairs each (at most ``max_buckets``), and each bucket is sorted in a buffer
-    of its thread of up to ``buffer`` pairs (56 B each: 7.3 MB), a larger one in place with
-    ``radix_bits`` digits. The corpus side's values crowd, so it takes smaller buckets
-    (benchmarks/NOTES.md). ``block_bytes``: the Gram-expansion distances of wide tables are
-    formed ``block_bytes`` of ``(rows, n)`` float64 at a time.
+    Pairs go to buckets of equal width in value, about ``bucket_size`` pairs each (at most
+    ``max_buckets``; the corpus side's crowded values take the ``corpus_`` sizes), each sorted in
+    a thread's buffer of ``buffer`` pairs (radix digits of ``radix_bits``), a larger one in place.
+    Wide tables' distances are formed ``block_bytes`` of ``(rows, n)`` float64 at a time.
     """
 
     corpus_bucket_size: int = 2048
@@ -111,9 +87,7 @@ def _compiled(m: int, compiled: bool | None = None) -> bool:
 
 
 def _threads() -> int:
-    numba = load_numba()
-
-    return int(numba.get_num_threads())
+    return int(load_numba().get_num_threads())
 
 
 def _bucket_hist(m: int, size: int, most: int) -> np.ndarray:
@@ -153,12 +127,12 @@ def _from_limbs(hi: int, lo: int) -> int:
 def diagonal_sums(m: np.ndarray, compiled: bool | None = None) -> np.ndarray:
     """``s[l] = sum_i m[i, i + l]`` for ``l = 0..n-1`` (upper diagonals), of shape (n,).
 
-    Walks rows (contiguous memory) instead of diagonals (a stride of ``n + 1``); compiled and
-    parallel from :data:`COMPILED_FROM_PAIRS` pairs on (``compiled`` forces a path).
+    Walks rows, not diagonals (contiguous memory); compiled from :data:`COMPILED_FROM_PAIRS`
+    pairs on (``compiled`` forces a path).
     """
     n = m.shape[0]
     if _compiled(n * (n - 1) // 2, compiled):
-        return np.asarray(_kernels().diagonal_sums(np.ascontiguousarray(m), False))
+        return np.asarray(_kernels().diagonal_sums(np.ascontiguousarray(m)))
     out = np.zeros(n)
     for i in range(n):
         out[: n - i] += m[i, i:]
@@ -166,14 +140,8 @@ def diagonal_sums(m: np.ndarray, compiled: bool | None = None) -> np.ndarray:
 
 
 def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(order, starts, ends)``: an argsort of ``x`` of shape (m,) and the half-open ranges of
-    ``x[order]`` that hold equal values (0-based; the 1-based ranks of a group are
-    ``starts+1 .. ends``).
-
-    Any sort order will do: tied values share their average rank whatever their order, and
-    numpy's default (vectorised) sort is several times faster than the stable one on the
-    n^2/2 pairs of long contexts.
-    """
+    """``(order, starts, ends)``: an argsort of ``x`` (m,) and the half-open ranges of ``x[order]``
+    holding equal values (1-based ranks ``starts+1 .. ends``). Unstable: ties share their rank."""
     m = x.size
     order = np.argsort(x)
     xs = x[order]
@@ -192,12 +160,11 @@ def _upper_segments(n: int) -> np.ndarray:
 
 
 def upper_distances(p: np.ndarray, block_rows: int = 512) -> np.ndarray:
-    """Euclidean distances ``||p_i - p_j||``, ``i < j``, row-major, shape (n(n-1)/2,).
+    """Euclidean distances ``||p_i - p_j||``, ``i < j``, of rows of ``p`` (n, d), row-major, shape
+    (n(n-1)/2,).
 
-    Uses the Gram expansion with BLAS, one block of rows at a time (against the rows from the
-    block's first on: the lower triangle is never computed), so no ``n x n`` array exists; the
-    result equals ``scipy.spatial.distance.pdist`` to ~1e-7 relative on distances that are not
-    tiny against the vectors' norms.
+    The Gram expansion with BLAS, a block of rows at a time, upper triangle only: no ``n x n``
+    array. Equals ``pdist`` to ~1e-7 relative on distances not tiny against the norms.
     """
     p = np.asarray(p, dtype=np.float64)
     n = p.shape[0]
@@ -255,30 +222,22 @@ class CorpusSide:
     n : int
     b_norm : float
         ``||B_H||_F``.
-    b_lags : ndarray of shape (n,)
-        Diagonal sums of ``B_H``: ``sum_i B_H[i, i+l]``.
-    d_lags : ndarray of shape (n,)
-        Diagonal sums of ``d_H`` (lag 0 is 0).
+    b_lags, d_lags : ndarray of shape (n,)
+        Diagonal sums ``sum_i B_H[i, i+l]``, and those of ``d_H`` (lag 0 is 0).
     d_sq : float
         ``sum_{i<j} d_H(i, j)^2``.
     d_h : ndarray of shape (n, n)
-        The corpus distances themselves (a reference, not a copy; C-contiguous).
+        The corpus distances (a reference, C-contiguous).
     rank2 : ndarray of shape (n(n-1)/2,)
-        Twice the average ranks of ``d_H(i, j)``, ``i < j``, row-major: integers ``2..2m``
-        (uint32 on the compiled path, int64 below it).
+        Twice the average ranks of ``d_H(i, j)``, ``i < j``, row-major (uint32, or int64 in numpy).
     rank_lags : ndarray of shape (n,), int64
         Diagonal sums of the centred doubled ranks ``rank2 - (m + 1)`` (lag 0 is 0).
     rank_ss2 : int
-        ``sum (rank2 - (m + 1))^2`` (exact); 0 when ``d_H`` is constant.
-    rank_ss : float
-        ``sum (rank - mean)^2 = rank_ss2 / 4``.
+        ``sum (rank2 - (m + 1))^2`` (exact; 0 when ``d_H`` is constant).
     d_nan : bool
         Whether some ``d_H(i, j)`` is NaN (every Spearman rho is then nan).
-    scratch : list
-        Sorting buffers of the compiled path (float64 and uint32 arrays of ``n(n-1)/2``),
-        lent to one :func:`score_vectors` call at a time: every encoding reuses the memory
-        the corpus ranks were sorted in instead of faulting in ``12 m`` fresh bytes (1.6 GB
-        at n = 16,384). Freed with the corpus side.
+    scratch : list of (ndarray of shape (m,), ndarray of shape (m,))
+        The compiled sort's float64 and uint32 buffers, lent to one score at a time.
     compiled : bool
         Whether this side and every score against it take the compiled kernels.
     layout : SortLayout
@@ -293,7 +252,6 @@ class CorpusSide:
     rank2: np.ndarray
     rank_lags: np.ndarray
     rank_ss2: int
-    rank_ss: float
     d_nan: bool
     scratch: list[tuple[np.ndarray, np.ndarray]] = field(
         default_factory=list, repr=False, compare=False
@@ -320,12 +278,6 @@ def corpus_side(
     compiled : bool, optional
         Force the compiled kernels or numpy (default: from :data:`COMPILED_FROM_PAIRS` pairs).
     layout : SortLayout, optional
-
-    Notes
-    -----
-    Memory on the compiled path, ``m = n(n-1)/2``: ``16 m`` bytes while sorting (float64 values
-    and uint32 indices scattered to buckets, and the ranks), ``4 m`` kept
-    (:attr:`CorpusSide.rank2`): 2.1 GB and 0.54 GB at n = 16,384.
     """
     n = d_h.shape[0]
     if n > EXACT_MAX_POSITIONS:
@@ -346,38 +298,35 @@ def corpus_side(
         # One pass gives the diagonal sums, sum d^2 and the range for the buckets.
         vmin, vmax, nan = k.corpus_scan(d_h, d_lags, row_sq)
         d_sq = float(row_sq.sum())
-        b_lags = np.asarray(k.diagonal_sums(np.ascontiguousarray(b_h), False))
+        b_lags = np.asarray(k.diagonal_sums(np.ascontiguousarray(b_h)))
         ties = 0
         if nan:
             rank2 = np.zeros(m, dtype=np.uint32)
         else:
             hist = _bucket_hist(m, layout.corpus_bucket_size, layout.corpus_max_buckets)
             scale = _scale(hist.shape[1], vmin, vmax)
-            k.square_hist(d_h, start, vmin, scale, hist)
+            k.square_buckets(d_h, start, vmin, scale, hist, np.empty(0), np.empty(0, np.uint32))
             starts = k.bucket_offsets(hist)
             keys = np.empty(m)
             idx = np.empty(m, dtype=np.uint32)  # payload: each pair's own index
-            k.square_scatter(d_h, start, vmin, scale, hist, keys, idx)
+            k.square_buckets(d_h, start, vmin, scale, hist, keys, idx)
             rank2 = np.empty(m, dtype=np.uint32)
             ties = _walk(keys, idx, starts, rank2, layout)[1]
             scratch.append((keys, idx))
             del keys, idx
         rank_lags = np.asarray(k.rank_lag_sums(rank2, n, start))
     else:
-        dh = np.empty(m)
-        for i in range(n - 1):
-            dh[start[i] : start[i + 1]] = d_h[i, i + 1 :]
+        rows, cols = np.triu_indices(n, k=1)
+        dh = d_h[rows, cols]
         nan = int(np.isnan(dh).sum())
         d_sq = float(dh @ dh)
         d_lags = diagonal_sums(d_h, False)
         d_lags[0] = 0.0
         b_lags = diagonal_sums(b_h, False)
         rank2, ties = _rank2(dh)
-        rows, cols = np.triu_indices(n, k=1)
         # |sum| < n m < 2^53: the float64 bincount is exact.
         lag_sums = np.bincount(cols - rows, weights=rank2 - (m + 1), minlength=n)
         rank_lags = lag_sums.astype(np.int64)
-    ss2 = _sum_c2(m, ties) if m else 0
     return CorpusSide(
         n=n,
         b_norm=float(np.linalg.norm(b_h)),
@@ -387,8 +336,7 @@ def corpus_side(
         d_h=d_h,
         rank2=rank2,
         rank_lags=rank_lags,
-        rank_ss2=ss2,
-        rank_ss=ss2 / 4.0,
+        rank_ss2=_sum_c2(m, ties) if m else 0,
         d_nan=bool(nan),
         scratch=scratch,
         compiled=compiled,
@@ -414,20 +362,13 @@ def _kruskal(side: CorpusSide, s_he: float, s_ee: float) -> float:
 
 
 def _lag_average_ranks(g: np.ndarray, n: int) -> np.ndarray:
-    """Average rank of each lag's value among all pairs ``i < j`` (lag 1..n-1; index 0 unused)."""
-    lags = np.arange(1, n)
-    values = g[1:]
-    counts = (n - lags).astype(np.float64)
-    order = np.argsort(values, kind="stable")
-    v_sorted, c_sorted = values[order], counts[order]
-    # Group equal values; each group gets the mean of the ranks it spans.
-    new = np.concatenate(([True], v_sorted[1:] != v_sorted[:-1]))
-    group = np.cumsum(new) - 1
-    group_count = np.bincount(group, weights=c_sorted)
-    group_end = np.cumsum(group_count)
-    group_rank = group_end - (group_count - 1.0) / 2.0
+    """Average rank of each lag's value among all pairs ``i < j`` (lag 1..n-1; index 0 unused),
+    shape (n,): lag ``l`` holds ``n - l`` pairs."""
+    order, starts, ends = _tie_groups(g[1:])
+    count = np.add.reduceat((n - 1 - order).astype(np.float64), starts)  # pairs per group
+    end = np.cumsum(count)
     out = np.zeros(n)
-    out[lags[order]] = group_rank[group]
+    out[1 + order] = np.repeat(end - (count - 1.0) / 2.0, ends - starts)
     return out
 
 
@@ -457,11 +398,10 @@ def score_profile(side: CorpusSide, g: np.ndarray) -> StressMeasures:
     n = side.n
     g = np.asarray(g, dtype=np.float64)
     g2 = g * g
-    lags = np.arange(n)
     weights, ne = _profile_terms(g2)
     # np.sum, not a dot product: the summation order of the figures before (bit for bit).
     stress, raw = _stress_from(float(np.sum(weights * side.b_lags)), side.b_norm, ne)
-    pairs = (n - lags[1:]).astype(np.float64)
+    pairs = n - np.arange(1, n, dtype=np.float64)
     s_he = float(np.sum(g[1:] * side.d_lags[1:]))
     s_ee = float(np.sum(pairs * g2[1:]))
     kruskal = _kruskal(side, s_he, s_ee)
@@ -482,13 +422,6 @@ def score_vectors(side: CorpusSide, b_h: np.ndarray, p: np.ndarray) -> StressMea
     """All measures of an encoding given by position vectors ``P`` (n, d).
 
     ``delta_E`` is the Euclidean distance between rows and ``B_E = (JP)(JP)^T``.
-
-    Notes
-    -----
-    On the compiled path the distances of the ``m = n(n-1)/2`` pairs are scattered to buckets
-    with the corpus ranks carried along: ``12 m`` bytes (1.6 GB at n = 16,384) on top of the
-    corpus side, freed on return; ``20 m`` for tables wider than :data:`DIRECT_MAX_DIM`
-    (their distances are stored once, from BLAS blocks).
     """
     return score_vectors_many(side, b_h, [p])[0]
 
@@ -498,11 +431,9 @@ def score_vectors_many(
 ) -> list[StressMeasures]:
     """:func:`score_vectors` of each table of ``vectors`` (each (n, d_k)), the same floats.
 
-    On the compiled path, tables that are the leading columns of one another (the ``mds-r``
-    family: ``mds-1`` is the first column of ``mds-3``) are scanned three at a time in one
-    pass (``_ranks.nested_scan``): ``d_H`` and ``B_H`` read once, each pair's coordinate
-    differences formed once, the sums in registers, instead of three passes. Their sorts stay
-    one at a time, in the same memory (``12 m`` bytes, as :func:`score_vectors`).
+    On the compiled path, tables that are the leading columns of one another (``mds-1`` is the
+    first column of ``mds-3``) share one pass over ``d_H`` and ``B_H``, three at a time
+    (``_ranks.nested_scan``); their sorts stay one at a time, in the same memory.
     """
     ps = [np.asarray(p, dtype=np.float64) for p in vectors]
     compiled = side.compiled
@@ -517,9 +448,8 @@ def score_vectors_many(
     for q, p in enumerate(ps):
         jp = p - p.mean(axis=0, keepdims=True)
         ne = float(np.linalg.norm(jp.T @ jp))
-        # Compiled: <B_H, B_E> = -1/2 <B_H, D_E^2> (B_H double-centred) = -sum_{i<j} B_H d_E^2,
-        # summed by the distance kernel: no n x n x d product B_H JP (400 GFlop at n = 16,384,
-        # d = 768).
+        # Compiled: <B_H, B_E> = -sum_{i<j} B_H d_E^2 (B_H double-centred), summed by the
+        # distance kernel instead of an n x n x d product B_H JP.
         if q in scans:
             s_he, s_ee, inner, cross, ss_e = _sort_sums(side, *scans.pop(q))
         elif compiled:
@@ -582,10 +512,8 @@ def _nested_family(ps: Sequence[np.ndarray]) -> list[int]:
 
 def _nested_scan(side: CorpusSide, b_h: np.ndarray, ps: Sequence[np.ndarray]) -> list[_Scan]:
     """The scans of up to three nested tables ``ps`` (each the leading columns of the last) in
-    one compiled pass (``_ranks.nested_scan``; fewer than three: the last repeated and its
-    copies dropped): distances recomputed in the pass and in each scatter, never stored;
-    buckets over [0, an upper bound of the largest] (larger rounded values go to the top
-    bucket), as :func:`_vector_sums_compiled`."""
+    one compiled pass (fewer than three: the last repeated), bucketed as
+    :func:`_vector_sums_compiled` does narrow tables."""
     k = _kernels()
     n = side.n
     m = n * (n - 1) // 2
@@ -603,12 +531,7 @@ def _nested_scan(side: CorpusSide, b_h: np.ndarray, ps: Sequence[np.ndarray]) ->
     for e, p in enumerate(ps):
         s_he, s_ee, s_be = (float(r) for r in rows[e].sum(axis=1))
         table = np.ascontiguousarray(p)
-
-        def scatter(
-            keys: np.ndarray, vals: np.ndarray, table: np.ndarray = table, e: int = e
-        ) -> None:
-            k.vector_scatter(table, side.rank2, start, float(scales[e]), hist[e], keys, vals)
-
+        scatter = partial(k.vector_scatter, table, side.rank2, start, float(scales[e]), hist[e])
         out.append((s_he, s_ee, -s_be, hist[e], int(nans[e]), scatter))
     return out
 
@@ -625,16 +548,14 @@ def _vector_sums_compiled(
     b_h = np.ascontiguousarray(b_h, dtype=np.float64)
     rows = np.zeros((3, n))
     hist = _bucket_hist(m, side.layout.bucket_size, side.layout.max_buckets)
+    scatter: Callable[[np.ndarray, np.ndarray], None]
     if p.shape[1] <= DIRECT_MAX_DIM:
         # Distances recomputed in each of two passes, never stored; buckets over [0, an
         # upper bound of the largest] (larger rounded values go to the top bucket).
         p = np.ascontiguousarray(p)
         scale = _scale(hist.shape[1], 0.0, _diameter_bound(p))
         nan = k.vector_scan(p, side.d_h, b_h, rows, scale, hist)
-
-        def scatter(keys: np.ndarray, vals: np.ndarray) -> None:
-            k.vector_scatter(p, side.rank2, start, scale, hist, keys, vals)
-
+        scatter = partial(k.vector_scatter, p, side.rank2, start, scale, hist)
     else:
         dist = np.empty(m)
         sq = np.einsum("ij,ij->i", p, p)
@@ -718,12 +639,9 @@ DENSE_TABLE_MAX = 4096
 class GramScorer:
     """The stress of one fixed encoding against many corpus Gram matrices (bootstrap replicates).
 
-    Precomputes the encoding side once: for a lag profile the weights of ``<B, B_E>`` over the
-    diagonal sums of ``B`` (so a replicate costs one O(n^2) pass shared by every Toeplitz
-    encoding); up to ``dense_max`` positions (:data:`~posdiag.encodings._core.DENSE_MATRICES_MAX`:
-    one ``vdot`` per replicate) the dense ``B_E``; beyond, for position vectors, the dense
-    ``B_E = (JP)(JP)^T`` up to ``table_max`` positions and ``JP`` past them
-    (``<B, B_E> = sum((B JP) o JP)``). ``||B_E||_F`` is computed once in every case.
+    The encoding side is precomputed once: a lag profile's weights over the diagonal sums of
+    ``B``; up to ``dense_max`` positions the dense ``B_E`` (one ``vdot`` a replicate); beyond,
+    for position vectors, ``(JP)(JP)^T`` up to ``table_max`` positions, else ``JP``.
     """
 
     def __init__(
