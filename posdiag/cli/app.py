@@ -17,20 +17,15 @@ import typer
 
 # Only names without numpy/scipy at import: `posdiag --version` and `--help` stay fast; each
 # command imports the library it calls.
-from .._util.defaults import (
-    DEFAULT_DIM,
-    DEFAULT_ESTIMATOR,
-    DEFAULT_LEVEL,
-    DEFAULT_MIN_COUNT,
-    DEFAULT_SHARDS,
-)
+from .._util.defaults import DEFAULT_DIM, DEFAULT_ESTIMATOR, DEFAULT_MIN_COUNT, DEFAULT_SHARDS
 from ..corpus.reading import Reading
 from ..errors import PosdiagError
 from . import command_options as own
 from .faults import CommandGroup
 from .options import (
-    CiOpt,
+    ESTIMATION,
     CorpusArg,
+    Estimation,
     EstimatorOpt,
     ForceOpt,
     JsonOpt,
@@ -38,19 +33,17 @@ from .options import (
     PlotForceOpt,
     PlotOpt,
     QuietOpt,
-    ReplicatesOpt,
     SampleSeedOpt,
-    SeedOpt,
-    ShardsOpt,
     analyse,
     analysis_options,
     bootstrap_progress,
     check_plots,
-    counts,
     emit,
     encoding_option,
+    estimates,
     progress,
     reads_corpus,
+    sharded,
     warn,
     write_plots,
 )
@@ -105,6 +98,7 @@ def _save_counts(counted: Counts, output: Path, force: bool, as_json: bool, what
 
 @app.command()
 @reads_corpus
+@estimates
 def stress(
     corpus: CorpusArg,
     reading: Reading,
@@ -121,12 +115,8 @@ def stress(
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
+    estimation: Estimation = ESTIMATION,
     dim: own.EncodingDimOpt = None,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     verbose: own.VerboseOpt = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
@@ -137,18 +127,17 @@ def stress(
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_plots(plot, force)
     # The plug-in column and the noise floor are shown by --verbose / --json only.
     report = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: stress_report(
             c, chosen or None, analysis, dim=dim, progress=bar, details=as_json or verbose
         ),
-        shards=shards,
     )
     emit(
         as_json,
@@ -171,7 +160,7 @@ def count(
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
     _npz_output(output, force)
-    _save_counts(counts(corpus, reading, quiet, seed=sample_seed), output, force, as_json)
+    _save_counts(sharded(corpus, reading, quiet, seed=sample_seed), output, force, as_json)
 
 
 @app.command("build-encoding")
@@ -205,7 +194,11 @@ def build_encoding(
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
     analysis = analysis_options(min_count, estimator, seed)
     enc = analyse(
-        corpus, reading, quiet, seed, lambda c, _: encoding_of(c, rank, dim, analysis, seed=seed)
+        corpus,
+        reading,
+        quiet,
+        Estimation(shards=0, seed=seed),
+        lambda c, _: encoding_of(c, rank, dim, analysis, seed=seed),
     )
     files = [str(p) for p in write_encoding(enc, output, force=force)]
     emit(as_json, lambda: encoding_json(enc, files), lambda out: print_encoding(enc, files, out))
@@ -234,6 +227,7 @@ def encodings(
 
 @app.command()
 @reads_corpus
+@estimates
 def check(
     corpus: CorpusArg,
     reading: Reading,
@@ -251,11 +245,7 @@ def check(
     force: own.HiddenForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
     from ..render.gate import (
@@ -294,14 +284,13 @@ def check(
     if junit is not None:
         check_junit_path(junit)  # refuse a folder before a pass over the corpus
     # The config file's reading keys, overridden by the options given (build_config merged them).
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     report = analyse(
         corpus,
         reading.merged(cfg.reading),
         quiet,
-        seed,
+        estimation,
         lambda c, bar: run_gate(c, cfg, analysis, progress=bar),
-        shards=shards,
     )
     if junit is not None:
         write_junit(report, junit)
@@ -371,6 +360,7 @@ def diff(
 
 @app.command("plot")
 @reads_corpus
+@estimates
 def plot_cmd(
     corpus: CorpusArg,
     reading: Reading,
@@ -381,11 +371,7 @@ def plot_cmd(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     dim: own.EncodingDimOpt = None,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars (with
     intervals), support."""
@@ -393,16 +379,15 @@ def plot_cmd(
     from ..reports.stress import stress_report
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_plots(output, force)
     # details=False: no plot shows the plug-in figures or the noise floor.
     report = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: stress_report(c, specs, analysis, dim=dim, progress=bar, details=False),
-        shards=shards,
     )
     written = write(output, geometry=report.geometry, report=report, force=force)
     w, h = written.pixels
@@ -416,6 +401,7 @@ def plot_cmd(
 
 @app.command("report")
 @reads_corpus
+@estimates
 def report_cmd(
     corpus: CorpusArg,
     reading: Reading,
@@ -427,11 +413,7 @@ def report_cmd(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     dim: own.EncodingDimOpt = None,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR: what
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
@@ -440,20 +422,19 @@ def report_cmd(
     from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_output(output, force)
     d = dim if dim is not None else DEFAULT_DIM
     page = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         # details=False: the page shows no plug-in figure.
         lambda c, bar: build_report(
             run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False),
             plots=not no_plots,
         ),
-        shards=shards,
     )
     write_html(page, output, force=force)
     extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
@@ -472,6 +453,7 @@ def report_cmd(
 
 @app.command()
 @reads_corpus
+@estimates
 def diagnose(
     corpus: CorpusArg,
     reading: Reading,
@@ -479,15 +461,11 @@ def diagnose(
     target: own.DiagnoseTargetOpt = 0.1,
     dim: own.DiagnoseDimOpt = DEFAULT_DIM,
     min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
+    estimation: Estimation = ESTIMATION,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from .._util.validate import check_float, check_int
@@ -497,7 +475,7 @@ def diagnose(
     from ..reports.stress import StressReport
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     check_plots(plot, force)
@@ -506,11 +484,10 @@ def diagnose(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: run_diagnose(
             c, specs, analysis, target=target, dim=dim, progress=bar, details=as_json
         ),
-        shards=shards,
     )
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
     if plot is not None:
@@ -562,7 +539,7 @@ def inspect(
             DEFAULT_MIN_COUNT,
             counts_file=is_counts_file(corpus),
         )
-        counted = counts(corpus, plan.reading, quiet, seed=seed)
+        counted = sharded(corpus, plan.reading, quiet, seed=seed)
         # plain=False: inspect shows no plug-in figure; spectrum=False: it scores the table
         # against the gram and the distances, no eigenpair of the corpus is shown.
         with bootstrap_progress(quiet):

@@ -13,8 +13,9 @@ import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -31,7 +32,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .._util.defaults import DEFAULT_SHARDS
+from .._util.defaults import DEFAULT_ESTIMATOR, DEFAULT_LEVEL, DEFAULT_SHARDS
 from .._util.jit import watch
 from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
@@ -60,110 +61,48 @@ CorpusArg = Annotated[
 ]
 
 # ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
-# field -> (type, flags, help, panel); every one defaults to None ("the default", see Reading).
-_READING_HELP: dict[str, tuple[Any, tuple[str, ...], str, str]] = {
-    "column": (
-        str | None,
-        ("--column",),
-        "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
-        "\\[default: text; presets: their own].",
-        READING,
-    ),
-    "tokenizer": (
-        str | None,
-        ("--tokenizer", "-t"),
-        "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
-        "\\[default: whitespace].",
-        READING,
-    ),
-    "view": (str | None, ("--view",), "text | model | packed \\[default: text].", READING),
-    "max_len": (int | None, ("--max-len", "-n"), "Positions counted, n \\[default: 512].", READING),
-    "pad_token": (
-        str | None,
-        ("--pad-token",),
-        "Pad token for --view model, if not found.",
-        READING,
-    ),
-    "limit": (
-        int | None,
-        ("--limit",),
-        "Analyse only the first N documents (token ids: windows).",
-        READING,
-    ),
-    "sample": (
-        float | None,
-        ("--sample",),
-        "Analyse a seeded random fraction F in (0, 1] of the documents.",
-        READING,
-    ),
-    "data_dir": (
-        str | None,
-        ("--data-dir",),
-        "Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
-        READING,
-    ),
-    "dtype": (
-        str | None,
-        ("--dtype",),
-        "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
-        READING,
-    ),
-    "vocab_size": (
-        int | None,
-        ("--vocab-size",),
-        "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
-        READING,
-    ),
-    "engine": (
-        str | None,
-        ("--engine",),
-        "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
-        f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
-        ENGINE,
-    ),
-    "scheduler": (
-        str | None,
-        ("--scheduler",),
-        "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
-        "\\[default: start a LocalCluster].",
-        ENGINE,
-    ),
-    "workers": (
-        int | None,
-        ("--workers",),
-        "--engine dask without --scheduler: LocalCluster worker processes "
-        "\\[default: the CPU count].",
-        ENGINE,
-    ),
-    "group_by": (
-        str | None,
-        ("--group-by",),
-        "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
-        "record's sampling unit (a document, book or source id): records with one value share a "
-        f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
-        READING,
-    ),
-    "group_prefix": (
-        int | None,
-        ("--group-prefix",),
-        "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
-        "only) \\[default: 6].",
-        READING,
-    ),
-    "dedup": (
-        bool | None,
-        ("--dedup",),
-        "Drop exact duplicate sequences (--view packed: documents) before counting.",
-        READING,
-    ),
+# field -> help; every one defaults to None ("the default", see Reading) and has the type Reading
+# gives it, the flag --field-name (and the short flag of _SHORT_FLAGS), the panel READING or ENGINE.
+_READING_HELP = {
+    "column": "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+    "\\[default: text; presets: their own].",
+    "tokenizer": "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+    "\\[default: whitespace].",
+    "view": "text | model | packed \\[default: text].",
+    "max_len": "Positions counted, n \\[default: 512].",
+    "pad_token": "Pad token for --view model, if not found.",
+    "limit": "Analyse only the first N documents (token ids: windows).",
+    "sample": "Analyse a seeded random fraction F in (0, 1] of the documents.",
+    "data_dir": "Folder with local copies of presets / hub data sets "
+    "\\[default: $POSDIAG_DATA_DIR].",
+    "dtype": "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
+    "vocab_size": "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
+    "engine": "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+    f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
+    "scheduler": "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+    "\\[default: start a LocalCluster].",
+    "workers": "--engine dask without --scheduler: LocalCluster worker processes "
+    "\\[default: the CPU count].",
+    "group_by": "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
+    "record's sampling unit (a document, book or source id): records with one value share a "
+    f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
+    "group_prefix": "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
+    "only) \\[default: 6].",
+    "dedup": "Drop exact duplicate sequences (--view packed: documents) before counting.",
 }
+_SHORT_FLAGS = {"tokenizer": ("-t",), "max_len": ("-n",)}
 _READING_OPTIONS: dict[str, Any] = {
     name: Annotated[
         typ,
-        # A flag shows no default ("--dedup" is off unless given).
-        typer.Option(*flags, help=help, rich_help_panel=panel, show_default=typ != (bool | None)),
+        typer.Option(
+            "--" + name.replace("_", "-"),
+            *_SHORT_FLAGS.get(name, ()),
+            help=_READING_HELP[name],
+            rich_help_panel=ENGINE if name in ("engine", "scheduler", "workers") else READING,
+            show_default=False,  # every default is None: the help text says what it means
+        ),
     ]
-    for name, (typ, flags, help, panel) in _READING_HELP.items()
+    for name, typ in get_type_hints(Reading).items()
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
@@ -289,26 +228,75 @@ def output_option(help: str) -> Any:
     return typer.Option("--output", "-o", help=help, show_default=False, rich_help_panel=OUTPUT)
 
 
-def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` the reading options; it receives them as one ``reading: Reading``.
+def _bundled(name: str, cls: Any, options: dict[str, Any], *, last: bool = False) -> Any:
+    """A decorator: a command's parameter ``name`` (a frozen dataclass ``cls``) shows in its help
+    as ``options`` (field -> typer annotation; defaults from ``cls``), in the parameter's place or,
+    with ``last``, after every other.
 
-    typer reads a command's options from its signature, so the wrapper shows the command's own
-    parameters (without ``reading``) followed by the reading options.
+    typer reads a command's options from its signature; the wrapper rewrites that signature and
+    gives the command one ``cls`` built from the options' values.
     """
-    sig = inspect.signature(command, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.name != "reading"]
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
-        for name, option in _READING_OPTIONS.items()
+        inspect.Parameter(f, inspect.Parameter.KEYWORD_ONLY, default=defaults[f], annotation=a)
+        for f, a in options.items()
     ]
 
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        reading = Reading(**{name: kwargs.pop(name) for name in READING_FIELDS})
-        return command(*args, reading=reading, **kwargs)
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        params = inspect.signature(command, eval_str=True).parameters.values()
+        shown = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+        at = [p.name for p in shown].index(name)
+        del shown[at]
+        at = len(shown) if last else at
+        shown[at:at] = added
 
-    wrapper.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
-    return wrapper
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            bundle = cls(**{f: kwargs.pop(f) for f in options})
+            return command(**kwargs, **{name: bundle})
+
+        wrapper.__signature__ = inspect.Signature(shown)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+# Gives a command the reading options, received as one ``reading: Reading``.
+reads_corpus = _bundled("reading", Reading, _READING_OPTIONS, last=True)
+
+
+@dataclass(frozen=True)
+class Estimation:
+    """The uncertainty options of the commands with bootstrap intervals (``@estimates``)."""
+
+    shards: int = DEFAULT_SHARDS
+    ci: float = DEFAULT_LEVEL
+    replicates: int | None = None
+    seed: int = 0
+    estimator: str = DEFAULT_ESTIMATOR
+
+    def analysis(self, min_count: int | None) -> Analysis:
+        """The :class:`~posdiag.reports.options.Analysis`, checked (:func:`analysis_options`)."""
+        return analysis_options(
+            min_count, self.estimator, self.seed, self.ci, self.replicates, self.shards
+        )
+
+
+# The default of a command's ``estimation`` parameter (typer never sees it: @estimates).
+ESTIMATION = Estimation()
+# Gives a command --shards, --ci, --replicates, --seed and --estimator, in the place of its
+# ``estimation: Estimation`` parameter, received as one Estimation.
+estimates = _bundled(
+    "estimation",
+    Estimation,
+    {
+        "shards": ShardsOpt,
+        "ci": CiOpt,
+        "replicates": ReplicatesOpt,
+        "seed": SeedOpt,
+        "estimator": EstimatorOpt,
+    },
+)
 
 
 # Width of piped output when $COLUMNS does not say: wider than rich's 80, so rows stay on one line.
@@ -376,14 +364,13 @@ def analyse(
     corpus: str,
     reading: Reading,
     quiet: bool,
-    seed: int,
+    estimation: Estimation,
     run: Callable[[Counts, Callable[[int, int], None] | None], Report],
-    *,
-    shards: int = 0,
 ) -> Report:
-    """Count ``corpus`` (:func:`sharded`), then ``run(counted, progress)`` under the analysis
-    bar (:func:`bootstrap_progress`); its warnings go to stderr."""
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    """Count ``corpus`` (:func:`sharded`, in ``estimation``'s shards and seed), then
+    ``run(counted, progress)`` under the analysis bar (:func:`bootstrap_progress`); its warnings
+    go to stderr."""
+    counted = sharded(corpus, reading, quiet, shards=estimation.shards, seed=estimation.seed)
     with bootstrap_progress(quiet) as bar:
         result = run(counted, bar)
     warn(result.warnings)
@@ -528,8 +515,3 @@ def sharded(
     if shards == 0:
         return dataclasses.replace(counted, no_intervals="--shards 0 was given")
     return counted
-
-
-def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:
-    """Count ``corpus`` as ``reading`` says, with a bar; ``seed`` seeds ``--sample``."""
-    return sharded(corpus, reading, quiet, seed=seed)
