@@ -248,23 +248,17 @@ def check(
     estimation: Estimation = ESTIMATION,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
-    from ..render.gate import (
-        check_format,
-        check_junit_path,
-        gate_json,
-        github_annotations,
-        text_lines,
-        write_junit,
-    )
+    from ..render import gate as verdict
     from ..reports.gate import READING_KEYS, build_config, find_config, run_gate
 
     if junit is not None:
-        from ..render.gate import write_junit_error
         from .faults import on_error
 
         # Exit 2 (bad rules or data, a signal) replaces the report too: never a stale pass.
-        on_error(lambda message: write_junit_error(junit, corpus, message))
-    check_format(fmt)
+        on_error(
+            lambda message: verdict.write_junit(verdict.junit_error_xml(corpus, message), junit)
+        )
+    verdict.check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
     file = None if no_config else (config if config is not None else find_config("."))
@@ -282,7 +276,7 @@ def check(
         reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
-        check_junit_path(junit)  # refuse a folder before a pass over the corpus
+        verdict.check_junit_path(junit)  # refuse a folder before a pass over the corpus
     # The config file's reading keys, overridden by the options given (build_config merged them).
     analysis = estimation.analysis(min_count)
     report = analyse(
@@ -293,9 +287,9 @@ def check(
         lambda c, bar: run_gate(c, cfg, analysis, progress=bar),
     )
     if junit is not None:
-        write_junit(report, junit)
-    lines = github_annotations(report) if fmt == "github" else text_lines(report)
-    emit(as_json, lambda: gate_json(report), "\n".join(lines))
+        verdict.write_junit(report, junit)
+    lines = verdict.github_annotations(report) if fmt == "github" else verdict.text_lines(report)
+    emit(as_json, lambda: verdict.gate_json(report), "\n".join(lines))
     if not report.passed:
         raise typer.Exit(1)
 
@@ -664,7 +658,7 @@ def _root(
 
 
 def main() -> None:
-    from .faults import exit_on_signals_at_shutdown
+    from .._util.signals import exit_on_signals_at_shutdown
 
     exit_on_signals_at_shutdown()  # a signal during the interpreter's shutdown: its exit code
     app(prog_name="posdiag")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..reports.analysis import CorpusSummary
+from ..reports.analysis import CorpusSummary, Spectrum, rank_text
 from ..reports.scores import EncodingScore
 
 __all__ = [
@@ -14,11 +14,13 @@ __all__ = [
     "score_json",
     "ci_text",
     "corpus_json",
+    "effective_ranks",
     "fmt",
     "jsonable",
     "params",
     "ranges",
     "span",
+    "spectrum_rows",
     "summary_rows",
 ]
 
@@ -65,6 +67,19 @@ def ranges(positions: tuple[int, ...]) -> str:
         if p is not None:
             start = prev = p
     return ", ".join(parts)
+
+
+def spectrum_rows(sp: Spectrum) -> list[tuple[str, str, str]]:
+    """Rank, eigenvalue and in-sample stress of the first :data:`SHOWN_RANKS` ranks."""
+    shown = range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
+    return [(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1])) for r in shown]
+
+
+def effective_ranks(sp: Spectrum, sep: str = " at stress <= ") -> str:
+    """``3 at stress <= 0.1, ...`` ("not reached" below the stress floor)."""
+    return ", ".join(
+        f"{rank_text(r, sp.floor, sp.computed)}{sep}{eps:g}" for eps, r in sp.effective_rank.items()
+    )
 
 
 def span(positions: tuple[int, ...]) -> str:

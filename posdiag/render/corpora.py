@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 
 from ..corpus.sources import PRESETS
-from ._fit import Column, fitted_table
+from ._fit import Column, print_fitted
 
 __all__ = ["corpora_json", "print_corpora"]
 
@@ -29,7 +29,7 @@ def corpora_json() -> list[dict[str, Any]]:
 
 
 def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:
-    t, dropped = fitted_table(
+    print_fitted(
         # \\[ keeps rich from reading [SPLIT] as markup.
         "Presets (corpus NAME\\[@SPLIT]; any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
         # Names users type (preset, data set, config, column) are never cut.
@@ -43,6 +43,3 @@ def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:
         ],
         console,
     )
-    console.print(t)
-    if dropped:
-        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")

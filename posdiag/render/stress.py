@@ -11,20 +11,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._util.userdocs import doc_ref
-from ..reports.analysis import CorpusSummary, Spectrum, rank_text
+from ..reports.analysis import CorpusSummary, Spectrum
 from ..reports.diagnosis import saving_phrase
 from ..reports.export import LowRankEncoding, typed_meta
 from ..reports.stress import StressReport
-from ._fit import Column, fitted_table
+from ._fit import Column, print_fitted
 from ._format import (
-    SHOWN_RANKS,
     ci_text,
     corpus_json,
+    effective_ranks,
     fmt,
     jsonable,
     params,
     ranges,
     score_json,
+    spectrum_rows,
     summary_rows,
 )
 from .takeaway import IN_SHORT, takeaway
@@ -139,14 +140,11 @@ SPECTRUM_LEGEND = (
 def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
     """Corpus summary, stress table (best first), what it says, and the MDS spectrum."""
     print_summary(report.corpus, console)
-    t, dropped = fitted_table(
+    print_fitted(
         "Stress (0 = corpus geometry reproduced, 1 = no positional information)",
         stress_columns(report, verbose=verbose),
         console,
     )
-    console.print(t)
-    if dropped:
-        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
     console.print(f"{RAW_LEGEND}; {COLUMNS_LEGEND}" if verbose else COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         # The implicit path (long contexts) shows mds-r in-sample: its rows carry no other figure.
@@ -165,26 +163,21 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
             n_bad = len(unc.unstable)
             line += f"; {n_bad} unstable positions (mostly noise): {ranges(unc.unstable)}"
         console.print(line)
-    sp = report.spectrum
     t = Table(title="MDS spectrum", title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("eigenvalue", justify="right")
-    t.add_column(SPECTRUM_STRESS, justify="right")
-    for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
-        t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
+    for col in ("rank", "eigenvalue", SPECTRUM_STRESS):
+        t.add_column(col, justify="right")
+    for row in spectrum_rows(report.spectrum):
+        t.add_row(*row)
     console.print(t)
     console.print(SPECTRUM_LEGEND)
-    console.print(spectrum_line(sp))
+    console.print(spectrum_line(report.spectrum))
     for text in takeaway(report):
         console.print(escape(text), style="bold" if text.startswith(IN_SHORT) else None)
 
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
     """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
-    eff = ", ".join(
-        f"{rank_text(r, sp.floor, sp.computed)}{sep}{eps:g}" for eps, r in sp.effective_rank.items()
-    )
-    line = f"effective rank ({sp.estimator} geometry): {eff}"
+    line = f"effective rank ({sp.estimator} geometry): {effective_ranks(sp, sep)}"
     if sp.negative:
         line += f"; {sp.negative}"
     return line
