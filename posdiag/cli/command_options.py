@@ -27,6 +27,17 @@ def _rule(decl: str, help: str, **kw: Any) -> Any:
     return typer.Option(decl, help=help, rich_help_panel=RULES, **kw)
 
 
+def min_count_option(tail: str, **kw: Any) -> Any:
+    """The ``--min-count`` option (Reading panel); ``tail`` ends its help."""
+    return typer.Option(
+        "--min-count",
+        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
+        f"dropped{tail}",
+        rich_help_panel=READING,
+        **kw,
+    )
+
+
 RuleEncodingOpt = Annotated[
     list[str] | None,
     encoding_option(
@@ -91,15 +102,7 @@ JunitOpt = Annotated[
     ),
 ]
 # None: the config file's min-count, else the default.
-RulesMinCountOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--min-count",
-        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
-        f"dropped \\[default: {DEFAULT_MIN_COUNT}].",
-        rich_help_panel=READING,
-    ),
-]
+RulesMinCountOpt = Annotated[int | None, min_count_option(f" \\[default: {DEFAULT_MIN_COUNT}].")]
 # Kept so existing CI lines still parse: --junit now always replaces its file.
 HiddenForceOpt = Annotated[bool, typer.Option("--force", "-f", hidden=True)]
 
@@ -188,16 +191,12 @@ InspectSeedOpt = Annotated[
 ]
 InspectMinCountOpt = Annotated[
     int | None,
-    typer.Option(
-        "--min-count",
-        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
-        "dropped \\[default: the encoding file's, else 100].",
-        rich_help_panel=READING,
-        show_default=False,
-    ),
+    min_count_option(" \\[default: the encoding file's, else 100].", show_default=False),
 ]
 
 # ---- several commands ----
+MinCountOpt = Annotated[int, min_count_option(" (and listed).")]
+
 EncodingDimOpt = Annotated[
     int | None,
     typer.Option(

@@ -106,15 +106,6 @@ _READING_OPTIONS: dict[str, Any] = {
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
-MinCountOpt = Annotated[
-    int,
-    typer.Option(
-        "--min-count",
-        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
-        "dropped (and listed).",
-        rich_help_panel=READING,
-    ),
-]
 # Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
 SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
 
@@ -461,11 +452,9 @@ def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
 
 @contextmanager
 def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
-    corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
-    replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once).
-    While numba compiles the long-context kernels (the first such run after an install, tens
-    of seconds) the stage reads :data:`COMPILING` instead."""
+    """A rich progress bar on a terminal's stderr (nothing when piped or quiet): "geometry" with
+    the time elapsed, then the bootstrap replicates with the time remaining; :data:`COMPILING`
+    while numba compiles posdiag's kernels."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None

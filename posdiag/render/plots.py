@@ -54,20 +54,11 @@ DPI = 100
 PIXELS = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with every common deficiency.
-OKABE_ITO = (
-    "#0072B2",  # blue
-    "#E69F00",  # orange
-    "#009E73",  # bluish green
-    "#CC79A7",  # reddish purple
-    "#56B4E9",  # sky blue
-    "#D55E00",  # vermillion
-    "#F0E442",  # yellow
-    "#000000",
-)
+# Blue, orange, bluish green, reddish purple, sky blue, vermillion, yellow, black.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CMAP = "viridis"
-# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come in
-# (legend
-# order too).
+# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come
+# in (legend order too).
 FAMILY_COLOURS = {
     "absolute": OKABE_ITO[0],
     "relative: rotary": OKABE_ITO[1],
@@ -193,13 +184,6 @@ def plot_trajectory(geometry: CorpusGeometry, dims: int = 2) -> Figure:
     return fig
 
 
-def _interval(score: Any) -> tuple[float, float]:
-    return (
-        float(getattr(score, "ci_low", float("nan"))),
-        float(getattr(score, "ci_high", float("nan"))),
-    )
-
-
 def _family(name: str) -> str:
     from ..encodings.families import family
 
@@ -213,7 +197,7 @@ def plot_stress(report: StressReport) -> Figure:
     scores = list(report.encodings)
     names = [s.label for s in scores]
     values = np.array([s.stress for s in scores])
-    lo_hi = np.array([_interval(s) for s in scores]).reshape(len(scores), 2)
+    lo_hi = np.array([(s.ci_low, s.ci_high) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
     kinds = [_family(s.name) for s in scores]
     palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
