@@ -1,10 +1,6 @@
-"""The ``posdiag`` command line: each command parses, calls the library, and emits the result.
-
-No analysis happens here and no report is laid out here (see :mod:`posdiag.render`); the options
-the commands share live in :mod:`posdiag.cli.options`, those of one command in
-:mod:`posdiag.cli.command_options` (``own``). Library errors (:class:`PosdiagError`) become one
-``Error: ...`` line on stderr and their exit code in :class:`posdiag.cli.faults.CommandGroup`,
-the only place that does so.
+"""The ``posdiag`` commands: each parses its options (:mod:`posdiag.cli.options`,
+:mod:`posdiag.cli.command_options` as ``own``), calls the library and emits the result, laid out
+by :mod:`posdiag.render`. Errors become ``Error: ...`` in :class:`posdiag.cli.faults.CommandGroup`.
 """
 
 from __future__ import annotations
@@ -139,9 +135,7 @@ def stress(
         ),
     )
     emit(
-        as_json,
-        lambda: stress_json(report),
-        lambda out: print_stress(report, out, verbose=verbose),
+        as_json, lambda: stress_json(report), lambda out: print_stress(report, out, verbose=verbose)
     )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
@@ -338,13 +332,7 @@ def diff(
     # The bar's geometry stage: two geometries and their re-splits, long at long contexts.
     with bootstrap_progress(quiet):
         drift = corpus_drift(
-            a,
-            b,
-            analysis,
-            rank=rank,
-            tolerance=tolerance,
-            encodings=specs,
-            geometry_draws=draws,
+            a, b, analysis, rank=rank, tolerance=tolerance, encodings=specs, geometry_draws=draws
         )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
@@ -425,8 +413,7 @@ def report_cmd(
         estimation,
         # details=False: the page shows no plug-in figure.
         lambda c, bar: build_report(
-            run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False),
-            plots=not no_plots,
+            run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False), plots=not no_plots
         ),
     )
     write_html(page, output, force=force)
@@ -537,12 +524,7 @@ def inspect(
         # against the gram and the distances, no eigenpair of the corpus is shown.
         with bootstrap_progress(quiet):
             geo = corpus_geometry(
-                counted,
-                plan.min_count,
-                estimator=estimator,
-                seed=seed,
-                plain=False,
-                spectrum=False,
+                counted, plan.min_count, estimator=estimator, seed=seed, plain=False, spectrum=False
             )
         from_file = {k: meta[k] for k in plan.from_file}
         npz = corpus if is_counts_file(corpus) else None
@@ -646,10 +628,7 @@ def docs(
 
 
 @app.callback()
-def _root(
-    version: own.RootVersionOpt = False,
-    max_memory: own.RootMaxMemoryOpt = None,
-) -> None:
+def _root(version: own.RootVersionOpt = False, max_memory: own.RootMaxMemoryOpt = None) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
     from .._util.memory import set_max_memory
 

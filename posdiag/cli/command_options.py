@@ -1,7 +1,5 @@
-"""The options only one command has: ``check``'s rules (the Rules help panel), where they come
-from and how the verdict is written; ``stress``'s, ``diff``'s and ``inspect``'s own.
-
-Only :mod:`posdiag.cli.app` imports this module.
+"""The options of one command or a few (``own`` in :mod:`posdiag.cli.app`): ``check``'s rules
+(the Rules help panel), ``--min-count`` and ``--dim`` variants, each command's own.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""What the ``posdiag`` commands share: option types grouped into help panels, the reading
-options as one :class:`~posdiag.corpus.reading.Reading`, progress bars, and one way to emit a
-result.
-
-Only :mod:`posdiag.cli.app` imports this module.
+"""What the ``posdiag`` commands share: option types grouped into help panels, the reading and
+uncertainty options as one :class:`~posdiag.corpus.reading.Reading` and one :class:`Estimation`,
+progress bars, and one way to emit a result.
 """
 
 from __future__ import annotations

@@ -124,10 +124,7 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
         *_real_rows(c),
         *_unit_rows(c),
-        (
-            "dropped positions",
-            span(c.dropped) + (": support below min_count" if c.dropped else ""),
-        ),
+        ("dropped positions", span(c.dropped) + (": support below min_count" if c.dropped else "")),
         *_unreached_rows(c),
     ]
 

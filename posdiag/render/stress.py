@@ -216,8 +216,8 @@ def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> 
 
 def mds_stress_text(rank: int, heldout: float, in_sample: float, se: float = float("nan")) -> str:
     """``mds-r``'s stress as the stress table shows it (held-out) beside its in-sample figure,
-    each named: the two differ (0.3001 vs 0.1988 at rank 3 on the bundled corpus). ``se``: the
-    in-sample figure's standard error at long contexts (the long-n rule, no held-out figure)."""
+    each named, as they differ. ``se``: the in-sample figure's standard error at long contexts
+    (the long-n rule, no held-out figure)."""
     inside = f"in-sample stress {in_sample:.4f} (the spectrum's tail at rank {rank})"
     if not math.isnan(se):
         inside = (
