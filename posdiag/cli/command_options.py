@@ -141,8 +141,7 @@ ToleranceOpt = Annotated[
     float, typer.Option("--tolerance", help="Stress that picks the default ranks.")
 ]
 DiffSeedOpt = Annotated[
-    int,
-    typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits."),
+    int, typer.Option("--seed", help="Seed of --sample and of the no-drift reference's re-splits.")
 ]
 DrawsOpt = Annotated[
     int,
@@ -181,15 +180,13 @@ InspectCorpusOpt = Annotated[
 ]
 TensorOpt = Annotated[str, typer.Option("--tensor", help="Tensor name inside a .safetensors file.")]
 CollapseTolOpt = Annotated[
-    float,
-    typer.Option("--collapse-tol", help="Pairs closer than this x the median collapse."),
+    float, typer.Option("--collapse-tol", help="Pairs closer than this x the median collapse.")
 ]
 InspectSeedOpt = Annotated[
     int, typer.Option("--seed", help="Seed of the random baseline and of --sample.")
 ]
 InspectMinCountOpt = Annotated[
-    int | None,
-    min_count_option(" \\[default: the encoding file's, else 100].", show_default=False),
+    int | None, min_count_option(" \\[default: the encoding file's, else 100].", show_default=False)
 ]
 
 # ---- several commands ----
@@ -227,8 +224,7 @@ BuildEncodingSeedOpt = Annotated[
 
 # ---- encodings ----
 EncodingsNameArg = Annotated[
-    str | None,
-    typer.Argument(help="Show one encoding's parameters in detail.", show_default=False),
+    str | None, typer.Argument(help="Show one encoding's parameters in detail.", show_default=False)
 ]
 EncodingsPresetsOpt = Annotated[
     bool, typer.Option("--presets", help="List the model presets (for --model-preset).")
@@ -237,15 +233,13 @@ EncodingsPresetsOpt = Annotated[
 # ---- plot ----
 PlotOutputOpt = Annotated[Path, output_option("Folder for the PNGs (created if missing).")]
 PlotEncodingOpt = Annotated[
-    Names,
-    encoding_option("Encodings of the stress chart, repeatable \\[default: a standard set]."),
+    Names, encoding_option("Encodings of the stress chart, repeatable \\[default: a standard set].")
 ]
 
 # ---- report ----
 ReportOutputOpt = Annotated[Path, output_option("HTML file to write.")]
 ReportEncodingOpt = Annotated[
-    Names,
-    encoding_option("Encodings of the stress table, repeatable \\[default: a standard set]."),
+    Names, encoding_option("Encodings of the stress table, repeatable \\[default: a standard set].")
 ]
 ReportNoPlotsOpt = Annotated[
     bool, typer.Option("--no-plots", help="Leave the plots out.", rich_help_panel=OUTPUT)
@@ -288,8 +282,7 @@ SynthWidthOpt = Annotated[
 
 # ---- merge ----
 MergeInputsArg = Annotated[
-    list[Path],
-    typer.Argument(help="Counts files (.npz) from 'posdiag count'.", show_default=False),
+    list[Path], typer.Argument(help="Counts files (.npz) from 'posdiag count'.", show_default=False)
 ]
 MergeOutputOpt = Annotated[Path, output_option("Merged counts file (.npz).")]
 

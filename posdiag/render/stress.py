@@ -42,22 +42,14 @@ __all__ = [
 
 
 def spectrum_json(sp: Spectrum, by_rank_ci: Any = None) -> dict[str, Any]:
-    """A spectrum as JSON, the same keys in every command; ``by_rank_ci`` (diagnose's rank
-    intervals) follows ``stress_by_rank`` when given."""
-    ci = {} if by_rank_ci is None else {"stress_by_rank_ci": by_rank_ci}
-    return {
-        "eigenvalues": sp.eigenvalues,
-        "stress_by_rank": sp.stress_by_rank,
-        **ci,
-        "effective_rank": sp.effective_rank,
-        "min_eigenvalue": sp.min_eigenvalue,
-        "floor": sp.floor,
-        "signal_rank": sp.signal_rank,
-        "negative": sp.negative,
-        "estimator": sp.estimator,
-        # 0: every eigenvalue; k: only the top k were computed (long contexts).
-        "computed": sp.computed,
-    }
+    """A spectrum's fields as JSON, the same keys in every command (``computed`` 0: every
+    eigenvalue; k: only the top k, at long contexts); ``by_rank_ci`` (diagnose's rank intervals)
+    follows ``stress_by_rank`` when given."""
+    out = asdict(sp)
+    if by_rank_ci is None:
+        return out
+    head = {k: out.pop(k) for k in ("eigenvalues", "stress_by_rank")}
+    return {**head, "stress_by_rank_ci": by_rank_ci, **out}
 
 
 def stress_json(report: StressReport) -> dict[str, Any]:
