@@ -12,20 +12,14 @@ from ._fit import Column, print_fitted
 __all__ = ["corpora_json", "print_corpora"]
 
 
+# A preset's JSON keys, in order.
+_KEYS = ("name", "dataset", "config", "split", "splits", "column", "summary")
+
+
 def corpora_json() -> list[dict[str, Any]]:
     """The ``--json`` document of ``posdiag corpora``: one object per preset."""
-    return [
-        {
-            "name": p.name,
-            "dataset": p.dataset,
-            "config": p.config,
-            "split": p.split,
-            "splits": list(p.splits),
-            "column": p.column,
-            "summary": p.summary,
-        }
-        for p in PRESETS.values()
-    ]
+    rows = [{k: getattr(p, k) for k in _KEYS} for p in PRESETS.values()]
+    return [{**r, "splits": list(r["splits"])} for r in rows]
 
 
 def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:

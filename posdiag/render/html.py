@@ -178,12 +178,8 @@ def _diagnostics_table(
     sp = report.spectrum
     diag: list[tuple[str, str]] = []
     if positional_info is not None:
-        diag.append(
-            (
-                "positional information I(position; token)",
-                f"{positional_info:.4f} bits (positions 0..{report.corpus.n_eff - 1})",
-            )
-        )
+        bits = f"{positional_info:.4f} bits (positions 0..{report.corpus.n_eff - 1})"
+        diag.append(("positional information I(position; token)", bits))
     diag.append(("geometry estimator", sp.estimator))
     for eps, r in sp.effective_rank.items():
         diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor, sp.computed)))
