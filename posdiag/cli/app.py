@@ -34,7 +34,6 @@ from .options import (
     bootstrap_progress,
     check_plots,
     emit,
-    encoding_option,
     estimates,
     progress,
     reads_corpus,
@@ -97,14 +96,8 @@ def _save_counts(counted: Counts, output: Path, force: bool, as_json: bool, what
 def stress(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: Annotated[
-        own.Names,
-        encoding_option(
-            "NAME[:key=value,...], repeatable (see 'posdiag encodings') "
-            "\\[default: a standard set]."
-        ),
-    ] = None,
-    model_preset: own.ModelPresetOpt = None,
+    encoding: Annotated[list[str] | None, own.STRESS_ENCODING] = None,
+    model_preset: Annotated[list[str] | None, own.MODEL_PRESET] = None,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -112,7 +105,7 @@ def stress(
     force: PlotForceOpt = False,
     estimation: Estimation = ESTIMATION,
     dim: own.EncodingDimOpt = None,
-    verbose: own.VerboseOpt = False,
+    verbose: Annotated[bool, own.VERBOSE] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     from ..encodings import parse_encoding, preset_specs
@@ -145,7 +138,7 @@ def stress(
 def count(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.CountOutputOpt,
+    output: Annotated[Path, own.COUNT_OUTPUT],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -161,10 +154,10 @@ def count(
 def build_encoding(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.BuildEncodingOutputOpt,
-    rank: own.BuildEncodingRankOpt = 3,
-    dim: own.BuildEncodingDimOpt = 768,
-    seed: own.BuildEncodingSeedOpt = 0,
+    output: Annotated[Path, own.BUILD_ENCODING_OUTPUT],
+    rank: Annotated[int, own.BUILD_ENCODING_RANK] = 3,
+    dim: Annotated[int, own.BUILD_ENCODING_DIM] = 768,
+    seed: Annotated[int, own.BUILD_ENCODING_SEED] = 0,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
@@ -199,8 +192,8 @@ def build_encoding(
 
 @app.command()
 def encodings(
-    name: own.EncodingsNameArg = None,
-    presets: own.EncodingsPresetsOpt = False,
+    name: Annotated[str | None, own.ENCODINGS_NAME] = None,
+    presets: Annotated[bool, own.ENCODINGS_PRESETS] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
@@ -224,18 +217,18 @@ def encodings(
 def check(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: own.RuleEncodingOpt = None,
-    max_stress: own.MaxStressOpt = None,
-    max_rank_for_stress: own.MaxRankOpt = None,
-    min_positional_info: own.MinInfoOpt = None,
-    min_support: own.MinSupportOpt = None,
-    strict: own.StrictOpt = None,
-    config: own.ConfigOpt = None,
-    no_config: own.NoConfigOpt = False,
-    fmt: own.FormatOpt = "text",
-    junit: own.JunitOpt = None,
-    min_count: own.RulesMinCountOpt = None,
-    force: own.HiddenForceOpt = False,
+    encoding: Annotated[list[str] | None, own.RULE_ENCODING] = None,
+    max_stress: Annotated[list[float] | None, own.MAX_STRESS] = None,
+    max_rank_for_stress: Annotated[list[str] | None, own.MAX_RANK] = None,
+    min_positional_info: Annotated[float | None, own.MIN_INFO] = None,
+    min_support: Annotated[int | None, own.MIN_SUPPORT] = None,
+    strict: Annotated[bool | None, own.STRICT] = None,
+    config: Annotated[Path | None, own.CONFIG] = None,
+    no_config: Annotated[bool, own.NO_CONFIG] = False,
+    fmt: Annotated[str, own.FORMAT] = "text",
+    junit: Annotated[Path | None, own.JUNIT] = None,
+    min_count: Annotated[int | None, own.RULES_MIN_COUNT] = None,
+    force: Annotated[bool, own.HIDDEN_FORCE] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     estimation: Estimation = ESTIMATION,
@@ -293,15 +286,13 @@ def diff(
     corpus_a: Annotated[str, typer.Argument(help="Corpus A (file or counts .npz).")],
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
     reading: Reading,
-    encoding: Annotated[
-        own.Names, encoding_option("Encodings to rank, repeatable \\[default: a standard set].")
-    ] = None,
-    rank: own.DiffRankOpt = None,
-    tolerance: own.ToleranceOpt = 0.1,
-    seed: own.DiffSeedOpt = 0,
-    draws: own.DrawsOpt = 10,
+    encoding: Annotated[list[str] | None, own.DIFF_ENCODING] = None,
+    rank: Annotated[int | None, own.DIFF_RANK] = None,
+    tolerance: Annotated[float, own.TOLERANCE] = 0.1,
+    seed: Annotated[int, own.DIFF_SEED] = 0,
+    draws: Annotated[int, own.DRAWS] = 10,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
-    column_b: own.ColumnBOpt = None,
+    column_b: Annotated[str | None, own.COLUMN_B] = None,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
@@ -345,8 +336,8 @@ def diff(
 def plot_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.PlotOutputOpt,
-    encoding: own.PlotEncodingOpt = None,
+    output: Annotated[Path, own.PLOT_OUTPUT],
+    encoding: Annotated[list[str] | None, own.PLOT_ENCODING] = None,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
@@ -386,9 +377,9 @@ def plot_cmd(
 def report_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.ReportOutputOpt,
-    encoding: own.ReportEncodingOpt = None,
-    no_plots: own.ReportNoPlotsOpt = False,
+    output: Annotated[Path, own.REPORT_OUTPUT],
+    encoding: Annotated[list[str] | None, own.REPORT_ENCODING] = None,
+    no_plots: Annotated[bool, own.REPORT_NO_PLOTS] = False,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
@@ -437,9 +428,9 @@ def report_cmd(
 def diagnose(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: own.DiagnoseEncodingOpt = None,
-    target: own.DiagnoseTargetOpt = 0.1,
-    dim: own.DiagnoseDimOpt = DEFAULT_DIM,
+    encoding: Annotated[list[str] | None, own.DIAGNOSE_ENCODING] = None,
+    target: Annotated[float, own.DIAGNOSE_TARGET] = 0.1,
+    dim: Annotated[int, own.DIAGNOSE_DIM] = DEFAULT_DIM,
     min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     estimation: Estimation = ESTIMATION,
     as_json: JsonOpt = False,
@@ -485,13 +476,13 @@ def diagnose(
 @app.command()
 @reads_corpus
 def inspect(
-    encoding_file: own.EncodingFileArg,
+    encoding_file: Annotated[str, own.ENCODING_FILE],
     reading: Reading,
-    corpus: own.InspectCorpusOpt = None,
-    tensor: own.TensorOpt = "",
-    collapse_tol: own.CollapseTolOpt = 0.01,
-    seed: own.InspectSeedOpt = 0,
-    min_count: own.InspectMinCountOpt = None,
+    corpus: Annotated[str | None, own.INSPECT_CORPUS] = None,
+    tensor: Annotated[str, own.TENSOR] = "",
+    collapse_tol: Annotated[float, own.COLLAPSE_TOL] = 0.01,
+    seed: Annotated[int, own.INSPECT_SEED] = 0,
+    min_count: Annotated[int | None, own.INSPECT_MIN_COUNT] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
@@ -551,15 +542,15 @@ def inspect(
 
 @app.command()
 def synth(
-    output: own.SynthOutputOpt,
-    mode: own.SynthModeOpt = "drift",
-    positions: own.SynthPositionsOpt = 32,
-    vocab: own.SynthVocabOpt = 200,
-    rank: own.SynthRankOpt = 3,
-    sequences: own.SynthSequencesOpt = 20_000,
-    seed: own.SynthSeedOpt = 0,
-    sharpness: own.SynthSharpnessOpt = 2.0,
-    width: own.SynthWidthOpt = None,
+    output: Annotated[Path, own.SYNTH_OUTPUT],
+    mode: Annotated[str, own.SYNTH_MODE] = "drift",
+    positions: Annotated[int, own.SYNTH_POSITIONS] = 32,
+    vocab: Annotated[int, own.SYNTH_VOCAB] = 200,
+    rank: Annotated[int, own.SYNTH_RANK] = 3,
+    sequences: Annotated[int, own.SYNTH_SEQUENCES] = 20_000,
+    seed: Annotated[int, own.SYNTH_SEED] = 0,
+    sharpness: Annotated[float, own.SYNTH_SHARPNESS] = 2.0,
+    width: Annotated[float | None, own.SYNTH_WIDTH] = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -585,8 +576,8 @@ def synth(
 
 @app.command()
 def merge(
-    inputs: own.MergeInputsArg,
-    output: own.MergeOutputOpt,
+    inputs: Annotated[list[Path], own.MERGE_INPUTS],
+    output: Annotated[Path, own.MERGE_OUTPUT],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -610,8 +601,8 @@ def corpora(as_json: JsonOpt = False) -> None:
 
 @app.command()
 def docs(
-    topic: own.DocsTopicArg = None,
-    path: own.DocsPathOpt = False,
+    topic: Annotated[str | None, own.DOCS_TOPIC] = None,
+    path: Annotated[bool, own.DOCS_PATH] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a documentation page installed with posdiag (Markdown), or list them."""
@@ -628,7 +619,10 @@ def docs(
 
 
 @app.callback()
-def _root(version: own.RootVersionOpt = False, max_memory: own.RootMaxMemoryOpt = None) -> None:
+def _root(
+    version: Annotated[bool, own.ROOT_VERSION] = False,
+    max_memory: Annotated[str | None, own.ROOT_MAX_MEMORY] = None,
+) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
     from .._util.memory import set_max_memory
 
