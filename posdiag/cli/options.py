@@ -89,58 +89,45 @@ _READING_HELP = {
     "dedup": "Drop exact duplicate sequences (--view packed: documents) before counting.",
 }
 _SHORT_FLAGS = {"tokenizer": ("-t",), "max_len": ("-n",)}
-_READING_OPTIONS: dict[str, Any] = {
-    name: Annotated[
-        typ,
-        typer.Option(
-            "--" + name.replace("_", "-"),
-            *_SHORT_FLAGS.get(name, ()),
-            help=_READING_HELP[name],
-            rich_help_panel=ENGINE if name in ("engine", "scheduler", "workers") else READING,
-            show_default=False,  # every default is None: the help text says what it means
-        ),
-    ]
-    for name, typ in get_type_hints(Reading).items()
+_READING_OPTIONS = {
+    name: typer.Option(
+        "--" + name.replace("_", "-"),
+        *_SHORT_FLAGS.get(name, ()),
+        help=help,
+        rich_help_panel=ENGINE if name in ("engine", "scheduler", "workers") else READING,
+        show_default=False,  # every default is None: the help text says what it means
+    )
+    for name, help in _READING_HELP.items()
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
-# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
+# Commands with bootstrap intervals use @estimates: one --seed for sample, shards and bootstrap.
 SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
 
-# ---- uncertainty ------------------------------------------------------------------------------
-ShardsOpt = Annotated[
-    int,
-    typer.Option(
+# ---- uncertainty: the fields of Estimation, added to a command by @estimates ---------------
+_ESTIMATION_OPTIONS = {
+    "shards": typer.Option(
         "--shards",
         help="Random shards counted for the bootstrap intervals (0: no intervals).",
         rich_help_panel=UNCERTAINTY,
     ),
-]
-CiOpt = Annotated[
-    float,
-    typer.Option("--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY),
-]
-SeedOpt = Annotated[
-    int,
-    typer.Option(
+    "ci": typer.Option(
+        "--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY
+    ),
+    "replicates": typer.Option(
+        "--replicates",
+        help="Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 128 "
+        "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the interval "
+        "is a t interval from their sd].",
+        show_default=False,
+        rich_help_panel=UNCERTAINTY,
+    ),
+    "seed": typer.Option(
         "--seed",
         help="Seed of --sample, shards, bootstrap and splits.",
         rich_help_panel=UNCERTAINTY,
     ),
-]
-ReplicatesOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--replicates",
-        help=(
-            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 128 "
-            "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
-            "interval is a t interval from their sd]."
-        ),
-        show_default=False,
-        rich_help_panel=UNCERTAINTY,
-    ),
-]
+}
 
 
 def _estimator_choice(value: str) -> str:
@@ -150,16 +137,14 @@ def _estimator_choice(value: str) -> str:
     return check_choice("estimator", value, ESTIMATORS)
 
 
-EstimatorOpt = Annotated[
-    str,
-    typer.Option(
-        "--estimator",
-        callback=_estimator_choice,
-        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
-        f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
-        rich_help_panel=UNCERTAINTY,
-    ),
-]
+_ESTIMATION_OPTIONS["estimator"] = typer.Option(
+    "--estimator",
+    callback=_estimator_choice,
+    help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+    f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
+    rich_help_panel=UNCERTAINTY,
+)
+EstimatorOpt = Annotated[str, _ESTIMATION_OPTIONS["estimator"]]
 
 # ---- output -----------------------------------------------------------------------------------
 JsonOpt = Annotated[
@@ -219,21 +204,23 @@ def output_option(help: str) -> Any:
 
 def _bundled(name: str, cls: Any, options: dict[str, Any], *, last: bool = False) -> Any:
     """A decorator: a command's parameter ``name`` (a frozen dataclass ``cls``) shows in its help
-    as ``options`` (field -> typer annotation; defaults from ``cls``), in the parameter's place or,
-    with ``last``, after every other.
+    as ``options`` (field -> typer option; types and defaults from ``cls``), in the parameter's
+    place or, with ``last``, after every other.
 
     typer reads a command's options from its signature; the wrapper rewrites that signature and
     gives the command one ``cls`` built from the options' values.
     """
+    kind = inspect.Parameter.KEYWORD_ONLY
+    types = get_type_hints(cls)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     added = [
-        inspect.Parameter(f, inspect.Parameter.KEYWORD_ONLY, default=defaults[f], annotation=a)
-        for f, a in options.items()
+        inspect.Parameter(f, kind, default=defaults[f], annotation=Annotated[types[f], option])
+        for f, option in options.items()
     ]
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         params = inspect.signature(command, eval_str=True).parameters.values()
-        shown = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+        shown = [p.replace(kind=kind) for p in params]
         at = [p.name for p in shown].index(name)
         del shown[at]
         at = len(shown) if last else at
@@ -275,17 +262,7 @@ class Estimation:
 ESTIMATION = Estimation()
 # Gives a command --shards, --ci, --replicates, --seed and --estimator, in the place of its
 # ``estimation: Estimation`` parameter, received as one Estimation.
-estimates = _bundled(
-    "estimation",
-    Estimation,
-    {
-        "shards": ShardsOpt,
-        "ci": CiOpt,
-        "replicates": ReplicatesOpt,
-        "seed": SeedOpt,
-        "estimator": EstimatorOpt,
-    },
-)
+estimates = _bundled("estimation", Estimation, _ESTIMATION_OPTIONS)
 
 
 # Width of piped output when $COLUMNS does not say: wider than rich's 80, so rows stay on one line.
