@@ -502,13 +502,9 @@ def inspect(
     meta = read_encoding_meta(encoding_file)
     geo, notes, from_file = None, tuple[str, ...](), dict[str, str]()
     if corpus is not None:
+        npz = corpus if is_counts_file(corpus) else None
         plan = inspect_reading(
-            encoding_file,
-            meta,
-            reading,
-            min_count,
-            DEFAULT_MIN_COUNT,
-            counts_file=is_counts_file(corpus),
+            encoding_file, meta, reading, min_count, DEFAULT_MIN_COUNT, counts_file=npz is not None
         )
         counted = sharded(corpus, plan.reading, quiet, seed=seed)
         # plain=False: inspect shows no plug-in figure; spectrum=False: it scores the table
@@ -518,7 +514,6 @@ def inspect(
                 counted, plan.min_count, estimator=estimator, seed=seed, plain=False, spectrum=False
             )
         from_file = {k: meta[k] for k in plan.from_file}
-        npz = corpus if is_counts_file(corpus) else None
         notes = (
             *plan.notes,
             *row_notes(encoding_file, table.shape[0], meta, geo.summary, counts_file=npz),

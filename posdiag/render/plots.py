@@ -109,8 +109,7 @@ def plot_hellinger(geometry: CorpusGeometry) -> Figure:
         extent=(-0.5, n - 0.5, n - 0.5, -0.5),
         interpolation="nearest",
     )
-    ax.set_xlabel("position j")
-    ax.set_ylabel("position i")
+    ax.set(xlabel="position j", ylabel="position i")
     fig.colorbar(im, ax=ax, label="Hellinger distance d_H(i, j)")
     _title(fig, "Hellinger distance between positional token distributions", geometry.summary)
     return fig
@@ -136,8 +135,7 @@ def plot_spectrum(
     ranks = np.arange(1, len(lam) + 1)[:shown]
     left.bar(ranks, lam[:shown], color=OKABE_ITO[0])
     left.axhline(0.0, color="0.3", linewidth=0.8)
-    left.set_xlabel("component k")
-    left.set_ylabel("eigenvalue l_k of B_H")
+    left.set(xlabel="component k", ylabel="eigenvalue l_k of B_H")
     left.set_title("MDS eigen spectrum", fontsize=10)
     right.plot(ranks, by_rank[:shown], marker="o", markersize=3, color=OKABE_ITO[0])
     for k, (eps, r) in enumerate(sp.effective_rank.items()):
@@ -146,9 +144,7 @@ def plot_spectrum(
         right.axhline(eps, color=colour, linestyle="--", linewidth=1, label=label)
         if r is not None and r <= shown:
             right.axvline(r, color=colour, linestyle=":", linewidth=1)
-    right.set_ylim(0.0, 1.02)
-    right.set_xlabel("rank r")
-    right.set_ylabel("in-sample stress of rank r")
+    right.set(ylim=(0.0, 1.02), xlabel="rank r", ylabel="in-sample stress of rank r")
     right.set_title("Stress of the rank-r MDS encoding", fontsize=10)
     right.legend(fontsize=8)
     _title(fig, "MDS spectrum and stress by rank", geometry.summary)
@@ -177,8 +173,7 @@ def plot_trajectory(geometry: CorpusGeometry, dims: int = 2) -> Figure:
         ax.set_zlabel("MDS coordinate 3")
     for i in (0, n - 1):
         ax.text(*x[i, :dims], f" {i}", fontsize=8)
-    ax.set_xlabel("MDS coordinate 1")
-    ax.set_ylabel("MDS coordinate 2")
+    ax.set(xlabel="MDS coordinate 1", ylabel="MDS coordinate 2")
     fig.colorbar(sc, ax=ax, label="position i", shrink=0.8)
     _title(fig, f"MDS trajectory of positions ({dims}-D)", geometry.summary)
     return fig
@@ -267,8 +262,7 @@ def plot_support(summary: CorpusSummary) -> Figure:
             linestyle=":",
             label="real-token share (right axis)",
         )
-        share.set_ylim(0.0, 102.0)
-        share.set_ylabel("real (non-pad) tokens, % of sequences")
+        share.set(ylim=(0.0, 102.0), ylabel="real (non-pad) tokens, % of sequences")
         share.legend(fontsize=8, loc="lower left")
     ax.axhline(
         summary.min_count,
