@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from ..reports.analysis import CorpusSummary, Spectrum, rank_text
@@ -92,8 +93,6 @@ def span(positions: tuple[int, ...]) -> str:
 def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     """A corpus summary as JSON: its fields, and in the model view the real-token share per
     position (``real_supports / supports``)."""
-    from dataclasses import asdict
-
     out = asdict(c)
     out["units"] = None if c.units is None else c.units.to_meta()
     if c.real_supports:
@@ -103,8 +102,6 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
 
 def score_json(e: EncodingScore) -> dict[str, Any]:
     """One row of a stress table as JSON: its fields and its family (posdiag.encodings.families)."""
-    from dataclasses import asdict
-
     from ..encodings.families import family
 
     return {**asdict(e), "family": family(e.name)}

@@ -42,10 +42,7 @@ figcaption, .note { color: #555; font-size: 0.9em; }
 
 @dataclass(frozen=True)
 class HtmlReport:
-    """A rendered page and what it holds.
-
-    ``plots`` names the inline plots; ``plots_omitted`` says why there are none, if so.
-    """
+    """A rendered page; ``plots`` names its inline plots, ``plots_omitted`` says why none."""
 
     html: str
     plots: tuple[str, ...]
