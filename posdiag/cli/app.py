@@ -1,10 +1,6 @@
-"""The ``posdiag`` command line: each command parses, calls the library, and emits the result.
-
-No analysis happens here and no report is laid out here (see :mod:`posdiag.render`); the options
-the commands share live in :mod:`posdiag.cli.options`, those of one command in
-:mod:`posdiag.cli.command_options` (``own``). Library errors (:class:`PosdiagError`) become one
-``Error: ...`` line on stderr and their exit code in :class:`posdiag.cli.faults.CommandGroup`,
-the only place that does so.
+"""The ``posdiag`` commands: each parses its options (:mod:`posdiag.cli.options`,
+:mod:`posdiag.cli.command_options` as ``own``), calls the library and emits the result, laid out
+by :mod:`posdiag.render`. Errors become ``Error: ...`` in :class:`posdiag.cli.faults.CommandGroup`.
 """
 
 from __future__ import annotations
@@ -17,40 +13,31 @@ import typer
 
 # Only names without numpy/scipy at import: `posdiag --version` and `--help` stay fast; each
 # command imports the library it calls.
-from .._util.defaults import (
-    DEFAULT_DIM,
-    DEFAULT_ESTIMATOR,
-    DEFAULT_LEVEL,
-    DEFAULT_MIN_COUNT,
-    DEFAULT_SHARDS,
-)
+from .._util.defaults import DEFAULT_DIM, DEFAULT_ESTIMATOR, DEFAULT_MIN_COUNT, DEFAULT_SHARDS
 from ..corpus.reading import Reading
 from ..errors import PosdiagError
 from . import command_options as own
 from .faults import CommandGroup
 from .options import (
-    CiOpt,
+    ESTIMATION,
     CorpusArg,
+    Estimation,
     EstimatorOpt,
     ForceOpt,
     JsonOpt,
-    MinCountOpt,
     PlotForceOpt,
     PlotOpt,
     QuietOpt,
-    ReplicatesOpt,
     SampleSeedOpt,
-    SeedOpt,
-    ShardsOpt,
     analyse,
     analysis_options,
     bootstrap_progress,
     check_plots,
-    counts,
     emit,
-    encoding_option,
+    estimates,
     progress,
     reads_corpus,
+    sharded,
     warn,
     write_plots,
 )
@@ -105,29 +92,20 @@ def _save_counts(counted: Counts, output: Path, force: bool, as_json: bool, what
 
 @app.command()
 @reads_corpus
+@estimates
 def stress(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: Annotated[
-        own.Names,
-        encoding_option(
-            "NAME[:key=value,...], repeatable (see 'posdiag encodings') "
-            "\\[default: a standard set]."
-        ),
-    ] = None,
-    model_preset: own.ModelPresetOpt = None,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    encoding: Annotated[list[str] | None, own.STRESS_ENCODING] = None,
+    model_preset: Annotated[list[str] | None, own.MODEL_PRESET] = None,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
+    estimation: Estimation = ESTIMATION,
     dim: own.EncodingDimOpt = None,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
-    verbose: own.VerboseOpt = False,
+    verbose: Annotated[bool, own.VERBOSE] = False,
 ) -> None:
     """Stress of every standard encoding against the corpus geometry, best first."""
     from ..encodings import parse_encoding, preset_specs
@@ -137,23 +115,20 @@ def stress(
     chosen: list[Any] = [parse_encoding(e) for e in encoding or ()]
     for preset in model_preset or ():
         chosen += preset_specs(preset)  # each row keeps the preset's name
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_plots(plot, force)
     # The plug-in column and the noise floor are shown by --verbose / --json only.
     report = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: stress_report(
             c, chosen or None, analysis, dim=dim, progress=bar, details=as_json or verbose
         ),
-        shards=shards,
     )
     emit(
-        as_json,
-        lambda: stress_json(report),
-        lambda out: print_stress(report, out, verbose=verbose),
+        as_json, lambda: stress_json(report), lambda out: print_stress(report, out, verbose=verbose)
     )
     write_plots(plot, force, geometry=report.geometry, report=report)
 
@@ -163,7 +138,7 @@ def stress(
 def count(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.CountOutputOpt,
+    output: Annotated[Path, own.COUNT_OUTPUT],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -171,7 +146,7 @@ def count(
 ) -> None:
     """Count tokens per position once; analyse the .npz many times."""
     _npz_output(output, force)
-    _save_counts(counts(corpus, reading, quiet, seed=sample_seed), output, force, as_json)
+    _save_counts(sharded(corpus, reading, quiet, seed=sample_seed), output, force, as_json)
 
 
 @app.command("build-encoding")
@@ -179,11 +154,11 @@ def count(
 def build_encoding(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.BuildEncodingOutputOpt,
-    rank: own.BuildEncodingRankOpt = 3,
-    dim: own.BuildEncodingDimOpt = 768,
-    seed: own.BuildEncodingSeedOpt = 0,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    output: Annotated[Path, own.BUILD_ENCODING_OUTPUT],
+    rank: Annotated[int, own.BUILD_ENCODING_RANK] = 3,
+    dim: Annotated[int, own.BUILD_ENCODING_DIM] = 768,
+    seed: Annotated[int, own.BUILD_ENCODING_SEED] = 0,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -205,7 +180,11 @@ def build_encoding(
     # One --seed for the run: it seeds both the orthonormal factor B and --sample.
     analysis = analysis_options(min_count, estimator, seed)
     enc = analyse(
-        corpus, reading, quiet, seed, lambda c, _: encoding_of(c, rank, dim, analysis, seed=seed)
+        corpus,
+        reading,
+        quiet,
+        Estimation(shards=0, seed=seed),
+        lambda c, _: encoding_of(c, rank, dim, analysis, seed=seed),
     )
     files = [str(p) for p in write_encoding(enc, output, force=force)]
     emit(as_json, lambda: encoding_json(enc, files), lambda out: print_encoding(enc, files, out))
@@ -213,8 +192,8 @@ def build_encoding(
 
 @app.command()
 def encodings(
-    name: own.EncodingsNameArg = None,
-    presets: own.EncodingsPresetsOpt = False,
+    name: Annotated[str | None, own.ENCODINGS_NAME] = None,
+    presets: Annotated[bool, own.ENCODINGS_PRESETS] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List every encoding with its parameters, defaults and parameter count, and the presets."""
@@ -234,47 +213,38 @@ def encodings(
 
 @app.command()
 @reads_corpus
+@estimates
 def check(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: own.RuleEncodingOpt = None,
-    max_stress: own.MaxStressOpt = None,
-    max_rank_for_stress: own.MaxRankOpt = None,
-    min_positional_info: own.MinInfoOpt = None,
-    min_support: own.MinSupportOpt = None,
-    strict: own.StrictOpt = None,
-    config: own.ConfigOpt = None,
-    no_config: own.NoConfigOpt = False,
-    fmt: own.FormatOpt = "text",
-    junit: own.JunitOpt = None,
-    min_count: own.RulesMinCountOpt = None,
-    force: own.HiddenForceOpt = False,
+    encoding: Annotated[list[str] | None, own.RULE_ENCODING] = None,
+    max_stress: Annotated[list[float] | None, own.MAX_STRESS] = None,
+    max_rank_for_stress: Annotated[list[str] | None, own.MAX_RANK] = None,
+    min_positional_info: Annotated[float | None, own.MIN_INFO] = None,
+    min_support: Annotated[int | None, own.MIN_SUPPORT] = None,
+    strict: Annotated[bool | None, own.STRICT] = None,
+    config: Annotated[Path | None, own.CONFIG] = None,
+    no_config: Annotated[bool, own.NO_CONFIG] = False,
+    fmt: Annotated[str, own.FORMAT] = "text",
+    junit: Annotated[Path | None, own.JUNIT] = None,
+    min_count: Annotated[int | None, own.RULES_MIN_COUNT] = None,
+    force: Annotated[bool, own.HIDDEN_FORCE] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """CI gate: exit 0 when every rule passes, 1 when one fails, 2 on bad rules or data."""
-    from ..render.gate import (
-        check_format,
-        check_junit_path,
-        gate_json,
-        github_annotations,
-        text_lines,
-        write_junit,
-    )
+    from ..render import gate as verdict
     from ..reports.gate import READING_KEYS, build_config, find_config, run_gate
 
     if junit is not None:
-        from ..render.gate import write_junit_error
         from .faults import on_error
 
         # Exit 2 (bad rules or data, a signal) replaces the report too: never a stale pass.
-        on_error(lambda message: write_junit_error(junit, corpus, message))
-    check_format(fmt)
+        on_error(
+            lambda message: verdict.write_junit(verdict.junit_error_xml(corpus, message), junit)
+        )
+    verdict.check_format(fmt)
     if config is not None and no_config:
         raise PosdiagError("'--config' and '--no-config' exclude each other")
     file = None if no_config else (config if config is not None else find_config("."))
@@ -292,21 +262,20 @@ def check(
         reading={k: options[k] for k in READING_KEYS},
     )
     if junit is not None:
-        check_junit_path(junit)  # refuse a folder before a pass over the corpus
+        verdict.check_junit_path(junit)  # refuse a folder before a pass over the corpus
     # The config file's reading keys, overridden by the options given (build_config merged them).
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     report = analyse(
         corpus,
         reading.merged(cfg.reading),
         quiet,
-        seed,
+        estimation,
         lambda c, bar: run_gate(c, cfg, analysis, progress=bar),
-        shards=shards,
     )
     if junit is not None:
-        write_junit(report, junit)
-    lines = github_annotations(report) if fmt == "github" else text_lines(report)
-    emit(as_json, lambda: gate_json(report), "\n".join(lines))
+        verdict.write_junit(report, junit)
+    lines = verdict.github_annotations(report) if fmt == "github" else verdict.text_lines(report)
+    emit(as_json, lambda: verdict.gate_json(report), "\n".join(lines))
     if not report.passed:
         raise typer.Exit(1)
 
@@ -317,15 +286,13 @@ def diff(
     corpus_a: Annotated[str, typer.Argument(help="Corpus A (file or counts .npz).")],
     corpus_b: Annotated[str, typer.Argument(help="Corpus B (file or counts .npz).")],
     reading: Reading,
-    encoding: Annotated[
-        own.Names, encoding_option("Encodings to rank, repeatable \\[default: a standard set].")
-    ] = None,
-    rank: own.DiffRankOpt = None,
-    tolerance: own.ToleranceOpt = 0.1,
-    seed: own.DiffSeedOpt = 0,
-    draws: own.DrawsOpt = 10,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    column_b: own.ColumnBOpt = None,
+    encoding: Annotated[list[str] | None, own.DIFF_ENCODING] = None,
+    rank: Annotated[int | None, own.DIFF_RANK] = None,
+    tolerance: Annotated[float, own.TOLERANCE] = 0.1,
+    seed: Annotated[int, own.DIFF_SEED] = 0,
+    draws: Annotated[int, own.DRAWS] = 10,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
+    column_b: Annotated[str | None, own.COLUMN_B] = None,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
@@ -356,13 +323,7 @@ def diff(
     # The bar's geometry stage: two geometries and their re-splits, long at long contexts.
     with bootstrap_progress(quiet):
         drift = corpus_drift(
-            a,
-            b,
-            analysis,
-            rank=rank,
-            tolerance=tolerance,
-            encodings=specs,
-            geometry_draws=draws,
+            a, b, analysis, rank=rank, tolerance=tolerance, encodings=specs, geometry_draws=draws
         )
     warn(drift.warnings)
     emit(as_json, lambda: drift_json(drift), lambda out: print_drift(drift, out))
@@ -371,21 +332,18 @@ def diff(
 
 @app.command("plot")
 @reads_corpus
+@estimates
 def plot_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.PlotOutputOpt,
-    encoding: own.PlotEncodingOpt = None,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    output: Annotated[Path, own.PLOT_OUTPUT],
+    encoding: Annotated[list[str] | None, own.PLOT_ENCODING] = None,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: PlotForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     dim: own.EncodingDimOpt = None,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """Write PNG plots: Hellinger heatmap, spectrum, MDS trajectory, stress bars (with
     intervals), support."""
@@ -393,16 +351,15 @@ def plot_cmd(
     from ..reports.stress import stress_report
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_plots(output, force)
     # details=False: no plot shows the plug-in figures or the noise floor.
     report = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: stress_report(c, specs, analysis, dim=dim, progress=bar, details=False),
-        shards=shards,
     )
     written = write(output, geometry=report.geometry, report=report, force=force)
     w, h = written.pixels
@@ -416,22 +373,19 @@ def plot_cmd(
 
 @app.command("report")
 @reads_corpus
+@estimates
 def report_cmd(
     corpus: CorpusArg,
     reading: Reading,
-    output: own.ReportOutputOpt,
-    encoding: own.ReportEncodingOpt = None,
-    no_plots: own.ReportNoPlotsOpt = False,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
+    output: Annotated[Path, own.REPORT_OUTPUT],
+    encoding: Annotated[list[str] | None, own.REPORT_ENCODING] = None,
+    no_plots: Annotated[bool, own.REPORT_NO_PLOTS] = False,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     dim: own.EncodingDimOpt = None,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
+    estimation: Estimation = ESTIMATION,
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR: what
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
@@ -440,20 +394,18 @@ def report_cmd(
     from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_output(output, force)
     d = dim if dim is not None else DEFAULT_DIM
     page = analyse(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         # details=False: the page shows no plug-in figure.
         lambda c, bar: build_report(
-            run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False),
-            plots=not no_plots,
+            run_diagnose(c, specs, analysis, dim=d, progress=bar, details=False), plots=not no_plots
         ),
-        shards=shards,
     )
     write_html(page, output, force=force)
     extra = f"; {page.plots_omitted}" if page.plots_omitted else ""
@@ -472,22 +424,19 @@ def report_cmd(
 
 @app.command()
 @reads_corpus
+@estimates
 def diagnose(
     corpus: CorpusArg,
     reading: Reading,
-    encoding: own.DiagnoseEncodingOpt = None,
-    target: own.DiagnoseTargetOpt = 0.1,
-    dim: own.DiagnoseDimOpt = DEFAULT_DIM,
-    min_count: MinCountOpt = DEFAULT_MIN_COUNT,
-    shards: ShardsOpt = DEFAULT_SHARDS,
-    ci: CiOpt = DEFAULT_LEVEL,
-    replicates: ReplicatesOpt = None,
-    seed: SeedOpt = 0,
+    encoding: Annotated[list[str] | None, own.DIAGNOSE_ENCODING] = None,
+    target: Annotated[float, own.DIAGNOSE_TARGET] = 0.1,
+    dim: Annotated[int, own.DIAGNOSE_DIM] = DEFAULT_DIM,
+    min_count: own.MinCountOpt = DEFAULT_MIN_COUNT,
+    estimation: Estimation = ESTIMATION,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     plot: PlotOpt = None,
     force: PlotForceOpt = False,
-    estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
     from .._util.validate import check_float, check_int
@@ -497,7 +446,7 @@ def diagnose(
     from ..reports.stress import StressReport
 
     specs = _specs(encoding)
-    analysis = analysis_options(min_count, estimator, seed, ci, replicates, shards)
+    analysis = estimation.analysis(min_count)
     check_float("target", target, 0.0, 1.0, lo_open=True)
     check_int("dim", dim, 1)
     check_plots(plot, force)
@@ -506,11 +455,10 @@ def diagnose(
         corpus,
         reading,
         quiet,
-        seed,
+        estimation,
         lambda c, bar: run_diagnose(
             c, specs, analysis, target=target, dim=dim, progress=bar, details=as_json
         ),
-        shards=shards,
     )
     emit(as_json, lambda: diagnosis_json(result), lambda out: print_diagnosis(result, out))
     if plot is not None:
@@ -528,13 +476,13 @@ def diagnose(
 @app.command()
 @reads_corpus
 def inspect(
-    encoding_file: own.EncodingFileArg,
+    encoding_file: Annotated[str, own.ENCODING_FILE],
     reading: Reading,
-    corpus: own.InspectCorpusOpt = None,
-    tensor: own.TensorOpt = "",
-    collapse_tol: own.CollapseTolOpt = 0.01,
-    seed: own.InspectSeedOpt = 0,
-    min_count: own.InspectMinCountOpt = None,
+    corpus: Annotated[str | None, own.INSPECT_CORPUS] = None,
+    tensor: Annotated[str, own.TENSOR] = "",
+    collapse_tol: Annotated[float, own.COLLAPSE_TOL] = 0.01,
+    seed: Annotated[int, own.INSPECT_SEED] = 0,
+    min_count: Annotated[int | None, own.INSPECT_MIN_COUNT] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
@@ -554,28 +502,18 @@ def inspect(
     meta = read_encoding_meta(encoding_file)
     geo, notes, from_file = None, tuple[str, ...](), dict[str, str]()
     if corpus is not None:
+        npz = corpus if is_counts_file(corpus) else None
         plan = inspect_reading(
-            encoding_file,
-            meta,
-            reading,
-            min_count,
-            DEFAULT_MIN_COUNT,
-            counts_file=is_counts_file(corpus),
+            encoding_file, meta, reading, min_count, DEFAULT_MIN_COUNT, counts_file=npz is not None
         )
-        counted = counts(corpus, plan.reading, quiet, seed=seed)
+        counted = sharded(corpus, plan.reading, quiet, seed=seed)
         # plain=False: inspect shows no plug-in figure; spectrum=False: it scores the table
         # against the gram and the distances, no eigenpair of the corpus is shown.
         with bootstrap_progress(quiet):
             geo = corpus_geometry(
-                counted,
-                plan.min_count,
-                estimator=estimator,
-                seed=seed,
-                plain=False,
-                spectrum=False,
+                counted, plan.min_count, estimator=estimator, seed=seed, plain=False, spectrum=False
             )
         from_file = {k: meta[k] for k in plan.from_file}
-        npz = corpus if is_counts_file(corpus) else None
         notes = (
             *plan.notes,
             *row_notes(encoding_file, table.shape[0], meta, geo.summary, counts_file=npz),
@@ -599,15 +537,15 @@ def inspect(
 
 @app.command()
 def synth(
-    output: own.SynthOutputOpt,
-    mode: own.SynthModeOpt = "drift",
-    positions: own.SynthPositionsOpt = 32,
-    vocab: own.SynthVocabOpt = 200,
-    rank: own.SynthRankOpt = 3,
-    sequences: own.SynthSequencesOpt = 20_000,
-    seed: own.SynthSeedOpt = 0,
-    sharpness: own.SynthSharpnessOpt = 2.0,
-    width: own.SynthWidthOpt = None,
+    output: Annotated[Path, own.SYNTH_OUTPUT],
+    mode: Annotated[str, own.SYNTH_MODE] = "drift",
+    positions: Annotated[int, own.SYNTH_POSITIONS] = 32,
+    vocab: Annotated[int, own.SYNTH_VOCAB] = 200,
+    rank: Annotated[int, own.SYNTH_RANK] = 3,
+    sequences: Annotated[int, own.SYNTH_SEQUENCES] = 20_000,
+    seed: Annotated[int, own.SYNTH_SEED] = 0,
+    sharpness: Annotated[float, own.SYNTH_SHARPNESS] = 2.0,
+    width: Annotated[float | None, own.SYNTH_WIDTH] = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -633,8 +571,8 @@ def synth(
 
 @app.command()
 def merge(
-    inputs: own.MergeInputsArg,
-    output: own.MergeOutputOpt,
+    inputs: Annotated[list[Path], own.MERGE_INPUTS],
+    output: Annotated[Path, own.MERGE_OUTPUT],
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -658,8 +596,8 @@ def corpora(as_json: JsonOpt = False) -> None:
 
 @app.command()
 def docs(
-    topic: own.DocsTopicArg = None,
-    path: own.DocsPathOpt = False,
+    topic: Annotated[str | None, own.DOCS_TOPIC] = None,
+    path: Annotated[bool, own.DOCS_PATH] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a documentation page installed with posdiag (Markdown), or list them."""
@@ -677,8 +615,8 @@ def docs(
 
 @app.callback()
 def _root(
-    version: own.RootVersionOpt = False,
-    max_memory: own.RootMaxMemoryOpt = None,
+    version: Annotated[bool, own.ROOT_VERSION] = False,
+    max_memory: Annotated[str | None, own.ROOT_MAX_MEMORY] = None,
 ) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
     from .._util.memory import set_max_memory
@@ -687,7 +625,7 @@ def _root(
 
 
 def main() -> None:
-    from .faults import exit_on_signals_at_shutdown
+    from .._util.signals import exit_on_signals_at_shutdown
 
     exit_on_signals_at_shutdown()  # a signal during the interpreter's shutdown: its exit code
     app(prog_name="posdiag")

@@ -25,25 +25,11 @@ from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from .._util.signals import (
-    Interrupted,
-    deferred_signals,
-    exit_on_signals_at_shutdown,
-    signals_as_interrupts,
-)
+from .._util.signals import Interrupted, signals_as_interrupts
 from ..errors import PosdiagError, PosdiagWarning
+from ._help import tidy_params
 
-__all__ = [
-    "CommandGroup",
-    "Interrupted",
-    "check_stdout",
-    "deferred_signals",
-    "error_message",
-    "exit_on_signals_at_shutdown",
-    "on_error",
-    "run_error_hooks",
-    "signals_as_interrupts",
-]
+__all__ = ["CommandGroup", "check_stdout", "error_message", "on_error", "run_error_hooks"]
 
 
 # Called with the error message when the command fails (exit 2 or a signal), before it is
@@ -96,6 +82,9 @@ _OS_MESSAGES = {
     errno.EBADF: "the stream is closed",
     errno.ENOMEM: "out of memory",
 }
+# An OS error without a file name and one of these is the report going to standard output (a
+# full /dev/full, a closed pipe): files posdiag writes name themselves (posdiag._util.atomic).
+_STDOUT_ERRNOS = (errno.EPIPE, errno.EBADF, errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -132,17 +121,8 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
         return f"out of memory ({detail}); try a smaller input or --max-len", 2
     if isinstance(exc, OSError):
         reason = _OS_MESSAGES.get(exc.errno or -1) or exc.strerror or _first_line(exc)
-        where = exc.filename if exc.filename is not None else None
-        # Files posdiag writes name themselves (posdiag._util.atomic); an unnamed write error is the
-        # report going to standard output (a full /dev/full, a closed pipe).
-        if where is None and exc.errno in (
-            errno.EPIPE,
-            errno.EBADF,
-            errno.ENOSPC,
-            errno.EFBIG,
-            errno.EIO,
-            errno.EDQUOT,
-        ):
+        where = exc.filename
+        if where is None and exc.errno in _STDOUT_ERRNOS:
             where = "standard output"
         prefix = f"{where}: " if where is not None else ""
         return f"{prefix}cannot complete: {reason}", 2
@@ -178,13 +158,14 @@ class CommandGroup(TyperGroup):
     """``posdiag``'s command group: turns every exception into ``Error: <message>`` and its
     exit code (:func:`error_message`), the one place that does so."""
 
+    # Flags show no value in the help, every other parameter one plain placeholder (_help.py).
     def get_params(self, ctx: Any) -> list[Any]:
-        return _bare_flags(super().get_params(ctx))
+        return tidy_params(super().get_params(ctx))
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         cmd = super().get_command(ctx, cmd_name)
         if cmd is not None:
-            _bare_flags(cmd.get_params(ctx))
+            tidy_params(cmd.get_params(ctx))
         return cmd
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
@@ -224,14 +205,6 @@ class CommandGroup(TyperGroup):
             _annotate(ctx, message)
             typer.echo(f"Error: {message}", err=True)
             raise typer.Exit(code) from None
-
-
-def _bare_flags(params: list[Any]) -> list[Any]:
-    """Flags take no value: show ``--json``, not ``--json <bool>``, in the help; every other
-    parameter shows one plain placeholder (posdiag.cli._help)."""
-    from ._help import tidy_params
-
-    return tidy_params(params)
 
 
 def _annotate(ctx: Any, message: str) -> None:

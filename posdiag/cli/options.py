@@ -1,8 +1,6 @@
-"""What the ``posdiag`` commands share: option types grouped into help panels, the reading
-options as one :class:`~posdiag.corpus.reading.Reading`, progress bars, and one way to emit a
-result.
-
-Only :mod:`posdiag.cli.app` imports this module.
+"""What the ``posdiag`` commands share: option types grouped into help panels, the reading and
+uncertainty options as one :class:`~posdiag.corpus.reading.Reading` and one :class:`Estimation`,
+progress bars, and one way to emit a result.
 """
 
 from __future__ import annotations
@@ -13,8 +11,9 @@ import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -31,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .._util.defaults import DEFAULT_SHARDS
+from .._util.defaults import DEFAULT_ESTIMATOR, DEFAULT_LEVEL, DEFAULT_SHARDS
 from .._util.jit import watch
 from .._util.userdocs import doc_ref
 from .._util.validate import check_choice
@@ -60,159 +59,75 @@ CorpusArg = Annotated[
 ]
 
 # ---- reading the corpus: the fields of Reading, added to a command by @reads_corpus ----------
-# field -> (type, flags, help, panel); every one defaults to None ("the default", see Reading).
-_READING_HELP: dict[str, tuple[Any, tuple[str, ...], str, str]] = {
-    "column": (
-        str | None,
-        ("--column",),
-        "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
-        "\\[default: text; presets: their own].",
-        READING,
-    ),
-    "tokenizer": (
-        str | None,
-        ("--tokenizer", "-t"),
-        "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
-        "\\[default: whitespace].",
-        READING,
-    ),
-    "view": (str | None, ("--view",), "text | model | packed \\[default: text].", READING),
-    "max_len": (int | None, ("--max-len", "-n"), "Positions counted, n \\[default: 512].", READING),
-    "pad_token": (
-        str | None,
-        ("--pad-token",),
-        "Pad token for --view model, if not found.",
-        READING,
-    ),
-    "limit": (
-        int | None,
-        ("--limit",),
-        "Analyse only the first N documents (token ids: windows).",
-        READING,
-    ),
-    "sample": (
-        float | None,
-        ("--sample",),
-        "Analyse a seeded random fraction F in (0, 1] of the documents.",
-        READING,
-    ),
-    "data_dir": (
-        str | None,
-        ("--data-dir",),
-        "Folder with local copies of presets / hub data sets \\[default: $POSDIAG_DATA_DIR].",
-        READING,
-    ),
-    "dtype": (
-        str | None,
-        ("--dtype",),
-        "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
-        READING,
-    ),
-    "vocab_size": (
-        int | None,
-        ("--vocab-size",),
-        "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
-        READING,
-    ),
-    "engine": (
-        str | None,
-        ("--engine",),
-        "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
-        f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
-        ENGINE,
-    ),
-    "scheduler": (
-        str | None,
-        ("--scheduler",),
-        "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
-        "\\[default: start a LocalCluster].",
-        ENGINE,
-    ),
-    "workers": (
-        int | None,
-        ("--workers",),
-        "--engine dask without --scheduler: LocalCluster worker processes "
-        "\\[default: the CPU count].",
-        ENGINE,
-    ),
-    "group_by": (
-        str | None,
-        ("--group-by",),
-        "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
-        "record's sampling unit (a document, book or source id): records with one value share a "
-        f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
-        READING,
-    ),
-    "group_prefix": (
-        int | None,
-        ("--group-prefix",),
-        "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
-        "only) \\[default: 6].",
-        READING,
-    ),
-    "dedup": (
-        bool | None,
-        ("--dedup",),
-        "Drop exact duplicate sequences (--view packed: documents) before counting.",
-        READING,
-    ),
+# field -> help; every one defaults to None ("the default", see Reading) and has the type Reading
+# gives it, the flag --field-name (and the short flag of _SHORT_FLAGS), the panel READING or ENGINE.
+_READING_HELP = {
+    "column": "Text column of .jsonl/.json/.csv/.tsv/.parquet files and data sets "
+    "\\[default: text; presets: their own].",
+    "tokenizer": "'whitespace', 'bytes', a tokenizer.json, or a hub name (e.g. bert-base-uncased) "
+    "\\[default: whitespace].",
+    "view": "text | model | packed \\[default: text].",
+    "max_len": "Positions counted, n \\[default: 512].",
+    "pad_token": "Pad token for --view model, if not found.",
+    "limit": "Analyse only the first N documents (token ids: windows).",
+    "sample": "Analyse a seeded random fraction F in (0, 1] of the documents.",
+    "data_dir": "Folder with local copies of presets / hub data sets "
+    "\\[default: $POSDIAG_DATA_DIR].",
+    "dtype": "Id type of a raw .bin token file: uint16 | uint32 \\[default: uint16].",
+    "vocab_size": "Vocabulary size V of a .npy/.bin token id file \\[default: the tokenizer's].",
+    "engine": "Where to count: local (this process) or dask (pieces of the corpus on a Dask "
+    f"cluster; needs posdiag\\[dask]; see {doc_ref('scale')}) \\[default: local].",
+    "scheduler": "--engine dask: address of a running Dask scheduler (e.g. tcp://host:8786) "
+    "\\[default: start a LocalCluster].",
+    "workers": "--engine dask without --scheduler: LocalCluster worker processes "
+    "\\[default: the CPU count].",
+    "group_by": "Field of .jsonl/.json/.csv/.tsv/.parquet records and data sets naming each "
+    "record's sampling unit (a document, book or source id): records with one value share a "
+    f"shard (see {doc_ref('geometry', 'The sampling unit')}).",
+    "group_prefix": "Sequences sharing their first K tokens are one sampling unit (0: exact copies "
+    "only) \\[default: 6].",
+    "dedup": "Drop exact duplicate sequences (--view packed: documents) before counting.",
 }
-_READING_OPTIONS: dict[str, Any] = {
-    name: Annotated[
-        typ,
-        # A flag shows no default ("--dedup" is off unless given).
-        typer.Option(*flags, help=help, rich_help_panel=panel, show_default=typ != (bool | None)),
-    ]
-    for name, (typ, flags, help, panel) in _READING_HELP.items()
+_SHORT_FLAGS = {"tokenizer": ("-t",), "max_len": ("-n",)}
+_READING_OPTIONS = {
+    name: typer.Option(
+        "--" + name.replace("_", "-"),
+        *_SHORT_FLAGS.get(name, ()),
+        help=help,
+        rich_help_panel=ENGINE if name in ("engine", "scheduler", "workers") else READING,
+        show_default=False,  # every default is None: the help text says what it means
+    )
+    for name, help in _READING_HELP.items()
 }
 assert tuple(_READING_OPTIONS) == READING_FIELDS
 
-MinCountOpt = Annotated[
-    int,
-    typer.Option(
-        "--min-count",
-        help="Positions with fewer sequences (--view model: fewer real, non-pad tokens) are "
-        "dropped (and listed).",
-        rich_help_panel=READING,
-    ),
-]
-# Commands with bootstrap intervals use SeedOpt: one --seed for sample, shards and bootstrap.
+# Commands with bootstrap intervals use @estimates: one --seed for sample, shards and bootstrap.
 SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
 
-# ---- uncertainty ------------------------------------------------------------------------------
-ShardsOpt = Annotated[
-    int,
-    typer.Option(
+# ---- uncertainty: the fields of Estimation, added to a command by @estimates ---------------
+_ESTIMATION_OPTIONS = {
+    "shards": typer.Option(
         "--shards",
         help="Random shards counted for the bootstrap intervals (0: no intervals).",
         rich_help_panel=UNCERTAINTY,
     ),
-]
-CiOpt = Annotated[
-    float,
-    typer.Option("--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY),
-]
-SeedOpt = Annotated[
-    int,
-    typer.Option(
+    "ci": typer.Option(
+        "--ci", help="Coverage of the bootstrap intervals.", rich_help_panel=UNCERTAINTY
+    ),
+    "replicates": typer.Option(
+        "--replicates",
+        help="Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 128 "
+        "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the interval "
+        "is a t interval from their sd].",
+        show_default=False,
+        rich_help_panel=UNCERTAINTY,
+    ),
+    "seed": typer.Option(
         "--seed",
         help="Seed of --sample, shards, bootstrap and splits.",
         rich_help_panel=UNCERTAINTY,
     ),
-]
-ReplicatesOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--replicates",
-        help=(
-            "Bootstrap replicates (each recomputes the geometry) \\[default: 200; from 128 "
-            "positions 38 balanced half-samples with 20 shards, at most 50; below 100 the "
-            "interval is a t interval from their sd]."
-        ),
-        show_default=False,
-        rich_help_panel=UNCERTAINTY,
-    ),
-]
+}
 
 
 def _estimator_choice(value: str) -> str:
@@ -222,16 +137,14 @@ def _estimator_choice(value: str) -> str:
     return check_choice("estimator", value, ESTIMATORS)
 
 
-EstimatorOpt = Annotated[
-    str,
-    typer.Option(
-        "--estimator",
-        callback=_estimator_choice,
-        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
-        f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
-        rich_help_panel=UNCERTAINTY,
-    ),
-]
+_ESTIMATION_OPTIONS["estimator"] = typer.Option(
+    "--estimator",
+    callback=_estimator_choice,
+    help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+    f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
+    rich_help_panel=UNCERTAINTY,
+)
+EstimatorOpt = Annotated[str, _ESTIMATION_OPTIONS["estimator"]]
 
 # ---- output -----------------------------------------------------------------------------------
 JsonOpt = Annotated[
@@ -289,26 +202,67 @@ def output_option(help: str) -> Any:
     return typer.Option("--output", "-o", help=help, show_default=False, rich_help_panel=OUTPUT)
 
 
-def reads_corpus(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` the reading options; it receives them as one ``reading: Reading``.
+def _bundled(name: str, cls: Any, options: dict[str, Any], *, last: bool = False) -> Any:
+    """A decorator: a command's parameter ``name`` (a frozen dataclass ``cls``) shows in its help
+    as ``options`` (field -> typer option; types and defaults from ``cls``), in the parameter's
+    place or, with ``last``, after every other.
 
-    typer reads a command's options from its signature, so the wrapper shows the command's own
-    parameters (without ``reading``) followed by the reading options.
+    typer reads a command's options from its signature; the wrapper rewrites that signature and
+    gives the command one ``cls`` built from the options' values.
     """
-    sig = inspect.signature(command, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.name != "reading"]
+    kind = inspect.Parameter.KEYWORD_ONLY
+    types = get_type_hints(cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
-        for name, option in _READING_OPTIONS.items()
+        inspect.Parameter(f, kind, default=defaults[f], annotation=Annotated[types[f], option])
+        for f, option in options.items()
     ]
 
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        reading = Reading(**{name: kwargs.pop(name) for name in READING_FIELDS})
-        return command(*args, reading=reading, **kwargs)
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        params = inspect.signature(command, eval_str=True).parameters.values()
+        shown = [p.replace(kind=kind) for p in params]
+        at = [p.name for p in shown].index(name)
+        del shown[at]
+        at = len(shown) if last else at
+        shown[at:at] = added
 
-    wrapper.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
-    return wrapper
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            bundle = cls(**{f: kwargs.pop(f) for f in options})
+            return command(**kwargs, **{name: bundle})
+
+        wrapper.__signature__ = inspect.Signature(shown)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+# Gives a command the reading options, received as one ``reading: Reading``.
+reads_corpus = _bundled("reading", Reading, _READING_OPTIONS, last=True)
+
+
+@dataclass(frozen=True)
+class Estimation:
+    """The uncertainty options of the commands with bootstrap intervals (``@estimates``)."""
+
+    shards: int = DEFAULT_SHARDS
+    ci: float = DEFAULT_LEVEL
+    replicates: int | None = None
+    seed: int = 0
+    estimator: str = DEFAULT_ESTIMATOR
+
+    def analysis(self, min_count: int | None) -> Analysis:
+        """The :class:`~posdiag.reports.options.Analysis`, checked (:func:`analysis_options`)."""
+        return analysis_options(
+            min_count, self.estimator, self.seed, self.ci, self.replicates, self.shards
+        )
+
+
+# The default of a command's ``estimation`` parameter (typer never sees it: @estimates).
+ESTIMATION = Estimation()
+# Gives a command --shards, --ci, --replicates, --seed and --estimator, in the place of its
+# ``estimation: Estimation`` parameter, received as one Estimation.
+estimates = _bundled("estimation", Estimation, _ESTIMATION_OPTIONS)
 
 
 # Width of piped output when $COLUMNS does not say: wider than rich's 80, so rows stay on one line.
@@ -376,14 +330,13 @@ def analyse(
     corpus: str,
     reading: Reading,
     quiet: bool,
-    seed: int,
+    estimation: Estimation,
     run: Callable[[Counts, Callable[[int, int], None] | None], Report],
-    *,
-    shards: int = 0,
 ) -> Report:
-    """Count ``corpus`` (:func:`sharded`), then ``run(counted, progress)`` under the analysis
-    bar (:func:`bootstrap_progress`); its warnings go to stderr."""
-    counted = sharded(corpus, reading, quiet, shards=shards, seed=seed)
+    """Count ``corpus`` (:func:`sharded`, in ``estimation``'s shards and seed), then
+    ``run(counted, progress)`` under the analysis bar (:func:`bootstrap_progress`); its warnings
+    go to stderr."""
+    counted = sharded(corpus, reading, quiet, shards=estimation.shards, seed=estimation.seed)
     with bootstrap_progress(quiet) as bar:
         result = run(counted, bar)
     warn(result.warnings)
@@ -474,11 +427,9 @@ def progress(quiet: bool) -> Iterator[Callable[[int, int, int], None] | None]:
 
 @contextmanager
 def bootstrap_progress(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on a terminal's stderr: "geometry" with the time elapsed while the
-    corpus geometry is computed (tens of seconds at long contexts), then the bootstrap
-    replicates with the time remaining (minutes at n_eff = 4,096: the user sees it at once).
-    While numba compiles the long-context kernels (the first such run after an install, tens
-    of seconds) the stage reads :data:`COMPILING` instead."""
+    """A rich progress bar on a terminal's stderr (nothing when piped or quiet): "geometry" with
+    the time elapsed, then the bootstrap replicates with the time remaining; :data:`COMPILING`
+    while numba compiles posdiag's kernels."""
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
         yield None
@@ -528,8 +479,3 @@ def sharded(
     if shards == 0:
         return dataclasses.replace(counted, no_intervals="--shards 0 was given")
     return counted
-
-
-def counts(corpus: str, reading: Reading, quiet: bool, *, seed: int = 0) -> Counts:
-    """Count ``corpus`` as ``reading`` says, with a bar; ``seed`` seeds ``--sample``."""
-    return sharded(corpus, reading, quiet, seed=seed)

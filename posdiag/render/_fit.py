@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["Column", "fitted_table"]
+__all__ = ["Column", "print_fitted"]
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,9 @@ def _width(cols: Sequence[Column]) -> int:
     return sum(c.min_width for c in cols) + 3 * len(cols) + 1
 
 
-def fitted_table(
-    title: str, columns: Sequence[Column], console: Console
-) -> tuple[Table, list[str]]:
-    """A table of ``columns`` that fits ``console.width``, and the headers left out.
-
-    ``title`` is rich markup; headers and cells are plain text.
+def print_fitted(title: str, columns: Sequence[Column], console: Console, indent: str = "") -> None:
+    """Print a table of ``columns`` that fits ``console.width``, then name the columns left out
+    (on a line starting with ``indent``). ``title`` is rich markup; headers and cells plain text.
     """
     cols = list(columns)
     dropped: list[str] = []
@@ -79,4 +76,6 @@ def fitted_table(
     n = len(cols[0].cells) if cols else 0
     for i in range(n):
         t.add_row(*(escape(c.cells[i]) for c in cols))
-    return t, dropped
+    console.print(t)
+    if dropped:
+        console.print(f"{indent}(not shown at this width: {', '.join(dropped)}; see --json)")

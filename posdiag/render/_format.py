@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
-from ..reports.analysis import CorpusSummary
+from ..reports.analysis import CorpusSummary, Spectrum, rank_text
 from ..reports.scores import EncodingScore
 
 __all__ = [
@@ -14,11 +15,13 @@ __all__ = [
     "score_json",
     "ci_text",
     "corpus_json",
+    "effective_ranks",
     "fmt",
     "jsonable",
     "params",
     "ranges",
     "span",
+    "spectrum_rows",
     "summary_rows",
 ]
 
@@ -67,6 +70,19 @@ def ranges(positions: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
+def spectrum_rows(sp: Spectrum) -> list[tuple[str, str, str]]:
+    """Rank, eigenvalue and in-sample stress of the first :data:`SHOWN_RANKS` ranks."""
+    shown = range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
+    return [(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1])) for r in shown]
+
+
+def effective_ranks(sp: Spectrum, sep: str = " at stress <= ") -> str:
+    """``3 at stress <= 0.1, ...`` ("not reached" below the stress floor)."""
+    return ", ".join(
+        f"{rank_text(r, sp.floor, sp.computed)}{sep}{eps:g}" for eps, r in sp.effective_rank.items()
+    )
+
+
 def span(positions: tuple[int, ...]) -> str:
     """``first..last (count)`` of sorted positions (``none`` when empty)."""
     if not positions:
@@ -77,8 +93,6 @@ def span(positions: tuple[int, ...]) -> str:
 def corpus_json(c: CorpusSummary) -> dict[str, Any]:
     """A corpus summary as JSON: its fields, and in the model view the real-token share per
     position (``real_supports / supports``)."""
-    from dataclasses import asdict
-
     out = asdict(c)
     out["units"] = None if c.units is None else c.units.to_meta()
     if c.real_supports:
@@ -88,8 +102,6 @@ def corpus_json(c: CorpusSummary) -> dict[str, Any]:
 
 def score_json(e: EncodingScore) -> dict[str, Any]:
     """One row of a stress table as JSON: its fields and its family (posdiag.encodings.families)."""
-    from dataclasses import asdict
-
     from ..encodings.families import family
 
     return {**asdict(e), "family": family(e.name)}
@@ -109,10 +121,7 @@ def summary_rows(c: CorpusSummary) -> list[tuple[str, str]]:
         ("support N_0 .. N_(n_eff-1)", f"{sup[0]:,} .. {sup[c.n_eff - 1]:,}"),
         *_real_rows(c),
         *_unit_rows(c),
-        (
-            "dropped positions",
-            span(c.dropped) + (": support below min_count" if c.dropped else ""),
-        ),
+        ("dropped positions", span(c.dropped) + (": support below min_count" if c.dropped else "")),
         *_unreached_rows(c),
     ]
 

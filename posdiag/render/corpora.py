@@ -7,29 +7,23 @@ from typing import Any
 from rich.console import Console
 
 from ..corpus.sources import PRESETS
-from ._fit import Column, fitted_table
+from ._fit import Column, print_fitted
 
 __all__ = ["corpora_json", "print_corpora"]
 
 
+# A preset's JSON keys, in order.
+_KEYS = ("name", "dataset", "config", "split", "splits", "column", "summary")
+
+
 def corpora_json() -> list[dict[str, Any]]:
     """The ``--json`` document of ``posdiag corpora``: one object per preset."""
-    return [
-        {
-            "name": p.name,
-            "dataset": p.dataset,
-            "config": p.config,
-            "split": p.split,
-            "splits": list(p.splits),
-            "column": p.column,
-            "summary": p.summary,
-        }
-        for p in PRESETS.values()
-    ]
+    rows = [{k: getattr(p, k) for k in _KEYS} for p in PRESETS.values()]
+    return [{**r, "splits": list(r["splits"])} for r in rows]
 
 
 def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:
-    t, dropped = fitted_table(
+    print_fitted(
         # \\[ keeps rich from reading [SPLIT] as markup.
         "Presets (corpus NAME\\[@SPLIT]; any hub data set: hf:OWNER/NAME\\[:CONFIG]\\[@SPLIT])",
         # Names users type (preset, data set, config, column) are never cut.
@@ -43,6 +37,3 @@ def print_corpora(rows: list[dict[str, Any]], console: Console) -> None:
         ],
         console,
     )
-    console.print(t)
-    if dropped:
-        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")

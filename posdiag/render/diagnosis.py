@@ -12,8 +12,8 @@ from rich.table import Table
 
 from ..reports.diagnosis import Diagnosis, noise_share_text
 from ..reports.intervals import Uncertainty
-from ._fit import Column, fitted_table
-from ._format import SHOWN_RANKS, ci_text, corpus_json, fmt, jsonable, params, ranges, score_json
+from ._fit import Column, print_fitted
+from ._format import ci_text, corpus_json, fmt, jsonable, params, ranges, score_json, spectrum_rows
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_json, spectrum_line
 
 __all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
@@ -129,20 +129,16 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
     for col in ("rank", "eigenvalue", SPECTRUM_STRESS, "interval"):
         t.add_column(col, justify="right")
     ivs = d.uncertainty.stress_by_rank
-    for r in range(1, min(SHOWN_RANKS, len(rk.spectrum.stress_by_rank)) + 1):
+    for r, row in enumerate(spectrum_rows(rk.spectrum), 1):
         lo, hi = ivs[r - 1] if r <= len(ivs) else (math.nan, math.nan)
-        t.add_row(
-            str(r),
-            f"{rk.spectrum.eigenvalues[r - 1]:.4g}",
-            fmt(rk.spectrum.stress_by_rank[r - 1]),
-            ci_text(lo, hi),
-        )
+        t.add_row(*row, ci_text(lo, hi))
     console.print()
     console.print(t)
     console.print(f"  {spectrum_line(rk.spectrum, ' at ')}")
     console.print(f"  -> {rk.reading}")
     es = d.encodings
-    t, dropped = fitted_table(
+    console.print()
+    print_fitted(
         "Stress, best first",
         [
             Column("encoding", [e.label for e in es]),
@@ -152,10 +148,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
             Column("params", [f"{e.n_params:,}" for e in es], "right", 40),
         ],
         console,
+        "  ",
     )
-    console.print()
-    console.print(t)
-    if dropped:
-        console.print(f"  (not shown at this width: {', '.join(dropped)}; see --json)")
     console.print(f"  {_uncertainty_line(d.uncertainty)}")
     console.print(f"\n[bold]Recommendation:[/bold] {d.recommendation.text}")

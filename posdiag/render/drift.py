@@ -110,22 +110,11 @@ def print_drift(drift: Drift, console: Console) -> None:
     )
     for col in ("encoding", "on", "rank", "stress", "optimum at rank", "excess"):
         t.add_column(col, justify="right" if col not in ("encoding", "on") else "left")
-    t.add_row(
-        "MDS of A",
-        "B",
-        str(drift.rank_a),
-        f"{drift.a_on_b:.4f}",
-        f"{drift.b_optimum:.4f}",
-        _num(drift.a_on_b - drift.b_optimum),
-    )
-    t.add_row(
-        "MDS of B",
-        "A",
-        str(drift.rank_b),
-        f"{drift.b_on_a:.4f}",
-        f"{drift.a_optimum:.4f}",
-        _num(drift.b_on_a - drift.a_optimum),
-    )
+    for name, on, rank, cross, optimum in (
+        ("MDS of A", "B", drift.rank_a, drift.a_on_b, drift.b_optimum),
+        ("MDS of B", "A", drift.rank_b, drift.b_on_a, drift.a_optimum),
+    ):
+        t.add_row(name, on, str(rank), f"{cross:.4f}", f"{optimum:.4f}", _num(cross - optimum))
     console.print(t)
     d = np.asarray(drift.position_hellinger)
     worst = int(np.argmax(d))

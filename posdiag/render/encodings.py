@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..encodings import MODEL_PRESETS
 from ..encodings.families import FAMILY_LEGEND
-from ._fit import Column, fitted_table
+from ._fit import Column, print_fitted
 
 __all__ = ["presets_json", "print_encoding_detail", "print_encodings", "print_presets"]
 
@@ -46,17 +46,12 @@ def print_presets(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(t)
 
 
-def _dropped(headers: list[str], console: Console) -> None:
-    if headers:
-        console.print(f"(not shown at this width: {', '.join(headers)}; see --json)")
-
-
 def print_encoding_detail(r: dict[str, Any], console: Console) -> None:
     """One encoding (a row of :func:`posdiag.encodings.describe`): each parameter explained."""
     console.print(f"[bold]{r['name']}[/bold] ({r['family']}): {escape(r['summary'])}")
     console.print(f"trainable parameters: {r['n_params']}")
     ps = r["params"]
-    t, dropped = fitted_table(
+    print_fitted(
         "",
         [
             Column("parameter", list(ps)),
@@ -66,13 +61,11 @@ def print_encoding_detail(r: dict[str, Any], console: Console) -> None:
         ],
         console,
     )
-    console.print(t)
-    _dropped(dropped, console)
 
 
 def print_encodings(rows: list[dict[str, Any]], console: Console) -> None:
     """Every encoding with its parameters and defaults, then where to read more."""
-    t, dropped = fitted_table(
+    print_fitted(
         "Encodings (use as --encoding NAME\\[:key=value,...])",
         [
             Column("name", [r["name"] for r in rows]),
@@ -91,8 +84,6 @@ def print_encodings(rows: list[dict[str, Any]], console: Console) -> None:
         ],
         console,
     )
-    console.print(t)
-    _dropped(dropped, console)
     console.print(FAMILY_LEGEND)
     console.print(
         "One encoding's parameters: posdiag encodings NAME; "

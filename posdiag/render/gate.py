@@ -143,12 +143,11 @@ def junit_xml(report: GateReport) -> bytes:
         ET.SubElement(props, "property", name=k, value=str(v))
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"posdiag.{r.rule}", name=r.id)
-        if not r.passed:
-            fail = ET.SubElement(case, "failure", message=rule_line(r), type=r.rule)
-            fail.text = rule_line(r)
+        line = rule_line(r)
+        if r.passed:
+            ET.SubElement(case, "system-out").text = line
         else:
-            out = ET.SubElement(case, "system-out")
-            out.text = rule_line(r)
+            ET.SubElement(case, "failure", message=line, type=r.rule).text = line
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
@@ -173,16 +172,6 @@ def junit_error_xml(corpus: str, message: str) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def write_junit_error(path: str | Path, corpus: str, message: str) -> Path:
-    """Replace the JUnit report at ``path`` by :func:`junit_error_xml`, so a check that ends in
-    an error never leaves the previous run's report (say, all passing) in place."""
-    p = check_junit_path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_outputs([p], True) as (tmp,):
-        tmp.write_bytes(junit_error_xml(corpus, message))
-    return p
-
-
 def check_junit_path(path: str | Path) -> Path:
     """Refuse a JUnit target that is a folder, before a pass over the corpus."""
     p = Path(path)
@@ -191,14 +180,15 @@ def check_junit_path(path: str | Path) -> Path:
     return p
 
 
-def write_junit(report: GateReport, path: str | Path) -> Path:
-    """Write :func:`junit_xml` atomically, replacing an existing file and creating missing
-    folders, as pytest's ``--junitxml`` does: the report is a CI artifact rewritten on every
-    run (data outputs such as encodings and counts are never overwritten without --force)."""
+def write_junit(report: GateReport | bytes, path: str | Path) -> Path:
+    """Write :func:`junit_xml` of ``report`` (or an XML document) atomically, replacing an
+    existing file and creating missing folders, as pytest's ``--junitxml`` does: the report is a
+    CI artifact rewritten on every run (data outputs such as encodings and counts are never
+    overwritten without --force)."""
     p = check_junit_path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with atomic_outputs([p], True) as (tmp,):
-        tmp.write_bytes(junit_xml(report))
+        tmp.write_bytes(report if isinstance(report, bytes) else junit_xml(report))
     return p
 
 

@@ -22,7 +22,7 @@ from .._util.atomic import atomic_outputs
 from ..reports.analysis import Spectrum, rank_text
 from ..reports.diagnosis import Diagnosis
 from ..reports.stress import StressReport
-from ._format import SHOWN_RANKS, fmt, params, summary_rows
+from ._format import effective_ranks, fmt, params, spectrum_rows, summary_rows
 from .stress import COLUMNS_LEGEND, RAW_LEGEND
 
 __all__ = ["HtmlReport", "build_report", "render_html", "write_html"]
@@ -42,10 +42,7 @@ figcaption, .note { color: #555; font-size: 0.9em; }
 
 @dataclass(frozen=True)
 class HtmlReport:
-    """A rendered page and what it holds.
-
-    ``plots`` names the inline plots; ``plots_omitted`` says why there are none, if so.
-    """
+    """A rendered page; ``plots`` names its inline plots, ``plots_omitted`` says why none."""
 
     html: str
     plots: tuple[str, ...]
@@ -78,7 +75,7 @@ def render_html(
     diagnostics: Mapping[str, str] | None = None,
     recommendation: str | None = None,
 ) -> str:
-    """The page for a stress report.
+    """The page for a stress report; every warning first, as the terminal prints them.
 
     Parameters
     ----------
@@ -87,14 +84,14 @@ def render_html(
     diagnostics : mapping of str to str, optional
         Extra rows for the diagnostics table (e.g. noise floor, shift-equivariance).
     recommendation : str, optional
-        The recommendation with its reason (:class:`~posdiag.reports.diagnosis.Recommendation`),
-        shown first.
-
-    Every warning of ``report`` (and its unstable positions and interval note) is listed in a
-    Warnings section at the top, as the terminal prints them.
+        The recommendation with its reason, shown first.
     """
     c = report.corpus
-    cautions = [*report.warnings, *_uncertainty_notes(report)]
+    # The interval note the terminal prints under the stress table (the unstable positions are
+    # one of the report's warnings, as in the JSON).
+    unc = report.uncertainty
+    no_intervals = [_interval_note(report)] if unc is not None and not unc.shards else []
+    cautions = [*report.warnings, *no_intervals]
     warn_html = (
         '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in cautions) + "</ul>"
         if cautions
@@ -146,9 +143,7 @@ def render_html(
 
 def _stress_table(report: StressReport) -> str:
     """The stress table, with an interval column when any score has one."""
-    has_ci = any(
-        math.isfinite(float(getattr(e, "ci_high", float("nan")))) for e in report.encodings
-    )
+    has_ci = any(math.isfinite(e.ci_high) for e in report.encodings)
     headers = ["encoding", "parameters", "stress"]
     if has_ci:
         headers.append("interval")
@@ -157,9 +152,7 @@ def _stress_table(report: StressReport) -> str:
     for e in report.encodings:
         row: list[Any] = [e.label, params(e.params), fmt(e.stress)]
         if has_ci:
-            lo = float(getattr(e, "ci_low", float("nan")))
-            hi = float(getattr(e, "ci_high", float("nan")))
-            row.append(f"[{fmt(lo)}, {fmt(hi)}]")
+            row.append(f"[{fmt(e.ci_low)}, {fmt(e.ci_high)}]")
         row += [fmt(e.raw, 3), fmt(e.kruskal), fmt(e.spearman, 3), f"{e.n_params:,}"]
         rows.append(row)
     numeric = [h not in ("encoding", "parameters") for h in headers]
@@ -168,18 +161,11 @@ def _stress_table(report: StressReport) -> str:
 
 def _spectrum_html(sp: Spectrum) -> list[str]:
     """The spectrum's heading, its first ranks and the effective ranks."""
-    rows = [
-        (str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
-        for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
-    ]
-    eff = ", ".join(
-        f"{rank_text(r, sp.floor, sp.computed)} at stress <= {eps:g}"
-        for eps, r in sp.effective_rank.items()
-    )
+    headers = ("rank", "eigenvalue", "in-sample stress")
     return [
         "<h2>MDS spectrum</h2>",
-        _table(("rank", "eigenvalue", "in-sample stress"), rows, "spectrum", (True, True, True)),
-        f'<p class="effective-rank">effective rank: {escape(eff)}</p>',
+        _table(headers, spectrum_rows(sp), "spectrum", (True, True, True)),
+        f'<p class="effective-rank">effective rank: {escape(effective_ranks(sp))}</p>',
     ]
 
 
@@ -189,12 +175,8 @@ def _diagnostics_table(
     sp = report.spectrum
     diag: list[tuple[str, str]] = []
     if positional_info is not None:
-        diag.append(
-            (
-                "positional information I(position; token)",
-                f"{positional_info:.4f} bits (positions 0..{report.corpus.n_eff - 1})",
-            )
-        )
+        bits = f"{positional_info:.4f} bits (positions 0..{report.corpus.n_eff - 1})"
+        diag.append(("positional information I(position; token)", bits))
     diag.append(("geometry estimator", sp.estimator))
     for eps, r in sp.effective_rank.items():
         diag.append((f"effective rank at stress <= {eps:g}", rank_text(r, sp.floor, sp.computed)))
@@ -211,16 +193,6 @@ def _interval_note(report: StressReport) -> str:
     return unc.note or f"intervals: {unc.describe()}"
 
 
-def _uncertainty_notes(report: StressReport) -> list[str]:
-    """The interval note the terminal prints under the stress table (the unstable positions
-    are one of ``report.warnings``, as in the JSON)."""
-    unc = report.uncertainty
-    out = []
-    if unc is not None and not unc.shards:
-        out.append(_interval_note(report))
-    return out
-
-
 _CAPTIONS = {
     "stress.png": "Stress per encoding",
     "hellinger.png": "Hellinger distance between positions",
@@ -232,13 +204,8 @@ _CAPTIONS = {
 
 
 def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
-    """The page of a diagnosis (plots inline when matplotlib is installed).
-
-    The page says what ``posdiag diagnose`` says: every stress with its interval when there is
-    one, the recommendation with its reason, the spectrum with its effective ranks, the readings
-    (information, noise, shift, rank) and every warning. ``warnings`` of the result repeats them
-    for the terminal.
-    """
+    """The page of a diagnosis, saying what ``posdiag diagnose`` says (plots inline when
+    matplotlib is installed); its ``warnings`` repeat the diagnosis's for the terminal."""
     geo = d.geometry
     report = StressReport(d.corpus, d.rank.spectrum, d.encodings, d.warnings, d.uncertainty, geo)
     pngs: dict[str, bytes] = {}

@@ -54,20 +54,11 @@ DPI = 100
 PIXELS = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with every common deficiency.
-OKABE_ITO = (
-    "#0072B2",  # blue
-    "#E69F00",  # orange
-    "#009E73",  # bluish green
-    "#CC79A7",  # reddish purple
-    "#56B4E9",  # sky blue
-    "#D55E00",  # vermillion
-    "#F0E442",  # yellow
-    "#000000",
-)
+# Blue, orange, bluish green, reddish purple, sky blue, vermillion, yellow, black.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CMAP = "viridis"
-# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come in
-# (legend
-# order too).
+# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come
+# in (legend order too).
 FAMILY_COLOURS = {
     "absolute": OKABE_ITO[0],
     "relative: rotary": OKABE_ITO[1],
@@ -118,8 +109,7 @@ def plot_hellinger(geometry: CorpusGeometry) -> Figure:
         extent=(-0.5, n - 0.5, n - 0.5, -0.5),
         interpolation="nearest",
     )
-    ax.set_xlabel("position j")
-    ax.set_ylabel("position i")
+    ax.set(xlabel="position j", ylabel="position i")
     fig.colorbar(im, ax=ax, label="Hellinger distance d_H(i, j)")
     _title(fig, "Hellinger distance between positional token distributions", geometry.summary)
     return fig
@@ -145,8 +135,7 @@ def plot_spectrum(
     ranks = np.arange(1, len(lam) + 1)[:shown]
     left.bar(ranks, lam[:shown], color=OKABE_ITO[0])
     left.axhline(0.0, color="0.3", linewidth=0.8)
-    left.set_xlabel("component k")
-    left.set_ylabel("eigenvalue l_k of B_H")
+    left.set(xlabel="component k", ylabel="eigenvalue l_k of B_H")
     left.set_title("MDS eigen spectrum", fontsize=10)
     right.plot(ranks, by_rank[:shown], marker="o", markersize=3, color=OKABE_ITO[0])
     for k, (eps, r) in enumerate(sp.effective_rank.items()):
@@ -155,9 +144,7 @@ def plot_spectrum(
         right.axhline(eps, color=colour, linestyle="--", linewidth=1, label=label)
         if r is not None and r <= shown:
             right.axvline(r, color=colour, linestyle=":", linewidth=1)
-    right.set_ylim(0.0, 1.02)
-    right.set_xlabel("rank r")
-    right.set_ylabel("in-sample stress of rank r")
+    right.set(ylim=(0.0, 1.02), xlabel="rank r", ylabel="in-sample stress of rank r")
     right.set_title("Stress of the rank-r MDS encoding", fontsize=10)
     right.legend(fontsize=8)
     _title(fig, "MDS spectrum and stress by rank", geometry.summary)
@@ -186,18 +173,10 @@ def plot_trajectory(geometry: CorpusGeometry, dims: int = 2) -> Figure:
         ax.set_zlabel("MDS coordinate 3")
     for i in (0, n - 1):
         ax.text(*x[i, :dims], f" {i}", fontsize=8)
-    ax.set_xlabel("MDS coordinate 1")
-    ax.set_ylabel("MDS coordinate 2")
+    ax.set(xlabel="MDS coordinate 1", ylabel="MDS coordinate 2")
     fig.colorbar(sc, ax=ax, label="position i", shrink=0.8)
     _title(fig, f"MDS trajectory of positions ({dims}-D)", geometry.summary)
     return fig
-
-
-def _interval(score: Any) -> tuple[float, float]:
-    return (
-        float(getattr(score, "ci_low", float("nan"))),
-        float(getattr(score, "ci_high", float("nan"))),
-    )
 
 
 def _family(name: str) -> str:
@@ -213,7 +192,7 @@ def plot_stress(report: StressReport) -> Figure:
     scores = list(report.encodings)
     names = [s.label for s in scores]
     values = np.array([s.stress for s in scores])
-    lo_hi = np.array([_interval(s) for s in scores]).reshape(len(scores), 2)
+    lo_hi = np.array([(s.ci_low, s.ci_high) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
     kinds = [_family(s.name) for s in scores]
     palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
@@ -283,8 +262,7 @@ def plot_support(summary: CorpusSummary) -> Figure:
             linestyle=":",
             label="real-token share (right axis)",
         )
-        share.set_ylim(0.0, 102.0)
-        share.set_ylabel("real (non-pad) tokens, % of sequences")
+        share.set(ylim=(0.0, 102.0), ylabel="real (non-pad) tokens, % of sequences")
         share.legend(fontsize=8, loc="lower left")
     ax.axhline(
         summary.min_count,

@@ -11,20 +11,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._util.userdocs import doc_ref
-from ..reports.analysis import CorpusSummary, Spectrum, rank_text
+from ..reports.analysis import CorpusSummary, Spectrum
 from ..reports.diagnosis import saving_phrase
 from ..reports.export import LowRankEncoding, typed_meta
 from ..reports.stress import StressReport
-from ._fit import Column, fitted_table
+from ._fit import Column, print_fitted
 from ._format import (
-    SHOWN_RANKS,
     ci_text,
     corpus_json,
+    effective_ranks,
     fmt,
     jsonable,
     params,
     ranges,
     score_json,
+    spectrum_rows,
     summary_rows,
 )
 from .takeaway import IN_SHORT, takeaway
@@ -41,22 +42,14 @@ __all__ = [
 
 
 def spectrum_json(sp: Spectrum, by_rank_ci: Any = None) -> dict[str, Any]:
-    """A spectrum as JSON, the same keys in every command; ``by_rank_ci`` (diagnose's rank
-    intervals) follows ``stress_by_rank`` when given."""
-    ci = {} if by_rank_ci is None else {"stress_by_rank_ci": by_rank_ci}
-    return {
-        "eigenvalues": sp.eigenvalues,
-        "stress_by_rank": sp.stress_by_rank,
-        **ci,
-        "effective_rank": sp.effective_rank,
-        "min_eigenvalue": sp.min_eigenvalue,
-        "floor": sp.floor,
-        "signal_rank": sp.signal_rank,
-        "negative": sp.negative,
-        "estimator": sp.estimator,
-        # 0: every eigenvalue; k: only the top k were computed (long contexts).
-        "computed": sp.computed,
-    }
+    """A spectrum's fields as JSON, the same keys in every command (``computed`` 0: every
+    eigenvalue; k: only the top k, at long contexts); ``by_rank_ci`` (diagnose's rank intervals)
+    follows ``stress_by_rank`` when given."""
+    out = asdict(sp)
+    if by_rank_ci is None:
+        return out
+    head = {k: out.pop(k) for k in ("eigenvalues", "stress_by_rank")}
+    return {**head, "stress_by_rank_ci": by_rank_ci, **out}
 
 
 def stress_json(report: StressReport) -> dict[str, Any]:
@@ -139,14 +132,11 @@ SPECTRUM_LEGEND = (
 def print_stress(report: StressReport, console: Console, *, verbose: bool = False) -> None:
     """Corpus summary, stress table (best first), what it says, and the MDS spectrum."""
     print_summary(report.corpus, console)
-    t, dropped = fitted_table(
+    print_fitted(
         "Stress (0 = corpus geometry reproduced, 1 = no positional information)",
         stress_columns(report, verbose=verbose),
         console,
     )
-    console.print(t)
-    if dropped:
-        console.print(f"(not shown at this width: {', '.join(dropped)}; see --json)")
     console.print(f"{RAW_LEGEND}; {COLUMNS_LEGEND}" if verbose else COLUMNS_LEGEND)
     if report.spectrum.estimator == "crossfit":
         # The implicit path (long contexts) shows mds-r in-sample: its rows carry no other figure.
@@ -165,26 +155,21 @@ def print_stress(report: StressReport, console: Console, *, verbose: bool = Fals
             n_bad = len(unc.unstable)
             line += f"; {n_bad} unstable positions (mostly noise): {ranges(unc.unstable)}"
         console.print(line)
-    sp = report.spectrum
     t = Table(title="MDS spectrum", title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("eigenvalue", justify="right")
-    t.add_column(SPECTRUM_STRESS, justify="right")
-    for r in range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1):
-        t.add_row(str(r), f"{sp.eigenvalues[r - 1]:.4g}", fmt(sp.stress_by_rank[r - 1]))
+    for col in ("rank", "eigenvalue", SPECTRUM_STRESS):
+        t.add_column(col, justify="right")
+    for row in spectrum_rows(report.spectrum):
+        t.add_row(*row)
     console.print(t)
     console.print(SPECTRUM_LEGEND)
-    console.print(spectrum_line(sp))
+    console.print(spectrum_line(report.spectrum))
     for text in takeaway(report):
         console.print(escape(text), style="bold" if text.startswith(IN_SHORT) else None)
 
 
 def spectrum_line(sp: Spectrum, sep: str = " at stress <= ") -> str:
     """Effective ranks ("not reached" below the stress floor) and the negative-eigenvalue note."""
-    eff = ", ".join(
-        f"{rank_text(r, sp.floor, sp.computed)}{sep}{eps:g}" for eps, r in sp.effective_rank.items()
-    )
-    line = f"effective rank ({sp.estimator} geometry): {eff}"
+    line = f"effective rank ({sp.estimator} geometry): {effective_ranks(sp, sep)}"
     if sp.negative:
         line += f"; {sp.negative}"
     return line
@@ -223,8 +208,8 @@ def print_encoding(enc: LowRankEncoding, files: list[str], console: Console) -> 
 
 def mds_stress_text(rank: int, heldout: float, in_sample: float, se: float = float("nan")) -> str:
     """``mds-r``'s stress as the stress table shows it (held-out) beside its in-sample figure,
-    each named: the two differ (0.3001 vs 0.1988 at rank 3 on the bundled corpus). ``se``: the
-    in-sample figure's standard error at long contexts (the long-n rule, no held-out figure)."""
+    each named, as they differ. ``se``: the in-sample figure's standard error at long contexts
+    (the long-n rule, no held-out figure)."""
     inside = f"in-sample stress {in_sample:.4f} (the spectrum's tail at rank {rank})"
     if not math.isnan(se):
         inside = (

@@ -1,9 +1,5 @@
-"""The two lines printed under the stress table: what the table says, and where to go next.
-
-A first-time user sees a table of numbers; these lines read it for them in plain words: which
-standard encoding fits best and its family (posdiag.encodings.families), how many MDS dimensions the
-corpus geometry needs (its effective rank), whether sampling noise is large enough to reorder
-the table, and which command and document explain more. Computed from the
+"""The two lines printed under the stress table: what the table says in plain words, for a
+first-time user, and where to go next; computed from the
 :class:`~posdiag.reports.stress.StressReport` alone.
 """
 
@@ -32,9 +28,8 @@ def _overlap(a: EncodingScore, b: EncodingScore) -> bool:
 
 
 def takeaway(report: StressReport) -> list[str]:
-    """Two lines: what the table says in plain words (the best standard encoding and its family,
-    how many MDS dimensions the geometry needs, whether sampling noise matters), and the next
-    step."""
+    """Two lines: the best standard encoding and its family, how many MDS dimensions the
+    geometry needs and whether sampling noise matters; and the next step."""
     scores = report.encodings
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     sp, c = report.spectrum, report.corpus
