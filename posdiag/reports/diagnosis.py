@@ -5,7 +5,7 @@ docs/theory.md): information, noise, shift-equivariance, rank and a recommendati
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -218,18 +218,49 @@ def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
 
 
 def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
-    n = geo.n_eff
     f = np.array(floor)
     partners, count, pairs = _noise_pairs(geo, f)
-    n_pairs = n * (n - 1) // 2
-    frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(partners, position_share)
-    sup = geo.summary.supports
-    plugin = not geo.has_split_half()
+    return noise_diagnosis(
+        f,
+        geo.summary.supports,
+        count,
+        pairs,
+        partners,
+        unstable,
+        share,
+        position_share,
+        geo.estimator,
+        plugin=not geo.has_split_half(),
+    )
+
+
+def noise_diagnosis(
+    floor: np.ndarray,
+    supports: Sequence[int],
+    within: float,
+    pairs: tuple[tuple[int, int], ...],
+    partners: Iterable[int],
+    unstable: tuple[int, ...],
+    share: float,
+    position_share: Iterable[float],
+    estimator: str,
+    *,
+    plugin: bool,
+    sampled: bool = False,
+) -> NoiseDiagnosis:
+    """The noise block of the floor (n,) and the pairs ``within`` the noise (a count, or an
+    estimate when ``sampled``), with its reading."""
+    n = floor.size
+    n_pairs = n * (n - 1) // 2
+    count, frac = int(round(within)), within / n_pairs
+    reading = noise_reading(
+        floor, supports, share, frac, count, len(unstable), plugin=plugin, sampled=sampled
+    )
     return NoiseDiagnosis(
-        floor,
-        tuple(int(s) for s in sup[:n]),
+        tuple(float(x) for x in floor),
+        tuple(int(s) for s in supports[:n]),
         n_pairs,
         count,
         frac,
@@ -238,8 +269,8 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         unstable,
         share,
         tuple(float(x) for x in position_share),
-        noise_reading(f, sup, share, frac, count, len(unstable), plugin=plugin),
-        geo.estimator,
+        reading,
+        estimator,
     )
 
 
@@ -333,6 +364,30 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
     return f"{abs(saving):.{digits}%} {word}"
 
 
+def rank_diagnosis(
+    spec: Spectrum,
+    target: float,
+    r: int,
+    n: int,
+    dim: int,
+    missed: str | None,
+    interval: tuple[float, float] = (math.nan, math.nan),
+) -> RankDiagnosis:
+    """The rank block of rank ``r``: the reading (``missed`` when ``r`` does not reach ``target``,
+    None when it does) and the cost as ``P = A B^T``."""
+    st = float(spec.stress_by_rank[r - 1])
+    saving = parameter_saving(r, n, dim)
+    reading = f"rank {r} reaches stress {st:.3f} <= {target:g}" if missed is None else missed
+    reading += (
+        f"; as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
+        f"({saving_phrase(saving)}, d={dim})"
+    )
+    reached = missed is None
+    return RankDiagnosis(
+        spec, target, r, st, interval, n, dim, r * (n + dim), n * dim, saving, reading, reached
+    )
+
+
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
     if geo.mds.total is None:
@@ -341,28 +396,17 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
         # A partial spectrum: reached within the computed ranks, or treated as not reached.
         known = np.flatnonzero(np.asarray(sp_.stress_by_rank) <= target)
         hit = int(known[0] + 1) if known.size else None
-    # Not reached: the signal rank, the eigenvalues above the noise level the negative ones
-    # reveal (the ranks after it fit noise and only creep towards the floor).
+    # Not reached: the signal rank (the ranks after it fit noise and only creep to the floor).
     r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
-    n = geo.n_eff
-    st = sp_.stress_by_rank[r - 1]
     # Rank intervals stop at the replicates' computed ranks at long contexts.
     iv = unc.stress_by_rank[r - 1] if r <= len(unc.stress_by_rank) else (math.nan, math.nan)
-    saving = parameter_saving(r, n, dim)
-    cost = (
-        f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
-        f"({saving_phrase(saving)}, d={dim})"
-    )
-    if hit is not None:
-        reading = f"rank {r} reaches stress {st:.3f} <= {target:g}; {cost}"
-    else:
-        reading = (
+    missed = None
+    if hit is None:
+        missed = (
             f"stress <= {target:g} is not reached (floor {sp_.floor:.3f}: negative eigenvalues "
-            f"of the estimate); the signal rank {r} has stress {st:.3f}; {cost}"
+            f"of the estimate); the signal rank {r} has stress {sp_.stress_by_rank[r - 1]:.3f}"
         )
-    return RankDiagnosis(
-        sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading, hit is not None
-    )
+    return rank_diagnosis(sp_, target, r, geo.n_eff, dim, missed, iv)
 
 
 def _ci(s: EncodingScore) -> str:
