@@ -536,19 +536,29 @@ def spectrum(
             negative=negative_eigenvalue_note(lam) or "",
             estimator=geometry.estimator,
         )
-    return _partial_spectrum(geometry, tolerances)
+    unknown = (
+        f"only the top {lam.size} eigenvalues were computed at n_eff = {geometry.n_eff:,} (the "
+        f"smallest, and so the stress floor, are not: {doc_ref('geometry', 'Long contexts')})"
+    )
+    by_rank, bottom, floor = mds.stress_by_rank(), mds.min_eigenvalue, mds_floor(mds)
+    return top_spectrum(lam, by_rank, bottom, floor, geometry.estimator, tolerances, unknown)
 
 
-def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> Spectrum:
-    """:func:`spectrum` of a partial MDS (the top ``k`` eigenpairs and ``||B||_F^2``)."""
-    mds = geometry.mds
-    lam = mds.eigenvalues
+def top_spectrum(
+    lam: np.ndarray,
+    by_rank: np.ndarray,
+    bottom: float,
+    floor: float,
+    estimator: str,
+    tolerances: Sequence[float],
+    unknown: str,
+) -> Spectrum:
+    """The :class:`Spectrum` of the top ``k`` eigenvalues ``lam`` (k,), their stresses
+    ``by_rank`` (k,) and the smallest eigenvalue ``bottom`` (NaN: unknown, then the note is
+    ``unknown``)."""
     k = int(lam.size)
-    by_rank = mds.stress_by_rank()
-    bottom = mds.min_eigenvalue
     known = not math.isnan(bottom)
     low = min(0.0, bottom) if known else 0.0
-    floor = mds_floor(mds)
     eff: dict[float, int | None] = {}
     for t in tolerances:
         eps = check_float("eps", t, 0.0, 1.0)
@@ -559,17 +569,13 @@ def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> 
         eigenvalues=tuple(float(x) for x in lam),
         stress_by_rank=tuple(float(x) for x in by_rank),
         effective_rank=eff,
-        min_eigenvalue=float(mds.min_eigenvalue),
+        min_eigenvalue=float(bottom),
         floor=floor,
         signal_rank=int(np.sum(lam > abs(low))) if known else 0,
         negative=(
-            negative_eigenvalue_note(np.append(lam, low), partial=True) or ""
-            if known
-            else f"only the top {k} eigenvalues were computed at n_eff = {geometry.n_eff:,} "
-            "(the smallest, and so the stress floor, are not: "
-            f"{doc_ref('geometry', 'Long contexts')})"
+            negative_eigenvalue_note(np.append(lam, low), partial=True) or "" if known else unknown
         ),
-        estimator=geometry.estimator,
+        estimator=estimator,
         computed=k,
     )
 

@@ -60,13 +60,10 @@ __all__ = [
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
 DEFAULT_TARGET_STRESS = 0.1
-# z-score above the independence null from which positional information counts as real.
-INFORMATION_Z = 3.0
-# Shift-equivariance R^2 from which relative encodings are recommended.
-SHIFT_R2 = 0.9
-# Fraction of indistinguishable pairs from which the report warns that noise dominates.
+INFORMATION_Z = 3.0  # z above the independence null from which information is real
+SHIFT_R2 = 0.9  # shift-equivariance R^2 from which relative encodings are recommended
+# The pairs within the noise and the noise share from which noise is said to dominate.
 NOISY_FRACTION = 0.5
-# Noise share of B_H's trace from which the report warns that noise dominates the ranking.
 NOISY_SHARE = 0.25
 
 
@@ -93,16 +90,10 @@ class InformationDiagnosis:
 class NoiseDiagnosis:
     """Split-half noise floor per position and the pairs it makes indistinguishable.
 
-    ``pairs`` lists at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)`` (``i < j``, in order);
-    ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
-    ``noise_share`` is the share of the geometry that sampling noise makes up. Plug-in: the
-    share of the total variance (trace of ``B_H``) the noise bias adds,
-    ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4`` the squared error of position
-    ``i``'s estimate (docs/theory.md). Cross-fit (no such bias): the bound on the squared
-    sampling error of ``B_H`` from two independent halves of the data, as a share of
-    ``||B_H||_F^2``. ``position_share[i]`` is the same ratio for position ``i`` (diagonal entry,
-    resp. row). ``unstable`` positions are within the floor of at least half of the others or
-    have ``position_share >= 0.5``. ``estimator`` names the geometry these refer to.
+    ``pairs``: at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)``, ``i < j``, of the
+    ``n_indistinguishable``; ``per_position[i]``: the partners of ``i``. ``noise_share`` and
+    ``position_share[i]``: the share of the geometry (and of position ``i``'s part) sampling
+    noise makes up (:func:`posdiag.reports.intervals._noise_shares`, docs/theory.md).
     """
 
     floor: tuple[float, ...]
@@ -133,12 +124,9 @@ class ShiftDiagnosis:
 
 @dataclass(frozen=True)
 class RankDiagnosis:
-    """The spectrum, effective ranks and the parameter saving at the recommended rank.
-
-    ``rank`` is the smallest MDS rank with stress <= ``target``; when no rank reaches it
-    (``reached`` False: the target is below the stress floor the negative eigenvalues of an
-    estimated ``B_H`` leave) it is the rank with the lowest stress. ``saving`` is
-    ``1 - rank (n + dim) / (n dim)`` with ``n = n_eff`` (Remark 8).
+    """The spectrum, effective ranks and the parameter saving at the recommended rank: the
+    smallest MDS rank with stress <= ``target``, else (``reached`` False) the signal rank.
+    ``saving`` is ``1 - rank (n + dim) / (n dim)``.
     """
 
     spectrum: Spectrum

@@ -36,6 +36,7 @@ from .analysis import (
     refuse_identical,
     summary_notes,
     thinning_note,
+    top_spectrum,
 )
 from .diagnosis import (
     DEFAULT_TARGET_STRESS,
@@ -231,28 +232,13 @@ def _spectrum(
     geom: implicit.ImplicitGeometry, estimator: str, tolerances: Sequence[float]
 ) -> Spectrum:
     """The report's spectrum of the top eigenpairs (effective ranks past them read "> k")."""
-    n = geom.n
-    spec = geom.spectrum
-    lam = spec.eigenvalues
-    by_rank = spec.stress_by_rank()
-    eff: dict[float, int | None] = {}
-    for t in tolerances:
-        hits = np.flatnonzero(by_rank <= t)
-        eff[float(t)] = int(hits[0] + 1) if hits.size else lam.size + 1
-    return Spectrum(
-        eigenvalues=tuple(float(x) for x in lam),
-        stress_by_rank=tuple(float(x) for x in by_rank),
-        effective_rank=eff,
-        min_eigenvalue=math.nan,
-        floor=0.0,
-        signal_rank=0,
-        negative=(
-            f"only the top {lam.size} eigenvalues were computed at n_eff = {n:,} (implicit path: "
-            "docs/geometry.md, 'Long contexts')"
-        ),
-        estimator=estimator,
-        computed=int(lam.size),
+    lam = geom.spectrum.eigenvalues
+    unknown = (
+        f"only the top {lam.size} eigenvalues were computed at n_eff = {geom.n:,} (implicit path: "
+        "docs/geometry.md, 'Long contexts')"
     )
+    by_rank = geom.spectrum.stress_by_rank()
+    return top_spectrum(lam, by_rank, math.nan, 0.0, estimator, tolerances, unknown)
 
 
 def encoding_line(geom: implicit.ImplicitGeometry, rank: int, se: float) -> str:
