@@ -20,6 +20,7 @@ from ..corpus.reading import Reading
 from ..counts.core import Counts, ProgressFn, align_vocabularies, is_counts_file
 from ..counts.corpus import corpus_counts
 from ..errors import PosdiagError
+from ..geometry import spectral
 from ..geometry.core import MDS, _fix_signs, gram_from_vectors, reached_rank
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
@@ -327,13 +328,9 @@ def _with_pairs(geo: CorpusGeometry, rank: int) -> CorpusGeometry:
     mds = geo.mds
     if mds.total is None or mds.eigenvalues.size >= rank:
         return geo
-    from ..geometry.spectral import (  # read when called, as mds_of_gram
-        FULL_EIGH_MAX,
-        partial_spectrum,
-    )
-
-    spec = partial_spectrum(
-        mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=FULL_EIGH_MAX
+    full_max = spectral.FULL_EIGH_MAX  # read when called, as mds_of_gram does
+    spec = spectral.partial_spectrum(
+        mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=full_max
     )
     grown = MDS(
         eigenvalues=spec.eigenvalues,

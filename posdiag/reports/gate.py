@@ -18,6 +18,7 @@ from .._util.validate import check_float, check_int
 from ..counts.core import Counts
 from ..encodings import make_encoding, parse_encoding
 from ..errors import PosdiagError
+from ..geometry import spectral
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
 from ..geometry.spectral import partial_spectrum
 from ..uncertainty.bootstrap import why_no_intervals
@@ -395,15 +396,13 @@ def _partial_facts(
     k = int(mds.eigenvalues.size)
     lam, by_rank, floor = mds.eigenvalues, mds.stress_by_rank(), None
     if not _rank_rules_settled(by_rank, k, config):
-        from ..geometry.spectral import FULL_EIGH_MAX  # read when called, as mds_of_gram does
-
         cap = max(config.max_rank_for_stress.values()) + 1
         spec = partial_spectrum(
             mds.gram,
             tuple(config.max_rank_for_stress),
             max_rank=max(cap, k),
             start=mds.vectors,
-            full_max=FULL_EIGH_MAX,
+            full_max=spectral.FULL_EIGH_MAX,  # read when called, as mds_of_gram does
         )
         lam, by_rank, floor = spec.eigenvalues, spec.stress_by_rank(), spec.floor()
     return GateFacts(summary, scores, _floats(lam), bits, _floats(by_rank), floor)

@@ -81,9 +81,7 @@ class ShardPattern:
     ) -> None:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
         _check_size(len(parts), max(cells or 0, *(p.nnz for p in parts)), 0, max_bytes)
-        total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
-        for p in parts[1:]:
-            total = total + p
+        total = sum(parts[1:], sp.csr_matrix(parts[0], dtype=np.float64, copy=True))
         total.sum_duplicates()
         total.eliminate_zeros()
         total.sort_indices()

@@ -39,10 +39,7 @@ from ..geometry.core import (
     positional_information,
     stress_by_rank,
 )
-from ..geometry.estimator import (
-    ESTIMATORS,
-    heldout_pair,
-)
+from ..geometry.estimator import ESTIMATORS, heldout_pair
 from ..geometry.spectral import PARTIAL_FROM, top_eigenpairs
 from ..scoring.scores import GramScorer, diagonal_sums
 from ._hadamard import hadamard
@@ -217,10 +214,8 @@ def _interval(
     if dof > 0 and sd > 0.0:
         q = float(stdtrit(dof, 1.0 - alpha)) * sd
         lo, hi = -math.hypot(min(lo, 0.0), q), math.hypot(max(hi, 0.0), q)
-    return (
-        float(np.clip(estimate + lo, 0.0, 1.0)),
-        float(np.clip(estimate + hi, 0.0, 1.0)),
-    )
+    low, high = np.clip([estimate + lo, estimate + hi], 0.0, 1.0)
+    return float(low), float(high)
 
 
 def _mds_rank(enc: Encoding) -> int | None:
