@@ -117,10 +117,8 @@ def _row_blocks(n: int) -> list[slice]:
 def _noise_pairs(
     geo: CorpusGeometry, floor: np.ndarray
 ) -> tuple[np.ndarray, int, tuple[tuple[int, int], ...]]:
-    """The pairs ``i != j`` whose distance sampling noise could explain: the partners of each
-    position (n,), the count of pairs ``i < j`` and the first :data:`MAX_PAIRS_LISTED` of them.
-    Cross-fit: within their split-half sampling error; plug-in: ``d_H`` at most the pair floor.
-    """
+    """The pairs whose distance sampling noise could explain: the partners of each position
+    (n,), the count of pairs ``i < j`` and the first :data:`MAX_PAIRS_LISTED` of them."""
     summary = geo.split_half_summary(noise=True)
     if summary is not None and summary.partners is not None:
         return summary.partners, summary.within, summary.first_pairs

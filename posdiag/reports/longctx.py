@@ -175,16 +175,15 @@ def implicit_scores(
 
     ``raw``, ``kruskal``, ``spearman`` and the intervals are NaN; ``mds-r`` is in-sample.
     """
-    n = geom.n
+    n, top = geom.n, geom.spectrum.eigenvalues.size
     out: list[tuple[EncodingScore, float]] = []
     for name, params, preset in _resolve(encodings, n, dim):
         if name == "mds":
             rank = int(params["rank"])
-            if rank > geom.spectrum.eigenvalues.size:
+            if rank > top:
                 raise PosdiagError(
                     f"encoding 'mds-{rank}': at n_eff = {n:,} the implicit path computes the top "
-                    f"{geom.spectrum.eigenvalues.size} eigenpairs; ask for rank <= "
-                    f"{geom.spectrum.eigenvalues.size}"
+                    f"{top} eigenpairs; ask for rank <= {top}"
                 )
             s = implicit.mds_stress(geom, rank)
             d = int(params.get("dim", DEFAULT_DIM))

@@ -190,14 +190,9 @@ def _interval(
     scale: float = 1.0,
     extra: tuple[float, int] = (0.0, 0),
 ) -> tuple[float, float]:
-    """Interval of ``samples`` (R,) around ``estimate``, clipped to [0, 1].
-
-    From :data:`PERCENTILE_FROM` samples ``estimate + scale (q - mean)``, else ``estimate +-
-    scale t_{R-1} sd``. Centred on the estimate: a half-size replicate carries a larger bias,
-    which is not spread; ``scale`` converts half-samples' spread to the full sample's.
-    ``extra = (sd, dof)``, ``dof > 0``: an independent spread added in quadrature as
-    ``t_dof sd``.
-    """
+    """Interval of ``samples`` (R,) centred on ``estimate``, clipped to [0, 1] (docs/theory.md,
+    "Percentile or t"); ``scale`` converts half-samples' spread to the full sample's, ``extra =
+    (sd, dof)`` adds an independent spread in quadrature as ``t_dof sd``."""
     from scipy.special import stdtrit  # the Student quantile, without importing scipy.stats
 
     samples = np.asarray(samples, dtype=np.float64)
