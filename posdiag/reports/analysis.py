@@ -67,15 +67,11 @@ EFFECTIVE_RANK_TOLERANCES = (0.1, 0.05)
 DEFAULT_ANALYSIS = Analysis()
 # Called with (done, replicates) during the bootstrap.
 Progress = Callable[[int, int], None] | None
-# Largest Hellinger distance below which all positions count as one distribution: rounding in
-# 1 - BC is ~1e-16, which sqrt turns into distances of ~1e-8.
+# Below this every position is one distribution: sqrt turns 1e-16 rounding in 1 - BC into 1e-8.
 IDENTICAL_TOL = 1e-6
 # Pairs listed in the report (the count is always complete).
 MAX_PAIRS_LISTED = 100
-# Analysed positions from which no n x n geometry is built: `stress`, `check`, `build-encoding`,
-# `diagnose` and `report` take the implicit path (reports.longctx), the other commands refuse.
-# The dense path's largest measured size is 16,384 (94 s, 8.5 GB); at 32,768 its n x n arrays
-# alone exceed this machine.
+# From here no n x n geometry is built (reports.longctx; why: docs/performance.md).
 IMPLICIT_FROM = 16_385
 
 
@@ -83,15 +79,11 @@ IMPLICIT_FROM = 16_385
 class CorpusSummary:
     """What was analysed: the corpus, how it was read, and which positions are covered.
 
-    ``supports`` has shape (max_len,): sequences reaching each position. ``real_supports``, same
-    shape, counts the real (non-pad) tokens there: in the model view every sequence is padded to
-    ``max_len``, so ``supports`` is flat and ``min_count`` counts ``real_supports`` instead
-    (``support_unit`` says which: ``"sequences"`` or ``"real tokens"``). ``dropped`` lists
-    positions at or after ``n_eff`` that have any such support (reported, never mixed in).
-    ``units`` is the duplicate and sampling-unit tally of a counted text corpus (None for token
-    id files and older counts files); when present, ``min_count`` counts the distinct sampling
-    units reaching each position (``units.unit_supports``, docs/geometry.md section 2b), so copies
-    of a sequence do not make a position look better supported than it is.
+    ``supports`` (max_len,): sequences reaching each position; ``real_supports`` (same shape,
+    model view only): the real (non-pad) tokens there, which ``min_count`` then counts
+    (``support_unit`` says which). ``dropped``: positions from ``n_eff`` on with any support.
+    ``units``: the sampling-unit tally of a counted text corpus (else None); when present
+    ``min_count`` counts distinct units (docs/geometry.md 2b).
     """
 
     source: str
@@ -113,14 +105,13 @@ class CorpusSummary:
 
     @property
     def counted_supports(self) -> tuple[int, ...]:
-        """Sequences at each position (model view: real tokens), as ``check --min-support``
-        counts them."""
+        """Sequences at each position (model view: real tokens)."""
         return self.real_supports or self.supports
 
     @property
     def unit_supports(self) -> tuple[int, ...]:
-        """What ``min_count`` counts at each position: the distinct sampling units reaching it
-        when known (docs/geometry.md 2b), else :attr:`counted_supports`."""
+        """What ``min_count`` counts: distinct sampling units when known, else
+        :attr:`counted_supports`."""
         base = self.counted_supports
         if self.units is None or len(self.units.unit_supports) != len(base):
             return base
@@ -128,8 +119,7 @@ class CorpusSummary:
 
     @property
     def real_share(self) -> tuple[float, ...]:
-        """Share of real (non-pad) tokens among the sequences at each position (1 without
-        padding; NaN where no sequence reaches)."""
+        """Share of real (non-pad) tokens at each position (NaN where no sequence reaches)."""
         return tuple(
             r / s if s else math.nan
             for r, s in zip(self.counted_supports, self.supports, strict=True)
@@ -144,18 +134,12 @@ class CorpusGeometry:
     ----------
     summary : CorpusSummary
     distances : ndarray of shape (n_eff, n_eff)
-        Hellinger distances ``D_H`` of the estimate (for the cross-fit: the distances its
-        ``B_H`` implies, see :func:`posdiag.geometry.estimator.implied_distances`).
+        Hellinger distances ``D_H`` of the estimate (cross-fit: implied by its ``B_H``).
     mds : MDS
         Eigen-decomposition of ``B_H`` (``mds.gram``); eigenvalues may be negative.
     warnings : tuple of str
-        Numerical warnings raised while computing it.
-    estimate : HellingerEstimate or None
-        The headline estimate (``--estimator``, default the cross-fit).
-    plain : HellingerEstimate or None
-        The plug-in estimate, kept for the ``plain`` figure of every encoding.
-    heldout : mapping of int to float
-        Held-out stress of each ``mds-r`` fitted so far (filled by :func:`score_encodings`).
+    estimate, plain : HellingerEstimate or None
+        The headline estimate (``--estimator``) and the plug-in (the ``plain`` figures).
     """
 
     summary: CorpusSummary
@@ -187,10 +171,7 @@ class CorpusGeometry:
         """What the split-half grams give (held-out ``mds-r`` of ``ranks``, noise energy, and with
         ``noise`` the pairs within their sampling error), cross-fit only, else None.
 
-        Cached; the grams themselves are not kept
-        (:func:`posdiag.geometry.estimator.split_half_summary`:
-        at n = 16,384 each is 2.1 GB). Asking for more than the cache holds recomputes the
-        summary for both (the same seeded halves, the same numbers).
+        Cached, the grams not kept; asking for more recomputes both (the same seeded halves).
         """
         if not self.has_split_half():
             return None
@@ -203,8 +184,7 @@ class CorpusGeometry:
                 return have
             wanted |= set(have.heldout)
             noise = noise or have.partners is not None
-            # Freed before the new one is made; a larger top rank refits (within the held-out
-            # fits' tolerance, posdiag.geometry.heldout.HELDOUT_TOL).
+            # Freed before the new one is made.
             del self._cache["split_half_summary"], have
         packed = self._park_distances()
         try:
@@ -228,13 +208,9 @@ class CorpusGeometry:
         return summary
 
     def _park_distances(self) -> np.ndarray | None:
-        """``D_H``'s upper triangle packed (half an ``n x n`` array), ``D_H`` itself dropped
-        from this geometry and its estimate, when the split-half grams are made one outer
-        split at a time (long contexts): nothing reads ``D_H`` meanwhile, and with ``B_H``'s
-        redundant lower triangle holding the first half's gram (:func:`split_half_summary`)
-        the peak holds 2.5 ``n x n`` arrays there instead of 3 (1 GB at n = 16,384). None when
-        not parked. :meth:`_unpark_distances` puts it back, bit for bit (``D_H`` is exactly
-        symmetric: :func:`posdiag.geometry.estimator.implied_distances`)."""
+        """``D_H``'s upper triangle packed and ``D_H`` dropped while the split-half grams are made
+        one outer split at a time (peak 2.5 ``n x n`` arrays instead of 3), else None.
+        :meth:`_unpark_distances` restores it bit for bit (``D_H`` is exactly symmetric)."""
         est, d, n = self.estimate, self.distances, self.n_eff
         if (
             est is None
@@ -257,7 +233,7 @@ class CorpusGeometry:
 
     def heldout_stress(self, ranks: Sequence[int], *, noise: bool = False) -> dict[int, float]:
         """Held-out stress of ``mds-r`` for each rank (cross-fit only, else empty); ``noise``
-        also prepares the noise diagnostics from the same split-half grams."""
+        also prepares the noise diagnostics."""
         if not ranks:
             return {}  # before split_half: its grams cost four Gram products
         summary = self.split_half_summary(ranks, noise=noise)
@@ -307,10 +283,8 @@ CROSSFIT_MIN_TOKENS = 4
 
 
 def _two_positions_advice(summary: CorpusSummary, need: int) -> str:
-    """What gives 2 analysed positions: the largest --min-count that does (min_count counts
-    sampling units, :attr:`CorpusSummary.unit_supports`), when the estimator can use that
-    little (it needs ``need`` tokens a position), else more data (and the plug-in, when it
-    could use what there is)."""
+    """What gives 2 analysed positions: the largest --min-count that does, when the estimator's
+    ``need`` tokens a position allow it, else more data (or the plug-in)."""
     units, counted = summary.unit_supports, summary.counted_supports
     if len(units) < 2 or min(units[:2]) < 1:
         return "add data (fewer than 2 positions hold any token)"
@@ -344,13 +318,10 @@ def corpus_geometry(
     splits, seed : int
         Random splits of the cross-fit and their seed.
     plain : bool
-        Also compute the plug-in estimate beside a cross-fit (``CorpusGeometry.plain``, the
-        ``plain`` figure of every score: ``stress --verbose`` and the JSON). False leaves it
-        None, and the scores' ``plain`` NaN: one Gram product and one eigensolve fewer.
+        Also compute the plug-in estimate beside a cross-fit (the scores' ``plain`` figures);
+        False leaves them NaN.
     spectrum : bool
-        False: no eigensolve of the estimate (``mds`` holds the gram and ``||B_H||_F^2`` only,
-        :func:`posdiag.geometry.estimator.no_spectrum`), for callers that use the gram and the
-        distances alone (``inspect --corpus``).
+        False: no eigensolve (``mds`` holds the gram and ``||B_H||_F^2`` only).
     """
     # The geometry uses the shards even where intervals were declined (--shards 0).
     shards = counts.shards
@@ -366,8 +337,7 @@ def corpus_geometry(
             f"'Long contexts'; or count at most {IMPLICIT_FROM - 1} positions, --max-len "
             f"{IMPLICIT_FROM - 1})"
         )
-    # D_H, B_H, the eigendecomposition and its workspace: about six n_eff x n_eff float arrays,
-    # and a few per-column arrays of the vocabulary (totals, column selections).
+    # D_H, B_H, the eigendecomposition and its workspace; a few vocabulary-sized columns.
     require(
         f"{source}: the geometry of {n_eff:,} positions x {counts.vocab_size:,} token ids",
         6 * 8 * n_eff * n_eff + 24 * counts.vocab_size,
@@ -390,13 +360,7 @@ def corpus_geometry(
     if estimator == "plugin":
         assert plug is not None
         est = plug
-        if spectrum:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                mds = classical_mds(plug.distances)
-            notes = [str(w.message) for w in caught]
-        else:
-            mds, notes = plug.mds, []
+        mds, notes = mds_with_notes(plug.distances) if spectrum else (plug.mds, [])
     else:
         est = estimate_hellinger(
             counts.matrix,
@@ -410,14 +374,28 @@ def corpus_geometry(
         # Negative eigenvalues are expected here: the spectrum reports them in one line.
         mds, notes = est.mds, []
         if shards and est.method == "thinning":
-            notes.append(
-                f"{source}: a random half of the {len(shards)} shards left a position without "
-                "tokens, so the cross-fit split each position's counts instead (thinning); "
-                "fewer --shards or a larger --min-count keep the split by sequence"
-            )
+            notes.append(thinning_note(source, len(shards)))
     notes += summary_notes(summary, sharded=bool(shards) or estimator == "plugin")
     with_shards = dataclasses.replace(counts, shards=tuple(shards))
     return CorpusGeometry(summary, est.distances, mds, tuple(notes), est, plug, with_shards, {})
+
+
+def mds_with_notes(distances: np.ndarray) -> tuple[MDS, list[str]]:
+    """:func:`classical_mds` of ``distances`` (n, n) and the warnings it raised, as notes."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mds = classical_mds(distances)
+    return mds, [str(w.message) for w in caught]
+
+
+def thinning_note(source: str, shards: int) -> str:
+    """The note of a cross-fit that split each position's counts because a half of the
+    ``shards`` left a position without tokens."""
+    return (
+        f"{source}: a random half of the {shards} shards left a position without tokens, so the "
+        "cross-fit split each position's counts instead (thinning); fewer --shards or a larger "
+        "--min-count keep the split by sequence"
+    )
 
 
 def analysed_geometry(counts: Counts, analysis: Analysis, *, plain: bool = True) -> CorpusGeometry:
@@ -433,8 +411,7 @@ def analysed_geometry(counts: Counts, analysis: Analysis, *, plain: bool = True)
 
 
 def _check_two_positions(summary: CorpusSummary, need: int) -> None:
-    """Refuse fewer than 2 analysed positions, with what would give 2 (``need``: the tokens a
-    position the estimator needs)."""
+    """Refuse fewer than 2 analysed positions, with what would give 2."""
     if summary.n_eff >= 2:
         return
     head = ", ".join(str(s) for s in summary.counted_supports[:5])
@@ -451,8 +428,8 @@ def _check_two_positions(summary: CorpusSummary, need: int) -> None:
 
 
 def _check_tokens(summary: CorpusSummary, need: int) -> None:
-    """Refuse an analysed position with fewer than ``need`` tokens (a min_count below the
-    cross-fit's minimum), saying which option to change, not the estimator."""
+    """Refuse an analysed position with fewer than ``need`` tokens, saying which option to
+    change."""
     n_eff = summary.n_eff
     tokens = np.asarray(summary.supports[:n_eff])
     if not np.any(tokens < need):
@@ -502,7 +479,7 @@ def identical_positions(source: str, n_eff: int, largest: float) -> PosdiagError
 
 def refuse_identical(counts: Counts, n_eff: int, source: str) -> None:
     """Raise :func:`identical_positions` when every position of ``0..n_eff-1`` is within
-    :data:`IDENTICAL_TOL` of position 0 (the implicit path's check: ``O(nnz)``, no pair)."""
+    :data:`IDENTICAL_TOL` of position 0 (``O(nnz)``, no pair)."""
     if _maybe_identical(counts.matrix, n_eff):
         largest = float(distances_to_first(sp.csr_matrix(counts.matrix), n_eff).max())
         raise identical_positions(source, n_eff, largest)
@@ -510,12 +487,9 @@ def refuse_identical(counts: Counts, n_eff: int, source: str) -> None:
 
 def _maybe_identical(matrix: Any, n: int) -> bool:
     """False when some position's plug-in Hellinger distance to position 0 is at least
-    :data:`IDENTICAL_TOL` (then the largest distance is too): the distances to position 0
-    instead of the whole plug-in geometry. True means "check with the full plug-in"."""
-    # A few positions first (the last, the middle, position 1): on any real corpus one of them
-    # is far from position 0, and their rows cost O(row) instead of the O(nnz) merge of every
-    # row. Their distances are those of the full pass up to rounding
-    # (another summation order for small inputs), so twice the tolerance decides for sure.
+    :data:`IDENTICAL_TOL`; True means "check with the full plug-in"."""
+    # A few probe rows first (far from position 0 on any real corpus); twice the tolerance
+    # covers their other summation order.
     c = sp.csr_matrix(matrix)
     probes = sorted({min(n - 1, max(1, int(f * (n - 1)))) for f in _PROBES})
     if distances_to_first(c[[0, *probes]], len(probes) + 1).max() >= 2.0 * IDENTICAL_TOL:
@@ -527,18 +501,11 @@ def _maybe_identical(matrix: Any, n: int) -> bool:
 class Spectrum:
     """The MDS eigen spectrum and what it says about rank.
 
-    ``stress_by_rank[r-1]`` is the in-sample stress of the rank-r MDS encoding (the eigenvalue
-    tail, negative eigenvalues included); ``effective_rank`` maps a tolerance to the smallest
-    rank reaching it, or None when none does (the tolerance is below ``floor``, the stress left
-    by the negative eigenvalues). ``negative`` is the one-line note on the negative eigenvalues
-    ("" when there are none); ``signal_rank`` counts the eigenvalues above the magnitude of the
-    most negative one.
-
-    At long contexts (``computed > 0``, posdiag.geometry.spectral) only the top ``computed``
-    eigenvalues are known (``stress_by_rank`` is exact for those ranks, from ``||B_H||_F^2``); an
-    effective rank of ``computed + 1`` then reads "more than ``computed``" (:func:`rank_text`), and
-    ``floor`` is a lower bound, the share of the most negative eigenvalue alone (the exact floor
-    needs every negative eigenvalue); ``signal_rank`` is exact when below ``computed``.
+    ``stress_by_rank[r-1]``: in-sample stress of the rank-r MDS encoding; ``effective_rank``:
+    tolerance -> smallest rank reaching it, None below ``floor`` (the stress the negative
+    eigenvalues leave); ``negative``: the note on them; ``signal_rank``: eigenvalues above the
+    magnitude of the most negative one. With ``computed > 0`` only the top ``computed`` are
+    known: a rank of ``computed + 1`` reads "more than" and ``floor`` is a lower bound.
     """
 
     eigenvalues: tuple[float, ...]
@@ -569,49 +536,53 @@ def spectrum(
             negative=negative_eigenvalue_note(lam) or "",
             estimator=geometry.estimator,
         )
-    return _partial_spectrum(geometry, tolerances)
+    unknown = (
+        f"only the top {lam.size} eigenvalues were computed at n_eff = {geometry.n_eff:,} (the "
+        f"smallest, and so the stress floor, are not: {doc_ref('geometry', 'Long contexts')})"
+    )
+    by_rank, bottom, floor = mds.stress_by_rank(), mds.min_eigenvalue, mds_floor(mds)
+    return top_spectrum(lam, by_rank, bottom, floor, geometry.estimator, tolerances, unknown)
 
 
-def _partial_spectrum(geometry: CorpusGeometry, tolerances: Sequence[float]) -> Spectrum:
-    """:func:`spectrum` of a partial MDS (the top ``k`` eigenpairs, ``||B||_F^2`` and the
-    smallest eigenvalue): see :class:`Spectrum` for what is exact and what is bounded."""
-    mds = geometry.mds
-    lam = mds.eigenvalues
+def top_spectrum(
+    lam: np.ndarray,
+    by_rank: np.ndarray,
+    bottom: float,
+    floor: float,
+    estimator: str,
+    tolerances: Sequence[float],
+    unknown: str,
+) -> Spectrum:
+    """The :class:`Spectrum` of the top ``k`` eigenvalues ``lam`` (k,), their stresses
+    ``by_rank`` (k,) and the smallest eigenvalue ``bottom`` (NaN: unknown, then the note is
+    ``unknown``)."""
     k = int(lam.size)
-    by_rank = mds.stress_by_rank()
-    bottom = mds.min_eigenvalue
     known = not math.isnan(bottom)
     low = min(0.0, bottom) if known else 0.0
-    floor = mds_floor(mds)
     eff: dict[float, int | None] = {}
     for t in tolerances:
         eps = check_float("eps", t, 0.0, 1.0)
         hits = np.flatnonzero(by_rank <= eps)
-        # Beyond the computed ranks: unreachable when even the most negative eigenvalue alone
-        # leaves more than eps, else "more than k".
+        # Beyond the computed ranks: unreachable above a known floor, else "more than k".
         eff[float(t)] = int(hits[0] + 1) if hits.size else (None if floor > eps else k + 1)
     return Spectrum(
         eigenvalues=tuple(float(x) for x in lam),
         stress_by_rank=tuple(float(x) for x in by_rank),
         effective_rank=eff,
-        min_eigenvalue=float(mds.min_eigenvalue),
+        min_eigenvalue=float(bottom),
         floor=floor,
         signal_rank=int(np.sum(lam > abs(low))) if known else 0,
         negative=(
-            negative_eigenvalue_note(np.append(lam, low), partial=True) or ""
-            if known
-            else f"only the top {k} eigenvalues were computed at n_eff = {geometry.n_eff:,} "
-            "(the smallest, and so the stress floor, are not: "
-            f"{doc_ref('geometry', 'Long contexts')})"
+            negative_eigenvalue_note(np.append(lam, low), partial=True) or "" if known else unknown
         ),
-        estimator=geometry.estimator,
+        estimator=estimator,
         computed=k,
     )
 
 
 def mds_floor(mds: MDS) -> float:
-    """The stress floor the negative eigenvalues leave; of a partial spectrum a lower bound, the
-    share of the most negative eigenvalue alone (0 when it is not known)."""
+    """The stress floor the negative eigenvalues leave (of a partial spectrum a lower bound, 0
+    when unknown)."""
     if mds.total is None:
         return stress_floor(mds.eigenvalues)
     low, total = mds.min_eigenvalue, float(mds.total or 0.0)

@@ -1,9 +1,6 @@
 """Finding and reading posdiag's config file (``posdiag.toml``, or ``[tool.posdiag]`` in
-``pyproject.toml``), as ruff and pytest do: from the working directory upward to the
-repository root.
-
-A config file that cannot be read is an error, never a silent skip: ``posdiag check`` takes its
-rules from it, so skipping a broken file would let the gate pass on the command-line rules alone.
+``pyproject.toml``) from the working directory up to the repository root. One that cannot be read
+is an error: skipping it would let the gate pass without its rules.
 """
 
 from __future__ import annotations
@@ -28,21 +25,12 @@ CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
 # tomllib reports positions only in its message: "Cannot overwrite a value (at line 3, column 4)".
 _WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _END = re.compile(r"\s*\(at end of document\)\s*$")
-# A pyproject.toml that mentions posdiag would be used if it parsed; one that does not is not
-# ours to judge (a broken unrelated pyproject is skipped, as before).
+# A broken pyproject.toml is ours to refuse only if it mentions posdiag.
 _MENTIONS_POSDIAG = re.compile(r"posdiag")
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; errors name the file, line and column.
-
-    Raises
-    ------
-    PosdiagError
-        ``"<path>:<line>:<column>: not valid TOML (<reason>)"`` for syntax errors and duplicate
-        keys (line and column are 1-based; at the end of the document they are the last line's
-        end); ``"<path>: not UTF-8 text"``.
-    """
+    """Parse a TOML file; errors name the file, line and column (1-based)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -91,16 +79,9 @@ def _shown(path: Path, start: Path) -> Path:
 
 
 def find_config(start: str | Path = ".") -> Path | None:
-    """The config file that applies in ``start``: in each folder from ``start`` up to the
-    repository root, ``posdiag.toml``, else a ``pyproject.toml`` with a ``[tool.posdiag]``
-    table; the nearest wins. None when there is none.
-
-    Raises
-    ------
-    PosdiagError
-        When a ``posdiag.toml``, or a ``pyproject.toml`` that mentions posdiag, on the way is not
-        valid TOML (see :func:`read_toml`): the gate must not pass without the rules it holds.
-    """
+    """The config file that applies in ``start``: the nearest ``posdiag.toml``, or
+    ``pyproject.toml`` with a ``[tool.posdiag]`` table, up to the repository root; None when
+    there is none. Raises on a broken one (a pyproject.toml: if it mentions posdiag)."""
     start_p = Path(start)
     for d in search_dirs(start_p):
         own = d / "posdiag.toml"

@@ -5,7 +5,7 @@ docs/theory.md): information, noise, shift-equivariance, rank and a recommendati
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,13 +60,10 @@ __all__ = [
 
 DIAGNOSE_TOLERANCES = (0.2, 0.1, 0.05, 0.01)
 DEFAULT_TARGET_STRESS = 0.1
-# z-score above the independence null from which positional information counts as real.
-INFORMATION_Z = 3.0
-# Shift-equivariance R^2 from which relative encodings are recommended.
-SHIFT_R2 = 0.9
-# Fraction of indistinguishable pairs from which the report warns that noise dominates.
+INFORMATION_Z = 3.0  # z above the independence null from which information is real
+SHIFT_R2 = 0.9  # shift-equivariance R^2 from which relative encodings are recommended
+# The pairs within the noise and the noise share from which noise is said to dominate.
 NOISY_FRACTION = 0.5
-# Noise share of B_H's trace from which the report warns that noise dominates the ranking.
 NOISY_SHARE = 0.25
 
 
@@ -93,16 +90,10 @@ class InformationDiagnosis:
 class NoiseDiagnosis:
     """Split-half noise floor per position and the pairs it makes indistinguishable.
 
-    ``pairs`` lists at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)`` (``i < j``, in order);
-    ``n_indistinguishable`` counts all of them; ``per_position[i]`` counts the partners of ``i``.
-    ``noise_share`` is the share of the geometry that sampling noise makes up. Plug-in: the
-    share of the total variance (trace of ``B_H``) the noise bias adds,
-    ``tr(J diag(e) J) / tr(B_H)`` with ``e_i = floor_i^2/4`` the squared error of position
-    ``i``'s estimate (docs/theory.md). Cross-fit (no such bias): the bound on the squared
-    sampling error of ``B_H`` from two independent halves of the data, as a share of
-    ``||B_H||_F^2``. ``position_share[i]`` is the same ratio for position ``i`` (diagonal entry,
-    resp. row). ``unstable`` positions are within the floor of at least half of the others or
-    have ``position_share >= 0.5``. ``estimator`` names the geometry these refer to.
+    ``pairs``: at most :data:`MAX_PAIRS_LISTED` pairs ``(i, j)``, ``i < j``, of the
+    ``n_indistinguishable``; ``per_position[i]``: the partners of ``i``. ``noise_share`` and
+    ``position_share[i]``: the share of the geometry (and of position ``i``'s part) sampling
+    noise makes up (:func:`posdiag.reports.intervals._noise_shares`, docs/theory.md).
     """
 
     floor: tuple[float, ...]
@@ -133,12 +124,9 @@ class ShiftDiagnosis:
 
 @dataclass(frozen=True)
 class RankDiagnosis:
-    """The spectrum, effective ranks and the parameter saving at the recommended rank.
-
-    ``rank`` is the smallest MDS rank with stress <= ``target``; when no rank reaches it
-    (``reached`` False: the target is below the stress floor the negative eigenvalues of an
-    estimated ``B_H`` leave) it is the rank with the lowest stress. ``saving`` is
-    ``1 - rank (n + dim) / (n dim)`` with ``n = n_eff`` (Remark 8).
+    """The spectrum, effective ranks and the parameter saving at the recommended rank: the
+    smallest MDS rank with stress <= ``target``, else (``reached`` False) the signal rank.
+    ``saving`` is ``1 - rank (n + dim) / (n dim)``.
     """
 
     spectrum: Spectrum
@@ -218,18 +206,49 @@ def _information(counts: Counts, n: int, seed: int) -> InformationDiagnosis:
 
 
 def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
-    n = geo.n_eff
     f = np.array(floor)
     partners, count, pairs = _noise_pairs(geo, f)
-    n_pairs = n * (n - 1) // 2
-    frac = count / n_pairs
     share, position_share = _noise_shares(geo, f)
     unstable = _unstable(partners, position_share)
-    sup = geo.summary.supports
-    plugin = not geo.has_split_half()
+    return noise_diagnosis(
+        f,
+        geo.summary.supports,
+        count,
+        pairs,
+        partners,
+        unstable,
+        share,
+        position_share,
+        geo.estimator,
+        plugin=not geo.has_split_half(),
+    )
+
+
+def noise_diagnosis(
+    floor: np.ndarray,
+    supports: Sequence[int],
+    within: float,
+    pairs: tuple[tuple[int, int], ...],
+    partners: Iterable[int],
+    unstable: tuple[int, ...],
+    share: float,
+    position_share: Iterable[float],
+    estimator: str,
+    *,
+    plugin: bool,
+    sampled: bool = False,
+) -> NoiseDiagnosis:
+    """The noise block of the floor (n,) and the pairs ``within`` the noise (a count, or an
+    estimate when ``sampled``), with its reading."""
+    n = floor.size
+    n_pairs = n * (n - 1) // 2
+    count, frac = int(round(within)), within / n_pairs
+    reading = noise_reading(
+        floor, supports, share, frac, count, len(unstable), plugin=plugin, sampled=sampled
+    )
     return NoiseDiagnosis(
-        floor,
-        tuple(int(s) for s in sup[:n]),
+        tuple(float(x) for x in floor),
+        tuple(int(s) for s in supports[:n]),
         n_pairs,
         count,
         frac,
@@ -238,8 +257,8 @@ def _noise(geo: CorpusGeometry, floor: tuple[float, ...]) -> NoiseDiagnosis:
         unstable,
         share,
         tuple(float(x) for x in position_share),
-        noise_reading(f, sup, share, frac, count, len(unstable), plugin=plugin),
-        geo.estimator,
+        reading,
+        estimator,
     )
 
 
@@ -333,6 +352,30 @@ def saving_phrase(saving: float, digits: int = 0) -> str:
     return f"{abs(saving):.{digits}%} {word}"
 
 
+def rank_diagnosis(
+    spec: Spectrum,
+    target: float,
+    r: int,
+    n: int,
+    dim: int,
+    missed: str | None,
+    interval: tuple[float, float] = (math.nan, math.nan),
+) -> RankDiagnosis:
+    """The rank block of rank ``r``: the reading (``missed`` when ``r`` does not reach ``target``,
+    None when it does) and the cost as ``P = A B^T``."""
+    st = float(spec.stress_by_rank[r - 1])
+    saving = parameter_saving(r, n, dim)
+    reading = f"rank {r} reaches stress {st:.3f} <= {target:g}" if missed is None else missed
+    reading += (
+        f"; as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
+        f"({saving_phrase(saving)}, d={dim})"
+    )
+    reached = missed is None
+    return RankDiagnosis(
+        spec, target, r, st, interval, n, dim, r * (n + dim), n * dim, saving, reading, reached
+    )
+
+
 def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> RankDiagnosis:
     sp_ = spectrum(geo, DIAGNOSE_TOLERANCES)
     if geo.mds.total is None:
@@ -341,28 +384,17 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
         # A partial spectrum: reached within the computed ranks, or treated as not reached.
         known = np.flatnonzero(np.asarray(sp_.stress_by_rank) <= target)
         hit = int(known[0] + 1) if known.size else None
-    # Not reached: the signal rank, the eigenvalues above the noise level the negative ones
-    # reveal (the ranks after it fit noise and only creep towards the floor).
+    # Not reached: the signal rank (the ranks after it fit noise and only creep to the floor).
     r = hit if hit is not None else max(1, min(sp_.signal_rank, len(sp_.stress_by_rank)))
-    n = geo.n_eff
-    st = sp_.stress_by_rank[r - 1]
     # Rank intervals stop at the replicates' computed ranks at long contexts.
     iv = unc.stress_by_rank[r - 1] if r <= len(unc.stress_by_rank) else (math.nan, math.nan)
-    saving = parameter_saving(r, n, dim)
-    cost = (
-        f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
-        f"({saving_phrase(saving)}, d={dim})"
-    )
-    if hit is not None:
-        reading = f"rank {r} reaches stress {st:.3f} <= {target:g}; {cost}"
-    else:
-        reading = (
+    missed = None
+    if hit is None:
+        missed = (
             f"stress <= {target:g} is not reached (floor {sp_.floor:.3f}: negative eigenvalues "
-            f"of the estimate); the signal rank {r} has stress {st:.3f}; {cost}"
+            f"of the estimate); the signal rank {r} has stress {sp_.stress_by_rank[r - 1]:.3f}"
         )
-    return RankDiagnosis(
-        sp_, target, r, st, iv, n, dim, r * (n + dim), n * dim, saving, reading, hit is not None
-    )
+    return rank_diagnosis(sp_, target, r, geo.n_eff, dim, missed, iv)
 
 
 def _ci(s: EncodingScore) -> str:

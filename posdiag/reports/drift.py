@@ -1,28 +1,13 @@
-"""Geometry drift between two corpora (``posdiag diff A B``).
-
-Both corpora are compared on their common supported positions ``0..n-1`` with
-``n = min(n_eff(A), n_eff(B))``:
-
-- cross-stress: the stress of A's rank-r MDS encoding against B's Gram ``B_H`` (and vice versa),
-  next to B's own rank-r optimum (Eckart-Young), so the excess is the price of using A's encoding
-  on B; it is 0 when the corpora are the same;
-- geometry stress: ``stress(B_H(B), B_H(A))``, symmetric, 0 when the geometries are proportional;
-  judged against its no-drift reference, the same measure between random re-splits of A+B
-  into groups of A's and B's sizes (:func:`geometry_reference`): "drift" only when it exceeds
-  the re-splits' mean by more than ``DRIFT_Z`` of their standard deviations and all of them;
-- per-position Hellinger distance between A's and B's token distributions at each position;
-- the standard encodings' stress on each corpus and the encodings whose ranking changes.
-
-Token ids must mean the same token in both corpora. The built-in ``whitespace`` tokenizer numbers
-words in order of first appearance, so :func:`count_pair` renumbers the ids of both sides (corpus
-files or counts files, which store their vocabulary) onto one shared vocabulary
-(:func:`posdiag.counts.core.align_vocabularies`).
+"""Geometry drift between two corpora (``posdiag diff A B``) on their common supported positions
+``0..n-1``, ``n = min(n_eff(A), n_eff(B))``: the cross-stress of each side's MDS encoding on the
+other's ``B_H`` next to its own optimum, the geometry stress judged against random re-splits of
+A+B (:func:`geometry_reference`), the per-position Hellinger distance, and the encodings whose
+ranking changes. :func:`count_pair` puts both sides on one vocabulary.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,13 +20,8 @@ from ..corpus.reading import Reading
 from ..counts.core import Counts, ProgressFn, align_vocabularies, is_counts_file
 from ..counts.corpus import corpus_counts
 from ..errors import PosdiagError
-from ..geometry.core import (
-    MDS,
-    _fix_signs,
-    classical_mds,
-    gram_from_vectors,
-    reached_rank,
-)
+from ..geometry import spectral
+from ..geometry.core import MDS, _fix_signs, gram_from_vectors, reached_rank
 from ..geometry.estimator import DEFAULT_ESTIMATOR, restrict
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
@@ -51,6 +31,7 @@ from .analysis import (
     analysed_geometry,
     corpus_geometry,
     mds_floor,
+    mds_with_notes,
 )
 from .options import Analysis
 from .scores import score_encodings
@@ -69,8 +50,7 @@ __all__ = [
 
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_DRAWS = 5
-# Re-splits behind the geometry stress's no-drift reference: each costs two geometries; 10 give
-# its mean and spread (the verdict asks for more than all 10 and DRIFT_Z sd above their mean).
+# Re-splits behind the geometry stress's reference (each costs two geometries).
 GEOMETRY_DRAWS = 10
 DRIFT_Z = 3.0
 _SHARED = ("tokenizer", "view", "max_len")
@@ -114,17 +94,10 @@ def count_pair(
     """Counts of two corpora whose token ids agree, on a common vocabulary width.
 
     Each side is counted as :func:`posdiag.counts.corpus.corpus_counts` would with ``reading``
-    (default: every option at its default). A counts ``.npz`` fixes tokenizer, view and max_len for
-    the
-    other side; ``whitespace`` ids, which depend on the corpus they were counted from, are
-    renumbered onto one vocabulary through the stored vocabularies. ``limit``, ``sample``,
-    ``seed`` and ``data_dir`` apply to both sides, as in :func:`posdiag.corpus.sources.open_source`;
-    token id files (``.npy``, ``.bin``) are counted with ``dtype`` and ``vocab_size`` in the
-    packed view, as by :func:`posdiag.counts.corpus.corpus_counts`. ``column_b`` is B's text column
-    when it differs from A's (``reading.column`` is then A's only). ``shards=K`` keeps the counts
-    of ``K`` random shards of each text side (seeded by ``seed``), as ``posdiag stress`` counts
-    them: the cross-fit then splits by sequence, so each side's geometry is the one ``stress``
-    reports for it.
+    (the same options for both); a counts ``.npz`` fixes tokenizer, view and max_len for the
+    other side, and per-run ``whitespace`` ids are renumbered onto one vocabulary. ``column_b``:
+    B's text column when it differs from A's. ``shards=K``: ``K`` seeded shards of each text
+    side, as ``posdiag stress`` counts them.
     """
     from ..corpus.sources import open_source
 
@@ -195,6 +168,14 @@ def count_pair(
     return _widen(ca, v), _widen(cb, v)
 
 
+def _pooled(a: Counts, b: Counts, n: int) -> tuple[sp.csr_matrix, np.ndarray]:
+    """A+B's counts on positions ``0..n-1`` (csr, one vocabulary width) and A's supports (n,)."""
+    v = max(a.vocab_size, b.vocab_size)
+    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
+    pooled = sp.csr_matrix(ma + sp.csr_matrix(_widen(b, v).matrix[:n]))
+    return pooled, np.asarray(ma.sum(axis=1)).ravel()
+
+
 def position_hellinger(a: Counts, b: Counts, n: int) -> np.ndarray:
     """Hellinger distance between A's and B's token distributions at positions ``0..n-1``.
 
@@ -213,8 +194,7 @@ def position_hellinger(a: Counts, b: Counts, n: int) -> np.ndarray:
         s = sp.csr_matrix(sp.diags(1.0 / sup) @ m)
         s.data = np.sqrt(s.data)
         rows.append(s)
-    # The difference form ||s_A - s_B|| / sqrt(2) is exactly 0 for identical rows, where
-    # sqrt(1 - BC) would leave rounding noise of order 1e-8.
+    # ||s_A - s_B|| / sqrt(2) is exactly 0 for identical rows (sqrt(1 - BC) leaves ~1e-8).
     diff = sp.csr_matrix(rows[0] - rows[1])
     sq = np.asarray(diff.multiply(diff).sum(axis=1)).ravel() / 2.0
     return np.sqrt(np.clip(sq, 0.0, 1.0))
@@ -223,29 +203,21 @@ def position_hellinger(a: Counts, b: Counts, n: int) -> np.ndarray:
 def no_drift_reference(
     a: Counts, b: Counts, n: int, *, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> np.ndarray:
-    """Per-position Hellinger distance expected when A and B do NOT differ (permutation null).
-
-    At each position the two corpora's sequences are pooled and re-split at random into groups
-    of A's and B's sizes (a multivariate hypergeometric draw from the pooled counts); the
-    Hellinger distance between the two groups, averaged over ``draws`` seeded draws, is what
-    finite samples alone produce. A drift at or below it is not distinguishable from noise.
+    """Per-position Hellinger distance expected when A and B do NOT differ: each position's
+    pooled tokens re-split into groups of A's and B's sizes (multivariate hypergeometric),
+    averaged over ``draws`` seeded draws.
 
     Returns
     -------
     ndarray of shape (n,)
     """
     draws = check_int("draws", draws, 1)
-    v = max(a.vocab_size, b.vocab_size)
-    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
-    mb = sp.csr_matrix(_widen(b, v).matrix[:n])
-    pooled = sp.csr_matrix(ma + mb)
+    pooled, sup_a = _pooled(a, b, n)
     rng = np.random.default_rng(seed)
     out = np.zeros(n)
-    # Rows read off indptr (getrow builds a sparse matrix per call, most of this loop's time).
-    sup_a = np.asarray(ma.sum(axis=1)).ravel()
     ptr, data = pooled.indptr, pooled.data
     for i in range(n):
-        colors = data[ptr[i] : ptr[i + 1]].astype(np.int64)  # tokens seen at i: O(nnz), not O(V)
+        colors = data[ptr[i] : ptr[i + 1]].astype(np.int64)  # the tokens seen at i only
         na, total = int(sup_a[i]), int(colors.sum())
         if na == 0 or na == total:
             raise PosdiagError("every compared position needs a positive support in both corpora")
@@ -260,13 +232,9 @@ def no_drift_reference(
 
 
 def _resplit(a: Counts, b: Counts, n: int, rng: np.random.Generator) -> tuple[Counts, Counts]:
-    """One random re-split of A+B (positions ``0..n-1``) into groups of A's and B's sizes.
-
-    With shards on both sides (text corpora) whole shards, random sets of sequences, are dealt
-    out, so each group keeps shards and its cross-fit splits by sequence as the observed one
-    does; otherwise each position's pooled tokens are split by a multivariate hypergeometric
-    draw (as :func:`no_drift_reference`), and the cross-fit thins, as for a counts file.
-    """
+    """One random re-split of A+B (positions ``0..n-1``) into groups of A's and B's sizes: whole
+    shards dealt out when both sides have them (the cross-fit then splits by sequence, as the
+    observed one does), else each position's pooled tokens (as :func:`no_drift_reference`)."""
     v = max(a.vocab_size, b.vocab_size)
     if a.shards and b.shards:
         pool = [sp.csr_matrix(x[:n]) for x in (*_widen(a, v).shards, *_widen(b, v).shards)]
@@ -279,18 +247,17 @@ def _resplit(a: Counts, b: Counts, n: int, rng: np.random.Generator) -> tuple[Co
             Counts(sp.csr_matrix(sum(g[1:], g[0])), c.meta, None, g)
             for g, c in zip(groups, (a, b), strict=True)
         )
-    ma = sp.csr_matrix(_widen(a, v).matrix[:n])
-    pooled = sp.csr_matrix(ma + sp.csr_matrix(_widen(b, v).matrix[:n]))
-    sup_a = np.asarray(ma.sum(axis=1)).ravel()
-    rows, cols, vals = [], [], []
-    for i in range(n):
-        lo, hi = pooled.indptr[i], pooled.indptr[i + 1]
-        colors = pooled.data[lo:hi].astype(np.int64)
-        rows.append(np.full(hi - lo, i))
-        cols.append(pooled.indices[lo:hi])
-        vals.append(rng.multivariate_hypergeometric(colors, int(sup_a[i]), method="marginals"))
-    r, c_, x = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
-    xa = sp.csr_matrix((x, (r, c_)), shape=(n, v), dtype=np.int64)
+    pooled, sup_a = _pooled(a, b, n)
+    ptr = pooled.indptr
+    drawn = [
+        rng.multivariate_hypergeometric(
+            pooled.data[ptr[i] : ptr[i + 1]].astype(np.int64), int(sup_a[i]), method="marginals"
+        )
+        for i in range(n)
+    ]
+    # Copies: sort_indices and eliminate_zeros work in place, pooled is still needed.
+    xa = sp.csr_matrix((np.concatenate(drawn), pooled.indices, ptr), (n, v), np.int64, copy=True)
+    xa.sort_indices()
     xb = sp.csr_matrix(pooled - xa, dtype=np.int64)
     xa.eliminate_zeros()
     xb.eliminate_zeros()
@@ -306,12 +273,9 @@ def geometry_reference(
     seed: int = 0,
     estimator: str = DEFAULT_ESTIMATOR,
 ) -> tuple[float, ...]:
-    """The geometry stress between A and B expected when they do NOT differ (permutation null).
-
-    A and B are pooled and re-split at random into groups of A's and B's sizes
-    (:func:`_resplit`); each of ``draws`` seeded re-splits gives the geometry stress between its
-    two groups on positions ``0..n-1``, estimated as the observed one is. Under "no drift" the
-    observed value is one more draw from this distribution.
+    """The geometry stress between A and B expected when they do NOT differ: that of each of
+    ``draws`` seeded re-splits (:func:`_resplit`) on positions ``0..n-1``, estimated as the
+    observed one is.
 
     Returns
     -------
@@ -322,8 +286,7 @@ def geometry_reference(
     out = []
     for _ in range(draws):
         xa, xb = _resplit(a, b, n, rng)
-        # Every compared position is kept (their supports are A's and B's, which passed
-        # --min-count, or random halves of shards of them) that the estimator can use.
+        # Every compared position the estimator can use is kept.
         low = CROSSFIT_MIN_TOKENS if estimator == "crossfit" else 1
         ga, gb = (
             corpus_geometry(x, low, estimator=estimator, seed=seed, plain=False, spectrum=False)
@@ -335,12 +298,8 @@ def geometry_reference(
 
 
 def fitted_stress(b_h: np.ndarray, b_e: np.ndarray) -> float:
-    """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself.
-
-    The same number as :func:`posdiag.geometry.core.stress` (docs/geometry.md section 4), computed
-    so that it is exactly ~0 (not ~1e-8) when ``B_E`` is a multiple of ``B_H``, which a drift of a
-    corpus against itself must show.
-    """
+    """``min_{c>=0} ||B_H - c B_E||_F / ||B_H||_F`` from the residual itself (``B_H``, ``B_E``
+    (n, n)): :func:`posdiag.geometry.core.stress`, but exactly ~0 (not ~1e-8) for a multiple."""
     nh = float(np.linalg.norm(b_h))
     if nh == 0.0:
         raise PosdiagError("the corpus Gram matrix is zero: all positions are identical")
@@ -360,25 +319,18 @@ def _prefix(geo: CorpusGeometry, n: int) -> CorpusGeometry:
         plain = restrict(geo.plain, n) if geo.plain is not None else None
         return CorpusGeometry(summary, est.distances, est.mds, (), est, plain, geo.counts, {})
     d = geo.distances[:n, :n]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mds = classical_mds(d)
-    return CorpusGeometry(summary, d, mds, tuple(str(w.message) for w in caught))
+    mds, notes = mds_with_notes(d)
+    return CorpusGeometry(summary, d, mds, tuple(notes))
 
 
 def _with_pairs(geo: CorpusGeometry, rank: int) -> CorpusGeometry:
-    """``geo`` with at least ``rank`` eigenpairs: a partial spectrum's top pairs grown by the
-    warm-started partial solver (the same Krylov space), a complete one unchanged."""
+    """``geo`` with at least ``rank`` eigenpairs (a partial spectrum grown, warm-started)."""
     mds = geo.mds
     if mds.total is None or mds.eigenvalues.size >= rank:
         return geo
-    from ..geometry.spectral import (  # read when called, as mds_of_gram
-        FULL_EIGH_MAX,
-        partial_spectrum,
-    )
-
-    spec = partial_spectrum(
-        mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=FULL_EIGH_MAX
+    full_max = spectral.FULL_EIGH_MAX  # read when called, as mds_of_gram does
+    spec = spectral.partial_spectrum(
+        mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=full_max
     )
     grown = MDS(
         eigenvalues=spec.eigenvalues,
@@ -417,28 +369,22 @@ class Drift:
     n : int
         Common positions compared, ``min(n_eff(A), n_eff(B))``.
     rank_a, rank_b : int
-        Rank of A's (B's) MDS encoding used for the cross-stress.
-    tolerance : float
-        Stress tolerance that chose the ranks when not given.
+        Rank of A's (B's) MDS encoding used for the cross-stress, chosen by ``tolerance``
+        when not given.
     a_on_b, b_optimum : float
         Stress of A's rank-``rank_a`` MDS encoding on B's geometry, and B's own optimum at
-        that rank (``a_on_b >= b_optimum``, equal when the geometries agree).
-    b_on_a, a_optimum : float
-        The same with the roles swapped (rank ``rank_b``).
+        that rank; ``b_on_a``, ``a_optimum``: the roles swapped.
     geometry_stress : float
         ``stress(B_H(B), B_H(A))``, symmetric in A and B.
-    position_hellinger : tuple of float, length n
-        Hellinger distance between A's and B's distributions at each position.
-    position_reference : tuple of float, length n
-        The same distance expected without any drift (:func:`no_drift_reference`, seeded).
+    position_hellinger, position_reference : tuple of float, length n
+        Hellinger distance between A's and B's distributions at each position, and the same
+        expected without any drift (:func:`no_drift_reference`).
     rankings : tuple of RankChange
         In A's order, best first.
     geometry_reference : tuple of float
-        ``geometry_stress`` between random re-splits of A+B (:func:`geometry_reference`): what
-        sampling alone gives; ``drifted`` compares the observed value with it.
+        ``geometry_stress`` between random re-splits of A+B (:func:`geometry_reference`).
     rank_reached_a, rank_reached_b : bool
-        Whether ``rank_a`` (``rank_b``) reaches stress <= ``tolerance``; False: the tolerance is
-        below that corpus's stress floor and the rank is its signal rank (as ``stress`` says).
+        Whether the rank reaches ``tolerance`` (else it is the signal rank).
     floor_a, floor_b : float
         Each corpus's stress floor on the common positions.
     """
@@ -499,13 +445,8 @@ class Drift:
     @property
     def above_reference(self) -> tuple[int, ...]:
         """Positions whose drift exceeds the no-drift reference."""
-        return tuple(
-            i
-            for i, (d, r) in enumerate(
-                zip(self.position_hellinger, self.position_reference, strict=True)
-            )
-            if d > r
-        )
+        above = np.greater(self.position_hellinger, self.position_reference)
+        return tuple(int(i) for i in np.flatnonzero(above))
 
     @property
     def changed(self) -> tuple[RankChange, ...]:
@@ -517,14 +458,9 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
 
 
 def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
-    """Effective rank at ``tolerance``; below the cross-fit's stress floor (not reached), the
-    signal rank: the eigenvalues above the magnitude of the most negative one.
-
-    A partial spectrum (long contexts: the top ``k`` eigenvalues and ``||B_H||_F^2``) has exact
-    stresses for ranks ``1..k``; when none reaches the tolerance, the signal rank among them if
-    the smallest eigenvalue is known, else ``k`` (the lowest stress known). An array is a
-    complete spectrum (descending eigenvalues).
-    """
+    """Effective rank at ``tolerance``, else the signal rank (the eigenvalues above the
+    magnitude of the most negative one), else for a partial spectrum whose smallest eigenvalue
+    is unknown its top rank. An array is a complete spectrum (descending eigenvalues)."""
     lam = np.asarray(mds.eigenvalues if isinstance(mds, MDS) else mds)
     if not isinstance(mds, MDS) or mds.total is None:
         hit = reached_rank(lam, tolerance)
@@ -584,32 +520,26 @@ def corpus_drift(
         Same tokenizer, view and max_len (checked); vocabulary widths may differ.
     rank : int, optional
         Rank of both MDS encodings for the cross-stress; default each corpus's effective rank
-        at ``tolerance`` on the common positions (its signal rank when the tolerance is below
-        the stress floor of a cross-fitted geometry).
+        at ``tolerance`` on the common positions (else its signal rank).
     analysis : Analysis
-        min_count, estimator (of both corpora) and seed (of the cross-fit's splits and of the
-        re-splits of both no-drift references); no intervals.
+        min_count, estimator and seed (also of the re-splits); no intervals.
     encodings : sequence, optional
         Encodings to rank (default set when None).
-    draws : int
-        Random re-splits behind the per-position no-drift reference.
-    geometry_draws : int
-        Random re-splits behind the geometry stress's no-drift reference
-        (:func:`geometry_reference`), each two geometries: 0 skips it (no verdict), else >= 2.
+    draws, geometry_draws : int
+        Re-splits behind the per-position and the geometry stress's no-drift references
+        (``geometry_draws`` 0: no verdict).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
     geometry_draws = check_draws(geometry_draws)
-    # plain=False: no figure of the drift is a plug-in one (one Gram product and one
-    # eigensolve fewer per corpus).
+    # plain=False: no figure of the drift is a plug-in one.
     ga, gb = (analysed_geometry(x, analysis, plain=False) for x in (a, b))
     seed = analysis.seed
     n = min(ga.n_eff, gb.n_eff)
     pa, pb = _prefix(ga, n), _prefix(gb, n)
     if rank is not None:
         rank = check_int("rank", rank, 1, n - 1, hi_label="n-1")
-        # A partial spectrum (long contexts) holds the top pairs only: grow it to the rank asked
-        # for, so its optimum and coordinates are exact rather than refused.
+        # A partial spectrum holds the top pairs only: grown to the rank asked for.
         pa, pb = _with_pairs(pa, rank), _with_pairs(pb, rank)
     ra = rank if rank is not None else _default_rank(pa.mds, tolerance)
     rb = rank if rank is not None else _default_rank(pb.mds, tolerance)

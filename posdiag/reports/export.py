@@ -1,8 +1,5 @@
-"""The low-rank MDS encoding ``P = A B^T`` and its files (docs/geometry.md section 7).
-
-``A = X_r`` (n x r) are the rank-r MDS coordinates, ``B`` (d x r) has orthonormal columns, so
-``P`` (n x d) has exactly the pairwise distances of ``X_r`` with ``r(n+d)`` parameters instead of
-``n d``.
+"""The low-rank MDS encoding ``P = A B^T`` and its files (docs/geometry.md section 7): ``A = X_r``
+(n, r) the MDS coordinates, ``B`` (d, r) orthonormal, so ``P`` (n, d) keeps ``X_r``'s distances.
 """
 
 from __future__ import annotations
@@ -46,20 +43,14 @@ class LowRankEncoding:
     A : ndarray of shape (n, r)
     B : ndarray of shape (d, r), orthonormal columns
     stress : float
-        In-sample stress of the rank-r MDS encoding (the eigenvalue tail of the geometry it was
-        fitted to).
+        In-sample stress of the rank-r MDS encoding.
     meta : mapping
         String-valued metadata written into the file.
     heldout : float
-        Held-out stress (fitted on one half of the data, scored on the other: the ``mds-r`` row
-        of the stress table, docs/geometry.md); NaN for the plug-in, whose table shows the
-        in-sample figure.
+        Held-out stress (the stress table's ``mds-r``); NaN for the plug-in.
     stress_se : float
-        Standard error of ``stress`` when its denominator ``||B_H||_F^2`` was sampled (the
-        implicit path at long contexts, docs/geometry.md "Long contexts"); NaN when exact.
+        Standard error of ``stress`` when sampled (long contexts); NaN when exact.
     warnings : tuple of str
-        The geometry's warnings, and at long contexts the line saying what was approximated
-        (printed to stderr as ``stress`` prints them).
     """
 
     A: np.ndarray
@@ -99,7 +90,6 @@ class LowRankEncoding:
 def _orthonormal(d: int, r: int, seed: int) -> np.ndarray:
     """A seeded (d, r) matrix with orthonormal columns and deterministic signs."""
     q, rr = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, r)))
-    # QR is unique up to column signs; fixing diag(R) > 0 makes the result depend on the seed only.
     return q * np.where(np.diag(rr) < 0, -1.0, 1.0)[None, :]
 
 
@@ -134,8 +124,7 @@ def low_rank_encoding(
 
 
 def check_dims(n_eff: int, rank: int, dim: int, seed: int) -> tuple[int, int]:
-    """``(dim, seed)`` checked, and the memory an ``n_eff x dim`` encoding of ``rank`` needs
-    refused when it cannot fit (before the held-out figure is computed)."""
+    """``(dim, seed)`` checked, and an ``n_eff x dim`` encoding that cannot fit refused."""
     dim = check_int("dim", dim, rank, lo_label="rank")
     seed = check_int("seed", seed, 0)
     # B (d x r) with its QR workspace, the n x d table and its float32 copy when written.
@@ -155,13 +144,9 @@ def eigenpair_encoding(
     stress_se: float = float("nan"),
     warnings: tuple[str, ...] = (),
 ) -> LowRankEncoding:
-    """``P = A B^T`` with ``A`` the MDS ``coordinates`` (n, r) of the top eigenpairs
-    (:func:`posdiag.geometry.core.mds_coordinates`), from the dense MDS or the implicit path's
-    Lanczos pairs; ``eigenvalues`` (descending, at least the leading ones) go to the metadata.
-
-    ``stress_se``: the standard error of a sampled ``stress`` (the implicit path), written to the
-    metadata when given; ``warnings`` go with the encoding to stderr.
-    """
+    """``P = A B^T`` with ``A`` the MDS ``coordinates`` (n, r) of the top eigenpairs (dense or
+    Lanczos); the leading ``eigenvalues`` (descending) and ``stress_se`` when given go to the
+    metadata."""
     n_eff, rank = coordinates.shape
     dim, seed = check_dims(n_eff, rank, dim, seed)
     s = summary
@@ -183,7 +168,6 @@ def eigenpair_encoding(
     if not math.isnan(stress_se):
         meta["stress_se"] = repr(stress_se)
     if s.units is not None:
-        # Which sampling units the geometry was estimated with (docs/geometry.md 2b).
         meta["group_prefix"] = str(s.units.prefix)
         meta["dedup"] = "true" if s.units.dedup else "false"
         if s.units.group_by is not None:
@@ -198,19 +182,13 @@ TYPED_META = ("max_len", "min_count", "n", "r", "d", "seed", "stress", "stress_s
 
 
 def typed_meta(meta: Mapping[str, str]) -> dict[str, Any]:
-    """``meta`` with JSON types: numbers and the eigenvalue list as themselves, not strings
-    (the ``.npy`` sidecar and ``build-encoding --json``)."""
+    """``meta`` with numbers and the eigenvalue list as JSON values, not strings."""
     return {k: json.loads(v) if k in TYPED_META else v for k, v in meta.items()}
 
 
 def write_encoding(enc: LowRankEncoding, path: str | Path, *, force: bool = False) -> list[Path]:
-    """Write ``enc`` atomically as ``.safetensors`` or ``.npy`` (+ ``.json`` metadata beside it).
-
-    Returns
-    -------
-    list of Path
-        The files written.
-    """
+    """Write ``enc`` atomically as ``.safetensors`` or ``.npy`` (+ ``.json`` metadata beside it);
+    returns the files written."""
     p = Path(path)
     if p.suffix not in FILE_SUFFIXES:
         raise PosdiagError(

@@ -1,23 +1,7 @@
-"""The CI gate behind ``posdiag check``: rules, the config file, measurement and evaluation.
-
-A rule is a threshold on one figure posdiag measures:
-
-``max-stress``
-    the stress of an encoding must not exceed a threshold (with ``strict``, the upper bound of
-    its confidence interval, where one was computed);
-``max-rank-for-stress``
-    the MDS rank needed to reach a stress ``eps`` (the effective rank) must not exceed a rank;
-``min-positional-info``
-    ``I(position; token)`` over the analysed positions, in bits, must reach a minimum;
-``min-support``
-    every counted position ``0..max_len-1`` (the model's context, not only the analysed prefix)
-    must have at least this many sequences (in the model view: real, non-pad tokens).
-
-Rules come from options and/or a config file (``[tool.posdiag]`` in ``pyproject.toml``, or the
-top level of ``posdiag.toml``, searched from the working directory up to the repository root, see
-:mod:`posdiag.reports.config`); options override the file key by key. Evaluation is split from
-measurement (:func:`measure` then :func:`evaluate`) so the verdicts are a pure function of the
-figures.
+"""The CI gate behind ``posdiag check``: rules (``max-stress``, ``max-rank-for-stress``,
+``min-positional-info``, ``min-support``; docs/cli.md) from options and/or a config file
+(:mod:`posdiag.reports.config`), options winning key by key; :func:`measure` the figures, then
+:func:`evaluate` them, so the verdicts are a pure function of the figures.
 """
 
 from __future__ import annotations
@@ -34,6 +18,7 @@ from .._util.validate import check_float, check_int
 from ..counts.core import Counts
 from ..encodings import make_encoding, parse_encoding
 from ..errors import PosdiagError
+from ..geometry import spectral
 from ..geometry.core import MDS, positional_information, reached_rank, stress_floor
 from ..geometry.spectral import partial_spectrum
 from ..uncertainty.bootstrap import why_no_intervals
@@ -88,14 +73,13 @@ class GateConfig:
     max_rank_for_stress : mapping of float to int
         Stress tolerance ``eps`` -> largest acceptable effective rank at ``eps``.
     min_positional_info : float or None
-        Smallest acceptable ``I(position; token)``, in bits.
+        In bits.
     min_support : int or None
-        Smallest acceptable support ``N_i`` over positions ``0..max_len-1``.
+        Over positions ``0..max_len-1``.
     strict : bool
         Judge max-stress rules by the upper confidence bound where one exists.
     reading : mapping
-        Corpus reading options from the config file (``tokenizer``, ``view``, ``max_len``,
-        ``min_count``, ``column``, ``pad_token``), overridden by options.
+        Corpus reading options from the config file (:data:`READING_KEYS`).
     source : str or None
         The config file the rules came from, if any.
     """
@@ -118,30 +102,27 @@ class GateConfig:
         )
 
 
+def _number(text: str, kind: type) -> Any:
+    """``kind(text)``, or ``text`` itself for the checks to refuse with their message."""
+    try:
+        return kind(text)
+    except ValueError:
+        return text
+
+
 def _parse_rank_rule(text: str) -> tuple[float, int]:
     eps_s, colon, rank_s = str(text).partition(":")
     if not colon:
         raise PosdiagError(
             f"'max-rank-for-stress' must look like EPS:RANK (e.g. 0.1:8); got {text!r}"
         )
-    try:
-        eps_v: Any = float(eps_s)
-    except ValueError:
-        eps_v = eps_s
-    try:
-        rank_v: Any = int(rank_s)
-    except ValueError:
-        rank_v = rank_s
-    eps = check_float("max-rank-for-stress stress", eps_v, 0.0, 1.0)
-    rank = check_int("max-rank-for-stress rank", rank_v, 1)
-    return eps, rank
+    eps = check_float("max-rank-for-stress stress", _number(eps_s, float), 0.0, 1.0)
+    return eps, check_int("max-rank-for-stress rank", _number(rank_s, int), 1)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """The posdiag table of a config file, keys checked, values not yet validated.
-
-    ``pyproject.toml`` contributes its ``[tool.posdiag]`` table; any other file its top level.
-    """
+    """The posdiag table of a config file (``pyproject.toml``: ``[tool.posdiag]``; any other
+    file: its top level), keys checked, values not yet validated."""
     p = Path(path)
     if not p.is_file():
         raise PosdiagError(f"{path}: no such config file")
@@ -205,8 +186,7 @@ def _file_rules(raw: Mapping[str, Any]) -> dict[str, Any]:
         elif not isinstance(v, str):
             raise PosdiagError(f"{k!r} must be a string; got {v!r}")
         read[k.replace("-", "_")] = v
-    out["reading"] = read
-    return out
+    return {**out, "reading": read}
 
 
 def build_config(
@@ -220,13 +200,9 @@ def build_config(
     strict: bool | None = None,
     reading: Mapping[str, Any] | None = None,
 ) -> GateConfig:
-    """Merge the rules of a config file with options; options win key by key.
-
-    ``encodings`` and ``max_stress`` pair up in order (``-e rope --max-stress 0.5``); a single
-    ``max_stress`` applies to every encoding. A max-stress option overrides the file's threshold
-    for the same encoding and keeps the file's other encodings; likewise per tolerance for
-    max-rank-for-stress. ``reading`` holds options given explicitly (None values are ignored).
-    Errors in the file name the file.
+    """Merge the rules of a config file with options; options win key by key (per encoding,
+    per tolerance). ``encodings`` and ``max_stress`` pair up in order; a single ``max_stress``
+    applies to every encoding. ``reading``: options given explicitly (None values ignored).
     """
     base: dict[str, Any] = {}
     if file is not None:
@@ -256,16 +232,12 @@ def build_config(
     rank_rules: dict[float, int] = dict(base.get("max_rank_for_stress", {}))
     rank_rules.update(_parse_rank_rule(item) for item in max_rank_for_stress)
 
-    info = min_positional_info
-    if info is not None:
-        info = check_float("min-positional-info", info, 0.0)
-    else:
-        info = base.get("min_positional_info")
-    support = min_support
-    if support is not None:
-        support = check_int("min-support", support, 1)
-    else:
-        support = base.get("min_support")
+    info = base.get("min_positional_info")
+    if min_positional_info is not None:
+        info = check_float("min-positional-info", min_positional_info, 0.0)
+    support = base.get("min_support")
+    if min_support is not None:
+        support = check_int("min-support", min_support, 1)
     strict_v = strict if strict is not None else base.get("strict", False)
     read = dict(base.get("reading", {}))
     read.update({k: v for k, v in (reading or {}).items() if v is not None})
@@ -298,20 +270,16 @@ class GateFacts:
     scores : mapping of str to EncodingScore
         Canonical encoding spec -> its score (possibly with ``ci_low``/``ci_high``).
     eigenvalues : tuple of float
-        MDS eigenvalues of ``B_H``, descending.
+        MDS eigenvalues of ``B_H``, descending (of a partial spectrum the top ``k``).
     positional_info : float
         ``I(position; token)`` over positions ``0..n_eff-1``, in bits.
     stress_by_rank : tuple of float
-        Long contexts (a partial spectrum, ``eigenvalues`` the top ``k`` only): the exact stress
-        of ranks ``1..k`` from ``||B_H||_F^2``, grown for the max-rank-for-stress rules; empty
-        when ``eigenvalues`` is the whole spectrum.
+        Of a partial spectrum: the exact stress of ranks ``1..k``; else empty.
     floor : float or None
-        The stress floor of a partial spectrum when known (every positive eigenvalue computed).
+        The stress floor of a partial spectrum when known.
     warnings : tuple of str
-        The geometry's warnings (at long contexts the line naming what is sampled).
     stress_se : mapping of str to float
-        Long contexts: the standard error of each encoding's stress scored here (its
-        ``||B_H||_F^2`` sampled); empty on the dense path.
+        Long contexts: the standard error of each encoding's stress scored here.
     """
 
     corpus: CorpusSummary
@@ -334,20 +302,16 @@ def measure(
 ) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
-    ``analysis.min_count`` None: the config file's ``min-count``, else the default.
-    ``scores`` may supply precomputed
-    :class:`~posdiag.reports.scores.EncodingScore` objects (e.g. with bootstrap ``ci_low`` /
-    ``ci_high``), keyed by encoding spec; the encodings it lacks are scored here. With shards
-    (:func:`~posdiag.uncertainty.bootstrap.why_no_intervals`) those get bootstrap intervals too,
-    on the same geometry (``progress(done, replicates)`` follows the bootstrap).
+    ``analysis.min_count`` None: the config file's ``min-count``, else the default. ``scores``:
+    precomputed :class:`~posdiag.reports.scores.EncodingScore` objects keyed by encoding spec;
+    the others are scored here, with bootstrap intervals when ``counts`` have shards.
     """
     analysis = analysis or Analysis()
     if analysis.min_count is None:
         analysis = replace(analysis, min_count=config.reading.get("min_count"))
     min_count = analysis.positions_from
     if not (config.max_stress or config.max_rank_for_stress):
-        # Support and information rules need no geometry, so they can judge a corpus too thin
-        # for one (the case --min-support exists to catch).
+        # No geometry: these rules must judge a corpus too thin for one.
         summary = corpus_summary(counts, min_count)
         n = summary.n_eff
         total = positional_information(counts.matrix[:n])[0] if n else 0.0
@@ -370,9 +334,7 @@ def measure(
             pairs,
             analysis,
             progress,
-            # The MDS, not its eigenvalues: at long n they are only the top ones, and the MDS
-            # also warm-starts the replicates' partial eigensolver.
-            full_mds=geo.mds,
+            full_mds=geo.mds,  # a partial MDS keeps exact tails and warm-starts the replicates
         )
         fresh = dict(zip(fresh, with_ci, strict=True))
     by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
@@ -386,10 +348,9 @@ def measure(
 def implicit_facts(
     counts: Counts, config: GateConfig, analysis: Analysis, scores: Mapping[str, Any]
 ) -> GateFacts:
-    """Facts at long contexts (docs/geometry.md, "Long contexts: the implicit path"): the
-    max-stress figures are ``stress``'s implicit ones (each with its standard error, no
-    interval), the rank rules read the top eigenpairs' tail, grown (one more implicit pass)
-    when a rule is not settled by them, as :func:`_partial_facts` grows a partial spectrum."""
+    """Facts at long contexts: ``stress``'s implicit figures (with standard errors, no
+    intervals); the top eigenpairs grown by one more implicit pass when they do not settle a
+    rank rule."""
     given = {_encoding_key(k): v for k, v in scores.items()}
     # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
     run = implicit_analysis(counts, analysis)
@@ -401,31 +362,22 @@ def implicit_facts(
     bits, _ = positional_information(counts.matrix[: geom.n])
     spec = geom.spectrum
     by_rank = spec.stress_by_rank()
-    k = int(spec.eigenvalues.size)
-    settled = _rank_rules_settled(by_rank, k, config)
     floor = None
-    if not settled:
+    if not _rank_rules_settled(by_rank, int(spec.eigenvalues.size), config):
         cap = max(config.max_rank_for_stress.values()) + 1
         grown = implicit_analysis(counts, analysis, rank=cap).geometry
         # The tail from the headline's ||B_H|| estimate: ranks 1..k read as in `stress`.
         spec = replace(grown.spectrum, total=geom.total)
         by_rank, floor = spec.stress_by_rank(), spec.floor()
-    return GateFacts(
-        summary,
-        by_key,
-        tuple(float(x) for x in spec.eigenvalues),
-        bits,
-        tuple(float(x) for x in by_rank),
-        floor,
-        (*run.notes, sampled_line(geom, largest)),
-        {k: se for k, (_, se) in scored.items()},
-    )
+    notes = (*run.notes, sampled_line(geom, largest))
+    stress_se = {k: se for k, (_, se) in scored.items()}
+    lam = _floats(spec.eigenvalues)
+    return GateFacts(summary, by_key, lam, bits, _floats(by_rank), floor, notes, stress_se)
 
 
 def _rank_rules_settled(by_rank: np.ndarray, k: int, config: GateConfig) -> bool:
-    """Whether the top ``k`` pairs settle every max-rank-for-stress rule: its tolerance is
-    reached within them, or they already pass its rank (not reached by rank + 1: the rule fails
-    either way). ``by_rank`` (>= k,): the stress by rank of a partial spectrum."""
+    """Whether the top ``k`` pairs settle every max-rank-for-stress rule (its tolerance reached
+    within them, or ``k`` past its rank). ``by_rank`` (>= k,): stress by rank."""
     return all(
         bool(np.any(by_rank[:k] <= eps)) or k > rank
         for eps, rank in config.max_rank_for_stress.items()
@@ -439,39 +391,25 @@ def _partial_facts(
     config: GateConfig,
     bits: float,
 ) -> GateFacts:
-    """Facts of a partial spectrum: its top eigenpairs grown (warm-started) until each
-    max-rank-for-stress tolerance is reached, shown unreachable, or needs more than the rule's
-    rank (then the rule fails whatever the exact rank is)."""
+    """Facts of a partial spectrum, its top eigenpairs grown (warm-started) until they settle
+    every max-rank-for-stress rule."""
     k = int(mds.eigenvalues.size)
-    by_rank = mds.stress_by_rank()
-    settled = _rank_rules_settled(by_rank, k, config)
-    if settled:
-        return GateFacts(
-            summary,
-            scores,
-            tuple(float(x) for x in mds.eigenvalues),
-            bits,
-            tuple(float(x) for x in by_rank),
-            None,
+    lam, by_rank, floor = mds.eigenvalues, mds.stress_by_rank(), None
+    if not _rank_rules_settled(by_rank, k, config):
+        cap = max(config.max_rank_for_stress.values()) + 1
+        spec = partial_spectrum(
+            mds.gram,
+            tuple(config.max_rank_for_stress),
+            max_rank=max(cap, k),
+            start=mds.vectors,
+            full_max=spectral.FULL_EIGH_MAX,  # read when called, as mds_of_gram does
         )
-    from ..geometry.spectral import FULL_EIGH_MAX  # read when called, as mds_of_gram does
+        lam, by_rank, floor = spec.eigenvalues, spec.stress_by_rank(), spec.floor()
+    return GateFacts(summary, scores, _floats(lam), bits, _floats(by_rank), floor)
 
-    cap = max(config.max_rank_for_stress.values()) + 1
-    spec = partial_spectrum(
-        mds.gram,
-        tuple(config.max_rank_for_stress),
-        max_rank=max(cap, k),
-        start=mds.vectors,
-        full_max=FULL_EIGH_MAX,
-    )
-    return GateFacts(
-        summary,
-        scores,
-        tuple(float(x) for x in spec.eigenvalues),
-        bits,
-        tuple(float(x) for x in spec.stress_by_rank()),
-        spec.floor(),
-    )
+
+def _floats(values: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,5 @@
-"""Inspect an encoding file: separation, norms, effective rank, and, with a corpus, its stress and
-monotonicity against the corpus geometry next to a random initialisation of the same shape
-(docs/geometry.md section 8; the paper's comparison of a trained BERT table with its
-initialisation).
+"""Inspect an encoding file: separation, norms, effective rank, and with a corpus its stress and
+monotonicity next to a random initialisation of the same shape (docs/geometry.md section 8).
 """
 
 from __future__ import annotations
@@ -39,22 +37,14 @@ __all__ = [
     "read_encoding_file",
 ]
 
-# BERT / GPT-2 initialise position tables with N(0, 0.02^2); every figure here is scale-free,
-# so the value only matters for the norms shown.
+# BERT / GPT-2 initialise position tables with N(0, 0.02^2) (only the norms shown depend on it).
 BASELINE_STD = 0.02
 INSPECT_TOLERANCES = (0.1, 0.05, 0.01)
 
 
 def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, str]:
-    """The table of an encoding file and the tensor it came from.
-
-    ``.npy``: the array. ``.safetensors``: ``tensor`` if given, else ``encoding`` (files from
-    ``posdiag build-encoding``), else a known position-embedding name of a checkpoint.
-
-    Returns
-    -------
-    (ndarray of shape (rows, d), str)
-    """
+    """The table (rows, d) of an encoding file and the tensor it came from (``.safetensors``:
+    ``tensor`` if given, else ``encoding``, else a checkpoint's known position-embedding name)."""
     p = Path(path)
     if p.suffix == ".safetensors" and not tensor and p.is_file():
         from safetensors import safe_open
@@ -69,7 +59,6 @@ def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, 
     table = read.rows
     if table.shape[0] < 2:
         raise PosdiagError(f"{path}: an encoding table needs >= 2 rows; got {table.shape[0]}")
-    # Distances, Gram matrix and the MDS of the table and of its random baseline: n x n each.
     rows = int(table.shape[0])
     require(f"{path}: inspecting {rows:,} positions", 8 * 8 * rows * rows)
     return table, read.tensor  # the name found (a checkpoint's known name), "" for .npy
@@ -77,11 +66,8 @@ def read_encoding_file(path: str | Path, tensor: str = "") -> tuple[np.ndarray, 
 
 @dataclass(frozen=True)
 class TableFigures:
-    """Shape-level figures of one table (rows = positions).
-
-    ``norms`` are the row norms; ``effective_rank`` maps a stress tolerance to the smallest rank
-    of the table's own MDS reaching it (the table's distances as the target geometry).
-    """
+    """Shape-level figures of one table (rows = positions); ``effective_rank``: tolerance ->
+    smallest rank of the table's own MDS reaching it."""
 
     rows: int
     dim: int
@@ -94,13 +80,9 @@ class TableFigures:
 
 @dataclass(frozen=True)
 class CorpusFit:
-    """A table against a corpus geometry on positions ``0..n-1``.
-
-    ``violations`` is ``(1 - Kendall tau)/2`` of ``d_H`` vs the table's distances.
-    ``fitted_rank``: the rank of a posdiag MDS table fitted to this very geometry (its stress
-    is then in-sample), None otherwise; ``heldout`` is then that rank's held-out stress, the
-    stress table's ``mds-r`` (NaN for the plug-in).
-    """
+    """A table against a corpus geometry on positions ``0..n-1``: ``violations`` is
+    ``(1 - Kendall tau)/2`` of ``d_H`` vs the table's distances; ``fitted_rank``: the rank of a
+    posdiag MDS table fitted to this geometry, whose held-out stress is ``heldout``."""
 
     n: int
     stress: float
@@ -114,10 +96,7 @@ class CorpusFit:
 @dataclass(frozen=True)
 class Inspection:
     """Everything ``posdiag inspect`` prints; ``corpus``/``fit`` are None without a corpus.
-
-    ``from_file`` holds the reading options taken from the encoding file's metadata (key ->
-    value); ``warnings`` the conflicts and row-count mismatches to state loudly.
-    """
+    ``from_file``: the reading options taken from the file's metadata."""
 
     path: str
     tensor: str
@@ -131,12 +110,8 @@ class Inspection:
 
 
 def _table_eigenvalues(p: np.ndarray) -> np.ndarray:
-    """Eigenvalues of the table's Gram ``(JP)(JP)^T`` (n x n), descending.
-
-    With ``d < n`` they are those of the ``d x d`` matrix ``(JP)^T (JP)`` followed by ``n - d``
-    zeros (same non-zero spectrum): ``O(n d^2 + d^3)`` instead of an ``n x n`` eigensolve
-    (4,096 positions: 64 times the work of 1,024).
-    """
+    """Eigenvalues (n,) of the table's Gram ``(JP)(JP)^T``, descending; with ``d < n`` from the
+    ``d x d`` ``(JP)^T (JP)`` and ``n - d`` zeros."""
     n, d = p.shape
     if d >= n:
         return np.sort(np.linalg.eigvalsh(gram_from_vectors(p)))[::-1]
@@ -174,15 +149,10 @@ def inspect_table(
     warnings: tuple[str, ...] = (),
     fitted_rank: int | None = None,
 ) -> Inspection:
-    """Figures of ``table`` (rows, d), and its fit to ``geometry`` when given.
-
-    ``fitted_rank``: the table is posdiag's rank-r MDS encoding of this geometry
-    (:func:`posdiag.encodings.file_meta.fitted_rank`): its stress is in-sample, and the held-out one
-    (the stress table's ``mds-r``) is computed beside it.
-
-    The baseline is a ``N(0, 0.02^2)`` table of the same shape (seed ``seed``). With a corpus, the
-    comparison uses positions ``0..min(rows, n_eff)-1``.
-    """
+    """Figures of ``table`` (rows, d) and of a seeded ``N(0, 0.02^2)`` baseline of its shape, and
+    their fit to ``geometry`` on positions ``0..min(rows, n_eff)-1`` when given.
+    ``fitted_rank``: the table is posdiag's rank-r MDS encoding of this geometry (its held-out
+    stress is computed beside it)."""
     t = np.asarray(table, dtype=np.float64)
     if t.ndim != 2 or t.shape[0] < 2:
         raise PosdiagError(f"{path}: table must be 2-D with >= 2 rows; got shape {t.shape}")

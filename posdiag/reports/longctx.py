@@ -1,23 +1,9 @@
 """``stress``, ``check``, ``build-encoding``, ``diagnose`` and ``report`` at modern context
-lengths: the implicit geometry (issue 35).
-
-From :data:`IMPLICIT_FROM` analysed positions the dense path no longer fits this class of machine
-(at 16,384 positions it peaks at 8.5 GB; at 32,768 its ``n x n`` float64 arrays alone would be
-~34 GB), so :func:`stress_report` hands the corpus to :func:`implicit_stress_report`,
-:func:`build_encoding` to :func:`implicit_encoding`, :func:`diagnose` to
-:func:`implicit_diagnose`, and ``check`` (:func:`posdiag.reports.gate.measure`) takes
-:func:`implicit_scores`; all read one analysis (:func:`takes_implicit` decides): the same
-estimator (cross-fit by shards or thinning, or the plug-in), computed by
-:mod:`posdiag.geometry.implicit` without an ``n x n`` array. What differs there
-(docs/geometry.md, "Long contexts: the implicit path"):
-
-- ``||B_H||_F^2`` (every stress's denominator), a table encoding's residual share, the pairs
-  within the noise, the noise share and the shift ``R^2`` are estimated from seeded pair samples:
-  every such figure carries a standard error, and one line (the report's ``warnings``, so on
-  screen and in the JSON) names them;
-- ``mds-r`` (and ``build-encoding``'s stress) is the in-sample eigenvalue tail (the long-n rule:
-  no held-out split), and no bootstrap intervals, Kruskal, Spearman, plug-in column or
-  per-position partners are computed.
+lengths: from :data:`IMPLICIT_FROM` analysed positions (:func:`takes_implicit`) one implicit
+geometry (:func:`implicit_analysis`, :mod:`posdiag.geometry.implicit`) without an ``n x n``
+array, else the dense reports. What differs there (docs/geometry.md, "Long contexts"): the
+sampled figures carry standard errors, named in one warning line; ``mds-r`` is in-sample; no
+intervals, Kruskal, Spearman, plug-in column or per-position partners.
 """
 
 from __future__ import annotations
@@ -28,11 +14,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .._util.validate import check_float, check_int
 from ..counts.core import Counts
 from ..encodings import DEFAULT_DIM, make_encoding
+from ..errors import PosdiagError
 from ..geometry import implicit, implicit_noise
-from ..geometry.core import _fix_signs, mds_coordinates, parameter_saving
-from ..geometry.estimator import shard_halves
+from ..geometry.core import _fix_signs, mds_coordinates
+from ..geometry.estimator import shard_halves, sqrt_rows
 from . import stress as dense
 from .analysis import (
     CROSSFIT_MIN_TOKENS,
@@ -47,17 +35,18 @@ from .analysis import (
     corpus_summary,
     refuse_identical,
     summary_notes,
+    thinning_note,
+    top_spectrum,
 )
 from .diagnosis import (
     DEFAULT_TARGET_STRESS,
     DIAGNOSE_TOLERANCES,
     Diagnosis,
-    NoiseDiagnosis,
     RankDiagnosis,
     _information,
     _recommend,
-    noise_reading,
-    saving_phrase,
+    noise_diagnosis,
+    rank_diagnosis,
     shift_diagnosis,
 )
 from .diagnosis import diagnose as dense_diagnose
@@ -88,30 +77,21 @@ __all__ = [
     "sampled_line",
     "stress_report",
     "takes_implicit",
-    "uses_implicit",
 ]
 
 
-def uses_implicit(n_eff: int) -> bool:
-    """Whether a report of ``n_eff`` positions runs the implicit path."""
-    return n_eff >= IMPLICIT_FROM
-
-
 def takes_implicit(counts: Counts, min_count: int) -> bool:
-    """Whether ``stress``, ``check`` and ``build-encoding`` analyse ``counts`` by the implicit
-    path (:func:`uses_implicit` of its analysed positions at ``min_count``)."""
+    """Whether the reports analyse ``counts`` by the implicit path: from :data:`IMPLICIT_FROM`
+    analysed positions at ``min_count``."""
     # Only inputs that long pay for the summary here (it is computed again on the dense path).
-    return counts.matrix.shape[0] >= IMPLICIT_FROM and uses_implicit(
-        corpus_summary(counts, min_count).n_eff
-    )
+    if counts.matrix.shape[0] < IMPLICIT_FROM:
+        return False
+    return corpus_summary(counts, min_count).n_eff >= IMPLICIT_FROM
 
 
 def _halves(
     counts: Counts, n: int, estimator: str, splits: int, seed: int
 ) -> tuple[implicit.ImplicitBC, str]:
-    from ..errors import PosdiagError
-    from ..geometry.estimator import sqrt_rows
-
     c = counts.matrix.tocsr()
     if estimator == "plugin":
         s = sqrt_rows(c[:n])
@@ -140,15 +120,8 @@ def sampled_line(geom: implicit.ImplicitGeometry, largest: float) -> str:
 class LongAnalysis:
     """What every command reads at long n (:func:`implicit_analysis`).
 
-    Attributes
-    ----------
-    summary : CorpusSummary
-    geometry : ImplicitGeometry
-    bc : ImplicitBC
-        The factors of ``BC`` the geometry was computed from (``diagnose`` samples more entries).
-    notes : tuple of str
-        The dense path's warnings about what was counted (padding, copies of sequences, two
-        positions, a cross-fit that fell back to thinning), in its words.
+    ``bc``: the factors of ``BC`` the geometry was computed from; ``notes``: the dense path's
+    warnings about what was counted, in its words.
     """
 
     summary: CorpusSummary
@@ -160,15 +133,10 @@ class LongAnalysis:
 def implicit_analysis(
     counts: Counts, analysis: Analysis = DEFAULT_ANALYSIS, *, rank: int = 0
 ) -> LongAnalysis:
-    """The corpus summary and the implicit geometry of ``counts`` (what every command reads at
-    long n: one call, so ``stress``, ``check``, ``build-encoding`` and ``diagnose`` tell the same
-    story), with the dense path's notes on what was counted.
-
-    ``rank``: eigenpairs needed beyond the default (``build-encoding --rank``, ``mds-r``); up to
-    16 the Lanczos and the pair sample are those of ``stress``.
+    """The corpus summary and the implicit geometry of ``counts``: one call, so every command
+    tells the same story. ``rank``: eigenpairs needed beyond the default (up to 16 the
+    Lanczos and the pair sample are those of ``stress``).
     """
-    from ..errors import PosdiagError
-
     estimator, seed = analysis.estimator, analysis.seed
     summary = corpus_summary(counts, analysis.positions_from)
     n = summary.n_eff
@@ -193,11 +161,7 @@ def implicit_analysis(
     notes = []
     shards = counts.shards
     if estimator == "crossfit" and len(shards) >= 2 and method == "thinning":
-        notes.append(
-            f"{summary.source}: a random half of the {len(shards)} shards left a position without "
-            "tokens, so the cross-fit split each position's counts instead (thinning); "
-            "fewer --shards or a larger --min-count keep the split by sequence"
-        )
+        notes.append(thinning_note(summary.source, len(shards)))
     notes += summary_notes(summary, sharded=bool(shards) or estimator == "plugin")
     return LongAnalysis(summary, replace(geom, spectrum=spec), bc, tuple(notes))
 
@@ -209,21 +173,17 @@ def implicit_scores(
 ) -> list[tuple[EncodingScore, float]]:
     """Every encoding's score on ``geom`` with its standard error, in the order asked.
 
-    ``stress`` is the figure of docs/geometry.md section 4 within the standard error; ``raw``,
-    ``kruskal``, ``spearman`` and the intervals are NaN; ``mds-r`` is the in-sample tail.
+    ``raw``, ``kruskal``, ``spearman`` and the intervals are NaN; ``mds-r`` is in-sample.
     """
-    from ..errors import PosdiagError
-
-    n = geom.n
+    n, top = geom.n, geom.spectrum.eigenvalues.size
     out: list[tuple[EncodingScore, float]] = []
     for name, params, preset in _resolve(encodings, n, dim):
         if name == "mds":
             rank = int(params["rank"])
-            if rank > geom.spectrum.eigenvalues.size:
+            if rank > top:
                 raise PosdiagError(
                     f"encoding 'mds-{rank}': at n_eff = {n:,} the implicit path computes the top "
-                    f"{geom.spectrum.eigenvalues.size} eigenpairs; ask for rank <= "
-                    f"{geom.spectrum.eigenvalues.size}"
+                    f"{top} eigenpairs; ask for rank <= {top}"
                 )
             s = implicit.mds_stress(geom, rank)
             d = int(params.get("dim", DEFAULT_DIM))
@@ -256,12 +216,8 @@ def implicit_stress_report(
     *,
     dim: int | None = None,
 ) -> StressReport:
-    """The stress table of ``encodings`` on ``counts`` (a ``Counts``) by the implicit path.
-
-    Every score's ``stress`` is the figure of docs/geometry.md section 4 on the same estimate the
-    dense path computes, within its standard error (listed in the warning line); ``raw``,
-    ``kruskal``, ``spearman``, ``plain`` and the intervals are NaN.
-    """
+    """The stress table of ``encodings`` on ``counts`` by the implicit path
+    (:func:`implicit_scores`)."""
     run = implicit_analysis(counts, analysis)
     summary, geom = run.summary, run.geometry
     scored = implicit_scores(geom, encodings, dim)
@@ -275,28 +231,13 @@ def _spectrum(
     geom: implicit.ImplicitGeometry, estimator: str, tolerances: Sequence[float]
 ) -> Spectrum:
     """The report's spectrum of the top eigenpairs (effective ranks past them read "> k")."""
-    n = geom.n
-    spec = geom.spectrum
-    lam = spec.eigenvalues
-    by_rank = spec.stress_by_rank()
-    eff: dict[float, int | None] = {}
-    for t in tolerances:
-        hits = np.flatnonzero(by_rank <= t)
-        eff[float(t)] = int(hits[0] + 1) if hits.size else lam.size + 1
-    return Spectrum(
-        eigenvalues=tuple(float(x) for x in lam),
-        stress_by_rank=tuple(float(x) for x in by_rank),
-        effective_rank=eff,
-        min_eigenvalue=math.nan,
-        floor=0.0,
-        signal_rank=0,
-        negative=(
-            f"only the top {lam.size} eigenvalues were computed at n_eff = {n:,} (implicit path: "
-            "docs/geometry.md, 'Long contexts')"
-        ),
-        estimator=estimator,
-        computed=int(lam.size),
+    lam = geom.spectrum.eigenvalues
+    unknown = (
+        f"only the top {lam.size} eigenvalues were computed at n_eff = {geom.n:,} (implicit path: "
+        "docs/geometry.md, 'Long contexts')"
     )
+    by_rank = geom.spectrum.stress_by_rank()
+    return top_spectrum(lam, by_rank, math.nan, 0.0, estimator, tolerances, unknown)
 
 
 def encoding_line(geom: implicit.ImplicitGeometry, rank: int, se: float) -> str:
@@ -313,11 +254,8 @@ def encoding_line(geom: implicit.ImplicitGeometry, rank: int, se: float) -> str:
 def implicit_encoding(
     counts: Counts, rank: int, dim: int, analysis: Analysis = DEFAULT_ANALYSIS, *, seed: int = 0
 ) -> LowRankEncoding:
-    """:func:`posdiag.reports.export.low_rank_encoding` by the implicit path: the coordinates
-    ``U_r sqrt(L_r)`` from its Lanczos eigenpairs, the stress the in-sample tail with its
-    standard error (no held-out split)."""
-    from .._util.validate import check_int
-
+    """:func:`posdiag.reports.export.low_rank_encoding` by the implicit path: coordinates from
+    its Lanczos eigenpairs, the in-sample stress with its standard error."""
     n = corpus_summary(counts, analysis.positions_from).n_eff
     rank = check_int("rank", rank, 1, n - 1, hi_label="n_eff-1")
     check_dims(n, rank, dim, seed)  # bad --dim before the pass over the counts
@@ -357,8 +295,7 @@ def stress_report(
     details: bool = True,
 ) -> StressReport:
     """:func:`posdiag.reports.stress.stress_report`, or from :data:`IMPLICIT_FROM` analysed
-    positions :func:`implicit_stress_report` (the intervals' options then do nothing: no
-    bootstrap at long contexts, docs/geometry.md "Long contexts")."""
+    positions :func:`implicit_stress_report` (no intervals)."""
     if takes_implicit(counts, analysis.positions_from):
         return implicit_stress_report(counts, encodings, analysis, dim=dim)
     return dense.stress_report(
@@ -398,34 +335,13 @@ def _rank(spectrum: Spectrum, target: float, dim: int, n: int) -> RankDiagnosis:
     by_rank = np.asarray(spectrum.stress_by_rank)
     hits = np.flatnonzero(by_rank <= target)
     r = int(hits[0] + 1) if hits.size else int(by_rank.size)
-    st = float(by_rank[r - 1])
-    saving = parameter_saving(r, n, dim)
-    cost = (
-        f"as P = A B^T it costs r(n+d) = {r * (n + dim):,} parameters vs n*d = {n * dim:,} "
-        f"({saving_phrase(saving)}, d={dim})"
-    )
-    if hits.size:
-        reading = f"rank {r} reaches stress {st:.3f} <= {target:g}; {cost}"
-    else:
-        reading = (
+    missed = None
+    if not hits.size:
+        missed = (
             f"stress <= {target:g} is not reached by the top {r} eigenpairs computed at long "
-            f"contexts (rank {r} has stress {st:.3f}); {cost}"
+            f"contexts (rank {r} has stress {by_rank[r - 1]:.3f})"
         )
-    nan = (math.nan, math.nan)
-    return RankDiagnosis(
-        spectrum,
-        target,
-        r,
-        st,
-        nan,
-        n,
-        dim,
-        r * (n + dim),
-        n * dim,
-        saving,
-        reading,
-        bool(hits.size),
-    )
+    return rank_diagnosis(spectrum, target, r, n, dim, missed)
 
 
 def implicit_diagnose(
@@ -442,8 +358,6 @@ def implicit_diagnose(
     noise share from the geometry's pair sample; the shift ``R^2`` from a sample at every lag.
     No intervals; per-position partners and noise shares (and so unstable positions) are not
     computed, except the plug-in's shares, which are exact."""
-    from .._util.validate import check_float, check_int
-
     target = check_float("target", target, 0.0, 1.0, lo_open=True)
     dim = check_int("dim", dim, 1)
     run = implicit_analysis(counts, analysis)
@@ -475,31 +389,18 @@ def implicit_diagnose(
         )
         est = implicit_noise.split_noise(geom, entries, max_pairs=MAX_PAIRS_LISTED)
         position_share, unstable = (), ()
-    n_pairs = n * (n - 1) // 2
-    count = int(round(est.within))
-    sup = summary.supports
-    noise = NoiseDiagnosis(
-        tuple(float(x) for x in floor),
-        tuple(int(x) for x in sup[:n]),
-        n_pairs,
-        count,
-        est.within / n_pairs,
+    noise = noise_diagnosis(
+        floor,
+        summary.supports,
+        est.within,
         est.examples,
         (),
         unstable,
         est.share,
         position_share,
-        noise_reading(
-            floor,
-            sup,
-            est.share,
-            est.within / n_pairs,
-            count,
-            len(unstable),
-            plugin=plugin,
-            sampled=True,
-        ),
         analysis.estimator,
+        plugin=plugin,
+        sampled=True,
     )
     shift = shift_diagnosis(sh.r2, sh.profile, sh.smoothness, sh.neighbour_mean, sh.all_mean)
     spectrum = _spectrum(geom, analysis.estimator, DIAGNOSE_TOLERANCES)

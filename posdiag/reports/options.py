@@ -1,10 +1,5 @@
-"""How a corpus is analysed: one frozen :class:`Analysis` instead of six loose keyword arguments.
-
-The reports take it as is (:func:`posdiag.reports.stress.stress_report`,
-:func:`posdiag.reports.diagnosis.diagnose`, :func:`posdiag.reports.gate.run_gate`,
-:func:`posdiag.reports.drift.corpus_drift`); the CLI
-builds one from its options, as it builds a :class:`~posdiag.corpus.reading.Reading`. A progress
-callback is not an option of the analysis: every report takes it as ``progress``.
+"""How a corpus is analysed: one frozen :class:`Analysis` every report takes (the CLI builds it
+from its options, as it builds a :class:`~posdiag.corpus.reading.Reading`).
 """
 
 from __future__ import annotations
@@ -21,27 +16,23 @@ __all__ = ["Analysis"]
 
 @dataclass(frozen=True)
 class Analysis:
-    """The parameters of one analysis, checked when it is made (one message format:
-    :mod:`posdiag._util.validate`).
+    """The parameters of one analysis, checked when it is made.
 
     Attributes
     ----------
     min_count : int or None
-        Positions with fewer sampling units (docs/geometry.md 2b) are dropped; >= 1. None:
-        100 (:func:`posdiag.reports.gate.measure`: the config file's ``min-count``, else 100).
+        Positions with fewer sampling units are dropped; None: 100 (``check``: the config
+        file's ``min-count`` first).
     estimator : {"crossfit", "plugin"}
-        Geometry estimator (docs/geometry.md).
     seed : int
         Seed of the cross-fit's splits, the shards' bootstrap and the noise floor.
     level : float or None
-        Coverage of the bootstrap intervals, in (0, 1); None: 0.95, and
-        :func:`~posdiag.reports.stress.stress_report` on counts without shards skips the
-        intervals altogether.
+        Coverage of the bootstrap intervals; None: 0.95 (and no intervals for counts without
+        shards that say nothing of them).
     replicates : int or None
-        Bootstrap replicates (>= 2); None: the default for the corpus's length
-        (:func:`posdiag.uncertainty.bootstrap.default_replicates`).
+        Bootstrap replicates; None: :func:`posdiag.uncertainty.bootstrap.default_replicates`.
     splits : int
-        Random splits of the cross-fit (>= 1).
+        Random splits of the cross-fit.
     """
 
     min_count: int | None = None

@@ -1,12 +1,5 @@
-"""Padding in the model view: which positions hold mostly the pad token, and the warning.
-
-In the model view every sequence is padded to ``max_len``, so every position has the same
-number of sequences and the supports ``N_i`` cannot show that a position is mostly padding. A
-position whose tokens are mostly ``[PAD]`` has a distribution dominated by one token: its
-distances to other padded positions shrink towards 0 and to real positions grow, so padding, not
-language, shapes that part of the geometry. posdiag therefore counts real (non-pad) tokens for
-``min_count`` in the model view (see :class:`posdiag.reports.analysis.CorpusSummary`) and warns
-here.
+"""Padding in the model view: which positions hold mostly the pad token (padding, not language,
+would shape their geometry), and the warning.
 """
 
 from __future__ import annotations
@@ -16,14 +9,12 @@ from typing import Protocol
 
 __all__ = ["NEARLY_PAD_SHARE", "mostly_padding", "padding_warnings"]
 
-# A position whose real-token share is below this is "nearly pad-only": at 5% real tokens the
-# pad token holds 95% of its distribution.
+# A position whose real-token share is below this is "nearly pad-only".
 NEARLY_PAD_SHARE = 0.05
 
 
 class CorpusSummary(Protocol):
-    """What the padding check reads of :class:`posdiag.reports.analysis.CorpusSummary` (a protocol,
-    so this module needs no import of the analysis that calls it)."""
+    """What the padding check reads of :class:`posdiag.reports.analysis.CorpusSummary`."""
 
     @property
     def source(self) -> str: ...

@@ -18,6 +18,7 @@ from ..scoring.scores import (
     score_encoding,
     score_vectors_many,
 )
+from ..uncertainty.bootstrap import _mds_rank
 from .analysis import CorpusGeometry
 
 __all__ = ["EncodingRequest", "EncodingScore", "score_encodings"]
@@ -27,10 +28,9 @@ __all__ = ["EncodingRequest", "EncodingScore", "score_encodings"]
 class EncodingScore:
     """One row of the stress table (docs/geometry.md section 4); ``spearman`` may be NaN.
 
-    ``ci_low``/``ci_high`` bound ``stress`` with the shard bootstrap (docs/theory.md); NaN when
-    no interval was computed. ``plain`` is the stress against the plug-in geometry (the old
-    headline, biased by sampling noise); ``in_sample`` is, for ``mds-r`` scored held-out, the
-    optimistic in-sample eigenvalue tail (NaN otherwise).
+    ``ci_low``/``ci_high``: the shard bootstrap's interval (NaN: none); ``plain``: the stress
+    against the plug-in geometry; ``in_sample``: for ``mds-r`` scored held-out, the in-sample
+    eigenvalue tail (NaN otherwise).
     """
 
     name: str
@@ -86,9 +86,8 @@ def _scored(
     *,
     noise: bool = False,
 ) -> list[tuple[EncodingScore, Encoding]]:
-    """Every encoding scored, best first; ``noise``: the report also prints the noise
-    diagnostics, whose split-half sums are then made with the held-out ones (one pass, and the
-    split-half grams are gone before the encodings are scored)."""
+    """Every encoding scored, best first; ``noise``: the noise diagnostics' split-half sums
+    are made in the same pass as the held-out ones."""
     with small_blas(geometry.n_eff):  # posdiag._util.threads: small dense work, one BLAS thread
         return _score_each(geometry, specs, dim, noise)
 
@@ -103,13 +102,11 @@ def _score_each(
     ]
     b_h = geometry.mds.gram
     plain = geometry.plain
-    ranks = [int(e.params["rank"]) for e, _ in encs if _is_mds(e)]
+    ranks = [r for e, _ in encs if (r := _mds_rank(e)) is not None]
     heldout = geometry.heldout_stress(ranks, noise=noise)
-    # The corpus side of every score once; each encoding then costs O(n log n) (Toeplitz) or
-    # O(n^2 d) (vectors) instead of two n x n matrices and a sort of n^2/2 pairs.
-    side = corpus_side(geometry.distances, b_h)
+    side = corpus_side(geometry.distances, b_h)  # the corpus side of every score, once
     # The mds-r tables are the leading columns of one another: scored together, in one pass.
-    family = [e for e, _ in encs if _is_mds(e) and e.profile is None and e.vectors is not None]
+    family = [e for e, _ in encs if _mds_rank(e) and e.profile is None and e.vectors is not None]
     together = score_vectors_many(side, b_h, [e.vectors for e in family if e.vectors is not None])
     batched = {id(e): m for e, m in zip(family, together, strict=True)}
     plain_lags = None
@@ -120,7 +117,7 @@ def _score_each(
         else:
             m = score_encoding(side, geometry.distances, b_h, enc)
         headline, in_sample = m.stress, float("nan")
-        rank = int(enc.params["rank"]) if _is_mds(enc) else None
+        rank = _mds_rank(enc)
         if rank is not None and rank in heldout:
             # Fitted to the noise of the very estimate it is scored on: show the held-out
             # figure (docs/geometry.md, "mds-r is scored held-out").
@@ -151,11 +148,6 @@ def _score_each(
         out.append((score, enc))
     # Stable sort: ties keep the order the user asked for.
     return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
-
-
-def _is_mds(enc: Encoding) -> bool:
-    rank = enc.params.get("rank")
-    return rank is not None and enc.name == f"mds-{rank}"
 
 
 def score_encodings(

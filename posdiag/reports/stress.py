@@ -24,11 +24,8 @@ __all__ = ["StressReport", "geometry_report", "stress_report"]
 
 @dataclass(frozen=True)
 class StressReport:
-    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for.
-
-    ``geometry`` is the corpus geometry the report was computed on (kept for plots, so they need
-    not recompute it); not part of the printed or JSON report.
-    """
+    """Everything ``posdiag stress`` prints; ``uncertainty`` is None when not asked for;
+    ``geometry`` is kept for plots."""
 
     corpus: CorpusSummary
     spectrum: Spectrum
@@ -63,14 +60,10 @@ def stress_report(
 ) -> StressReport:
     """The stress table of ``encodings`` (default set when None) on the corpus ``counts``.
 
-    With shards (:func:`~posdiag.uncertainty.bootstrap.corpus_counts_sharded`) every stress gets
-    a bootstrap interval (:class:`~posdiag.reports.options.Analysis`: ``level`` None with counts
-    that have no shards and say nothing of intervals (:attr:`Counts.no_intervals`) skips the
-    uncertainty part altogether). ``progress(done, replicates)`` follows
-    the bootstrap. ``dim`` is the model dimension of the encodings that have one (see
-    :func:`score_encodings`). ``details=False`` skips what only ``--verbose`` and the JSON show:
-    each score's plug-in figure (``plain``, then NaN) and, without intervals, the per-position
-    noise floor (``uncertainty.noise_floor``, then empty).
+    With shards every stress gets a bootstrap interval (``progress(done, replicates)``);
+    ``analysis.level`` None with counts that have no shards and say nothing of intervals skips
+    the uncertainty part. ``details=False`` skips what only ``--verbose`` and the JSON show
+    (the ``plain`` figures, a cross-fit's noise floor).
     """
     geo = analysed_geometry(counts, analysis, plain=details)
     if analysis.level is None and not counts.shards and not counts.no_intervals:

@@ -1,15 +1,7 @@
-"""Hadamard matrices, the rows of balanced half-sample designs (posdiag.uncertainty.bootstrap).
-
-A Hadamard matrix of order ``k`` has entries +-1 and ``H H^T = k I``. Scaled so its first row is
-all ones, each other row keeps ``k/2`` columns (its +1 entries), and the ``k - 1`` rows are
-orthogonal to each other and to the ones: the half-samples they pick reproduce the variance of
-all ``C(k, k/2)`` half-samples exactly for any statistic linear in the shards, with no Monte
-Carlo noise (balanced repeated replication; docs/theory.md, "Balanced half-samples").
-
-Built here: Sylvester doubling (orders ``2^a``), Paley's first construction (``q + 1`` for a
-prime ``q = 3 mod 4``) and their Kronecker products. Among multiples of 4 up to 100 that leaves
-out 28, 36, 52, 56, 76, 92 and 100, for which :func:`hadamard` returns None (the caller draws
-random half-samples instead).
+"""Hadamard matrices (+-1 entries, ``H H^T = k I``), the rows of balanced half-sample designs
+(docs/theory.md, "Balanced half-samples"): Sylvester doubling of Paley's first construction
+(``q + 1`` for a prime ``q = 3 mod 4``) or of ``[1]``; other orders (28, 36, 52, 56, 76, 92, 100
+among multiples of 4 up to 100) get None.
 """
 
 from __future__ import annotations
@@ -61,13 +53,8 @@ def _hadamard(order: int) -> np.ndarray | None:
 
 
 def hadamard(order: int) -> np.ndarray | None:
-    """A Hadamard matrix of ``order`` whose first row is all ones, or None where none is built.
-
-    Returns
-    -------
-    ndarray of int8 of shape (order, order), or None
-        Entries +-1 with ``H H^T = order I``; a fresh copy (callers may permute it).
-    """
+    """A Hadamard matrix (order, order) of int8 whose first row is all ones (a fresh copy), or
+    None where none is built."""
     if order < 1:
         return None
     h = _hadamard(int(order))

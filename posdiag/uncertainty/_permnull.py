@@ -1,10 +1,6 @@
-"""The permutation null of ``I(position; token)`` by one shuffle of the token list (long contexts).
-
-:func:`posdiag.uncertainty.bootstrap.information_null` draws a permuted table row by row, each
-row a multivariate hypergeometric sample of ``N_i`` tokens from those not yet placed: the law of
-a uniformly random permutation of the token list cut into segments of sizes ``N_0, N_1, ...``.
-Row by row costs ``O(n V)`` a table; a shuffle ``O(T)`` (``T = sum N_i`` tokens), each segment's
-``KL(mu_i || mu_bar)`` read off it by one compiled pass without building the table.
+"""The permutation null of ``I(position; token)`` by one shuffle of the token list, cut into
+segments of sizes ``N_0, N_1, ...`` (the law of the row-by-row draw of
+:func:`posdiag.uncertainty.bootstrap.information_null`, in ``O(T)`` instead of ``O(n V)``).
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ from .._util.jit import load_numba
 
 __all__ = ["PERMUTED_NULL_FROM", "permuted_kl", "shuffle_segments", "shuffled_null"]
 
-# From this many (position, token type) cells the null is drawn by shuffling (same law, another
-# random stream); below, row by row (the bundled corpus's stream).
+# From this many (position, token type) cells the null is drawn by shuffling (another stream).
 PERMUTED_NULL_FROM = 1 << 22
 
 _KERNEL: dict[str, Any] = {}
@@ -57,23 +52,10 @@ def _kernel() -> Any:
 
 
 def permuted_kl(tokens: np.ndarray, supports: np.ndarray, totals: np.ndarray) -> np.ndarray:
-    """``KL(mu_i || mu_bar)`` in bits of the table whose row ``i`` holds the next ``N_i`` tokens.
-
-    Parameters
-    ----------
-    tokens : ndarray of shape (T,), integer
-        Token type of every token (``0..S-1``), in the order the rows take them.
-    supports : ndarray of shape (n,), integer
-        ``N_i``; they sum to ``T``. Rows with ``N_i = 0`` get 0.
-    totals : ndarray of shape (S,), integer
-        Count of every token type in ``tokens`` (the pooled margin, kept by any permutation).
-
-    Returns
-    -------
-    ndarray of shape (n,)
-        ``(1/N_i) sum_v x_iv log2 x_iv - log2 N_i - (1/N_i) sum_v x_iv log2 p_v``, the same
-        quantity :func:`posdiag.geometry.core.positional_information` sums, clipped at 0 as there.
-    """
+    """``KL(mu_i || mu_bar)`` in bits (n,) of the table whose row ``i`` holds the next ``N_i``
+    tokens: ``tokens`` (T,) types ``0..S-1``, ``supports`` (n,) the ``N_i`` (summing to ``T``),
+    ``totals`` (S,) each type's count; clipped at 0 as
+    :func:`posdiag.geometry.core.positional_information`."""
     n_tot = float(np.sum(totals))
     log_pooled = np.log2(np.asarray(totals, dtype=np.float64) / n_tot)
     starts = np.zeros(supports.size + 1, dtype=np.int64)
@@ -120,19 +102,10 @@ _BUCKETS = 1 << 16
 def shuffle_segments(
     pooled: np.ndarray, supports: np.ndarray, rng: np.random.Generator, buckets: int = _BUCKETS
 ) -> np.ndarray:
-    """The token list (``pooled[v]`` copies of type ``v``) in an order whose consecutive
-    segments of sizes ``supports`` hold the tokens a uniformly random permutation puts there.
-
-    A uniform permutation is the order of iid uniform keys: tokens are grouped by the keys' high
-    part (a uniform bucket), and only the buckets a segment boundary cuts need an order (a
-    shuffle): a cache-friendly scatter and a few small shuffles.
-
-    ``buckets`` (at most 2**16) sets how finely the keys' high part cuts the list.
-
-    Returns
-    -------
-    ndarray of shape (sum(pooled),), int32 (int64 beyond 2**31 types)
-    """
+    """The token list (``pooled[v]`` copies of type ``v``; (sum(pooled),), int32) in an order
+    whose segments of sizes ``supports`` hold what a uniformly random permutation puts there:
+    tokens scattered to ``buckets`` (at most 2**16) random buckets, and only the buckets a
+    segment boundary cuts shuffled."""
     pooled = np.asarray(pooled, dtype=np.int64)
     total = int(pooled.sum())
     bucket = rng.integers(0, buckets, size=total, dtype=np.uint16)
@@ -150,19 +123,8 @@ def shuffle_segments(
 def shuffled_null(
     supports: np.ndarray, pooled: np.ndarray, repeats: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``repeats`` permuted tables (:func:`shuffle_segments`), and their ``I`` and ``KL``.
-
-    Parameters
-    ----------
-    supports : ndarray of shape (n,), integer
-    pooled : ndarray of shape (S,), integer, all > 0
-        Count of every token type seen (sums to ``sum(supports)``).
-
-    Returns
-    -------
-    (ndarray of shape (repeats,), ndarray of shape (n,))
-        ``I`` of each table in bits, and each position's mean ``KL`` over them.
-    """
+    """``I`` in bits of ``repeats`` permuted tables (repeats,) and each position's mean ``KL``
+    (n,); ``supports`` (n,), ``pooled`` (S,) every seen type's count (all > 0)."""
     sup = np.asarray(supports, dtype=np.int64)
     pooled = np.asarray(pooled, dtype=np.int64)
     weights = sup / float(sup.sum())

@@ -1,13 +1,7 @@
-"""Each bootstrap replicate's ``B_H`` (and ``D_H``), from a half of the shards.
-
-A cross-fitted replicate sums a quarter of the shards into ``C^A`` and ``C^B`` per split and
-multiplies ``R^A (R^B)^T`` (``R = sqrt(C / N)``). Up to :data:`PATTERN_MAX_BYTES`,
-:class:`ShardPattern` lays the shards out once on the total's sparsity pattern: a subset's counts
-are one matrix-vector product, and the product a dense BLAS block (frequent tokens) plus a
-``bincount`` over rare-token entry pairs; no compiled code. Beyond, shards are summed on their
-union pattern (:class:`~posdiag.uncertainty._shardsum.ShardStack`) and multiplied by the
-compiled Gram products with a float32 dense block. Both give the numbers of the float64 oracle
-(tests/uncertainty/oracle.py): to ~1e-14 and to ~1e-6.
+"""Each bootstrap replicate's ``B_H`` (and ``D_H``), from a half of the shards: up to
+:data:`PATTERN_MAX_BYTES` on the total's fixed sparsity pattern (:class:`ShardPattern`, no compiled
+code), beyond on shard sums (:class:`~posdiag.uncertainty._shardsum.ShardStack`) and compiled Gram
+products (why two: docs/performance.md). Oracle: tests/uncertainty/oracle.py.
 """
 
 from __future__ import annotations
@@ -39,8 +33,7 @@ __all__ = [
     "replicate_grams",
 ]
 
-# The pattern's table (8 bytes a shard and cell) and rare pairs (24 bytes each): beyond, shard
-# sums and compiled products are faster (docs/performance.md).
+# The pattern's table (8 bytes a shard and cell) and rare pairs (24 bytes each).
 PATTERN_MAX_BYTES = 192 << 20
 
 # (index of the replicate in the weights, B, D or None) of each replicate kept.
@@ -68,10 +61,9 @@ class ShardPattern:
     n : int
         Rows (positions) kept.
     cells : int, optional
-        Stored cells of the shards' total on those rows, if known: a lower bound of the
-        union's, to refuse a too-large table early (:class:`PatternTooLarge`).
+        Stored cells of the shards' total on those rows, if known (to refuse early).
     max_bytes : int
-        The most the table and the rare pairs may take.
+        The most the table and the rare pairs may take (else :class:`PatternTooLarge`).
 
     Attributes
     ----------
@@ -88,11 +80,8 @@ class ShardPattern:
         max_bytes: int = PATTERN_MAX_BYTES,
     ) -> None:
         parts = [sp.csr_matrix(s)[:n] for s in shards]
-        # Too large, known before summing the shards (a cost at long contexts).
         _check_size(len(parts), max(cells or 0, *(p.nnz for p in parts)), 0, max_bytes)
-        total = sp.csr_matrix(parts[0], dtype=np.float64, copy=True)
-        for p in parts[1:]:
-            total = total + p
+        total = sum(parts[1:], sp.csr_matrix(parts[0], dtype=np.float64, copy=True))
         total.sum_duplicates()
         total.eliminate_zeros()
         total.sort_indices()
@@ -114,8 +103,7 @@ class ShardPattern:
             p.eliminate_zeros()
             pk = np.repeat(np.arange(n), np.diff(p.indptr)).astype(np.int64) * v + p.indices
             self.table[i, np.searchsorted(keys, pk)] = p.data
-        # The column split once for every split of every replicate (a half holds a subset of
-        # the total's pattern).
+        # The column split once for every split of every replicate.
         self.kd = int(dense_cols.sum())
         position = np.cumsum(dense_cols) - 1
         is_dense = dense_cols[self.indices]
@@ -123,8 +111,7 @@ class ShardPattern:
         self.dense_flat = self.row[is_dense] * self.kd + position[self.indices[is_dense]]
         rare = np.flatnonzero(~is_dense)
         r_cols = self.indices[rare]
-        # The rare part as entry pairs sharing a column, each adding ra[e] rb[f] to cell
-        # (row e, row f).
+        # The rare part as entry pairs sharing a column, each adding ra[e] rb[f] to (row e, row f).
         order = rare[np.argsort(r_cols, kind="stable")]
         per_col = np.bincount(r_cols, minlength=v)
         m = per_col[self.indices[order]]  # column size, per entry in column order
@@ -146,8 +133,7 @@ class ShardPattern:
         return np.add.reduceat(data, self.starts)
 
     def sqrt_rows(self, data: np.ndarray, supports: np.ndarray) -> np.ndarray:
-        """``sqrt(C / N)`` on the pattern, as :func:`posdiag.geometry.estimator.sqrt_rows`
-        computes it (``C * (1/N)``, then the root)."""
+        """``sqrt(C / N)`` on the pattern, rounded as ``estimator.sqrt_rows`` rounds it."""
         inv = 1.0 / supports
         return np.sqrt(data * inv[self.row])
 
@@ -189,14 +175,9 @@ def replicate_grams(
     cells: int | None = None,
     max_bytes: int = PATTERN_MAX_BYTES,
 ) -> ReplicateGrams:
-    """``(j, B, D)`` of each replicate ``j`` (a row of 0/1 ``weights``, shape (R, K)) whose
-    every position keeps support; ``D`` None for a cross-fit without ``distances``.
-
-    Cross-fitted replicates split their shards ``splits`` times with ``split_rng`` (the draw of
-    :func:`posdiag.geometry.estimator.stacked_halves`); a replicate where a position loses all
-    its support in a quarter of the shards is skipped. ``progress(done, R)`` after each.
-    :class:`ShardPattern` (``cells``, ``max_bytes``: see there) while it fits, else shard sums.
-    """
+    """``(j, B, D)`` of each replicate ``j`` (a row of 0/1 ``weights`` (R, K)) whose every
+    position keeps support (in each quarter, for a cross-fit split ``splits`` times with
+    ``split_rng``); ``D`` None without ``distances``. ``progress(done, R)`` after each."""
     draw = _Draw(weights, estimator, splits, split_rng, progress, distances)
     try:
         pattern = ShardPattern(shards, n, cells, max_bytes)

@@ -1,10 +1,6 @@
-"""Sums of subsets of shards, on the union of their sparsity patterns.
-
-A split by sequence (:func:`posdiag.geometry.estimator.stacked_halves`) sums half of the shards
-into ``C^A`` and the rest into ``C^B``. A sparse selection product hashes and sorts every output
-row; :class:`ShardStack` places every stored count once at its cell of the shards' union pattern,
-so a sum is two linear compiled passes with canonical output. Counts are integers: the sums are
-exact, equal to the selection product's.
+"""Sums of subsets of shards (``C^A``, ``C^B`` of a split by sequence): :class:`ShardStack` places
+every stored count once on the shards' union pattern, so a sum is two linear compiled passes with
+canonical output (exact: counts are integers).
 """
 
 from __future__ import annotations
@@ -28,20 +24,9 @@ class ShardStack:
     """``K`` shards' counts on rows ``0..n-1``, stacked (shard ``k``, row ``i`` is stack row
     ``k n + i``), with each stored count's place on the union pattern.
 
-    Parameters
-    ----------
-    stack : csr_matrix of shape (K n, V)
-        :func:`posdiag.geometry.estimator.stack_shards` (any column order, duplicates allowed).
-    n : int
-        Rows per shard.
-
-    Attributes
-    ----------
-    indptr, indices : ndarray
-        The union pattern, shape (n + 1,) and (nnz,): every cell some shard stores, columns
-        ascending within each row.
-    row_sums : ndarray of shape (K, n)
-        Each shard's count per row (exact integers in float64).
+    ``stack`` (K n, V): :func:`posdiag.geometry.estimator.stack_shards`; ``indptr`` (n + 1,),
+    ``indices`` (nnz,): the union pattern, columns ascending; ``row_sums`` (K, n): each shard's
+    count per row.
     """
 
     def __init__(self, stack: sp.csr_matrix, n: int) -> None:
@@ -82,7 +67,6 @@ class ShardStack:
         of shape (n, V), float64, without explicit zeros."""
         chosen = np.asarray(shards, dtype=np.int64).ravel()
         if chosen.size and (chosen.min() < 0 or chosen.max() >= self.k):
-            # Read unchecked by the kernels (rows k n + i).
             raise PosdiagError(
                 f"shard sums: shards must be in [0, {self.k - 1}]; got {chosen.tolist()}"
             )
@@ -100,8 +84,7 @@ class ShardStack:
 
 
 _KERNELS: dict[str, Callable[..., None]] = {}
-# The row walks the passes share: module globals, because as closure variables they would enter
-# numba's cache key, pickled differently in every process (a recompile every run).
+# Module globals: as closure variables they would enter numba's cache key (a recompile a run).
 _first_seen: Any = None
 _accumulate: Any = None
 

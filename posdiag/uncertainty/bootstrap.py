@@ -39,10 +39,7 @@ from ..geometry.core import (
     positional_information,
     stress_by_rank,
 )
-from ..geometry.estimator import (
-    ESTIMATORS,
-    heldout_pair,
-)
+from ..geometry.estimator import ESTIMATORS, heldout_pair
 from ..geometry.spectral import PARTIAL_FROM, top_eigenpairs
 from ..scoring.scores import GramScorer, diagonal_sums
 from ._hadamard import hadamard
@@ -94,13 +91,10 @@ def corpus_counts_sharded(
     seed: int = 0,
     **read: Any,
 ) -> Counts:
-    """:func:`~posdiag.counts.corpus.corpus_counts` with shards.
+    """:func:`~posdiag.counts.corpus.corpus_counts` (every keyword in ``read``) with shards.
 
-    ``read`` takes every keyword of ``corpus_counts`` (column, tokenizer, view_name, max_len,
-    pad_token, progress, limit, sample, data_dir, dtype, vocab_size, ...); ``seed`` seeds both
-    the shards and ``sample``. ``shards=0`` counts without shards (no intervals). A counts
-    ``.npz`` has lost the sequences and a token id file is counted by the fast dense path, so
-    both are read without shards whatever ``shards`` says; the reason is kept for the report.
+    ``seed`` seeds the shards and ``sample``. Counts files and token id files have no shards
+    (nor has ``shards=0``); the reason is kept for the report (:attr:`Counts.no_intervals`).
     """
     k = check_shards(shards, "plugin")  # the estimator's own minimum: when intervals start
     counts = corpus_counts(corpus, shards=k, shard_seed=seed, seed=seed, **read)
@@ -122,24 +116,21 @@ class StressIntervals:
     Attributes
     ----------
     level : float
-        Coverage, e.g. 0.95.
     shards, replicates, seed : int
-        Shards, replicates kept (those where a position lost all support are skipped), seed.
+        Shards, replicates kept (not those where a position lost all support), seed.
     encodings : tuple of (float, float)
         ``(low, high)`` for each encoding, in the order given.
     stress_by_rank : tuple of (float, float)
         ``(low, high)`` of the rank-r MDS stress, r = 1..n_eff-1.
-    method : {"percentile", "t"}
-        :func:`interval_method` of ``replicates``.
     distance_sd : ndarray of shape (n_eff, n_eff), or None
         Bootstrap standard deviation of each ``d_H(i, j)``; None with ``distances=False``.
     bias : tuple of float
-        Mean replicate stress minus the estimate, per encoding (positive: noise inflates it).
+        Mean replicate stress minus the estimate, per encoding.
+    method : {"percentile", "t"}
     heldout_pairs, heldout_splits : int
-        Complementary pairs whose held-out ``mds-r`` figures widened those intervals (0: none
-        did), and the outer splits each held-out headline averages (0: none scored).
+        Complementary pairs whose held-out ``mds-r`` figures widened those intervals, and the
+        outer splits each held-out headline averages (0: none).
     design : {"balanced", "random"}
-        How the half-samples were drawn (:func:`replicate_halves`).
     """
 
     level: float
@@ -178,10 +169,8 @@ def check_level(level: float) -> float:
 
 def default_replicates(n_eff: int, shards: int = DEFAULT_SHARDS) -> int:
     """The replicates a bootstrap draws when none are asked for: :data:`DEFAULT_REPLICATES`;
-    from :data:`BALANCED_FROM` positions :data:`BALANCED_MAX_REPLICATES`, or where a
-    Hadamard matrix of order ``shards`` is built, ``min(BALANCED_MAX_REPLICATES, 2 (shards -
-    1))``, balanced ones (38 for the default 20 shards; why: see posdiag._util.defaults and
-    :func:`replicate_halves`)."""
+    from :data:`BALANCED_FROM` positions :data:`BALANCED_MAX_REPLICATES`, at most ``2 (shards -
+    1)`` where a Hadamard matrix of order ``shards`` is built (why: posdiag._util.defaults)."""
     if n_eff < BALANCED_FROM:
         return DEFAULT_REPLICATES
     if shards >= 2 and hadamard(shards) is not None:
@@ -201,22 +190,9 @@ def _interval(
     scale: float = 1.0,
     extra: tuple[float, int] = (0.0, 0),
 ) -> tuple[float, float]:
-    """Interval of ``samples`` around ``estimate``, clipped to [0, 1].
-
-    From :data:`PERCENTILE_FROM` samples the percentile interval ``estimate + scale (q - mean)``;
-    with fewer, ``estimate +- scale t sd`` (``t`` the Student quantile with ``R - 1`` degrees of
-    freedom, ``sd`` the samples' standard deviation): the 2.5% tail of 50 replicates is one or
-    two values, while their sd is known to ~10% (the percentile interval of 200 replicates is
-    to ~10% as well).
-
-    Every replicate is a half-size corpus, so its distances carry a larger small-sample bias and
-    the replicate distribution sits off the estimate by that bias; centring on the estimate keeps
-    the spread (what the interval is for) and drops the shift. ``scale`` converts the spread of
-    half-samples to the full sample's (see :func:`bootstrap_stress`).
-
-    ``extra = (sd, dof)``, with ``dof > 0``: a second, independent source of spread (a held-out
-    figure's outer splits), added to each side in quadrature as ``t_dof * sd``.
-    """
+    """Interval of ``samples`` (R,) centred on ``estimate``, clipped to [0, 1] (docs/theory.md,
+    "Percentile or t"); ``scale`` converts half-samples' spread to the full sample's, ``extra =
+    (sd, dof)`` adds an independent spread in quadrature as ``t_dof sd``."""
     from scipy.special import stdtrit  # the Student quantile, without importing scipy.stats
 
     samples = np.asarray(samples, dtype=np.float64)
@@ -233,10 +209,8 @@ def _interval(
     if dof > 0 and sd > 0.0:
         q = float(stdtrit(dof, 1.0 - alpha)) * sd
         lo, hi = -math.hypot(min(lo, 0.0), q), math.hypot(max(hi, 0.0), q)
-    return (
-        float(np.clip(estimate + lo, 0.0, 1.0)),
-        float(np.clip(estimate + hi, 0.0, 1.0)),
-    )
+    low, high = np.clip([estimate + lo, estimate + hi], 0.0, 1.0)
+    return float(low), float(high)
 
 
 def _mds_rank(enc: Encoding) -> int | None:
@@ -244,21 +218,15 @@ def _mds_rank(enc: Encoding) -> int | None:
     return int(rank) if rank is not None and enc.name == f"mds-{rank}" else None
 
 
-# Percentile intervals from this many replicates (2.5 values in each 2.5% tail); fewer give a
-# t interval from their sd (_interval).
+# Percentile intervals from this many replicates (2.5 values in each 2.5% tail), else t.
 PERCENTILE_FROM = 100
-# Cross-fit splits inside each bootstrap replicate: the replicate's spread, not its mean, makes
-# the interval, and 2 keep it calibrated (benchmarks/estimator.py measures it).
+# Cross-fit splits inside a replicate: its spread makes the interval, and 2 keep it calibrated.
 REPLICATE_SPLITS = 2
-# Replicate Grams whose eigenvalues one LAPACK call computes (per-call overhead dominates small
-# Grams; at most 64 MB below PARTIAL_FROM positions).
+# Replicate Grams whose eigenvalues one LAPACK call computes (per-call overhead dominates).
 _EIG_BATCH = 32
-# From PARTIAL_FROM positions a replicate's rank stresses come from its top REPLICATE_RANKS
-# eigenpairs (warm-started block subspace iteration) and ||B||_F^2: its rank intervals cover
-# ranks 1..REPLICATE_RANKS (the ranks a report shows) and every mds-r asked for.
+# From PARTIAL_FROM positions the rank intervals cover ranks 1..REPLICATE_RANKS and every mds-r.
 REPLICATE_RANKS = 10
-# Residual bound of the replicates' Ritz pairs, relative to ||B||_F: a rank stress then errs by
-# ~1e-7 against eigvalsh, far below an interval's width.
+# Residual bound of the replicates' Ritz pairs relative to ||B||_F (rank stresses to ~1e-7).
 REPLICATE_EIG_TOL = 1e-4
 REPLICATE_EIG_ITER = 200
 
@@ -283,10 +251,9 @@ def bootstrap_stress(
 ) -> StressIntervals:
     """Intervals for the stress of each encoding and of each MDS rank on positions ``0..n_eff-1``.
 
-    A replicate keeps ``h = floor(K/2)`` of the ``K`` shards (half-sampling, in complementary
-    pairs: docs/theory.md, "Uncertainty") and recomputes ``B_H`` and each stress, cross-fitting
-    its own shards with ``estimator="crossfit"``; ``mds-r`` encodings are refitted on it.
-    Deviations from the replicates' mean, scaled by ``sqrt(h / (K - h))``, are centred on the
+    A replicate keeps ``h = floor(K/2)`` of the ``K`` shards (complementary pairs:
+    docs/theory.md, "Uncertainty") and recomputes ``B_H`` and each stress (``mds-r`` refitted);
+    deviations from the replicates' mean, scaled by ``sqrt(h / (K - h))``, are centred on the
     estimate (:func:`_interval`).
 
     Parameters
@@ -294,25 +261,23 @@ def bootstrap_stress(
     estimates : sequence of float
         Full-data stress of each encoding, where the intervals are centred.
     replicates : int, optional
-        Drawn by :func:`replicate_halves`; default :func:`default_replicates`.
+        Default :func:`default_replicates`.
     progress : callable, optional
         Called after each replicate with (done, replicates).
     estimator : {"crossfit", "plugin"}
         With ``replicate_splits`` cross-fit splits per replicate.
     full_eigenvalues : ndarray of shape (n_eff,), optional
     full_mds : MDS, optional
-        The full-data geometry (partial spectra allowed), else its eigenvalues, else the
-        plug-in's: the centres of the rank intervals (and the replicates' warm start).
+        The full-data geometry, else its eigenvalues, else the plug-in's: the centres of the
+        rank intervals (and the replicates' warm start).
     distances : bool
-        Also :attr:`StressIntervals.distance_sd` (two ``n x n`` running sums).
+        Also :attr:`StressIntervals.distance_sd`.
     heldout_splits : int
-        Outer splits averaged in the held-out ``mds-r`` ``estimates``
-        (:func:`posdiag.geometry.estimator.split_half_summary`), whose spread the complementary
-        pairs add (:func:`_split_spread`); 0 for in-sample tails.
+        Outer splits averaged in the held-out ``mds-r`` ``estimates``, whose spread the
+        complementary pairs add (:func:`_split_spread`); 0 for in-sample tails.
     ranks : int, optional
-        Rank intervals for ranks ``1..ranks`` (and every ``mds-r``) only, from each replicate's
-        top eigenpairs; default: all below ``PARTIAL_FROM`` positions, else
-        :data:`REPLICATE_RANKS`.
+        Rank intervals for ranks ``1..ranks`` (and every ``mds-r``) only; default all below
+        ``PARTIAL_FROM`` positions, else :data:`REPLICATE_RANKS`.
     """
     k, n, level, replicates = _checked(counts, n_eff, level, replicates)
     estimator = check_choice("estimator", estimator, ESTIMATORS)
@@ -330,7 +295,6 @@ def bootstrap_stress(
     if ranks is not None or n >= PARTIAL_FROM:
         top = REPLICATE_RANKS if ranks is None else check_int("ranks", ranks, 1)
         ranks = min(n - 1, max([top, *fitted]))
-    # Each fixed encoding's side once: Toeplitz encodings share one diagonal-sum pass a replicate.
     scorers = [None if r else GramScorer(e) for e, r in zip(encodings, ranks_of, strict=True)]
     samples = _Samples(n, ranks_of, scorers, heldout_ranks, distances, ranks, start)
     grams = replicate_grams(
@@ -378,8 +342,8 @@ def _checked(
 def _full_by_rank(
     counts: Counts, n: int, full_mds: MDS | None, full_eigenvalues: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The full data's rank stresses (the rank intervals' centres) and eigenvectors (the
-    replicates' warm start), from ``full_mds``, else ``full_eigenvalues``, else the plug-in."""
+    """The full data's rank stresses (the intervals' centres) and eigenvectors (the replicates'
+    warm start), from ``full_mds``, else ``full_eigenvalues``, else the plug-in."""
     if full_mds is None and full_eigenvalues is None:
         full_mds = mds_from_gram(gram_from_distances(hellinger_distances(counts.matrix[:n])))
     if full_mds is not None:
@@ -396,9 +360,8 @@ def _reserve(
     ranks_of: list[int | None],
     heldout: bool,
 ) -> None:
-    """Refuse a bootstrap whose samples and ``n x n`` arrays would not fit in memory: the
-    weights and samples, the running sums, one replicate's geometry, each table's dense
-    ``B_E`` and, with held-out pairs, a pair's first replicate waiting for its complement."""
+    """Refuse a bootstrap whose samples and ``n x n`` arrays (running sums, a replicate's
+    geometry, each table's ``B_E``, a waiting held-out pair) would not fit in memory."""
     tables = sum(
         1 for e, r in zip(encodings, ranks_of, strict=True) if e.profile is None and r is None
     )
@@ -414,13 +377,8 @@ def _cells(total: sp.spmatrix | sp.sparray | np.ndarray, n: int) -> int | None:
 
 
 def replicate_halves(k: int, replicates: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
-    """0/1 weights of ``replicates`` half-samples of ``k`` shards in complementary pairs, of
-    shape (replicates, k), and the design that drew them: ``"balanced"`` or ``"random"``.
-
-    ``"balanced"`` (:func:`balanced_halves`) where a Hadamard matrix of order ``k`` is built
-    and ``replicates <= 2 (k - 1)``, else ``"random"`` (:func:`paired_halves`); why balanced:
-    docs/theory.md, "Balanced half-samples".
-    """
+    """0/1 weights (replicates, k) of half-samples of ``k`` shards in complementary pairs, and
+    the design: ``"balanced"`` (:func:`balanced_halves`) where possible, else ``"random"``."""
     weights = balanced_halves(k, replicates, rng)
     if weights is not None:
         return weights, "balanced"
@@ -428,14 +386,11 @@ def replicate_halves(k: int, replicates: int, rng: np.random.Generator) -> tuple
 
 
 def balanced_halves(k: int, replicates: int, rng: np.random.Generator) -> np.ndarray | None:
-    """0/1 weights of ``replicates`` balanced half-samples of ``k`` shards, of shape
-    (replicates, k), or None where no Hadamard matrix of order ``k`` is built
-    (:func:`posdiag.uncertainty._hadamard.hadamard`) or ``replicates > 2 (k - 1)``.
+    """0/1 weights (replicates, k) of balanced half-samples (docs/theory.md, "Balanced
+    half-samples"), or None without a Hadamard matrix of order ``k`` or past ``2 (k - 1)``.
 
-    Row ``2j`` keeps the ``k/2`` shards where row ``j`` of a Hadamard matrix (first row all
-    ones, left out) is +1, row ``2j+1`` the other ``k/2`` (the pair layout of
-    :func:`paired_halves`). Which rows, and which column each shard takes, are seeded random
-    choices, so every shard is equally likely in every row.
+    Row ``2j`` keeps the shards where row ``j`` of a Hadamard matrix (the ones row left out) is
+    +1, row ``2j+1`` the others; rows and columns are permuted at random.
     """
     h = hadamard(k) if k >= 2 else None
     if h is None or replicates > 2 * (k - 1):
@@ -447,12 +402,8 @@ def balanced_halves(k: int, replicates: int, rng: np.random.Generator) -> np.nda
 
 
 def paired_halves(k: int, replicates: int, rng: np.random.Generator) -> np.ndarray:
-    """0/1 weights of ``replicates`` half-samples of ``k`` shards, of shape (replicates, k).
-
-    Row ``2j`` keeps ``floor(k/2)`` shards drawn without replacement; row ``2j+1`` keeps the
-    shards row ``2j`` left out (``floor(k/2)`` of them, drawn, when ``k`` is odd): a pair is
-    one outer split of the held-out ``mds-r`` fit (:func:`_split_spread`).
-    """
+    """0/1 weights (replicates, k) of random half-samples: row ``2j`` keeps ``floor(k/2)``
+    shards, row ``2j+1`` the others (``floor(k/2)`` of them when ``k`` is odd)."""
     h = k // 2
     weights = np.zeros((replicates, k))
     for j, row in enumerate(weights):
@@ -467,9 +418,8 @@ def paired_halves(k: int, replicates: int, rng: np.random.Generator) -> np.ndarr
 def _split_spread(
     pairs: np.ndarray, heldout_ranks: list[int], rank: int | None, splits: int
 ) -> tuple[float, int]:
-    """``(sd, degrees of freedom)`` of a held-out ``mds-r`` headline over its outer splits: the
-    sd of the complementary pairs' held-out figures over ``sqrt(splits)``; ``(0, 0)`` for any
-    other encoding, or without pairs (:func:`bootstrap_stress` keeps none of a single one)."""
+    """``(sd, degrees of freedom)`` of a held-out ``mds-r`` headline over its outer splits, from
+    the complementary pairs' figures; ``(0, 0)`` for other encodings or without pairs."""
     if rank is None or rank not in heldout_ranks or not pairs.shape[0]:
         return 0.0, 0
     col = pairs[:, heldout_ranks.index(rank)]
@@ -480,13 +430,9 @@ Samples = tuple[list[np.ndarray], np.ndarray, np.ndarray | None, int, np.ndarray
 
 
 class _Samples:
-    """Each kept replicate's figures: its stress per encoding, its rank stresses, the running
-    sums of its distances and the held-out stress of ``heldout_ranks`` of each complementary
-    pair both of whose replicates were kept.
-
-    ``top``: the rank stresses from the replicate's top ``top`` eigenpairs (warm-started from
-    ``start``) and ``||B||_F^2``; None: every eigenvalue, :data:`_EIG_BATCH` replicates a call.
-    """
+    """Each kept replicate's stresses, rank stresses, distance sums and the held-out stresses
+    of each kept complementary pair. ``top``: rank stresses from the top ``top`` eigenpairs
+    (warm-started from ``start``); None: every eigenvalue, in batches."""
 
     def __init__(
         self,
@@ -572,9 +518,8 @@ class _Samples:
 
 
 def _exact_replicates(samples: _Samples, grams: ReplicateGrams, n: int, drawn: int) -> Samples:
-    """Every replicate recomputed into ``samples`` (:func:`posdiag._util.threads.small_blas`);
-    at least 2 of the ``drawn`` must keep every position, and a single complementary pair has
-    no spread (the held-out intervals then stay in-sample)."""
+    """Every replicate recomputed into ``samples``; at least 2 must keep every position, and a
+    single complementary pair (no spread) is dropped."""
     with small_blas(n):
         for j, b, d in grams:
             samples.add(j, b, d)
@@ -588,12 +533,10 @@ def _exact_replicates(samples: _Samples, grams: ReplicateGrams, n: int, drawn: i
 
 
 def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``top`` largest eigenpairs of symmetric ``b``, largest first (LAPACK's subset
-    solver: a fraction of a full ``eigh`` for a few pairs)."""
+    """The ``top`` largest eigenpairs of symmetric ``b`` (n, n), largest first."""
     from scipy.linalg import eigh
 
     n = b.shape[0]
-    # check_finite=False: a replicate's gram is made here, finite.
     lam, vecs = eigh(b, subset_by_index=(n - top, n - 1), check_finite=False)
     return lam[::-1], vecs[:, ::-1]
 
@@ -601,12 +544,9 @@ def _top_pairs(b: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
 def noise_floor(
     counts: sp.spmatrix | sp.sparray | np.ndarray, *, repeats: int = 3, seed: int = 0
 ) -> np.ndarray:
-    """Split-half noise floor of each position (docs/geometry.md section 8).
-
-    The sequences reaching position ``i`` are split into two random halves and ``d_H`` is taken
-    between the halves' distributions, averaged over ``repeats`` seeded splits. Splitting the
-    sequences at one position is exactly a multivariate hypergeometric draw of ``floor(N_i/2)``
-    of its ``N_i`` tokens, so the counts suffice: no second pass, and counts files work too.
+    """Split-half noise floor of each position (docs/geometry.md section 8): ``d_H`` between
+    two random halves of its ``N_i`` tokens (a multivariate hypergeometric draw), averaged over
+    ``repeats`` seeded splits.
 
     Parameters
     ----------
@@ -640,12 +580,8 @@ def noise_floor(
 def noise_floor_by_shards(
     shards: Sequence[sp.csr_matrix], n: int, *, repeats: int = 3, seed: int = 0
 ) -> np.ndarray:
-    """:func:`noise_floor` with halves made of whole shards, i.e. of sampling units.
-
-    Copies of a sequence share a shard (:mod:`posdiag.corpus.units`), so the two halves are
-    independent samples even when the corpus repeats itself; a split of each position's tokens
-    would put copies on both sides and understate the noise. ``repeats`` distinct random
-    halves of the ``K`` shards (``floor(K/2)`` and the rest), seeded, are averaged.
+    """:func:`noise_floor` with halves of whole shards (sampling units: copies of a sequence
+    share a shard, so they never sit on both sides), over ``repeats`` seeded halves.
 
     Returns
     -------
@@ -657,16 +593,12 @@ def noise_floor_by_shards(
     repeats = check_int("repeats", repeats, 1)
     k = len(shards)
     rows = [sp.csr_matrix(m[:n], dtype=np.float64) for m in shards]
-    total = rows[0].copy()
-    for m in rows[1:]:
-        total = total + m
+    total = sum(rows[1:], rows[0])
     rng = np.random.default_rng([seed, 3])
     acc = np.zeros(n)
     seen = np.zeros(n)
     for pick in split_picks(k, repeats, rng):
-        a = rows[int(pick[0])].copy()
-        for j in pick[1:]:
-            a = a + rows[int(j)]
+        a = sum((rows[int(j)] for j in pick[1:]), rows[int(pick[0])])
         b = sp.csr_matrix(total - a)
         na = np.asarray(a.sum(axis=1)).ravel()
         nb = np.asarray(b.sum(axis=1)).ravel()
@@ -681,17 +613,8 @@ def noise_floor_by_shards(
 
 
 def pair_floor(floor: np.ndarray) -> np.ndarray:
-    """Expected ``d_H(i, j)`` of two full-size estimates of the *same* distribution.
-
-    A half-size estimate has twice the squared error of a full one, so the split-half floor
-    ``f_i`` satisfies ``f_i^2 ~ 4 e_i`` with ``e_i`` the full estimate's squared error, and two
-    positions with identical distributions sit at ``sqrt(e_i + e_j) = sqrt(f_i^2 + f_j^2) / 2``
-    (small-noise approximation; docs/theory.md).
-
-    Returns
-    -------
-    ndarray of shape (n, n)
-    """
+    """Expected ``d_H(i, j)`` (n, n) of two full-size estimates of the *same* distribution,
+    ``sqrt(f_i^2 + f_j^2) / 2`` from the split-half floor ``f`` (n,) (docs/theory.md)."""
     f2 = np.asarray(floor, dtype=np.float64) ** 2
     return np.sqrt(f2[:, None] + f2[None, :]) / 2.0
 
@@ -700,14 +623,8 @@ def pair_floor(floor: np.ndarray) -> np.ndarray:
 class InformationNull:
     """``I(position; token)`` expected when position and token are independent.
 
-    Attributes
-    ----------
-    mean, sd : float
-        Mean and standard deviation, in bits, over ``repeats`` permuted tables (tokens shuffled
-        across positions, keeping every support ``N_i`` and every token's total count).
-    per_position : ndarray of shape (n_positions,)
-        Mean ``KL(mu_i || mu_bar)`` of each position under the permutation, in bits.
-    repeats : int
+    ``mean``, ``sd``: over ``repeats`` permuted tables, in bits; ``per_position``
+    (n_positions,): each position's mean ``KL(mu_i || mu_bar)`` under the permutation.
     """
 
     mean: float
@@ -719,13 +636,10 @@ class InformationNull:
 def information_null(
     counts: sp.spmatrix | sp.sparray | np.ndarray, *, repeats: int = 5, seed: int = 0
 ) -> InformationNull:
-    """The level of the plug-in ``I`` on data where position carries no information.
-
-    The plug-in estimate is biased upward (about ``(V-1)(n-1) / (2 N ln 2)`` bits for large
-    samples, more with many rare types). Shuffling tokens across positions keeps both margins,
-    so rare types stay as rare (drawing rows from the pooled distribution would lose a third of
-    the singletons): row by row, a multivariate hypergeometric sample of ``N_i`` tokens from
-    those not yet placed; from :data:`PERMUTED_NULL_FROM` cells, one shuffle of the token list.
+    """The level of the plug-in ``I`` (biased upward) on data where position carries no
+    information: tokens permuted across positions, keeping both margins. Row by row, a
+    multivariate hypergeometric sample of ``N_i`` of the tokens not yet placed; from
+    :data:`PERMUTED_NULL_FROM` cells, one shuffle of the token list.
 
     Parameters
     ----------
