@@ -126,12 +126,8 @@ class Counts:
 
     @property
     def real_supports(self) -> np.ndarray:
-        """Real (non-pad) tokens at each position, of shape (n_positions,).
-
-        In the model view every sequence reaches every position, padded to ``max_len``, so
-        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
-        the pad token. Equal to :attr:`supports` when nothing was padded.
-        """
+        """Tokens other than the pad token at each position, of shape (n_positions,): in the
+        model view every sequence reaches every position, so :attr:`supports` is flat there."""
         sup = self.supports
         pad = self.pad_id
         if pad is None or pad >= self.vocab_size:
@@ -161,18 +157,25 @@ class Counts:
         return merge_counts([self, other], ["left operand", "right operand"])
 
 
+def columns(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``block`` (windows, m) transposed to contiguous columns (m, windows), reusing ``out``."""
+    w, m = block.shape
+    if out is None or out.dtype != block.dtype or out.size < w * m:
+        out = np.empty(w * m, dtype=block.dtype)
+    cols = out.reshape(-1)[: w * m].reshape(m, w)
+    rows = max(1, (1 << 18) // max(m, 1))  # tiles of whole rows: 512 KB of uint16, L2-sized
+    for r0 in range(0, w, rows):
+        np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
+    return cols
+
+
 class CountAccumulator:
     """Streaming counter of (position, id) pairs.
 
-    Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
-    (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
-    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
-    ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
-    ``np.add.at`` (blocks of id windows: one contiguous column per position, see
-    :meth:`columns` and :meth:`add_columns`). Each count grows by at
-    most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
-    block is spilled into an int64 total. Memory: the block plus one batch, independent of the
-    corpus length.
+    Sparse by default, keyed ``id * n + pos`` (ids may grow while streaming, as whitespace's
+    do). With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
+    ``dense_limit`` bytes, counts go into that block with ``np.add.at``; a count grows by at
+    most one per sequence, so the block is spilled into an int64 total every 2**31 - 1 sequences.
     """
 
     _INT32_MAX = np.iinfo(np.int32).max
@@ -204,8 +207,7 @@ class CountAccumulator:
         self._dense: np.ndarray | None = None
         self._spill: np.ndarray | None = None
         self._since_spill = 0
-        self._cols: np.ndarray | None = None
-        if self.vocab_size is not None and self.n * self.vocab_size * 4 <= dense_limit:
+        if self.vocab_size is not None and dense_bytes <= dense_limit:
             self._dense = np.zeros((self.n, self.vocab_size), dtype=np.int32)
 
     @property
@@ -244,14 +246,19 @@ class CountAccumulator:
             pos *= v
             pos += ids
             np.add.at(self._dense.reshape(-1), pos, np.int32(1))
-            return total
-        keys, vals = np.unique(ids * self.n + pos, return_counts=True)
+        else:
+            self._buffer(ids * self.n + pos)
+        return total
+
+    def _buffer(self, keys: np.ndarray) -> None:
+        """Buffer pair keys ``id * n + pos`` (any shape), merged into the totals past
+        ``compact_at``."""
+        keys, vals = np.unique(keys, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
         self._buffered += keys.size
         if self._buffered >= self._compact_at:
             self._compact()
-        return total
 
     def add_block(self, block: np.ndarray) -> int:
         """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
@@ -268,36 +275,13 @@ class CountAccumulator:
             ids = block.astype(np.int64)
             ids *= self.n
             ids += np.arange(m, dtype=np.int64)
-            keys, vals = np.unique(ids, return_counts=True)
-            self._buf_keys.append(keys)
-            self._buf_vals.append(vals.astype(np.int64))
-            self._buffered += keys.size
-            if self._buffered >= self._compact_at:
-                self._compact()
+            self._buffer(ids)
             return w * m
-        return self.add_columns(self.columns(block))
-
-    def columns(self, block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``block`` (windows x m) transposed to contiguous columns (m x windows).
-
-        Copied in tiles of whole rows (contiguous reads, a cache-sized working set): about
-        twice as fast as numpy's plain transposed copy. ``out``, if given, is reused.
-        """
-        w, m = block.shape
-        if out is None or out.dtype != block.dtype or out.size < w * m:
-            out = np.empty(w * m, dtype=block.dtype)
-        cols = out.reshape(-1)[: w * m].reshape(m, w)
-        rows = max(1, (1 << 18) // max(m, 1))  # 512 KB tiles of uint16: L2-sized
-        for r0 in range(0, w, rows):
-            np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
-        return cols
+        return self.add_columns(columns(block))
 
     def add_columns(self, cols: np.ndarray) -> int:
-        """Count a transposed block of windows: ``cols[i]`` holds the ids at position ``i``.
-
-        Dense mode only; one ``np.add.at`` per position on a contiguous column (numpy's
-        unbuffered fast path: no O(V) work and no temporary per call). Ids must be checked.
-        """
+        """Count a transposed block of windows (m, windows): ``cols[i]`` holds position ``i``'s
+        checked ids; one ``np.add.at`` per contiguous column (numpy's unbuffered fast path)."""
         if self._dense is None:
             return self.add_block(np.ascontiguousarray(cols.T))
         m, w = cols.shape
@@ -332,10 +316,9 @@ class CountAccumulator:
         return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
 
     def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
-        # Built by hand, a few rows at a time, straight into the output arrays: scipy's dense ->
-        # csr conversion and whole-block temporaries cost several times more on an n x V block
-        # of tens of millions of entries (fresh memory is what is slow here).
+        # A few rows at a time into the output arrays: fresh n x V temporaries are what is slow.
         assert self._dense is not None
+
         dense = self._dense if self._spill is None else self._spill + self._dense
         v = dense.shape[1]
         if vocab_size < v and dense[:, vocab_size:].any():
@@ -401,14 +384,11 @@ def count_texts(
 ) -> Counts:
     """Tokenize, apply a view and count.
 
-    Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
-    the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
-    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
-    same single pass: the shard of its sampling unit (:mod:`posdiag.corpus.units`: a hash of its
-    content, or of its first ``group_prefix`` tokens, or of its ``group_by`` value, and the
-    seed), so copies of a sequence share a shard wherever they sit. ``dedup`` drops exact
-    duplicates before counting. The metadata's ``units`` holds the duplicate tally and the
-    units reaching each position (:class:`~posdiag.corpus.units.UnitTally`).
+    Counts go into a dense ``max_len x V`` block when the vocabulary is fixed and the block
+    takes at most ``dense_limit`` bytes, else into the sparse accumulator. With ``shards=K >= 2``
+    each sequence also goes, in the same pass, to the shard of its sampling unit
+    (:mod:`posdiag.corpus.units`); ``dedup`` drops exact duplicates first. The metadata's
+    ``units`` holds the :class:`~posdiag.corpus.units.UnitTally`.
 
     Returns
     -------
@@ -481,36 +461,25 @@ def _count_texts(
 ) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count ``texts`` (a corpus, or one piece of it) into one total (or ``shards`` shards).
 
-    The shard of a sequence is a function of its content (or its ``group_by`` value) and the
-    seed alone (:mod:`posdiag.corpus.units`), so counting the pieces of a corpus anywhere, in any
-    order, gives the same shards. The packed view carries windows across the texts given.
+    Shards depend on content and seed alone, so pieces counted anywhere give the same shards;
+    ``skip``: with ``dedup``, content hashes whose first copy was counted in another piece.
 
     Returns
     -------
     (matrices, documents, sequences, tokens, units)
-        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``;
-        ``units``: what the pass saw of its sampling units
-        (:class:`~posdiag.corpus.units.UnitState`).
-        ``skip``: with ``dedup``, content hashes whose first copy was counted elsewhere (a Dask
-        piece after the one holding it).
+        One csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards`` of them; the
+        pass's :class:`~posdiag.corpus.units.UnitState`.
     """
     k = shards
     if k:
-        # One sparse accumulator per shard, each with its own row pointers when built.
+        # One sparse accumulator per shard (K dense blocks would not fit), with its row pointers.
         n = check_max_len(max_len)
         require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
-    run_ids = tokenizer.fingerprint == "run"
-    if k:
-        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
         accs = [CountAccumulator(max_len) for _ in range(k)]
     else:
-        accs = [
-            CountAccumulator(
-                max_len,
-                vocab_size=None if run_ids else tokenizer.vocab_size,
-                dense_limit=dense_limit,
-            )
-        ]
+        v = None if tokenizer.fingerprint == "run" else tokenizer.vocab_size
+
+        accs = [CountAccumulator(max_len, vocab_size=v, dense_limit=dense_limit)]
     keyer = UnitKeyer(
         tokenizer,
         seed=shard_seed,
@@ -579,13 +548,9 @@ def _keyed_view(
 
 
 def _selection_meta(source: Source) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if source.column is not None:
-        out["column"] = source.column
-    if source.limit is not None:
-        out["limit"] = source.limit
+    fields = ("column", "limit", "sample")
+    out = {k: getattr(source, k) for k in fields if getattr(source, k) is not None}
     if source.sample is not None:
-        out["sample"] = source.sample
         out["seed"] = source.seed
     return out
 
@@ -604,12 +569,7 @@ def count_source(
     group_prefix: int = DEFAULT_GROUP_PREFIX,
     dedup: bool = False,
 ) -> Counts:
-    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name.
-
-    A sequence's shard is a function of its content (or of the source's ``group_by`` field)
-    and the seed, so the file order, the pieces and counting on a Dask cluster do not change
-    the shards.
-    """
+    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name."""
     _start(progress, source.expected, "documents")
     counts = count_texts(
         source.texts(),
@@ -679,17 +639,12 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
     # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
     meta.pop("units", None)
-    if meta.get("tokenizer_fingerprint") != "run":
-        total = counts[0].matrix.copy()
-        for c in counts[1:]:
-            total = total + c.matrix
-        return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
     aligned = align_vocabularies(counts, labels)
-    total = aligned[0].matrix
-    for c in aligned[1:]:
-        total = total + c.matrix
-    meta["vocab_size"] = aligned[0].vocab_size
-    return Counts(sp.csr_matrix(total), meta, aligned[0].vocab)
+    total = sum((c.matrix for c in aligned[1:]), aligned[0].matrix.copy())
+    run = meta.get("tokenizer_fingerprint") == "run"
+    if run:
+        meta["vocab_size"] = aligned[0].vocab_size
+    return Counts(sp.csr_matrix(total, dtype=np.int64), meta, aligned[0].vocab if run else None)
 
 
 def _renumber(x: sp.csr_matrix, remap: np.ndarray, v: int) -> sp.csr_matrix:

@@ -36,11 +36,13 @@ from .core import (
     ProgressFn,
     _count_texts,
     _meta,
+    _renumber,
     _selection_meta,
     _start,
+    columns,
     units_meta,
 )
-from .ids import BLOCK_TOKENS, _bad_id_error, _first_bad_id, _select_windows
+from .ids import BLOCK_TOKENS, _check_ids, _id_blocks, _select_windows
 
 __all__ = [
     "ENGINES",
@@ -184,20 +186,10 @@ class Partial:
     units: UnitState | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
-        # scipy matrix is slower to move between processes).
-        return (
-            _partial_from,
-            (
-                _csr_parts(self.matrix),
-                tuple(_csr_parts(s) for s in self.shards),
-                self.documents,
-                self.sequences,
-                self.tokens,
-                self.vocab,
-                self.units,
-            ),
-        )
+        # As plain arrays, which Dask sends as out-of-band buffers without copies.
+        shards = tuple(_csr_parts(s) for s in self.shards)
+        rest = (self.documents, self.sequences, self.tokens, self.vocab, self.units)
+        return (_partial_from, (_csr_parts(self.matrix), shards, *rest))
 
 
 _CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
@@ -212,9 +204,7 @@ def _narrow(a: np.ndarray, top: int) -> np.ndarray:
 
 
 def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
-    # On the wire, counts and column ids travel in the smallest unsigned type that holds them
-    # (counts of a piece are mostly below 65,536, and so are most vocabularies): half the bytes
-    # of int32, and moving bytes is what a cluster adds to counting.
+    # Counts and column ids travel narrowed: moving bytes is what a cluster adds to counting.
     data, indices = m.data, m.indices
     if data.size:
         data = _narrow(data, int(data.max()))
@@ -223,30 +213,13 @@ def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
 
 
 def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
-    # Arrived counts stay in their wire type (the one that holds them) until they are added or
-    # stacked: the sums widen them to int64 once, into their own output.
+    # Kept in the wire type: the sums widen them to int64 once, into their own output.
     data, indices, indptr, shape = parts
     return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
-def _partial_from(
-    matrix: _CsrParts,
-    shards: tuple[_CsrParts, ...],
-    documents: int,
-    sequences: int,
-    tokens: int,
-    vocab: tuple[str, ...] | None,
-    units: UnitState | None = None,
-) -> Partial:
-    return Partial(
-        _csr_from(matrix),
-        tuple(_csr_from(s) for s in shards),
-        documents,
-        sequences,
-        tokens,
-        vocab,
-        units,
-    )
+def _partial_from(matrix: _CsrParts, shards: tuple[_CsrParts, ...], *rest: Any) -> Partial:
+    return Partial(_csr_from(matrix), tuple(_csr_from(s) for s in shards), *rest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,49 +314,26 @@ def dedup_skips(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [h[later & (o == j)] for j in range(len(hashes))]
 
 
-def _id_array(piece: Piece, source: Source) -> np.ndarray:
-    if piece.format == "npy":
-        return np.load(piece.path, mmap_mode="r", allow_pickle=False).reshape(-1)
-    return np.memmap(piece.path, dtype=np.dtype(source.dtype or "uint16"), mode="r")
-
-
 def _count_id_piece(piece: Piece, job: Job) -> Partial:
     """Count positions ``piece.positions`` of the windows in ``[piece.start, piece.stop)``."""
     n, v = job.max_len, int(job.vocab_size or 0)
     lo, hi = piece.positions
     src = job.source
-    arr = _id_array(piece, src)
-    total = int(arr.size)
-    n_full = total // n
-    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
+    arr = dataclasses.replace(src, files=(piece.path,)).token_ids()
+    # The windows count_ids selects, restricted to this piece.
+    sel = _select_windows(int(arr.size), n, src)
     w0, w1 = piece.start // n, -(-piece.stop // n)
-    # The same windows as count_ids selects, restricted to this piece.
-    chosen = _select_windows(total, n, src).chosen
-    if chosen is not None:
-        rows = chosen[(chosen >= w0) & (chosen < w1)]
-    else:
-        rows = np.arange(w0, w1, dtype=np.int64)
+    if sel.chosen is not None:
+        sel = dataclasses.replace(sel, chosen=sel.chosen[(sel.chosen >= w0) & (sel.chosen < w1)])
+    sel = dataclasses.replace(sel, windows=w1)
+    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
     seqs = toks = 0
-    per_block = max(1, BLOCK_TOKENS // n)
     buf: np.ndarray | None = None
-    grid = arr[: n_full * n].reshape(n_full, n)
-    for b0 in range(0, rows.size, per_block):
-        part = rows[b0 : b0 + per_block]
-        full = part[part < n_full]
-        if full.size and full[-1] - full[0] + 1 == full.size:
-            block = grid[full[0] : full[-1] + 1, lo:hi]  # a view: read once, while transposing
-        else:
-            block = np.asarray(grid[full, lo:hi])
-        if block.size:
-            buf = acc.columns(block, buf)
-            _check_cols(buf, full * n + lo, v, src.name)
-            toks += acc.add_columns(buf)
-        seqs += full.size
-        if full.size < part.size:  # the last, shorter window
-            tail = np.asarray(arr[n_full * n + lo : n_full * n + hi]).reshape(1, -1)
-            _check_cols(tail.T, np.array([n_full * n + lo]), v, src.name)
-            toks += acc.add_block(tail)
-            seqs += 1
+    for block, offsets in _id_blocks(arr, sel, max(1, BLOCK_TOKENS // n), w0, (lo, hi)):
+        _check_ids(block, offsets, v, src.name)
+        buf = columns(block, buf)
+        toks += acc.add_columns(buf)
+        seqs += block.shape[0]
     m = acc.matrix(v)
     # Rows lo..hi of the full (n x V) matrix: pad the row pointer, the counts stay in place.
     indptr = np.concatenate(
@@ -392,15 +342,6 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
     matrix = sp.csr_matrix((m.data, m.indices, indptr), shape=(n, v))
     # Windows are counted once, by the pieces holding their first position.
     return Partial(matrix, (), seqs if lo == 0 else 0, seqs if lo == 0 else 0, toks)
-
-
-def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
-    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``:
-    the first in file order (windows in order, each in position order)."""
-    bad = _first_bad_id(cols.T, v)
-    if bad is not None:
-        r, c = bad
-        raise _bad_id_error(name, int(cols[c, r]), int(offsets[r]) + c, v)
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
@@ -430,11 +371,7 @@ def add_partials(a: Partial, b: Partial) -> Partial:
         remap = np.fromiter((index[t] for t in b.vocab), dtype=np.int64, count=len(b.vocab))
 
     def move(m: sp.csr_matrix) -> sp.csr_matrix:
-        if remap is None:
-            return _widen(m, width)
-        coo = m.tocoo()
-        data = coo.data.astype(np.int64, copy=False)
-        return sp.csr_matrix((data, (coo.row, remap[coo.col])), shape=(m.shape[0], width))
+        return _widen(m, width) if remap is None else _renumber(m, remap, width)
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
         return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
@@ -483,18 +420,10 @@ def run_pieces(
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
-    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``: each with its own
-    hashes to drop).
-
-    Text pieces are added in one tree. Id pieces are added in one tree per position range (the
-    pieces of the same positions in successive window ranges); the client appends those sums,
-    which hold disjoint rows, in position order (:class:`_RowStack`), so no partial moves
-    between workers only to be copied next to another. Each sum is fetched as soon as it is
-    complete, while the other pieces are still counted (``direct``: straight from its worker,
-    as ``Client.gather`` takes it).
-    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
-    run and its error is raised here (a worker's death is not a failure: Dask reruns the
-    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``). Text pieces are added
+    in one tree; id pieces in one tree per position range, whose sums (disjoint rows) the
+    client stacks as each completes (:class:`_RowStack`; ``direct`` as ``Client.gather``
+    takes it). A failing piece cancels the run and its error is raised here.
     """
     from distributed import as_completed
 
@@ -531,15 +460,9 @@ def run_pieces(
 
 
 class _RowStack:
-    """The sum of partials whose non-empty rows are disjoint and come in order (the sums of
-    successive id position ranges), built as they arrive.
-
-    A sum is appended as soon as those before it are: the output arrays grow in place
-    (``ndarray.resize``: ``realloc``, which remaps large blocks without copying) and each part
-    is widened to int64 once, straight into them, then dropped. So the client holds the output
-    and the parts still out of order, and little copying is left once the last part arrives.
-    A single partial (text pieces: one tree) is returned as it came.
-    """
+    """The sum of partials with disjoint rows in order (successive id position ranges), each
+    appended, widened to int64, as soon as those before it arrived; the output grows in place
+    (``ndarray.resize``: ``realloc``). A single partial is returned as it came."""
 
     def __init__(self, count: int) -> None:
         self.parts: list[Partial | None] = [None] * count
@@ -656,41 +579,33 @@ def count_on_dask(
 
 def _counts_of(part: Partial, source: Source, job: Job, tokenizer_name: str) -> Counts:
     """The :class:`Counts` of the summed ``part``, with the metadata one process records."""
+    ids = source.is_ids
     if part.tokens == 0:
-        if source.is_ids:
+        if ids:
             raise PosdiagError(f"{source.name}: no tokens to count")
         raise PosdiagError(f"{source.name}: the corpus is empty (no tokens after tokenization)")
     n = job.max_len
-    if source.is_ids:
-        v = int(job.vocab_size or 0)
-        fp = job.fingerprint or tokenizer_name
-        meta = _meta(
-            source.name, tokenizer_name, fp, "packed", n, v, part.sequences, part.sequences,
-            part.tokens,
-        )  # fmt: skip
-        meta.update(_selection_meta(source))
-        return Counts(_widen(part.matrix, v), meta)
-    v = len(part.vocab) if part.vocab is not None else int(part.matrix.shape[1])
+    if ids:  # id windows are the documents; the fingerprint defaults to the tokenizer's name
+        v, fp, docs = int(job.vocab_size or 0), job.fingerprint or tokenizer_name, part.sequences
+    else:
+        v = len(part.vocab) if part.vocab is not None else int(part.matrix.shape[1])
+        fp, docs = str(job.fingerprint), part.documents
+    view_name = "packed" if ids else job.view_name
     meta = _meta(
-        source.name, tokenizer_name, str(job.fingerprint), job.view_name, n, v,
-        part.documents, part.sequences, part.tokens,
-    )  # fmt: skip
+        source.name, tokenizer_name, fp, view_name, n, v, docs, part.sequences, part.tokens
+    )
     meta.update(_selection_meta(source))
     if part.units is not None:
         meta.update(
             units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by, job.dedup)
         )
-    if job.view_name == "model":
+    if view_name == "model":
         # Which id is padding, as count_texts records it (Counts.real_supports).
-        from ..corpus.tokenizers import load_tokenizer
-
-        meta["pad_id"] = load_tokenizer(
-            job.tokenizer or "whitespace", pad_token=job.pad_token
-        ).pad_id()
-    if not job.shards:
-        return Counts(_widen(part.matrix, v), meta, part.vocab)
-    meta.update(shards=job.shards, shard_seed=job.seed)
-    shards = tuple(_widen(s, v) for s in part.shards)
+        tok = load_tokenizer(job.tokenizer or "whitespace", pad_token=job.pad_token)
+        meta["pad_id"] = tok.pad_id()
+    if job.shards:
+        meta.update(shards=job.shards, shard_seed=job.seed)
+    shards = tuple(_widen(s, v) for s in part.shards)  # empty without shards
     return Counts(_widen(part.matrix, v), meta, part.vocab, shards)
 
 
