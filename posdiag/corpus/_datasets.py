@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..errors import PosdiagError
-from ._textfiles import DEFAULT_COLUMN, _first_line, _grouped
+from ._textfiles import DEFAULT_COLUMN, _first_line, _grouped, _no_field
 
 if TYPE_CHECKING:
     from .sources import Source
@@ -181,9 +181,7 @@ def _column_texts(
 ) -> Iterator[str]:
     for batch in batches:
         if group is not None and group not in batch:
-            raise PosdiagError(
-                f"{name}: no field {group!r} (--group-by); columns: {', '.join(batch)}"
-            )
+            raise _no_field(name, group, batch)
         groups = batch[group] if group is not None else None
         for k, value in enumerate(batch[column]):
             if value is None:
@@ -299,17 +297,24 @@ def _load_disk(name: str, path: str, split: str | None) -> Any:
     return ds
 
 
-def _disk_texts(src: Source) -> Iterator[str]:
-    ds = _load_disk(src.name, str(src.dataset), src.split)
-    col = src.column or DEFAULT_COLUMN
-    cols = [col] if src.group_by is None else [col, src.group_by]
-    if src.group_by is not None and src.group_by not in ds.column_names:
-        raise PosdiagError(
-            f"{src.name}: no field {src.group_by!r} (--group-by); "
-            f"columns: {', '.join(ds.column_names)}"
-        )
+def _load(src: Source) -> Any:
+    """The data set of a ``disk`` or ``hf`` source."""
+    if src.format == "disk":
+        return _load_disk(src.name, str(src.dataset), src.split)
+    return _load_hf(src)
+
+
+def _disk_texts(src: Source, rows: range | None = None) -> Iterator[str]:
+    """The texts of a map-style data set (a ``disk`` one, or rows ``rows`` of any)."""
+    ds = _load(src)
+    col, group = src.column or DEFAULT_COLUMN, src.group_by
+    if group is not None and group not in ds.column_names:
+        raise _no_field(src.name, group, ds.column_names)
+    if rows is not None:
+        ds = ds.select(rows)
+    cols = [col] if group is None else [col, group]
     yield from _column_texts(
-        ds.select_columns(cols).iter(batch_size=_HF_BATCH), col, src.name, src.group_by
+        ds.select_columns(cols).iter(batch_size=_HF_BATCH), col, src.name, group
     )
 
 

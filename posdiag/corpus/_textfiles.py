@@ -27,6 +27,11 @@ def _group_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _no_field(name: str, group: str, columns: Iterable[str]) -> PosdiagError:
+    """The error for a ``--group-by`` field the file or data set does not have."""
+    return PosdiagError(f"{name}: no field {group!r} (--group-by); columns: {', '.join(columns)}")
+
+
 def _grouped(text: str, record: Mapping[str, Any], group: str, name: str, where: str) -> str:
     """``text`` carrying its record's ``group`` value; a missing or null value is an error."""
     if group not in record:
@@ -230,9 +235,8 @@ def _csv_texts(
             raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(header)}")
         idx = header.index(column)
         if group is not None and group not in header:
-            raise PosdiagError(
-                f"{name}: no field {group!r} (--group-by); columns: {', '.join(header)}"
-            )
+            raise _no_field(name, group, header)
+
         start = reader.line_num + 1
         for row in reader:
             if idx < len(row) and row[idx].strip():

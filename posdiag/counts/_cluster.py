@@ -84,13 +84,9 @@ def local_cluster(workers: int) -> Iterator[Any]:
 
 
 def _direct(client: Any) -> bool | None:
-    """Whether to fetch results straight from the workers rather than through the scheduler.
+    """Fetch results straight from the workers (not twice over the network, through the
+    scheduler) when the scheduler is on this machine; else Dask's ``direct-to-workers``."""
 
-    Through the scheduler every result crosses the network twice; straight needs the client to
-    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
-    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
-    default, through the scheduler).
-    """
     import dask
     from distributed.comm import get_address_host
 

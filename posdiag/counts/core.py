@@ -736,7 +736,8 @@ def load_counts(path: str | Path) -> Counts:
     if not p.is_file():
         raise PosdiagError(f"{path}: not a regular file")
     try:
-        arrays, _ = read_counts_arrays(p)
+        arrays = read_counts_arrays(p)
+
     except PermissionError:
         raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
     rows, cols, meta = validate_csr(str(path), arrays)

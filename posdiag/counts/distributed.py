@@ -1,12 +1,9 @@
 """Counting on a Dask cluster: a map over the pieces of a corpus and a tree sum of their counts.
 
-Counts are additive, so every piece (:mod:`posdiag.counts._pieces`: a path and a range, never
-the data) is counted on a ``dask.distributed`` worker and the partial counts are summed in
-reading order; Dask schedules, retries and moves the results. The result is bit-identical to
-one process: shards are hashes of content (:mod:`posdiag.corpus.units`), per-run vocabularies
-are aligned in reading order, and id pieces' position ranges are stacked as they arrive
-(:class:`_RowStack`). The packed view and ``--limit``/``--sample`` of a text corpus cross
-pieces and are refused. Pieces, memory per worker, failures: docs/scale.md.
+Every piece (:mod:`posdiag.counts._pieces`: a path and a range, never the data) is counted on a
+worker and the partial counts are summed in reading order, bit-identical to one process: shards
+hash content, per-run vocabularies are aligned in reading order. The packed view and
+``--limit``/``--sample`` of a text corpus cross pieces and are refused (docs/scale.md).
 """
 
 from __future__ import annotations
