@@ -1,21 +1,8 @@
 """Deterministic synthetic corpora whose positional geometry is known in advance.
 
 Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``,
-which reproduces the paper's synthetic experiment. Two generators (docs/theory.md, "Synthetic
-corpora"):
-
-``drift`` (:func:`low_rank_distributions`)
-    The vocabulary is split into ``rank + 1`` blocks; position ``i`` draws a block with
-    probabilities ``pi_i = softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``,
-    ``t_i = i/(n-1)``, then a token inside the block from a fixed seeded shape. Then
-    ``BC(i, j) = sum_k sqrt(pi_ik pi_jk)``: the Hellinger points are ``sqrt(pi_i)/sqrt(2)`` on a
-    sphere in ``rank + 1`` dimensions, whose spread normal to the sphere is second order, so the
-    geometry has ``rank`` large MDS eigenvalues and one tiny one.
-``shift`` (:func:`shift_distributions`)
-    The vocabulary is a ring; position ``i`` draws a token from a discretised Gaussian bump of
-    width ``width`` centred at token ``i * step`` (mod vocab). Rotating the ring maps ``mu_i`` to
-    ``mu_j``, so ``d_H(i, j)`` depends on ``i - j`` only (a Toeplitz geometry); for a bump wider
-    than the drift, ``d_H`` grows almost linearly with ``|i - j|``: the geometry ALiBi assumes.
+whose two generators, ``drift`` (:func:`low_rank_distributions`) and ``shift``
+(:func:`shift_distributions`), docs/theory.md defines ("Synthetic corpora").
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Memory guard: estimate what a request needs before allocating it, refuse what cannot fit.
 
-Sizes that come from the input (a counts file's shape, a tokenizer's largest id, ``--replicates``,
-an encoding's ``d``, ``--max-len``) are never trusted to be small. Entry points call
-:func:`require` with the bytes a request will allocate; when that exceeds the memory this
-process may still use, a :class:`~posdiag.errors.PosdiagError` names the request and the
-estimate instead of a ``MemoryError`` (or the kernel's OOM killer) half-way through.
-
-The budget is the smallest of: the memory the machine reports available (``MemAvailable``), the
-address-space limit (``RLIMIT_AS``) minus what the process already maps, the cgroup limit minus
-its usage, and an explicit limit (``--max-memory`` / :func:`set_max_memory` /
-``$POSDIAG_MAX_MEMORY``), which may also raise the budget above what the machine reports.
+The budget is the smallest of ``MemAvailable``, the room under ``RLIMIT_AS`` and the cgroup's
+room, unless ``--max-memory`` / :func:`set_max_memory` / ``$POSDIAG_MAX_MEMORY`` sets it.
 """
 
 from __future__ import annotations

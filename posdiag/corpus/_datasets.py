@@ -28,71 +28,37 @@ _HUB_TIMEOUT = 3.0
 
 @dataclass(frozen=True)
 class Preset:
-    """A named Hugging Face data set: where it lives and which column holds the text."""
+    """A named Hugging Face data set: where it lives and which column holds the text;
+    ``splits``, those of its config, are checked before the Hub is asked."""
 
     name: str
     dataset: str
-    config: str | None
-    split: str
-    column: str
     summary: str
-    # The data set's splits (those of its config), checked before the Hub is asked.
-    splits: tuple[str, ...] = ()
+    splits: tuple[str, ...]
+    config: str | None = None
+    split: str = "train"
+    column: str = "text"
 
 
 _TVT = ("train", "validation", "test")
-_WIKI = "Salesforce/wikitext"
+
+
+def _wikitext(size: str) -> Preset:
+    summary = f"WikiText-{size} (raw), one line per row"
+    return Preset(
+        f"wikitext-{size}", "Salesforce/wikitext", summary, _TVT, f"wikitext-{size}-raw-v1"
+    )
+
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset(
-            "sst2",
-            "stanfordnlp/sst2",
-            None,
-            "train",
-            "sentence",
-            "SST-2 movie-review sentences",
-            _TVT,
-        ),
-        Preset(
-            "imdb",
-            "stanfordnlp/imdb",
-            None,
-            "train",
-            "text",
-            "IMDb movie reviews",
-            ("train", "test", "unsupervised"),
-        ),
-        Preset(
-            "wikitext-2",
-            _WIKI,
-            "wikitext-2-raw-v1",
-            "train",
-            "text",
-            "WikiText-2 (raw), one line per row",
-            _TVT,
-        ),
-        Preset(
-            "wikitext-103",
-            _WIKI,
-            "wikitext-103-raw-v1",
-            "train",
-            "text",
-            "WikiText-103 (raw), one line per row",
-            _TVT,
-        ),
-        Preset(
-            "tinystories", "roneneldan/TinyStories", None, "train", "text", "TinyStories", _TVT[:2]
-        ),
-        Preset(
-            "c4-en",
-            "allenai/c4",
-            "en",
-            "validation",
-            "text",
-            "C4 English, validation split",
-            _TVT[:2],
-        ),
+        Preset("sst2", "stanfordnlp/sst2", "SST-2 movie-review sentences", _TVT, column="sentence"),
+        Preset("imdb", "stanfordnlp/imdb", "IMDb movie reviews", ("train", "test", "unsupervised")),
+        _wikitext("2"),
+        _wikitext("103"),
+        Preset("tinystories", "roneneldan/TinyStories", "TinyStories", _TVT[:2]),
+        Preset("c4-en", "allenai/c4", "C4 English, validation split", _TVT[:2], "en", "validation"),
     )
 }
 

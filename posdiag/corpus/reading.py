@@ -1,11 +1,6 @@
-"""How a corpus is read: one frozen :class:`Reading` instead of thirteen loose options.
-
-The CLI builds one from its options (``posdiag check`` merges it with the config file's reading
-keys); :func:`posdiag.reports.drift.count_pair` takes it as is, and the single-corpus counting
-entry points take its :meth:`Reading.kwargs` (:func:`posdiag.counts.corpus.corpus_counts`,
-:func:`posdiag.uncertainty.bootstrap.corpus_counts_sharded`). ``None`` everywhere means "the
-default", so a
-Reading only records what was asked for.
+"""How a corpus is read: one frozen :class:`Reading` instead of loose options; the counting entry
+points take its :meth:`Reading.kwargs`. ``None`` means "the default", so a Reading records only
+what was asked for.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Where sequences come from, streamed: local files, folders and globs, Hugging Face data sets,
-and pre-tokenized id files.
+"""Where sequences come from, streamed (:func:`open_source`): files, folders and globs,
+``save_to_disk`` folders, Hugging Face data sets, and pre-tokenized id files (memory-mapped).
 
-Text sources yield one string per document and never hold more than one line, CSV record or
-``datasets`` batch in memory (a ``.json`` array file is the one exception: it is parsed whole).
-Id sources (``.npy``, ``.bin``) are memory-mapped. Errors name the file (and the line when there
-is one).
-
-Kinds of corpus (see :func:`open_source`):
-
-- files: ``.txt``, ``.jsonl``/``.ndjson``, ``.json``, ``.csv``, ``.tsv`` (each also ``.gz``),
-  ``.parquet`` and ``.arrow`` (read by ``datasets``); a folder or a glob of such files, read in
-  sorted order; ``-`` for stdin;
-- a ``Dataset.save_to_disk`` folder (read by ``datasets.load_from_disk``);
-- Hugging Face data sets: a preset (``posdiag corpora``) or ``hf:OWNER/NAME[:CONFIG][@SPLIT]``,
-  streamed with ``datasets`` (``streaming=True``); offline, the ``datasets`` cache is used;
-- pre-tokenized ids: ``.npy`` or raw ``.bin`` (nanoGPT style) token files.
+Text sources never hold more than one line, CSV record or ``datasets`` batch in memory (a
+``.json`` array is parsed whole); errors name the file (and the line when there is one).
 """
 
 from __future__ import annotations
@@ -22,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob as globlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -149,20 +138,14 @@ class Source:
             yield from _file_texts("-", self.format, self.column, self.group_by)
         else:
             # Runs of consecutive parquet/arrow files go to datasets in one call.
-            i = 0
-            while i < len(self.files):
-                fmt = _format_of(self.files[i])
+            for fmt, run in itertools.groupby(self.files, key=_format_of):
                 if fmt in DATASETS_FORMATS:
-                    j = i
-                    while j < len(self.files) and _format_of(self.files[j]) == fmt:
-                        j += 1
                     yield from _datafile_texts(
-                        self.files[i:j], fmt, self.column, self.name, self.group_by
+                        tuple(run), fmt, self.column, self.name, self.group_by
                     )
-                    i = j
                 else:
-                    yield from _file_texts(self.files[i], fmt, self.column, self.group_by)
-                    i += 1
+                    for f in run:
+                        yield from _file_texts(f, fmt, self.column, self.group_by)
 
     def token_ids(self) -> np.ndarray:
         """The ids as a read-only memory-mapped 1-D array (``npy`` and ``bin`` sources)."""
@@ -191,10 +174,6 @@ def _select(
             continue
         kept += 1
         yield text
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolving a corpus name
 
 
 def _format_of(name: str) -> str:
@@ -413,10 +392,6 @@ def _ids_source(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Data sets (read by _datasets)
-
-
 def _disk_source(
     name: str, path: str, split: str | None, column: str | None, common: dict[str, Any]
 ) -> Source:
@@ -424,16 +399,7 @@ def _disk_source(
     col = column or DEFAULT_COLUMN
     if col not in ds.column_names:
         raise PosdiagError(f"{name}: no column {col!r}; columns: {', '.join(ds.column_names)}")
-    return Source(
-        name=name,
-        format="disk",
-        column=column,
-        files=(),
-        length=len(ds),
-        dataset=path,
-        split=split,
-        **common,
-    )
+    return Source(name, "disk", column, length=len(ds), dataset=path, split=split, **common)
 
 
 def _preset_source(
@@ -491,16 +457,9 @@ def _hf_source(
         if local.is_file():
             return open_source(str(local), column, **common)
         dataset = str(local)
-    src = Source(
-        name=name,
-        format="hf",
-        column=column,
-        dataset=dataset,
-        config=config,
-        split=split,
-        **common,
-    )
-    ds = _load_hf(src)  # fail now, not in the middle of the progress bar
+    src = Source(name, "hf", column, dataset=dataset, config=config, split=split, **common)
+    ds = _load_hf(src)
+    # fail now, not in the middle of the progress bar
     cols = _hf_columns(ds)
     if cols is not None and column not in cols:
         raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(cols)}")

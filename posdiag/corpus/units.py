@@ -1,22 +1,9 @@
 """Sampling units: which sequences are independent, and so which shard each one goes to.
 
-The cross-fit and the bootstrap are right only when their halves are independent samples
-(docs/geometry.md section 2b, "The sampling unit"). A sequence's shard is therefore a function of
-its *content* and the seed, never of where it sits in the corpus:
-
-- the **content hash** of a sequence is a 64-bit hash of its token ids after the view (for a
-  tokenizer that numbers words per run, ``whitespace``, of its tokens' text, so the hash does
-  not depend on the order in which words were first seen);
-- its **unit key** is the content hash of its first ``prefix`` tokens (the whole sequence when
-  it is shorter, or when ``prefix`` is 0), or, with ``--group-by FIELD``, a hash of that field's
-  value; in the packed view the key belongs to the document and every window takes the key of
-  the document it starts in;
-- its **shard** is ``mix(key xor mix(seed)) mod K`` (SplitMix64's finaliser, :func:`mix`).
-
-Identical sequences, sequences sharing their first ``prefix`` tokens and records of one group
-therefore always share a shard, whatever the file order, format, pieces, batch size or engine.
-The same pass tallies exact duplicates, shared-prefix groups and, per position, how many distinct
-units reach it (:class:`UnitTally`), and drops exact duplicates with ``dedup``.
+A sequence's shard is a function of its content (its first ``prefix`` tokens, or its
+``--group-by`` value) and the seed, never of where it sits in the corpus (docs/geometry.md
+section 2b, "The sampling unit", gives the hashes). The same pass tallies duplicates and the
+units reaching each position (:class:`UnitTally`) and drops exact duplicates with ``dedup``.
 """
 
 from __future__ import annotations
@@ -45,11 +32,9 @@ __all__ = [
     "shard_of_keys",
 ]
 
-# Sequences sharing their first 6 tokens are one unit: the shortest prefix that independent
-# sentences rarely share (bundled corpus, 5,780 sentences: 4.3% share their first 4 words with
-# another, 1.1% 5, 0.2% 6, none 8), while it catches most prefix families (on the synthetic
-# corpus of sentences plus their prefixes, benchmarks/units.py, docs/geometry.md section 2b).
+# The shortest prefix independent sentences rarely share (docs/geometry.md 2b, "Why 6 tokens").
 DEFAULT_GROUP_PREFIX = 6
+
 # Above this share of exact duplicate sequences the reports warn (docs/geometry.md section 2b).
 DUPLICATE_WARN_SHARE = 0.01
 
