@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -123,12 +124,8 @@ class WhitespaceTokenizer(Tokenizer):
         return [self._ids(t) for t in texts]
 
     def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
-        pad = [0] * max_len
-        out = []
-        for t in texts:
-            ids = [1, *self._ids(t)[: max(max_len - 2, 0)], 2][:max_len]
-            out.append(ids + pad[: max_len - len(ids)])
-        return out
+        body = max(max_len - 2, 0)
+        return _padded(([1, *self._ids(t)[:body], 2][:max_len] for t in texts), 0, max_len)
 
     def eot_id(self) -> int:
         return 2
@@ -142,6 +139,11 @@ class WhitespaceTokenizer(Tokenizer):
 
     def vocabulary(self) -> list[str] | None:
         return list(self._vocab)
+
+
+def _padded(seqs: Iterable[list[int]], pad: int, max_len: int) -> list[list[int]]:
+    """Each sequence (at most ``max_len`` ids) padded with ``pad`` to ``max_len``."""
+    return [ids + [pad] * (max_len - len(ids)) for ids in seqs]
 
 
 # Longer texts are pre-tokenized in pieces of about this many characters: the pre-tokenizer's
@@ -203,12 +205,7 @@ class BytesTokenizer(Tokenizer):
                 "tokenizer bytes: has no pad token; the model view pads to max_len: "
                 "name a byte with --pad-token (e.g. --pad-token 0)"
             )
-        pad = [self._pad] * max_len
-        out = []
-        for t in texts:
-            ids = list(t.encode("utf-8")[:max_len])
-            out.append(ids + pad[: max_len - len(ids)])
-        return out
+        return _padded((list(t.encode("utf-8")[:max_len]) for t in texts), self._pad, max_len)
 
     def pad_id(self) -> int | None:
         return self._pad
@@ -238,8 +235,7 @@ class FileTokenizer(Tokenizer):
             try:
                 loaded = HFTokenizer.from_file(str(p))
             except Exception as exc:  # tokenizers raises bare Exception subclasses
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+                raise _not_a_tokenizer(path, exc) from None
         self._tok = loaded
         self.name = path
         self._pad_token = pad_token
@@ -320,6 +316,11 @@ class FileTokenizer(Tokenizer):
         return found[1]
 
 
+def _not_a_tokenizer(path: str, exc: Exception) -> PosdiagError:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PosdiagError(f"{path}: not a valid tokenizer.json ({first})")
+
+
 def _largest_id(doc: object) -> int:
     """The largest token id a parsed ``tokenizer.json`` declares (model vocab, added tokens)."""
     if not isinstance(doc, dict):
@@ -338,18 +339,14 @@ def _largest_id(doc: object) -> int:
 
 
 def _check_tokenizer_file(p: Path, path: str) -> None:
-    """Refuse a ``tokenizer.json`` whose ids would make the tokenizers library allocate too much.
-
-    The library keeps a table indexed by id: one id of 4,294,967,294 in a 281-byte file costs
-    ~17 GB (and then a crash). The file is parsed once here, bounded by its size on disk.
-    """
+    """Refuse a ``tokenizer.json`` whose ids would make the tokenizers library allocate too much
+    (it keeps a table indexed by id: one huge id in a tiny file costs gigabytes)."""
     size = p.stat().st_size
     require(f"{path}: parsing a {size:,}-byte tokenizer.json", 20 * size)
     try:
         doc = json.loads(p.read_bytes())
     except (ValueError, RecursionError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+        raise _not_a_tokenizer(path, exc) from None
     largest = _largest_id(doc)
     if largest >= 2**31 - 1:
         raise PosdiagError(
@@ -410,23 +407,11 @@ _CHECK_CHARS = 1 << 22
 
 
 def _batches(texts: Iterable[str], size: int, per_char: int = 0) -> Iterator[list[str]]:
-    """Batches of ``size`` texts; a batch with a huge text is checked against the memory budget.
-
-    Hub tokenizers hold ~100 bytes per character of a text while encoding it (offsets, tokens),
-    so one 20 MB line costs ~2 GB: refused up front when that does not fit.
-    """
-    batch: list[str] = []
-    chars = 0
-    for t in texts:
-        batch.append(t)
-        chars += len(t)
-        if len(batch) == size:
-            if per_char and chars > _CHECK_CHARS:
-                require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
-            yield batch
-            batch = []
-            chars = 0
-    if batch:
+    """Batches of ``size`` texts; one whose encoding would hold ``per_char`` bytes a character
+    (a hub tokenizer's offsets and tokens) past the memory budget is refused up front."""
+    it = iter(texts)
+    while batch := list(itertools.islice(it, size)):
+        chars = sum(map(len, batch))
         if per_char and chars > _CHECK_CHARS:
             require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
         yield batch
@@ -453,7 +438,7 @@ def view(
     batch_size = check_int("batch_size", batch_size, 1)
     if view == "text":
         for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
-            # Cut only what is too long: copying every list costs ~2% of counting throughput.
+            # Cut only what is too long: copying every list costs throughput.
             seqs = [
                 ids if len(ids) <= max_len else ids[:max_len]
                 for ids in tokenizer.encode_batch(batch)

@@ -112,15 +112,6 @@ class UnitState:
     items: int = 0
     dropped: int = 0
 
-    @staticmethod
-    def empty() -> UnitState:
-        return UnitState(
-            np.empty((0, 2), np.uint64),
-            np.empty(0, np.int64),
-            np.empty(0, np.uint64),
-            np.empty(0, np.int64),
-        )
-
     def __add__(self, other: UnitState) -> UnitState:
         return _compact(
             [self.pairs, other.pairs],
@@ -140,14 +131,12 @@ def _compact(
     items: int,
     dropped: int,
 ) -> UnitState:
-    p = np.concatenate(pairs) if pairs else np.empty((0, 2), np.uint64)
-    c = np.concatenate(counts) if counts else np.empty(0, np.int64)
+    p, c = np.concatenate(pairs), np.concatenate(counts)
     if p.shape[0]:
         uniq, inv = np.unique(p, axis=0, return_inverse=True)
         c = np.bincount(inv.reshape(-1), weights=c, minlength=uniq.shape[0]).astype(np.int64)
         p = uniq
-    u = np.concatenate(units) if units else np.empty(0, np.uint64)
-    r = np.concatenate(reach) if reach else np.empty(0, np.int64)
+    u, r = np.concatenate(units), np.concatenate(reach)
     if u.size:
         order = np.lexsort((r, u))
         u, r = u[order], r[order]
@@ -324,11 +313,10 @@ class UnitKeyer:
         self._units: list[np.ndarray] = []
         self._reach: list[np.ndarray] = []
         self._rows = 0
-        self._state = UnitState.empty()
+        empty = np.empty(0, np.int64)
+        self._state = UnitState(np.empty((0, 2), np.uint64), empty, empty.astype(np.uint64), empty)
         self._items = 0
         self._dropped = 0
-
-    # -- hashing --------------------------------------------------------------------------------
 
     def _token_hashes(self, ids: np.ndarray) -> np.ndarray:
         if not self._run:
@@ -369,8 +357,6 @@ class UnitKeyer:
             np.cumsum(x, out=csum[1:])
             seg = csum[starts + spans] - csum[starts]
             return mix(seg + counted.astype(np.uint64) * _LEN)
-
-    # -- one batch ------------------------------------------------------------------------------
 
     def keys(
         self, seqs: Sequence[Sequence[int]], texts: Sequence[str] | None = None
@@ -443,11 +429,6 @@ class UnitKeyer:
         self._flush()
         s = self._state
         return UnitState(s.pairs, s.pair_counts, s.units, s.reach, self._items, self._dropped)
-
-    def tally(self, max_len: int) -> UnitTally:
-        return tally_of(
-            self.state(), max_len, self.item, self.prefix, self.group_by, dedup=self.dedup
-        )
 
 
 def tally_of(
