@@ -57,6 +57,19 @@ def mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def flatten(
+    seqs: Sequence[Sequence[int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, position of each id in its sequence, lengths, starts) of ragged ``seqs``: int64 of
+    shapes (total,), (total,), (m,), (m,)."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    total = int(lengths.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+    return flat, pos, lengths, starts
+
+
 def _blake(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
@@ -334,11 +347,7 @@ class UnitKeyer:
         (sums wrap mod 2**64; ``h`` the token hash); the prefix key is the same over
         ``p < prefix`` with ``min(L, prefix)``, so it equals the content hash when ``L <= prefix``.
         """
-        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        total = int(lengths.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
-        starts = np.cumsum(lengths) - lengths
-        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        flat, pos, lengths, starts = flatten(seqs)
         x = mix(self._token_hashes(flat) ^ mix(pos.astype(np.uint64) + np.uint64(1)))
         full = self._segment_hash(x, starts, lengths)
         if self.prefix <= 0:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,6 +29,7 @@ from ..corpus.units import (
     UnitKeyer,
     UnitState,
     UnitTally,
+    flatten,
     tally_of,
 )
 from ..errors import PosdiagError
@@ -186,7 +186,6 @@ class CountAccumulator:
         *,
         vocab_size: int | None = None,
         dense_limit: int = DENSE_LIMIT,
-        threads: int | None = None,
         compact_at: int = 1 << 22,
     ) -> None:
         self.n = check_max_len(n)
@@ -198,7 +197,6 @@ class CountAccumulator:
             f"counting {self.n:,} positions (--max-len)",
             16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
         )
-        self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
         self._buf_keys: list[np.ndarray] = []
@@ -228,15 +226,11 @@ class CountAccumulator:
 
     def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
         """Count a batch of id sequences (each of length <= n); return the tokens added."""
-        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        total = int(lengths.sum())
-        if total == 0:
+        ids, pos, lengths, _ = flatten(seqs)
+        if ids.size == 0:
             return 0
         if lengths.max() > self.n:
             raise ValueError(f"a sequence of length {lengths.max()} exceeds max_len {self.n}")
-        ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
-        starts = np.cumsum(lengths) - lengths
-        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         if self._dense is not None:
             v = self._dense.shape[1]
             if ids.min() < 0 or ids.max() >= v:
@@ -248,7 +242,7 @@ class CountAccumulator:
             np.add.at(self._dense.reshape(-1), pos, np.int32(1))
         else:
             self._buffer(ids * self.n + pos)
-        return total
+        return int(ids.size)
 
     def _buffer(self, keys: np.ndarray) -> None:
         """Buffer pair keys ``id * n + pos`` (any shape), merged into the totals past
@@ -318,7 +312,6 @@ class CountAccumulator:
     def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
         # A few rows at a time into the output arrays: fresh n x V temporaries are what is slow.
         assert self._dense is not None
-
         dense = self._dense if self._spill is None else self._spill + self._dense
         v = dense.shape[1]
         if vocab_size < v and dense[:, vocab_size:].any():
@@ -341,29 +334,23 @@ class CountAccumulator:
         return sp.csr_matrix((data, indices, indptr), shape=(self.n, vocab_size), copy=False)
 
 
-def _meta(
-    source: str,
-    tokenizer_name: str,
-    fingerprint: str,
-    view_name: str,
-    max_len: int,
-    vocab_size: int,
-    docs: int,
-    seqs: int,
-    toks: int,
-) -> dict[str, Any]:
-    return {
-        "source": source,
-        "tokenizer": tokenizer_name,
-        "tokenizer_fingerprint": fingerprint,
-        "view": view_name,
-        "max_len": max_len,
-        "vocab_size": vocab_size,
-        "documents": docs,
-        "sequences": seqs,
-        "tokens": toks,
-        "posdiag_version": __version__,
-    }
+# What every count records, in the order _meta takes them.
+_META_KEYS = (
+    "source",
+    "tokenizer",
+    "tokenizer_fingerprint",
+    "view",
+    "max_len",
+    "vocab_size",
+    "documents",
+    "sequences",
+    "tokens",
+)
+
+
+def _meta(*values: Any) -> dict[str, Any]:
+    """The metadata of a count: the :data:`_META_KEYS` values, then ``posdiag_version``."""
+    return {**dict(zip(_META_KEYS, values, strict=True)), "posdiag_version": __version__}
 
 
 def count_texts(
@@ -398,7 +385,7 @@ def count_texts(
         shard counts.
     """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    mats, docs, seqs, toks, state = _count_texts(
+    total, shard_counts, docs, seqs, toks, state = _count_texts(
         texts,
         tokenizer,
         view_name=view_name,
@@ -422,12 +409,10 @@ def count_texts(
     if view_name == "model":
         # Which id is padding, so supports can count real tokens (Counts.real_supports).
         meta["pad_id"] = tokenizer.pad_id()
+    if k:
+        meta.update(shards=k, shard_seed=shard_seed)
     vocab = tokenizer.vocabulary()
-    if not k:
-        return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
-    meta.update(shards=k, shard_seed=shard_seed)
-    total = sp.csr_matrix(sum(mats[1:], mats[0]))
-    return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+    return Counts(total, meta, None if vocab is None else tuple(vocab), shard_counts)
 
 
 def units_meta(
@@ -458,7 +443,7 @@ def _count_texts(
     group_prefix: int = DEFAULT_GROUP_PREFIX,
     dedup: bool = False,
     skip: np.ndarray | None = None,
-) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
+) -> tuple[sp.csr_matrix, tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count ``texts`` (a corpus, or one piece of it) into one total (or ``shards`` shards).
 
     Shards depend on content and seed alone, so pieces counted anywhere give the same shards;
@@ -466,9 +451,9 @@ def _count_texts(
 
     Returns
     -------
-    (matrices, documents, sequences, tokens, units)
-        One csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards`` of them; the
-        pass's :class:`~posdiag.corpus.units.UnitState`.
+    (total, shards, documents, sequences, tokens, units)
+        csr matrices of shape (max_len, tokenizer.vocab_size): the total and its ``shards``
+        parts (none without shards); the pass's :class:`~posdiag.corpus.units.UnitState`.
     """
     k = shards
     if k:
@@ -506,8 +491,9 @@ def _count_texts(
         docs += consumed
         if progress is not None:
             progress(docs, seqs, toks)
-    v = tokenizer.vocab_size
-    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks, keyer.state()
+    mats = tuple(acc.matrix(tokenizer.vocab_size) for acc in accs)
+    total = sp.csr_matrix(sum(mats[1:], mats[0])) if k else mats[0]
+    return total, mats if k else (), docs, seqs, toks, keyer.state()
 
 
 def _keyed_view(

@@ -249,7 +249,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
     if piece.kind == "ids":
         return _count_id_piece(piece, job)
     tok = _tokenizer(job)
-    mats, docs, seqs, toks, units = _count_texts(
+    total, shards, docs, seqs, toks, units = _count_texts(
         piece_texts(piece, job.source),
         tok,
         view_name=job.view_name,
@@ -265,10 +265,9 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         skip=job.skip,
     )
     vocab = tok.vocabulary()
-    total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
     return Partial(
         total,
-        mats if job.shards else (),
+        shards,
         docs,
         seqs,
         toks,
@@ -323,7 +322,7 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
     if sel.chosen is not None:
         sel = dataclasses.replace(sel, chosen=sel.chosen[(sel.chosen >= w0) & (sel.chosen < w1)])
     sel = dataclasses.replace(sel, windows=w1)
-    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
+    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit)
     seqs = toks = 0
     buf: np.ndarray | None = None
     for block, offsets in _id_blocks(arr, sel, max(1, BLOCK_TOKENS // n), w0, (lo, hi)):
