@@ -251,10 +251,8 @@ def _load_disk(name: str, path: str, split: str | None) -> Any:
         raise PosdiagError(f"{name}: cannot load the saved data set ({_first_line(exc)})") from None
     if isinstance(ds, datasets.DatasetDict):
         splits = list(ds)
-        if split is None and len(splits) == 1:
-            split = splits[0]
         if split is None:
-            split = "train"
+            split = splits[0] if len(splits) == 1 else "train"
         if split not in ds:
             raise PosdiagError(f"{name}: no split {split!r}; splits: {', '.join(splits)}")
         ds = ds[split]

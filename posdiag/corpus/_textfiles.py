@@ -179,7 +179,7 @@ def _json_texts(fh: IO[bytes], name: str, column: str, group: str | None = None)
     head = fh.read(4096)
     head = head.removeprefix(_BOM)
     if not head.lstrip().startswith(b"["):
-        rest = _ChainLines(head, fh)
+        rest = _chain_lines(head, fh)
         yield from _jsonl_texts(_decoded_lines(rest, name), name, column, group)
         return
     cap = _line_cap()
@@ -196,17 +196,10 @@ def _json_texts(fh: IO[bytes], name: str, column: str, group: str | None = None)
             yield text
 
 
-class _ChainLines:
+def _chain_lines(head: bytes, fh: IO[bytes]) -> Iterator[bytes]:
     """Lines of ``head`` followed by the rest of ``fh`` (a file whose first bytes were read)."""
-
-    def __init__(self, head: bytes, fh: IO[bytes]) -> None:
-        self._head, self._fh = head, fh
-
-    def __iter__(self) -> Iterator[bytes]:
-        first = self._head + self._fh.readline(_line_cap())
-        parts = first.splitlines(keepends=True)
-        yield from parts
-        yield from _bounded_lines(self._fh, "")
+    yield from (head + fh.readline(_line_cap())).splitlines(keepends=True)
+    yield from _bounded_lines(fh, "")
 
 
 def _csv_texts(
@@ -219,12 +212,9 @@ def _csv_texts(
     field that would swallow the next lines. In CSV, a quote that is never closed (or text after
     a closing quote) is an error naming the line where the record starts.
     """
-    if tab:
-        reader = csv.reader(
-            (line for _, line in lines), delimiter="\t", quoting=csv.QUOTE_NONE, strict=True
-        )
-    else:
-        reader = csv.reader((line for _, line in lines), delimiter=",", strict=True)
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ","}
+    reader = csv.reader((line for _, line in lines), strict=True, **dialect)
+
     start = 1
     try:
         try:

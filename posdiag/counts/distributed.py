@@ -117,27 +117,19 @@ class Job:
     source : Source
         The corpus as opened on the client (paths made absolute).
     tokenizer : str or None
-        Tokenizer spec as ``load_tokenizer`` takes it (a ``tokenizer.json`` path made
-        absolute); None for id files counted without one.
+        Tokenizer spec as ``load_tokenizer`` takes it (paths made absolute); None for id files
+        counted without one.
     fingerprint : str or None
         The client's tokenizer fingerprint: a worker whose copy differs refuses to count.
-    pad_token : str or None
-    view_name : str
-    max_len : int
+    pad_token, view_name, max_len, batch_size, dense_limit, group_prefix, dedup
+        As ``load_tokenizer`` (``pad_token``) and :func:`~posdiag.counts.core.count_texts` take
+        them.
     vocab_size : int or None
         Id files: the vocabulary size.
     shards, seed : int
         Bootstrap / cross-fit shards (0: none) and their seed.
-    batch_size : int
-    dense_limit : int
-    group_prefix : int
-        Sequences sharing their first ``group_prefix`` tokens are one sampling unit
-        (:mod:`posdiag.corpus.units`).
-    dedup : bool
-        Drop exact duplicates (the first copy in reading order is kept).
     skip : ndarray or None
-        ``dedup``, one piece's job: content hashes whose first copy is in an earlier piece
-        (:func:`dedup_skips`).
+        ``dedup``: this piece's content hashes whose first copy is in an earlier piece.
     """
 
     source: Source
@@ -219,9 +211,6 @@ def _partial_from(matrix: _CsrParts, shards: tuple[_CsrParts, ...], *rest: Any) 
     return Partial(_csr_from(matrix), tuple(_csr_from(s) for s in shards), *rest)
 
 
-# ---------------------------------------------------------------------------------------------
-# On the worker
-
 _LOCAL = threading.local()
 
 
@@ -265,15 +254,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         skip=job.skip,
     )
     vocab = tok.vocabulary()
-    return Partial(
-        total,
-        shards,
-        docs,
-        seqs,
-        toks,
-        None if vocab is None else tuple(vocab),
-        units,
-    )
+    return Partial(total, shards, docs, seqs, toks, None if vocab is None else tuple(vocab), units)
 
 
 def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
@@ -385,10 +366,6 @@ def add_partials(a: Partial, b: Partial) -> Partial:
 
 def _stats(p: Partial) -> tuple[int, int, int]:
     return p.documents, p.sequences, p.tokens
-
-
-# ---------------------------------------------------------------------------------------------
-# On the client
 
 
 def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
@@ -605,21 +582,9 @@ def _counts_of(part: Partial, source: Source, job: Job, tokenizer_name: str) -> 
     return Counts(_widen(part.matrix, v), meta, part.vocab, shards)
 
 
-def job_for(
-    source: Source,
-    tokenizer: Tokenizer | None,
-    *,
-    view_name: str,
-    max_len: int,
-    pad_token: str | None = None,
-    vocab_size: int | None = None,
-    shards: int = 0,
-    seed: int = 0,
-    batch_size: int = 1024,
-    group_prefix: int = DEFAULT_GROUP_PREFIX,
-    dedup: bool = False,
-) -> Job:
-    """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec."""
+def job_for(source: Source, tokenizer: Tokenizer | None, **options: Any) -> Job:
+    """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec, and
+    the other :class:`Job` fields (``view_name``, ``max_len``, ...) as ``options``."""
     spec = None
     if tokenizer is not None:
         spec = tokenizer.name
@@ -630,17 +595,4 @@ def job_for(
         dataset = os.path.abspath(dataset)
     # Pieces carry their own paths: the file list would be sent again with every piece.
     src = dataclasses.replace(source, files=(), dataset=dataset)
-    return Job(
-        src,
-        spec,
-        None if tokenizer is None else tokenizer.fingerprint,
-        pad_token=pad_token,
-        view_name=view_name,
-        max_len=max_len,
-        vocab_size=vocab_size,
-        shards=shards,
-        seed=seed,
-        batch_size=batch_size,
-        group_prefix=group_prefix,
-        dedup=dedup,
-    )
+    return Job(src, spec, None if tokenizer is None else tokenizer.fingerprint, **options)
