@@ -17,42 +17,8 @@ __all__ = ["READING_FIELDS", "Reading"]
 class Reading:
     """Which part of a corpus is read, and how it is tokenized and cut into sequences.
 
-    Attributes
-    ----------
-    column : str or None
-        Text column of tabular files and data sets (default ``text``; presets: their own).
-    tokenizer : str or None
-        ``whitespace``, ``bytes``, a tokenizer.json or a hub name (default ``whitespace``).
-    view : str or None
-        ``text``, ``model`` or ``packed`` (default ``text``).
-    max_len : int or None
-        Positions counted, ``n`` (default 512).
-    pad_token : str or None
-        Pad token of the ``model`` view when the tokenizer has none.
-    limit : int or None
-        Only the first ``limit`` documents (token id files: windows).
-    sample : float or None
-        A seeded random fraction in (0, 1] of the documents (the seed is the command's).
-    data_dir : str or None
-        Folder with local copies of presets and hub data sets.
-    dtype : str or None
-        Id type of a raw ``.bin`` token file, ``uint16`` or ``uint32``.
-    vocab_size : int or None
-        Vocabulary size of a token id file (default the tokenizer's).
-    engine : str or None
-        Where to count: ``local`` (default) or ``dask`` (docs/scale.md).
-    scheduler : str or None
-        ``dask``: address of a running scheduler (default: start a ``LocalCluster``).
-    workers : int or None
-        ``dask`` without ``scheduler``: the ``LocalCluster``'s worker processes (default: the
-        CPU count).
-    group_by : str or None
-        Field naming each record's sampling unit (a document, book or source id).
-    group_prefix : int or None
-        Sequences sharing their first this many tokens are one sampling unit (default 6; 0:
-        exact copies only).
-    dedup : bool or None
-        Drop exact duplicate sequences (packed view: documents) before counting.
+    Each field is the command-line option of the same name (docs/cli.md, "Options shared by
+    the commands that read a corpus"); None means its default.
     """
 
     column: str | None = None

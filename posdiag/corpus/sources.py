@@ -70,29 +70,18 @@ class Source:
     name : str
         The corpus as the user gave it (path, glob, preset, ``hf:...``, ``-``); used in messages.
     format : str
-        ``txt``, ``jsonl``, ``json``, ``csv``, ``tsv``, ``parquet``, ``arrow`` (files),
-        ``disk`` (a ``save_to_disk`` folder), ``hf`` (a hub data set or a local data set folder
-        read by ``datasets.load_dataset``), ``npy`` or ``bin`` (pre-tokenized ids).
-    column : str or None
-        Field holding the text (all formats but ``txt`` and ids); None means the default.
+        A file format of :data:`FORMATS`, ``disk`` (a ``save_to_disk`` folder) or ``hf`` (a
+        data set ``datasets.load_dataset`` reads).
+    column, limit, sample, seed, dtype, group_by
+        As :func:`open_source` takes them.
     size : int or None
         Total size in bytes of the files, when known.
     files : tuple of str
         The files read, in order (empty for stdin and hub data sets).
     length : int or None
-        Number of documents (for ids: tokens) when known cheaply; used for progress and ETA.
-    limit : int or None
-        Read only the first ``limit`` documents (ids: windows).
-    sample : float or None
-        Keep each document (ids: window) with this probability, seeded by ``seed``.
-    seed : int
+        Documents (ids: tokens) when known cheaply, for the progress bar.
     dataset, config, split : str or None
         For ``hf`` and ``disk``: what ``datasets`` loads (a hub id or a local folder).
-    dtype : str or None
-        For ``bin``: ``uint16`` or ``uint32``.
-    group_by : str or None
-        Field whose value names each record's sampling unit (``--group-by``): the texts are then
-        :class:`~posdiag.corpus.units.Grouped`, carrying it.
     """
 
     name: str

@@ -166,28 +166,19 @@ class UnitTally:
     ----------
     item : str
         What was hashed: ``"sequences"`` (text and model views) or ``"documents"`` (packed).
-    items : int
-        Items read, duplicates included (before ``--dedup``).
-    distinct : int
-        Distinct items (by content hash).
+    items, distinct, units : int
+        Items read (before ``--dedup``), distinct items (by content hash), distinct unit keys.
     prefix : int
         Shared-prefix length in tokens (0: off).
-    prefix_groups : int
-        Groups of >= 2 distinct items sharing their first ``prefix`` tokens.
-    prefix_grouped : int
-        Items in those groups (copies included).
-    largest_group : int
-        Items in the largest shared-prefix group.
-    units : int
-        Distinct sampling units (unit keys).
+    prefix_groups, prefix_grouped, largest_group : int
+        Groups of >= 2 distinct items sharing their first ``prefix`` tokens, the items in them
+        (copies included) and in the largest.
     group_by : str or None
-        The ``--group-by`` field, if any.
     dropped : int
-        Exact duplicates dropped by ``--dedup`` (0 without it).
+        Exact duplicates dropped by ``--dedup``.
     unit_supports : tuple of int
         Distinct units reaching each position (``max_len`` entries).
     dedup : bool
-        Whether exact duplicates were dropped before counting.
     """
 
     item: str
@@ -283,14 +274,9 @@ class UnitKeyer:
     ----------
     tokenizer
         The tokenizer whose ids are hashed (per-run vocabularies hash the tokens' text).
-    seed : int
-        Shard seed.
-    prefix : int
-        Sequences sharing their first ``prefix`` tokens are one unit (0: exact content only).
-    group_by : str or None
-        Records carry :class:`Grouped` texts; their value is the unit.
-    dedup : bool
-        Drop exact duplicates (the first copy is kept).
+    seed, prefix, group_by, dedup
+        The shard seed, the shared-prefix length (0: exact content only), the ``--group-by``
+        field (the texts are then :class:`Grouped`) and whether exact duplicates are dropped.
     item : str
         ``"sequences"`` or ``"documents"`` (packed view).
     pad_id : int or None

@@ -655,26 +655,39 @@ def align_vocabularies(
     if not counts or counts[0].meta.get("tokenizer_fingerprint") != "run":
         return list(counts)
     labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
-    index: dict[str, int] = {}
     for c, name in zip(counts, labels, strict=True):
         if c.vocab is None:
             raise PosdiagError(
                 f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
                 "count the corpus again with this version to align it"
             )
-        for tok in c.vocab:
-            index.setdefault(tok, len(index))
-    v = len(index)
-    vocab = tuple(index)
-    out = []
-    for c in counts:
-        remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
-        # The shards too: a diff's cross-fit splits each side by sequence, as stress does.
-        shards = tuple(_renumber(x, remap, v) for x in c.shards)
-        out.append(
-            Counts(_renumber(c.matrix, remap, v), {**c.meta, "vocab_size": v}, vocab, shards)
+    vocab, remaps = union_vocabulary([c.vocab or () for c in counts])
+    v = len(vocab)
+    # The shards too: a diff's cross-fit splits each side by sequence, as stress does.
+    return [
+        Counts(
+            _renumber(c.matrix, remap, v),
+            {**c.meta, "vocab_size": v},
+            vocab,
+            tuple(_renumber(x, remap, v) for x in c.shards),
         )
-    return out
+        for c, remap in zip(counts, remaps, strict=True)
+    ]
+
+
+def union_vocabulary(
+    vocabs: Sequence[Sequence[str]],
+) -> tuple[tuple[str, ...], list[np.ndarray]]:
+    """The union of per-run vocabularies in order of first appearance, and each one's ids in
+    it: int64 arrays of shape (len(vocabs[k]),)."""
+    index: dict[str, int] = {}
+    for vocab in vocabs:
+        for tok in vocab:
+            index.setdefault(tok, len(index))
+    remaps = [
+        np.fromiter((index[t] for t in vocab), np.int64, count=len(vocab)) for vocab in vocabs
+    ]
+    return tuple(index), remaps
 
 
 def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:

@@ -37,6 +37,7 @@ from .core import (
     _selection_meta,
     _start,
     columns,
+    union_vocabulary,
     units_meta,
 )
 from .ids import BLOCK_TOKENS, _check_ids, _id_blocks, _select_windows
@@ -335,17 +336,11 @@ def add_partials(a: Partial, b: Partial) -> Partial:
     ones) and ``b``'s ids renumbered; this concatenation is associative, so any tree over the
     pieces in reading order gives the vocabulary one process assigns.
     """
-    if a.vocab is None or b.vocab is None:
-        width = max(a.matrix.shape[1], b.matrix.shape[1])
-        remap = None
-        vocab = None
-    else:
-        index = {tok: i for i, tok in enumerate(a.vocab)}
-        for tok in b.vocab:
-            index.setdefault(tok, len(index))
-        vocab = tuple(index)
+    vocab, remap = None, None
+    width = max(a.matrix.shape[1], b.matrix.shape[1])
+    if a.vocab is not None and b.vocab is not None:
+        vocab, (_, remap) = union_vocabulary([a.vocab, b.vocab])
         width = len(vocab)
-        remap = np.fromiter((index[t] for t in b.vocab), dtype=np.int64, count=len(b.vocab))
 
     def move(m: sp.csr_matrix) -> sp.csr_matrix:
         return _widen(m, width) if remap is None else _renumber(m, remap, width)
