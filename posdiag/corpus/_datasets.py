@@ -94,34 +94,23 @@ class HubUnavailable(PosdiagError):
         return text.replace(old, local_command(argv, self.corpus, self.local, self.column))
 
 
-_COMMAND_PLACEHOLDER = "posdiag <command>"
-
-
 def _template_command(local: str, column: str | None) -> str:
     col = f" --column {shlex.quote(column)}" if column else ""
-    return f"{_COMMAND_PLACEHOLDER} {shlex.quote(local)}{col}"
+    return f"posdiag <command> {shlex.quote(local)}{col}"
 
 
 def local_command(argv: Sequence[str], corpus: str, local: str, column: str | None = None) -> str:
     """``posdiag`` + ``argv`` with the argument ``corpus`` replaced by ``local`` and
     ``--column`` set to ``column`` (an existing ``--column`` is replaced), shell-quoted."""
     out: list[str] = []
-    skip = False
-    replaced = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
+    args = iter(enumerate(argv))
+    for i, arg in args:
         if column is not None and arg == "--column" and i + 1 < len(argv):
-            skip = True
-            continue
-        if column is not None and arg.startswith("--column="):
-            continue
-        if not replaced and arg == corpus:
-            out.append(local)
-            replaced = True
-            continue
-        out.append(arg)
+            next(args)  # the old column's value
+        elif column is None or not arg.startswith("--column="):
+            out.append(arg)
+    if corpus in out:
+        out[out.index(corpus)] = local
     if column is not None:
         out += ["--column", column]
     return "posdiag " + shlex.join(out)

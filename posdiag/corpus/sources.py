@@ -270,7 +270,9 @@ def open_source(
         _check_group(name, fmt, group_by)
         return Source(name=name, format=fmt, column=column, **common)
     if name.startswith("hf:"):
-        return _hub_source(name, column, data_dir, common)
+        dataset, config, split = _parse_hub(name[3:])
+        col = column or DEFAULT_COLUMN
+        return _hf_source(name, dataset, config, split or "train", col, data_dir, common)
     path = Path(name)
     if not path.exists() and not _is_glob(name):
         base, _, split = name.rpartition("@") if "@" in name else (name, "", "")
@@ -326,12 +328,8 @@ def _files_source(
         _check_column(name, fmt, column)
         _check_group(name, fmt, common.get("group_by"))
     size = sum(Path(f).stat().st_size for f in files)
-    length = None
-    if fmts == {"parquet"}:
-        length = sum(_parquet_rows(f, column) for f in files)
-    fmt = fmts.pop() if len(fmts) == 1 else "mixed"
-    if format is not None:
-        fmt = format
+    length = sum(_parquet_rows(f, column) for f in files) if fmts == {"parquet"} else None
+    fmt = format or (fmts.pop() if len(fmts) == 1 else "mixed")
     return Source(
         name=name, format=fmt, column=column, size=size, files=tuple(files), length=length, **common
     )
@@ -418,15 +416,6 @@ def _preset_source(
     )
 
 
-def _hub_source(
-    name: str, column: str | None, data_dir_opt: str | None, common: dict[str, Any]
-) -> Source:
-    dataset, config, split = _parse_hub(name[3:])
-    return _hf_source(
-        name, dataset, config, split or "train", column or DEFAULT_COLUMN, data_dir_opt, common
-    )
-
-
 def _hf_source(
     name: str,
     dataset: str,
@@ -447,8 +436,7 @@ def _hf_source(
             return open_source(str(local), column, **common)
         dataset = str(local)
     src = Source(name, "hf", column, dataset=dataset, config=config, split=split, **common)
-    ds = _load_hf(src)
-    # fail now, not in the middle of the progress bar
+    ds = _load_hf(src)  # fail now, not in the middle of the progress bar
     cols = _hf_columns(ds)
     if cols is not None and column not in cols:
         raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(cols)}")

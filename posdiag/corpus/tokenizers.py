@@ -1,15 +1,6 @@
-"""Tokenizers and views: turn texts into the id sequences a model sees (docs/geometry.md section 6).
-
-Views
------
-``text``
-    the tokenizer's tokens only, no special tokens, cut at ``max_len``.
-``model``
-    the tokenizer's post-processor adds its special tokens (e.g. ``[CLS] ... [SEP]``); sequences
-    are truncated to ``max_len`` and padded to ``max_len`` with the pad token, which is counted.
-``packed``
-    documents joined with the end-of-text token, each followed by it, cut into consecutive windows
-    of ``max_len`` tokens; the last window may be shorter.
+"""Tokenizers and views: turn texts into the id sequences a model sees. The views (``text``,
+``model``: special tokens and padding, ``packed``: documents joined into windows) are defined
+in docs/geometry.md section 6.
 """
 
 from __future__ import annotations

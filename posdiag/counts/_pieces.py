@@ -44,11 +44,11 @@ class Piece:
     path : str
         Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
     start, stop : int
-        Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
-        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
-        ``[start, stop)`` (``ids``).
+        Row group ``start`` (``rowgroup``), shard ``start`` of ``stop`` (``stream``), else the
+        range ``[start, stop)`` of rows, bytes (``lines``) or tokens (``ids``).
     format : str
-        The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
+        The file's format (:data:`~posdiag.corpus.sources.FORMATS`).
+
     offset : int
         ``rowgroup``: byte offset of the row group in the file (for error messages).
     positions : (int, int)
