@@ -31,7 +31,6 @@ DEFAULT_REPLICATES = 200
 # the default is at most BALANCED_MAX_REPLICATES balanced half-samples read as a t interval: with
 # 20 shards the spread's precision is bounded by the shards, not the replicates (docs/theory.md,
 # "Balanced half-samples"). Below: 200 random replicates and percentile intervals.
-
 BALANCED_FROM = 128
 BALANCED_MAX_REPLICATES = 50
 DEFAULT_LEVEL = 0.95

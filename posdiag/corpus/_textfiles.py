@@ -214,7 +214,6 @@ def _csv_texts(
     """
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ","}
     reader = csv.reader((line for _, line in lines), strict=True, **dialect)
-
     start = 1
     try:
         try:
@@ -226,7 +225,6 @@ def _csv_texts(
         idx = header.index(column)
         if group is not None and group not in header:
             raise _no_field(name, group, header)
-
         start = reader.line_num + 1
         for row in reader:
             if idx < len(row) and row[idx].strip():

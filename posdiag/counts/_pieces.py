@@ -48,7 +48,6 @@ class Piece:
         range ``[start, stop)`` of rows, bytes (``lines``) or tokens (``ids``).
     format : str
         The file's format (:data:`~posdiag.corpus.sources.FORMATS`).
-
     offset : int
         ``rowgroup``: byte offset of the row group in the file (for error messages).
     positions : (int, int)

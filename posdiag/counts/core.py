@@ -463,7 +463,6 @@ def _count_texts(
         accs = [CountAccumulator(max_len) for _ in range(k)]
     else:
         v = None if tokenizer.fingerprint == "run" else tokenizer.vocab_size
-
         accs = [CountAccumulator(max_len, vocab_size=v, dense_limit=dense_limit)]
     keyer = UnitKeyer(
         tokenizer,
@@ -736,7 +735,6 @@ def load_counts(path: str | Path) -> Counts:
         raise PosdiagError(f"{path}: not a regular file")
     try:
         arrays = read_counts_arrays(p)
-
     except PermissionError:
         raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
     rows, cols, meta = validate_csr(str(path), arrays)

@@ -79,7 +79,6 @@ def corpus_counts(
         where = engine
     else:
         where = engine_from_options(engine or "local", scheduler, workers)
-
     if is_counts_file(corpus):
         asked: dict[str, Any] = {
             "column": column,
@@ -191,7 +190,6 @@ def _count_id_file(
         return _on_dask(
             source, tok, where, progress, view_name="packed", max_len=max_len, vocab_size=v
         )
-
     return count_ids(
         source,
         max_len=max_len,

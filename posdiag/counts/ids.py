@@ -289,7 +289,6 @@ def _forked_count(
                 buf = columns(part, buf)
                 for i in range(m):
                     np.add.at(dense[lo + i], buf[i], one)
-
                 done[k] += w * m
         except BaseException:  # reported to the parent, which raises
             status[k, 0] = 2
