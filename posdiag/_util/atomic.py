@@ -65,11 +65,9 @@ def _check_replaceable(p: Path, path: str | Path) -> None:
 
 
 def check_output(path: str | Path, force: bool) -> Path:
-    """Refuse a target whose folder is missing, that exists without ``force``, or is special.
+    """Refuse a target whose folder is missing, that exists (a dangling link too) without
+    ``force``, or that is not a regular file or a link."""
 
-    A dangling symbolic link exists; with ``force`` only a regular file (or a link) may be
-    replaced.
-    """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():

@@ -174,11 +174,9 @@ def _streamed_texts(
     unreadable: Callable[[Exception], PosdiagError],
     group: str | None = None,
 ) -> Iterator[str]:
-    """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch.
+    """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch; ``unreadable``
+    makes a reading failure's error. The column is checked on the first batch read."""
 
-    ``unreadable`` turns a reading failure into the error to raise. The column is checked on
-    the first batch because features may be unknown until read (arrow files, hub data sets).
-    """
     with _quiet_datasets(), contextlib.suppress(Exception):
         ds = ds.select_columns([col] if group is None else [col, group])
     it = iter(ds.iter(batch_size=_HF_BATCH))
@@ -307,12 +305,8 @@ _PROBE: dict[str, bool] = {}
 
 
 def hub_offline() -> str | None:
-    """Why the Hugging Face Hub is out of reach (offline mode or no connection), else None.
-
-    Checks ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` and then opens one TCP connection to the
-    endpoint with a short timeout, so a machine without network fails in seconds instead of
-    waiting for ``datasets``' and ``huggingface_hub``'s retries.
-    """
+    """Why the Hugging Face Hub is out of reach (offline mode, or no TCP connection within a
+    short timeout instead of the libraries' retries), else None."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").upper() in ("1", "ON", "YES", "TRUE"):
             return f"{var}={os.environ[var]}"

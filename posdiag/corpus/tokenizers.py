@@ -144,11 +144,9 @@ _SPACE = re.compile(r"[ \t\n\r]")
 
 
 def _pieces(text: str) -> Iterator[str]:
-    """``text`` cut at whitespace into pieces of about :data:`_PIECE` characters.
+    """``text`` cut at whitespace into pieces of about :data:`_PIECE` characters (so the
+    ``Whitespace`` pre-tokenizer finds the same words)."""
 
-    The ``Whitespace`` pre-tokenizer's words never contain whitespace, so the words of the
-    pieces are exactly the words of the text.
-    """
     start, size = 0, len(text)
     while start < size:
         end = start + _PIECE

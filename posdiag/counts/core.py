@@ -149,11 +149,8 @@ class Counts:
         return int(np.count_nonzero(seen))
 
     def __add__(self, other: Counts) -> Counts:
-        """Counts are additive: the counts of two shards sum to the counts of their union.
-
-        Same rules as :func:`merge_counts`: per-run (``whitespace``) ids are aligned through
-        the stored vocabularies, and counts of another tokenizer, view or max_len are refused.
-        """
+        """Counts are additive: the counts of two shards sum to the counts of their union
+        (:func:`merge_counts`)."""
         return merge_counts([self, other], ["left operand", "right operand"])
 
 
@@ -598,11 +595,8 @@ def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
 
 
 def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -> Counts:
-    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity).
-
-    Counts whose tokenizer assigns ids per run (``whitespace``) are aligned through their
-    stored vocabularies: ids are remapped onto the union vocabulary, in order of first
-    appearance across the inputs (so merging one file is the identity).
+    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity); per-run
+    (``whitespace``) ids are first aligned (:func:`align_vocabularies`).
 
     Raises
     ------
@@ -716,10 +710,9 @@ def is_counts_file(path: str | Path) -> bool:
 
 
 def load_counts(path: str | Path) -> Counts:
-    """Read a counts file written by :func:`save_counts`, validating all of it first.
+    """Read a counts file written by :func:`save_counts`, validating all of it first
+    (:mod:`posdiag.counts._npz`).
 
-    Member sizes are checked against the memory budget before anything is decompressed, and the
-    CSR structure and metadata are checked before any computation (see :mod:`posdiag.counts._npz`).
 
     Raises
     ------
