@@ -151,18 +151,10 @@ def _select(
     texts: Iterator[str], limit: int | None, sample: float | None, seed: int
 ) -> Iterator[str]:
     """The first ``limit`` documents kept by a seeded Bernoulli(``sample``) draw."""
-    if sample is None and limit is None:
-        yield from texts
-        return
-    rng = np.random.default_rng(seed) if sample is not None else None
-    kept = 0
-    for text in texts:
-        if limit is not None and kept >= limit:
-            return
-        if rng is not None and rng.random() >= sample:  # type: ignore[operator]
-            continue
-        kept += 1
-        yield text
+    if sample is not None:
+        rng = np.random.default_rng(seed)
+        texts = (t for t in texts if rng.random() < sample)
+    return itertools.islice(texts, limit)
 
 
 def _format_of(name: str) -> str:

@@ -21,6 +21,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from .._util.memory import require
 from .._util.validate import check_choice, check_int
 from ..errors import PosdiagError
+from ._textfiles import _first_line
 
 __all__ = [
     "VIEWS",
@@ -378,7 +379,7 @@ def _from_hub(name: str) -> HFTokenizer:
         with offline_mode() if why else contextlib.nullcontext():
             return HFTokenizer.from_pretrained(name)
     except Exception as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _first_line(exc)
         if why is not None or "connection" in text.lower():
             raise HubUnavailable(
                 f"tokenizer {name!r}: not a file, and the Hugging Face Hub is out of reach "

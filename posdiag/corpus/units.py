@@ -8,6 +8,7 @@ units reaching each position (:class:`UnitTally`) and drops exact duplicates wit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
@@ -191,8 +192,8 @@ class UnitTally:
     units: int
     group_by: str | None
     dropped: int
+    dedup: bool
     unit_supports: tuple[int, ...]
-    dedup: bool = False
 
     @property
     def duplicates(self) -> int:
@@ -206,22 +207,9 @@ class UnitTally:
 
     def to_meta(self) -> dict[str, Any]:
         """JSON-ready fields, as stored in a counts file's metadata (``units``)."""
-        return {
-            "item": self.item,
-            "items": self.items,
-            "distinct": self.distinct,
-            "duplicates": self.duplicates,
-            "duplicate_share": self.share,
-            "prefix": self.prefix,
-            "prefix_groups": self.prefix_groups,
-            "prefix_grouped": self.prefix_grouped,
-            "largest_group": self.largest_group,
-            "units": self.units,
-            "group_by": self.group_by,
-            "dropped": self.dropped,
-            "dedup": self.dedup,
-            "unit_supports": list(self.unit_supports),
-        }
+        meta = {**dataclasses.asdict(self), "unit_supports": list(self.unit_supports)}
+        head = {k: meta.pop(k) for k in ("item", "items", "distinct")}
+        return {**head, "duplicates": self.duplicates, "duplicate_share": self.share, **meta}
 
     @staticmethod
     def from_meta(meta: Mapping[str, Any] | None) -> UnitTally | None:
