@@ -212,12 +212,8 @@ def validate_csr(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, int, di
     for key, types in _META_TYPES.items():
         if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool)):
             want = " or ".join(t.__name__ for t in types)
-            raise _bad(
-                name,
-                f"metadata {key!r} must be {want}; got {type(meta[key]).__name__} {meta[key]!r}"[
-                    :200
-                ],
-            )
+            got = f"{type(meta[key]).__name__} {meta[key]!r}"
+            raise _bad(name, f"metadata {key!r} must be {want}; got {got}"[:200])
     if "vocab_size" in meta and meta["vocab_size"] != cols:
         raise _bad(
             name, f"metadata vocab_size={meta['vocab_size']} but the matrix has {cols} columns"

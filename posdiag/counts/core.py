@@ -538,35 +538,18 @@ def _selection_meta(source: Source) -> dict[str, Any]:
 
 
 def count_source(
-    source: Source,
-    tokenizer: Tokenizer,
-    *,
-    view_name: str = "text",
-    max_len: int = 512,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
-    dense_limit: int = DENSE_LIMIT,
-    shards: int = 0,
-    shard_seed: int = 0,
-    group_prefix: int = DEFAULT_GROUP_PREFIX,
-    dedup: bool = False,
+    source: Source, tokenizer: Tokenizer, *, progress: ProgressFn | None = None, **options: Any
 ) -> Counts:
-    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name."""
+    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name,
+    ``group_by`` and selection; ``options``: :func:`count_texts`'s other keyword arguments."""
     _start(progress, source.expected, "documents")
     counts = count_texts(
         source.texts(),
         tokenizer,
-        view_name=view_name,
-        max_len=max_len,
-        batch_size=batch_size,
         progress=progress,
         source=source.name,
-        dense_limit=dense_limit,
-        shards=shards,
-        shard_seed=shard_seed,
         group_by=source.group_by,
-        group_prefix=group_prefix,
-        dedup=dedup,
+        **options,
     )
     extra = _selection_meta(source)
     if extra:
