@@ -197,11 +197,6 @@ def _check_file(name: str) -> None:
         raise PosdiagError(f"{name}: cannot read the file (permission denied)")
 
 
-def resolve_data_dir(explicit: str | None = None) -> str | None:
-    """``--data-dir`` if given, else ``$POSDIAG_DATA_DIR``, else None."""
-    return explicit or os.environ.get(DATA_DIR_ENV) or None
-
-
 def open_source(
     name: str,
     column: str | None = None,
@@ -418,7 +413,8 @@ def _hf_source(
     common: dict[str, Any],
     local_names: tuple[str, ...] = (),
 ) -> Source:
-    local = _local_copy(dataset, local_names, resolve_data_dir(data_dir_opt))
+    root = data_dir_opt or os.environ.get(DATA_DIR_ENV) or None  # --data-dir, else the env
+    local = _local_copy(dataset, local_names, root)
     if local is not None:
         if local.is_dir() and _is_saved_dataset(local):
             return _disk_source(name, str(local), split, column, common)

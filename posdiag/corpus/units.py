@@ -256,15 +256,15 @@ def duplicate_warning(tally: UnitTally | None, *, sharded: bool = True) -> str |
 
 
 class UnitKeyer:
-    """Unit keys, shards, duplicate tally and ``--dedup`` of one counting pass (or piece).
+    """Unit keys, duplicate tally and ``--dedup`` of one counting pass (or piece).
 
     Parameters
     ----------
     tokenizer
         The tokenizer whose ids are hashed (per-run vocabularies hash the tokens' text).
-    seed, prefix, group_by, dedup
-        The shard seed, the shared-prefix length (0: exact content only), the ``--group-by``
-        field (the texts are then :class:`Grouped`) and whether exact duplicates are dropped.
+    prefix, group_by, dedup
+        The shared-prefix length (0: exact content only), the ``--group-by`` field (the texts
+        are then :class:`Grouped`) and whether exact duplicates are dropped.
     item : str
         ``"sequences"`` or ``"documents"`` (packed view).
     pad_id : int or None
@@ -277,7 +277,6 @@ class UnitKeyer:
         self,
         tokenizer: Any,
         *,
-        seed: int = 0,
         prefix: int = DEFAULT_GROUP_PREFIX,
         group_by: str | None = None,
         dedup: bool = False,
@@ -285,7 +284,6 @@ class UnitKeyer:
         pad_id: int | None = None,
         seen: np.ndarray | None = None,
     ) -> None:
-        self.seed = seed
         self.prefix = check_int("group_prefix", prefix, 0)
         self.group_by = group_by
         self.dedup = dedup
@@ -391,10 +389,6 @@ class UnitKeyer:
         self._rows += len(seqs)
         if self._rows >= _COMPACT_AT:
             self._flush()
-
-    def shards(self, ukeys: np.ndarray, k: int) -> np.ndarray:
-        """Shard of each unit key (:func:`shard_of_keys`)."""
-        return shard_of_keys(ukeys, self.seed, k)
 
     def _flush(self) -> None:
         self._state = _compact(

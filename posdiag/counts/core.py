@@ -30,6 +30,7 @@ from ..corpus.units import (
     UnitState,
     UnitTally,
     flatten,
+    shard_of_keys,
     tally_of,
 )
 from ..errors import PosdiagError
@@ -463,7 +464,6 @@ def _count_texts(
         accs = [CountAccumulator(max_len, vocab_size=v, dense_limit=dense_limit)]
     keyer = UnitKeyer(
         tokenizer,
-        seed=shard_seed,
         prefix=group_prefix,
         group_by=group_by,
         dedup=dedup,
@@ -476,7 +476,7 @@ def _count_texts(
         texts, tokenizer, view_name, max_len, batch_size, keyer
     ):
         if k:
-            which = keyer.shards(keys, k)
+            which = shard_of_keys(keys, shard_seed, k)
             for s, acc in enumerate(accs):
                 idx = np.flatnonzero(which == s)
                 if idx.size:
