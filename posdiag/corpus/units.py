@@ -364,10 +364,8 @@ class UnitKeyer:
         keep = np.ones(full.size, dtype=bool)
         if self.dedup:
             for j, h in enumerate(full.tolist()):
-                if h in self._seen:
-                    keep[j] = False
-                else:
-                    self._seen.add(h)
+                keep[j] = h not in self._seen  # the first copy is kept
+                self._seen.add(h)
             self._dropped += int(full.size - np.count_nonzero(keep))
         self._items += int(full.size)
         self._pairs.append(np.stack([pkey, full], axis=1))

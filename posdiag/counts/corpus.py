@@ -1,9 +1,7 @@
 """Counting a corpus named on the command line: the one entry point every command calls.
 
-:func:`corpus_counts` reads a counts ``.npz`` (checking that the options agree with how it was
-counted), or opens the source and counts it in this process (:mod:`posdiag.counts.core`) or on
-a Dask cluster (:mod:`posdiag.counts.distributed`), with the same result either way. It sits
-above both, so neither imports the other's caller.
+:func:`corpus_counts` reads a counts ``.npz`` (checked against the options), or counts the
+source here (:mod:`posdiag.counts.core`) or on Dask (:mod:`posdiag.counts.distributed`).
 """
 
 from __future__ import annotations
