@@ -180,11 +180,8 @@ _CHUNK = 4096
 
 
 def synth_texts(spec: SynthSpec) -> Iterator[str]:
-    """The corpus of ``spec``: ``spec.sequences`` lines of ``spec.positions`` words ``t{v}``.
-
-    Positions are drawn independently from their distributions (seeded by ``spec.seed``), in
-    vectorised chunks, so a million sequences take seconds.
-    """
+    """The corpus of ``spec``: ``spec.sequences`` lines of ``spec.positions`` words ``t{v}``,
+    each position drawn independently (seeded by ``spec.seed``) in vectorised chunks."""
     mu = synth_distributions(spec)
     total = check_int("sequences", spec.sequences, 1)
     # One chunk of draws: uniforms, ids and the words of each line (about 40 bytes a token).
@@ -225,9 +222,8 @@ def zipf_drift_distributions(
 
     Topic ``k`` is a Zipf law ``p(v) ∝ rank_k(v)^-exponent`` over its own seeded permutation of
     the vocabulary; position ``i`` mixes the topics with weights
-    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``. The long
-    tail of rare words is what makes the plug-in Hellinger geometry noisy on real text; the
-    exact ``B_H`` follows from the returned distributions (posdiag.geometry.estimator validation).
+    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``: the long tail
+    that makes the plug-in geometry noisy on real text, with an exact ``B_H``.
 
     Returns
     -------
@@ -250,11 +246,8 @@ def zipf_drift_distributions(
 def sample_sharded_counts(
     mu: np.ndarray, sequences: int, *, shards: int = 20, seed: int = 0
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Counts of ``sequences`` seeded sequences drawn from ``mu``, split into random shards.
-
-    Each sequence goes to one of ``shards`` shards uniformly; its token at position ``i`` is
-    drawn from ``mu[i]`` independently of the other positions. Equivalent to counting
-    :func:`sample_texts` output with shards, without writing text.
+    """Counts of ``sequences`` seeded sequences drawn from ``mu`` (position ``i`` from
+    ``mu[i]``, independently), each in one of ``shards`` uniformly chosen shards.
 
     Returns
     -------

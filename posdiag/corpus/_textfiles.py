@@ -19,14 +19,6 @@ from .units import Grouped
 DEFAULT_COLUMN = "text"
 
 
-def _group_value(value: Any) -> str:
-    """A record's ``--group-by`` value as text (numbers and strings that print alike are one
-    group: ``5`` and ``"5"``)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def _no_field(name: str, group: str, columns: Iterable[str]) -> PosdiagError:
     """The error for a ``--group-by`` field the file or data set does not have."""
     return PosdiagError(f"{name}: no field {group!r} (--group-by); columns: {', '.join(columns)}")
@@ -40,7 +32,9 @@ def _grouped(text: str, record: Mapping[str, Any], group: str, name: str, where:
     value = record[group]
     if value is None or (isinstance(value, str) and not value.strip()):
         raise PosdiagError(f"{name}: {where}: field {group!r} (--group-by) is empty")
-    return Grouped(text, _group_value(value))
+    if not isinstance(value, str):  # as text: 5 and "5" are one group
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return Grouped(text, value)
 
 
 def _first_line(exc: BaseException) -> str:
