@@ -265,8 +265,6 @@ class UnitKeyer:
     prefix, group_by, dedup
         The shared-prefix length (0: exact content only), the ``--group-by`` field (the texts
         are then :class:`Grouped`) and whether exact duplicates are dropped.
-    item : str
-        ``"sequences"`` or ``"documents"`` (packed view).
     pad_id : int or None
         Model view: the pad id, not counted in the positions a unit reaches.
     seen : ndarray or None
@@ -280,14 +278,12 @@ class UnitKeyer:
         prefix: int = DEFAULT_GROUP_PREFIX,
         group_by: str | None = None,
         dedup: bool = False,
-        item: str = "sequences",
         pad_id: int | None = None,
         seen: np.ndarray | None = None,
     ) -> None:
         self.prefix = check_int("group_prefix", prefix, 0)
         self.group_by = group_by
         self.dedup = dedup
-        self.item = item
         self.pad_id = pad_id
         self._run = getattr(tokenizer, "fingerprint", "") == "run"
         self._tok = tokenizer

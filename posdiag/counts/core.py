@@ -467,7 +467,6 @@ def _count_texts(
         prefix=group_prefix,
         group_by=group_by,
         dedup=dedup,
-        item="documents" if view_name == "packed" else "sequences",
         pad_id=tokenizer.pad_id() if view_name == "model" else None,
         seen=skip,
     )
