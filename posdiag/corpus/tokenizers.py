@@ -106,10 +106,7 @@ class WhitespaceTokenizer(Tokenizer):
         out = []
         for piece in _pieces(text):
             for word, _ in self._pre.pre_tokenize_str(piece):
-                idx = vocab.get(word)
-                if idx is None:
-                    idx = vocab[word] = len(vocab)
-                out.append(idx)
+                out.append(vocab.setdefault(word, len(vocab)))
         return out
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
