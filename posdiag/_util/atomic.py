@@ -56,9 +56,7 @@ def _check_replaceable(p: Path, path: str | Path) -> None:
             mode = os.stat(p).st_mode  # what the link points at, when it points anywhere
         except OSError:
             return
-        if stat.S_ISREG(mode):
-            return
-    elif stat.S_ISREG(mode):
+    if stat.S_ISREG(mode):
         return
     kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
     raise PosdiagError(f"{path}: is {kind} (e.g. a device); refusing to replace it")

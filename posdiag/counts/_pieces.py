@@ -65,18 +65,15 @@ class Piece:
 
     def describe(self) -> str:
         """Where the piece is, as error messages name it."""
-        if self.kind == "rowgroup":
-            return f"{self.path}: row group {self.start} (byte offset {self.offset:,})"
-        if self.kind == "stream":
-            return f"{self.path}: stream shard {self.start} of {self.stop}"
-        if self.kind == "rows":
-            return f"{self.path}: rows {self.start:,} to {self.stop:,}"
-        if self.kind == "lines":
-            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
-        if self.kind == "ids":
-            lo, hi = self.positions
-            return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
-        return self.path
+        lo, hi = self.positions
+        where = {
+            "rowgroup": f"row group {self.start} (byte offset {self.offset:,})",
+            "stream": f"stream shard {self.start} of {self.stop}",
+            "rows": f"rows {self.start:,} to {self.stop:,}",
+            "lines": f"bytes {self.start:,} to {self.stop:,}",
+            "ids": f"tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}",
+        }.get(self.kind)
+        return self.path if where is None else f"{self.path}: {where}"
 
 
 def plan_pieces(

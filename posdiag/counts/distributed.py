@@ -64,20 +64,9 @@ ENGINES = ("local", "dask")
 
 @dataclass(frozen=True)
 class Engine:
-    """Where counting runs.
-
-    Attributes
-    ----------
-    name : str
-        ``local`` (this process) or ``dask``.
-    scheduler : str or None
-        Address of a running Dask scheduler (``tcp://host:8786``); None starts a
-        ``LocalCluster`` for the run.
-    workers : int or None
-        Worker processes of that ``LocalCluster`` (one thread each); None: the CPU count.
-    piece_bytes : int
-        The size of a piece (:data:`~posdiag.counts._pieces.PIECE_BYTES`, :func:`plan_pieces`).
-    """
+    """Where counting runs: ``local`` (this process) or ``dask``, on the scheduler at
+    ``scheduler`` (``tcp://host:8786``) or else a ``LocalCluster`` of ``workers``
+    single-threaded processes (None: the CPU count), in pieces of ``piece_bytes``."""
 
     name: str = "local"
     scheduler: str | None = None
