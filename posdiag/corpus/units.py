@@ -192,8 +192,8 @@ class UnitTally:
     units: int
     group_by: str | None
     dropped: int
-    dedup: bool
     unit_supports: tuple[int, ...]
+    dedup: bool = False
 
     @property
     def duplicates(self) -> int:
@@ -207,9 +207,11 @@ class UnitTally:
 
     def to_meta(self) -> dict[str, Any]:
         """JSON-ready fields, as stored in a counts file's metadata (``units``)."""
-        meta = {**dataclasses.asdict(self), "unit_supports": list(self.unit_supports)}
+        meta = dataclasses.asdict(self)
         head = {k: meta.pop(k) for k in ("item", "items", "distinct")}
-        return {**head, "duplicates": self.duplicates, "duplicate_share": self.share, **meta}
+        supports = list(meta.pop("unit_supports"))
+        derived = {"duplicates": self.duplicates, "duplicate_share": self.share}
+        return {**head, **derived, **meta, "unit_supports": supports}
 
     @staticmethod
     def from_meta(meta: Mapping[str, Any] | None) -> UnitTally | None:
