@@ -46,10 +46,8 @@ class Reading:
         return out
 
     def merged(self, overrides: Mapping[str, Any]) -> Reading:
-        """This reading with every non-None value of ``overrides`` whose key is a field.
-
-        Other keys (e.g. a config file's ``min_count``) are ignored.
-        """
+        """This reading with every non-None value of ``overrides`` whose key is a field (others,
+        e.g. a config file's ``min_count``, are ignored)."""
         given = {k: v for k, v in overrides.items() if k in READING_FIELDS and v is not None}
         return dataclasses.replace(self, **given)
 

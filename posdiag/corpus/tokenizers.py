@@ -52,11 +52,8 @@ class Tokenizer:
 
     @property
     def fingerprint(self) -> str:
-        """What identifies the id assignment: equal fingerprints mean the same id for a token.
-
-        ``whitespace`` returns ``"run"``: its ids depend on the order words were first seen, so
-        counts of separate runs share ids only through their stored vocabularies.
-        """
+        """What identifies the id assignment: equal fingerprints mean the same id for a token
+        (``"run"``: ids follow the order words were first seen, so runs share only tokens)."""
         return self.name
 
     def vocabulary(self) -> list[str] | None:

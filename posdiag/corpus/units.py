@@ -340,11 +340,8 @@ class UnitKeyer:
     def keys(
         self, seqs: Sequence[Sequence[int]], texts: Sequence[str] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Unit key of each item and which to keep (all but exact duplicates with ``dedup``).
-
-        ``texts``: the items' texts, when ``group_by`` is set (:class:`Grouped`). Records the
-        tally of every item read.
-        """
+        """Unit key of each item and which to keep (all but exact duplicates with ``dedup``),
+        recording the tally; ``texts`` (:class:`Grouped`) when ``group_by`` is set."""
         full, pkey, _ = self.hashes(seqs)
         if self.group_by is not None:
             if texts is None or not all(isinstance(t, Grouped) for t in texts):

@@ -253,11 +253,8 @@ class CountAccumulator:
             self._compact()
 
     def add_block(self, block: np.ndarray) -> int:
-        """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
-
-        Position ``i`` of every window is column ``i``. The ids must already be checked against
-        ``vocab_size`` (dense mode does not check them again).
-        """
+        """Count a block of id windows of shape (windows, m), m <= n, whose ids were checked
+        against ``vocab_size``; return the tokens added."""
         w, m = block.shape
         if m > self.n:
             raise ValueError(f"windows of length {m} exceed max_len {self.n}")
@@ -694,7 +691,6 @@ def is_counts_file(path: str | Path) -> bool:
 def load_counts(path: str | Path) -> Counts:
     """Read a counts file written by :func:`save_counts`, validating all of it first
     (:mod:`posdiag.counts._npz`).
-
 
     Raises
     ------

@@ -487,9 +487,8 @@ def count_on_dask(
 ) -> Counts:
     """Count ``source`` piece by piece on Dask; the same :class:`Counts` as one process.
 
-    ``client``: an already connected ``distributed.Client`` (else one is made from
-    ``engine``). ``task_fn`` replaces :func:`count_piece` (tests kill a worker through it).
-    """
+    ``client``: a connected ``distributed.Client`` (else one from ``engine``); ``task_fn``
+    replaces :func:`count_piece` (tests kill a worker through it)."""
     if not source.is_ids:
         if job.view_name == "packed":
             raise PosdiagError(
