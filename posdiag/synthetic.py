@@ -1,21 +1,8 @@
 """Deterministic synthetic corpora whose positional geometry is known in advance.
 
 Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``,
-which reproduces the paper's synthetic experiment. Two generators (docs/theory.md, "Synthetic
-corpora"):
-
-``drift`` (:func:`low_rank_distributions`)
-    The vocabulary is split into ``rank + 1`` blocks; position ``i`` draws a block with
-    probabilities ``pi_i = softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``,
-    ``t_i = i/(n-1)``, then a token inside the block from a fixed seeded shape. Then
-    ``BC(i, j) = sum_k sqrt(pi_ik pi_jk)``: the Hellinger points are ``sqrt(pi_i)/sqrt(2)`` on a
-    sphere in ``rank + 1`` dimensions, whose spread normal to the sphere is second order, so the
-    geometry has ``rank`` large MDS eigenvalues and one tiny one.
-``shift`` (:func:`shift_distributions`)
-    The vocabulary is a ring; position ``i`` draws a token from a discretised Gaussian bump of
-    width ``width`` centred at token ``i * step`` (mod vocab). Rotating the ring maps ``mu_i`` to
-    ``mu_j``, so ``d_H(i, j)`` depends on ``i - j`` only (a Toeplitz geometry); for a bump wider
-    than the drift, ``d_H`` grows almost linearly with ``|i - j|``: the geometry ALiBi assumes.
+whose two generators, ``drift`` (:func:`low_rank_distributions`) and ``shift``
+(:func:`shift_distributions`), docs/theory.md defines ("Synthetic corpora").
 """
 
 from __future__ import annotations
@@ -193,11 +180,8 @@ _CHUNK = 4096
 
 
 def synth_texts(spec: SynthSpec) -> Iterator[str]:
-    """The corpus of ``spec``: ``spec.sequences`` lines of ``spec.positions`` words ``t{v}``.
-
-    Positions are drawn independently from their distributions (seeded by ``spec.seed``), in
-    vectorised chunks, so a million sequences take seconds.
-    """
+    """The corpus of ``spec``: ``spec.sequences`` lines of ``spec.positions`` words ``t{v}``,
+    each position drawn independently (seeded by ``spec.seed``) in vectorised chunks."""
     mu = synth_distributions(spec)
     total = check_int("sequences", spec.sequences, 1)
     # One chunk of draws: uniforms, ids and the words of each line (about 40 bytes a token).
@@ -238,9 +222,8 @@ def zipf_drift_distributions(
 
     Topic ``k`` is a Zipf law ``p(v) ∝ rank_k(v)^-exponent`` over its own seeded permutation of
     the vocabulary; position ``i`` mixes the topics with weights
-    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``. The long
-    tail of rare words is what makes the plug-in Hellinger geometry noisy on real text; the
-    exact ``B_H`` follows from the returned distributions (posdiag.geometry.estimator validation).
+    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``: the long tail
+    that makes the plug-in geometry noisy on real text, with an exact ``B_H``.
 
     Returns
     -------
@@ -263,11 +246,8 @@ def zipf_drift_distributions(
 def sample_sharded_counts(
     mu: np.ndarray, sequences: int, *, shards: int = 20, seed: int = 0
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Counts of ``sequences`` seeded sequences drawn from ``mu``, split into random shards.
-
-    Each sequence goes to one of ``shards`` shards uniformly; its token at position ``i`` is
-    drawn from ``mu[i]`` independently of the other positions. Equivalent to counting
-    :func:`sample_texts` output with shards, without writing text.
+    """Counts of ``sequences`` seeded sequences drawn from ``mu`` (position ``i`` from
+    ``mu[i]``, independently), each in one of ``shards`` uniformly chosen shards.
 
     Returns
     -------

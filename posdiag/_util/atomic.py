@@ -1,24 +1,9 @@
-"""Atomic, exclusive file output: all targets appear complete, or none does.
+"""Atomic, exclusive file output: all targets appear complete, or none does (docs/cli.md).
 
-Every output is written into a private temporary folder beside its target, then moved into
-place only when every file of the request is complete:
-
-- without ``force``, each target is created *exclusively* (``os.link`` of the finished
-  temporary file to the target name fails when the name exists), so of two concurrent runs
-  writing the same new file exactly one wins and the other gets a :class:`PosdiagError`;
-- with ``force``, each target is replaced atomically (``os.replace``), and only a regular file
-  (or a symbolic link, which is replaced itself) may be replaced: never a device node, a pipe
-  or a socket;
-- any existing name counts as existing, dangling symbolic links included;
-- when moving one of several targets fails (or the run is interrupted by SIGINT/SIGTERM, which
-  the CLI turns into an exception), the targets already moved are removed again and the files
-  they replaced are restored, so a multi-file output (plots) is all-or-nothing;
-- a signal at any moment leaves no temporary and no part of a set: the temporary folder is
-  registered for removal before it is made, a target linked just before a signal is found by
-  its inode, and the clean-up (and recording a complete set in :func:`completed_outputs`, for
-  the interruption message) runs inside :func:`posdiag._util.signals.deferred_signals`, which no
-  signal cuts short;
-- write errors (full disk, file size limit, permissions) name the target, not the temporary.
+Outputs are written into a private temporary folder beside their targets, then each is linked
+to its name (exclusive: of two runs exactly one wins) or, with ``force``, replaces a regular
+file. A failure or signal while placing a set removes what was placed and restores what it
+replaced; the clean-up runs inside :func:`posdiag._util.signals.deferred_signals`.
 """
 
 from __future__ import annotations
@@ -71,20 +56,16 @@ def _check_replaceable(p: Path, path: str | Path) -> None:
             mode = os.stat(p).st_mode  # what the link points at, when it points anywhere
         except OSError:
             return
-        if stat.S_ISREG(mode):
-            return
-    elif stat.S_ISREG(mode):
+    if stat.S_ISREG(mode):
         return
     kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
     raise PosdiagError(f"{path}: is {kind} (e.g. a device); refusing to replace it")
 
 
 def check_output(path: str | Path, force: bool) -> Path:
-    """Refuse a target whose folder is missing, that exists without ``force``, or is special.
+    """Refuse a target whose folder is missing, that exists (a dangling link too) without
+    ``force``, or that is not a regular file or a link."""
 
-    A dangling symbolic link exists; with ``force`` only a regular file (or a link) may be
-    replaced.
-    """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():

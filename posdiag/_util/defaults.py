@@ -27,16 +27,10 @@ DEFAULT_MIN_COUNT = 100
 # shards cost memory (one accumulator each) for little gain in a 95% interval.
 DEFAULT_SHARDS = 20
 DEFAULT_REPLICATES = 200
-# From BALANCED_FROM positions, where a replicate costs two full products R^A (R^B)^T (0.3 s at
-# n = 512; 200 random replicates cost 14-35x the estimate there), the default is at most
-# BALANCED_MAX_REPLICATES replicates read as a t interval from their standard deviation
-# (posdiag.uncertainty.bootstrap.PERCENTILE_FROM): with 20 shards the spread's own precision is
-# bounded by the shards (19 degrees of freedom), not by the replicates. Where a Hadamard matrix
-# of the shard count is built (20 shards: yes), they are min(BALANCED_MAX_REPLICATES, 2 (k - 1))
-# balanced half-samples in complementary pairs (posdiag.uncertainty.bootstrap.replicate_halves):
-# 38 for 20 shards, every row of the matrix and its complement (docs/theory.md, "Balanced
-# half-samples"; costs in docs/performance.md). Below 128 positions (the bundled corpus): 200
-# random replicates and percentile intervals.
+# From BALANCED_FROM positions, where a replicate costs two full products (docs/performance.md),
+# the default is at most BALANCED_MAX_REPLICATES balanced half-samples read as a t interval: with
+# 20 shards the spread's precision is bounded by the shards, not the replicates (docs/theory.md,
+# "Balanced half-samples"). Below: 200 random replicates and percentile intervals.
 BALANCED_FROM = 128
 BALANCED_MAX_REPLICATES = 50
 DEFAULT_LEVEL = 0.95

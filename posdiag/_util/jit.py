@@ -1,11 +1,5 @@
-"""numba, imported where a kernel is first needed, and the one thing posdiag listens to in it.
-
-posdiag's long-context kernels are compiled by numba on their first call after an install and
-cached on disk (``cache=True``): that run takes tens of seconds more (docs/performance.md),
-and a terminal user would see the progress bar's "geometry" stage stand still. numba
-announces each real compilation (a cache load is not one) as a ``numba:compile`` event;
-:func:`load_numba` registers one listener for them, and :func:`watch` lets the progress bar say
-"compiling" while they run. The bundled corpus never calls a kernel, so it never imports numba.
+"""numba, imported where a kernel is first needed, and its ``numba:compile`` events, which let
+the progress bar say "compiling" during a first run's compilations (docs/performance.md).
 """
 
 from __future__ import annotations

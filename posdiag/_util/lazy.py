@@ -1,9 +1,5 @@
-"""A module imported on first attribute access.
-
-``scipy.stats`` is slow to import (it pulls ``scipy.spatial`` and the distribution
-tables) and only the rank correlations of ``compare`` and ``violation_rate`` need it; the
-default ``stress`` run scores every built-in encoding through ``fastscore`` and never does.
-"""
+"""A module imported on first attribute access: ``scipy.stats`` is slow to import and the
+default ``stress`` run never needs it."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
 """Memory guard: estimate what a request needs before allocating it, refuse what cannot fit.
 
-Sizes that come from the input (a counts file's shape, a tokenizer's largest id, ``--replicates``,
-an encoding's ``d``, ``--max-len``) are never trusted to be small. Entry points call
-:func:`require` with the bytes a request will allocate; when that exceeds the memory this
-process may still use, a :class:`~posdiag.errors.PosdiagError` names the request and the
-estimate instead of a ``MemoryError`` (or the kernel's OOM killer) half-way through.
-
-The budget is the smallest of: the memory the machine reports available (``MemAvailable``), the
-address-space limit (``RLIMIT_AS``) minus what the process already maps, the cgroup limit minus
-its usage, and an explicit limit (``--max-memory`` / :func:`set_max_memory` /
-``$POSDIAG_MAX_MEMORY``), which may also raise the budget above what the machine reports.
+The budget is the smallest of ``MemAvailable``, the room under ``RLIMIT_AS`` and the cgroup's
+room, unless ``--max-memory`` / :func:`set_max_memory` / ``$POSDIAG_MAX_MEMORY`` sets it.
 """
 
 from __future__ import annotations
@@ -52,23 +44,14 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} PiB"  # pragma: no cover - the loop always returns
 
 
-def _meminfo_available() -> int | None:
+def _proc_bytes(path: str, field: str) -> int | None:
+    """The ``field: N kB`` line of a ``/proc`` file, in bytes (None when absent)."""
     try:
-        text = Path("/proc/meminfo").read_text()
+        text = Path(path).read_text()
     except OSError:
         return None
-    m = re.search(r"^MemAvailable:\s+(\d+) kB", text, re.M)
+    m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
     return int(m.group(1)) * 1024 if m else None
-
-
-def _mapped() -> int:
-    """Virtual memory the process maps now (what RLIMIT_AS counts)."""
-    try:
-        text = Path("/proc/self/status").read_text()
-    except OSError:
-        return 0
-    m = re.search(r"^VmSize:\s+(\d+) kB", text, re.M)
-    return int(m.group(1)) * 1024 if m else 0
 
 
 def _cgroup_room() -> int | None:
@@ -90,12 +73,15 @@ def available_memory() -> tuple[int, str]:
     if env:
         return parse_size(env, "POSDIAG_MAX_MEMORY"), "allowed by $POSDIAG_MAX_MEMORY"
     found: list[tuple[int, str]] = []
-    avail = _meminfo_available()
+    avail = _proc_bytes("/proc/meminfo", "MemAvailable")
     if avail is not None:
         found.append((avail, "available on this machine"))
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        found.append((max(0, soft - _mapped()), "left under the address-space limit"))
+        # What the process maps now counts against RLIMIT_AS.
+        mapped = _proc_bytes("/proc/self/status", "VmSize") or 0
+        found.append((max(0, soft - mapped), "left under the address-space limit"))
+
     room = _cgroup_room()
     if room is not None:
         found.append((max(0, room), "left in this cgroup"))

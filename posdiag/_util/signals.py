@@ -1,10 +1,8 @@
 """Signals as exceptions: SIGTERM and SIGHUP unwind like Ctrl-C, and a few file operations
 defer them until they are done.
 
-:func:`signals_as_interrupts` wraps every command (``posdiag.cli.app``), so every ``finally``
-runs, temporary files are removed and forked workers are stopped; :func:`deferred_signals`
-wraps the operations that make an output appear whole or remove its temporaries
-(:mod:`posdiag._util.atomic`), so no signal cuts them in half.
+:func:`signals_as_interrupts` wraps every command, so every ``finally`` runs;
+:func:`deferred_signals` wraps the file operations of :mod:`posdiag._util.atomic`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""One BLAS thread where multi-threading costs more than it gives.
-
-Small dense work (the bundled corpus's 76 x 76 eigenproblems, products of a few hundred rows,
-the block Lanczos' skinny products, a bootstrap replicate) spends more on waking and syncing
-OpenBLAS's threads than on the arithmetic, badly so on a loaded machine (docs/performance.md).
-"""
+"""One BLAS thread where multi-threading costs more than it gives: small dense work spends more
+on waking OpenBLAS's threads than on the arithmetic (docs/performance.md)."""
 
 from __future__ import annotations
 

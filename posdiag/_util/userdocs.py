@@ -1,8 +1,7 @@
 """The documentation pages installed with the package, for ``posdiag docs [TOPIC]``.
 
-The repository's ``docs/*.md`` are shipped as the package data ``posdiag._docs`` (pyproject.toml),
-so a ``pip install`` user reads the same pages as a clone. Output that points to a page says
-:func:`doc_ref`, the command that prints it, never a repository path a user may not have.
+The repository's ``docs/*.md`` ship as the package data ``posdiag._docs``; output points to a
+page by :func:`doc_ref`, the command that prints it, never a repository path.
 """
 
 from __future__ import annotations

@@ -33,11 +33,7 @@ def check_int(
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if ok and isinstance(value, float):
         ok = math.isfinite(value) and value.is_integer()
-    if ok and lo is not None and value < lo:
-        ok = False
-    if ok and hi is not None and value > hi:
-        ok = False
-    if not ok:
+    if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
         raise PosdiagError(
             f"'{name}' must be an int in [{_bound(lo, lo_label)}, {_bound(hi, hi_label)}]; "
             f"got {value!r}"
@@ -55,11 +51,8 @@ def check_float(
 ) -> float:
     """Return ``value`` as a finite float in ``[lo, hi]`` (or ``(lo, hi]``), else raise."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and lo is not None and (value < lo or (lo_open and value == lo)):
-        ok = False
-    if ok and hi is not None and value > hi:
-        ok = False
-    if not ok:
+    below = ok and lo is not None and (value < lo or (lo_open and value == lo))
+    if not ok or below or (hi is not None and value > hi):
         left = "(" if lo_open else "["
         lo_s = "-inf" if lo is None else f"{lo:g}"
         hi_s = "inf" if hi is None else f"{hi:g}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..errors import PosdiagError
-from ._textfiles import DEFAULT_COLUMN, _first_line, _grouped
+from ._textfiles import DEFAULT_COLUMN, _first_line, _grouped, _no_field
 
 if TYPE_CHECKING:
     from .sources import Source
@@ -28,71 +28,37 @@ _HUB_TIMEOUT = 3.0
 
 @dataclass(frozen=True)
 class Preset:
-    """A named Hugging Face data set: where it lives and which column holds the text."""
+    """A named Hugging Face data set: where it lives and which column holds the text;
+    ``splits``, those of its config, are checked before the Hub is asked."""
 
     name: str
     dataset: str
-    config: str | None
-    split: str
-    column: str
     summary: str
-    # The data set's splits (those of its config), checked before the Hub is asked.
-    splits: tuple[str, ...] = ()
+    splits: tuple[str, ...]
+    config: str | None = None
+    split: str = "train"
+    column: str = "text"
 
 
 _TVT = ("train", "validation", "test")
-_WIKI = "Salesforce/wikitext"
+
+
+def _wikitext(size: str) -> Preset:
+    summary = f"WikiText-{size} (raw), one line per row"
+    return Preset(
+        f"wikitext-{size}", "Salesforce/wikitext", summary, _TVT, f"wikitext-{size}-raw-v1"
+    )
+
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset(
-            "sst2",
-            "stanfordnlp/sst2",
-            None,
-            "train",
-            "sentence",
-            "SST-2 movie-review sentences",
-            _TVT,
-        ),
-        Preset(
-            "imdb",
-            "stanfordnlp/imdb",
-            None,
-            "train",
-            "text",
-            "IMDb movie reviews",
-            ("train", "test", "unsupervised"),
-        ),
-        Preset(
-            "wikitext-2",
-            _WIKI,
-            "wikitext-2-raw-v1",
-            "train",
-            "text",
-            "WikiText-2 (raw), one line per row",
-            _TVT,
-        ),
-        Preset(
-            "wikitext-103",
-            _WIKI,
-            "wikitext-103-raw-v1",
-            "train",
-            "text",
-            "WikiText-103 (raw), one line per row",
-            _TVT,
-        ),
-        Preset(
-            "tinystories", "roneneldan/TinyStories", None, "train", "text", "TinyStories", _TVT[:2]
-        ),
-        Preset(
-            "c4-en",
-            "allenai/c4",
-            "en",
-            "validation",
-            "text",
-            "C4 English, validation split",
-            _TVT[:2],
-        ),
+        Preset("sst2", "stanfordnlp/sst2", "SST-2 movie-review sentences", _TVT, column="sentence"),
+        Preset("imdb", "stanfordnlp/imdb", "IMDb movie reviews", ("train", "test", "unsupervised")),
+        _wikitext("2"),
+        _wikitext("103"),
+        Preset("tinystories", "roneneldan/TinyStories", "TinyStories", _TVT[:2]),
+        Preset("c4-en", "allenai/c4", "C4 English, validation split", _TVT[:2], "en", "validation"),
     )
 }
 
@@ -128,34 +94,23 @@ class HubUnavailable(PosdiagError):
         return text.replace(old, local_command(argv, self.corpus, self.local, self.column))
 
 
-_COMMAND_PLACEHOLDER = "posdiag <command>"
-
-
 def _template_command(local: str, column: str | None) -> str:
     col = f" --column {shlex.quote(column)}" if column else ""
-    return f"{_COMMAND_PLACEHOLDER} {shlex.quote(local)}{col}"
+    return f"posdiag <command> {shlex.quote(local)}{col}"
 
 
 def local_command(argv: Sequence[str], corpus: str, local: str, column: str | None = None) -> str:
     """``posdiag`` + ``argv`` with the argument ``corpus`` replaced by ``local`` and
     ``--column`` set to ``column`` (an existing ``--column`` is replaced), shell-quoted."""
     out: list[str] = []
-    skip = False
-    replaced = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
+    args = iter(enumerate(argv))
+    for i, arg in args:
         if column is not None and arg == "--column" and i + 1 < len(argv):
-            skip = True
-            continue
-        if column is not None and arg.startswith("--column="):
-            continue
-        if not replaced and arg == corpus:
-            out.append(local)
-            replaced = True
-            continue
-        out.append(arg)
+            next(args)  # the old column's value
+        elif column is None or not arg.startswith("--column="):
+            out.append(arg)
+    if corpus in out:
+        out[out.index(corpus)] = local
     if column is not None:
         out += ["--column", column]
     return "posdiag " + shlex.join(out)
@@ -181,9 +136,7 @@ def _column_texts(
 ) -> Iterator[str]:
     for batch in batches:
         if group is not None and group not in batch:
-            raise PosdiagError(
-                f"{name}: no field {group!r} (--group-by); columns: {', '.join(batch)}"
-            )
+            raise _no_field(name, group, batch)
         groups = batch[group] if group is not None else None
         for k, value in enumerate(batch[column]):
             if value is None:
@@ -221,11 +174,9 @@ def _streamed_texts(
     unreadable: Callable[[Exception], PosdiagError],
     group: str | None = None,
 ) -> Iterator[str]:
-    """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch.
+    """Texts of column ``col`` of a streamed ``datasets`` data set, batch by batch; ``unreadable``
+    makes a reading failure's error. The column is checked on the first batch read."""
 
-    ``unreadable`` turns a reading failure into the error to raise. The column is checked on
-    the first batch because features may be unknown until read (arrow files, hub data sets).
-    """
     with _quiet_datasets(), contextlib.suppress(Exception):
         ds = ds.select_columns([col] if group is None else [col, group])
     it = iter(ds.iter(batch_size=_HF_BATCH))
@@ -287,10 +238,8 @@ def _load_disk(name: str, path: str, split: str | None) -> Any:
         raise PosdiagError(f"{name}: cannot load the saved data set ({_first_line(exc)})") from None
     if isinstance(ds, datasets.DatasetDict):
         splits = list(ds)
-        if split is None and len(splits) == 1:
-            split = splits[0]
         if split is None:
-            split = "train"
+            split = splits[0] if len(splits) == 1 else "train"
         if split not in ds:
             raise PosdiagError(f"{name}: no split {split!r}; splits: {', '.join(splits)}")
         ds = ds[split]
@@ -299,17 +248,24 @@ def _load_disk(name: str, path: str, split: str | None) -> Any:
     return ds
 
 
-def _disk_texts(src: Source) -> Iterator[str]:
-    ds = _load_disk(src.name, str(src.dataset), src.split)
-    col = src.column or DEFAULT_COLUMN
-    cols = [col] if src.group_by is None else [col, src.group_by]
-    if src.group_by is not None and src.group_by not in ds.column_names:
-        raise PosdiagError(
-            f"{src.name}: no field {src.group_by!r} (--group-by); "
-            f"columns: {', '.join(ds.column_names)}"
-        )
+def _load(src: Source) -> Any:
+    """The data set of a ``disk`` or ``hf`` source."""
+    if src.format == "disk":
+        return _load_disk(src.name, str(src.dataset), src.split)
+    return _load_hf(src)
+
+
+def _disk_texts(src: Source, rows: range | None = None) -> Iterator[str]:
+    """The texts of a map-style data set (a ``disk`` one, or rows ``rows`` of any)."""
+    ds = _load(src)
+    col, group = src.column or DEFAULT_COLUMN, src.group_by
+    if group is not None and group not in ds.column_names:
+        raise _no_field(src.name, group, ds.column_names)
+    if rows is not None:
+        ds = ds.select(rows)
+    cols = [col] if group is None else [col, group]
     yield from _column_texts(
-        ds.select_columns(cols).iter(batch_size=_HF_BATCH), col, src.name, src.group_by
+        ds.select_columns(cols).iter(batch_size=_HF_BATCH), col, src.name, group
     )
 
 
@@ -349,12 +305,8 @@ _PROBE: dict[str, bool] = {}
 
 
 def hub_offline() -> str | None:
-    """Why the Hugging Face Hub is out of reach (offline mode or no connection), else None.
-
-    Checks ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` and then opens one TCP connection to the
-    endpoint with a short timeout, so a machine without network fails in seconds instead of
-    waiting for ``datasets``' and ``huggingface_hub``'s retries.
-    """
+    """Why the Hugging Face Hub is out of reach (offline mode, or no TCP connection within a
+    short timeout instead of the libraries' retries), else None."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").upper() in ("1", "ON", "YES", "TRUE"):
             return f"{var}={os.environ[var]}"

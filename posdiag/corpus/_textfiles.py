@@ -19,12 +19,9 @@ from .units import Grouped
 DEFAULT_COLUMN = "text"
 
 
-def _group_value(value: Any) -> str:
-    """A record's ``--group-by`` value as text (numbers and strings that print alike are one
-    group: ``5`` and ``"5"``)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+def _no_field(name: str, group: str, columns: Iterable[str]) -> PosdiagError:
+    """The error for a ``--group-by`` field the file or data set does not have."""
+    return PosdiagError(f"{name}: no field {group!r} (--group-by); columns: {', '.join(columns)}")
 
 
 def _grouped(text: str, record: Mapping[str, Any], group: str, name: str, where: str) -> str:
@@ -35,7 +32,9 @@ def _grouped(text: str, record: Mapping[str, Any], group: str, name: str, where:
     value = record[group]
     if value is None or (isinstance(value, str) and not value.strip()):
         raise PosdiagError(f"{name}: {where}: field {group!r} (--group-by) is empty")
-    return Grouped(text, _group_value(value))
+    if not isinstance(value, str):  # as text: 5 and "5" are one group
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return Grouped(text, value)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -174,7 +173,7 @@ def _json_texts(fh: IO[bytes], name: str, column: str, group: str | None = None)
     head = fh.read(4096)
     head = head.removeprefix(_BOM)
     if not head.lstrip().startswith(b"["):
-        rest = _ChainLines(head, fh)
+        rest = _chain_lines(head, fh)
         yield from _jsonl_texts(_decoded_lines(rest, name), name, column, group)
         return
     cap = _line_cap()
@@ -191,17 +190,10 @@ def _json_texts(fh: IO[bytes], name: str, column: str, group: str | None = None)
             yield text
 
 
-class _ChainLines:
+def _chain_lines(head: bytes, fh: IO[bytes]) -> Iterator[bytes]:
     """Lines of ``head`` followed by the rest of ``fh`` (a file whose first bytes were read)."""
-
-    def __init__(self, head: bytes, fh: IO[bytes]) -> None:
-        self._head, self._fh = head, fh
-
-    def __iter__(self) -> Iterator[bytes]:
-        first = self._head + self._fh.readline(_line_cap())
-        parts = first.splitlines(keepends=True)
-        yield from parts
-        yield from _bounded_lines(self._fh, "")
+    yield from (head + fh.readline(_line_cap())).splitlines(keepends=True)
+    yield from _bounded_lines(fh, "")
 
 
 def _csv_texts(
@@ -214,12 +206,8 @@ def _csv_texts(
     field that would swallow the next lines. In CSV, a quote that is never closed (or text after
     a closing quote) is an error naming the line where the record starts.
     """
-    if tab:
-        reader = csv.reader(
-            (line for _, line in lines), delimiter="\t", quoting=csv.QUOTE_NONE, strict=True
-        )
-    else:
-        reader = csv.reader((line for _, line in lines), delimiter=",", strict=True)
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ","}
+    reader = csv.reader((line for _, line in lines), strict=True, **dialect)
     start = 1
     try:
         try:
@@ -230,9 +218,7 @@ def _csv_texts(
             raise PosdiagError(f"{name}: no column {column!r}; columns: {', '.join(header)}")
         idx = header.index(column)
         if group is not None and group not in header:
-            raise PosdiagError(
-                f"{name}: no field {group!r} (--group-by); columns: {', '.join(header)}"
-            )
+            raise _no_field(name, group, header)
         start = reader.line_num + 1
         for row in reader:
             if idx < len(row) and row[idx].strip():

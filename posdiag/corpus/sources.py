@@ -1,20 +1,8 @@
-"""Where sequences come from, streamed: local files, folders and globs, Hugging Face data sets,
-and pre-tokenized id files.
+"""Where sequences come from, streamed (:func:`open_source`): files, folders and globs,
+``save_to_disk`` folders, Hugging Face data sets, and pre-tokenized id files (memory-mapped).
 
-Text sources yield one string per document and never hold more than one line, CSV record or
-``datasets`` batch in memory (a ``.json`` array file is the one exception: it is parsed whole).
-Id sources (``.npy``, ``.bin``) are memory-mapped. Errors name the file (and the line when there
-is one).
-
-Kinds of corpus (see :func:`open_source`):
-
-- files: ``.txt``, ``.jsonl``/``.ndjson``, ``.json``, ``.csv``, ``.tsv`` (each also ``.gz``),
-  ``.parquet`` and ``.arrow`` (read by ``datasets``); a folder or a glob of such files, read in
-  sorted order; ``-`` for stdin;
-- a ``Dataset.save_to_disk`` folder (read by ``datasets.load_from_disk``);
-- Hugging Face data sets: a preset (``posdiag corpora``) or ``hf:OWNER/NAME[:CONFIG][@SPLIT]``,
-  streamed with ``datasets`` (``streaming=True``); offline, the ``datasets`` cache is used;
-- pre-tokenized ids: ``.npy`` or raw ``.bin`` (nanoGPT style) token files.
+Text sources never hold more than one line, CSV record or ``datasets`` batch in memory (a
+``.json`` array is parsed whole); errors name the file (and the line when there is one).
 """
 
 from __future__ import annotations
@@ -22,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob as globlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,29 +70,18 @@ class Source:
     name : str
         The corpus as the user gave it (path, glob, preset, ``hf:...``, ``-``); used in messages.
     format : str
-        ``txt``, ``jsonl``, ``json``, ``csv``, ``tsv``, ``parquet``, ``arrow`` (files),
-        ``disk`` (a ``save_to_disk`` folder), ``hf`` (a hub data set or a local data set folder
-        read by ``datasets.load_dataset``), ``npy`` or ``bin`` (pre-tokenized ids).
-    column : str or None
-        Field holding the text (all formats but ``txt`` and ids); None means the default.
+        A file format of :data:`FORMATS`, ``disk`` (a ``save_to_disk`` folder) or ``hf`` (a
+        data set ``datasets.load_dataset`` reads).
+    column, limit, sample, seed, dtype, group_by
+        As :func:`open_source` takes them.
     size : int or None
         Total size in bytes of the files, when known.
     files : tuple of str
         The files read, in order (empty for stdin and hub data sets).
     length : int or None
-        Number of documents (for ids: tokens) when known cheaply; used for progress and ETA.
-    limit : int or None
-        Read only the first ``limit`` documents (ids: windows).
-    sample : float or None
-        Keep each document (ids: window) with this probability, seeded by ``seed``.
-    seed : int
+        Documents (ids: tokens) when known cheaply, for the progress bar.
     dataset, config, split : str or None
         For ``hf`` and ``disk``: what ``datasets`` loads (a hub id or a local folder).
-    dtype : str or None
-        For ``bin``: ``uint16`` or ``uint32``.
-    group_by : str or None
-        Field whose value names each record's sampling unit (``--group-by``): the texts are then
-        :class:`~posdiag.corpus.units.Grouped`, carrying it.
     """
 
     name: str
@@ -149,20 +127,14 @@ class Source:
             yield from _file_texts("-", self.format, self.column, self.group_by)
         else:
             # Runs of consecutive parquet/arrow files go to datasets in one call.
-            i = 0
-            while i < len(self.files):
-                fmt = _format_of(self.files[i])
+            for fmt, run in itertools.groupby(self.files, key=_format_of):
                 if fmt in DATASETS_FORMATS:
-                    j = i
-                    while j < len(self.files) and _format_of(self.files[j]) == fmt:
-                        j += 1
                     yield from _datafile_texts(
-                        self.files[i:j], fmt, self.column, self.name, self.group_by
+                        tuple(run), fmt, self.column, self.name, self.group_by
                     )
-                    i = j
                 else:
-                    yield from _file_texts(self.files[i], fmt, self.column, self.group_by)
-                    i += 1
+                    for f in run:
+                        yield from _file_texts(f, fmt, self.column, self.group_by)
 
     def token_ids(self) -> np.ndarray:
         """The ids as a read-only memory-mapped 1-D array (``npy`` and ``bin`` sources)."""
@@ -179,22 +151,10 @@ def _select(
     texts: Iterator[str], limit: int | None, sample: float | None, seed: int
 ) -> Iterator[str]:
     """The first ``limit`` documents kept by a seeded Bernoulli(``sample``) draw."""
-    if sample is None and limit is None:
-        yield from texts
-        return
-    rng = np.random.default_rng(seed) if sample is not None else None
-    kept = 0
-    for text in texts:
-        if limit is not None and kept >= limit:
-            return
-        if rng is not None and rng.random() >= sample:  # type: ignore[operator]
-            continue
-        kept += 1
-        yield text
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolving a corpus name
+    if sample is not None:
+        rng = np.random.default_rng(seed)
+        texts = (t for t in texts if rng.random() < sample)
+    return itertools.islice(texts, limit)
 
 
 def _format_of(name: str) -> str:
@@ -235,11 +195,6 @@ def _check_file(name: str) -> None:
         raise PosdiagError(f"{name}: no such file")
     if not os.access(path, os.R_OK):
         raise PosdiagError(f"{name}: cannot read the file (permission denied)")
-
-
-def resolve_data_dir(explicit: str | None = None) -> str | None:
-    """``--data-dir`` if given, else ``$POSDIAG_DATA_DIR``, else None."""
-    return explicit or os.environ.get(DATA_DIR_ENV) or None
 
 
 def open_source(
@@ -302,7 +257,9 @@ def open_source(
         _check_group(name, fmt, group_by)
         return Source(name=name, format=fmt, column=column, **common)
     if name.startswith("hf:"):
-        return _hub_source(name, column, data_dir, common)
+        dataset, config, split = _parse_hub(name[3:])
+        col = column or DEFAULT_COLUMN
+        return _hf_source(name, dataset, config, split or "train", col, data_dir, common)
     path = Path(name)
     if not path.exists() and not _is_glob(name):
         base, _, split = name.rpartition("@") if "@" in name else (name, "", "")
@@ -358,12 +315,8 @@ def _files_source(
         _check_column(name, fmt, column)
         _check_group(name, fmt, common.get("group_by"))
     size = sum(Path(f).stat().st_size for f in files)
-    length = None
-    if fmts == {"parquet"}:
-        length = sum(_parquet_rows(f, column) for f in files)
-    fmt = fmts.pop() if len(fmts) == 1 else "mixed"
-    if format is not None:
-        fmt = format
+    length = sum(_parquet_rows(f, column) for f in files) if fmts == {"parquet"} else None
+    fmt = format or (fmts.pop() if len(fmts) == 1 else "mixed")
     return Source(
         name=name, format=fmt, column=column, size=size, files=tuple(files), length=length, **common
     )
@@ -413,10 +366,6 @@ def _ids_source(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Data sets (read by _datasets)
-
-
 def _disk_source(
     name: str, path: str, split: str | None, column: str | None, common: dict[str, Any]
 ) -> Source:
@@ -424,16 +373,7 @@ def _disk_source(
     col = column or DEFAULT_COLUMN
     if col not in ds.column_names:
         raise PosdiagError(f"{name}: no column {col!r}; columns: {', '.join(ds.column_names)}")
-    return Source(
-        name=name,
-        format="disk",
-        column=column,
-        files=(),
-        length=len(ds),
-        dataset=path,
-        split=split,
-        **common,
-    )
+    return Source(name, "disk", column, length=len(ds), dataset=path, split=split, **common)
 
 
 def _preset_source(
@@ -463,15 +403,6 @@ def _preset_source(
     )
 
 
-def _hub_source(
-    name: str, column: str | None, data_dir_opt: str | None, common: dict[str, Any]
-) -> Source:
-    dataset, config, split = _parse_hub(name[3:])
-    return _hf_source(
-        name, dataset, config, split or "train", column or DEFAULT_COLUMN, data_dir_opt, common
-    )
-
-
 def _hf_source(
     name: str,
     dataset: str,
@@ -482,7 +413,8 @@ def _hf_source(
     common: dict[str, Any],
     local_names: tuple[str, ...] = (),
 ) -> Source:
-    local = _local_copy(dataset, local_names, resolve_data_dir(data_dir_opt))
+    root = data_dir_opt or os.environ.get(DATA_DIR_ENV) or None  # --data-dir, else the env
+    local = _local_copy(dataset, local_names, root)
     if local is not None:
         if local.is_dir() and _is_saved_dataset(local):
             return _disk_source(name, str(local), split, column, common)
@@ -491,15 +423,7 @@ def _hf_source(
         if local.is_file():
             return open_source(str(local), column, **common)
         dataset = str(local)
-    src = Source(
-        name=name,
-        format="hf",
-        column=column,
-        dataset=dataset,
-        config=config,
-        split=split,
-        **common,
-    )
+    src = Source(name, "hf", column, dataset=dataset, config=config, split=split, **common)
     ds = _load_hf(src)  # fail now, not in the middle of the progress bar
     cols = _hf_columns(ds)
     if cols is not None and column not in cols:

@@ -1,21 +1,13 @@
-"""Tokenizers and views: turn texts into the id sequences a model sees (docs/geometry.md section 6).
-
-Views
------
-``text``
-    the tokenizer's tokens only, no special tokens, cut at ``max_len``.
-``model``
-    the tokenizer's post-processor adds its special tokens (e.g. ``[CLS] ... [SEP]``); sequences
-    are truncated to ``max_len`` and padded to ``max_len`` with the pad token, which is counted.
-``packed``
-    documents joined with the end-of-text token, each followed by it, cut into consecutive windows
-    of ``max_len`` tokens; the last window may be shorter.
+"""Tokenizers and views: turn texts into the id sequences a model sees. The views (``text``,
+``model``: special tokens and padding, ``packed``: documents joined into windows) are defined
+in docs/geometry.md section 6.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,6 +21,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from .._util.memory import require
 from .._util.validate import check_choice, check_int
 from ..errors import PosdiagError
+from ._textfiles import _first_line
 
 __all__ = [
     "VIEWS",
@@ -59,11 +52,8 @@ class Tokenizer:
 
     @property
     def fingerprint(self) -> str:
-        """What identifies the id assignment: equal fingerprints mean the same id for a token.
-
-        ``whitespace`` returns ``"run"``: its ids depend on the order words were first seen, so
-        counts of separate runs share ids only through their stored vocabularies.
-        """
+        """What identifies the id assignment: equal fingerprints mean the same id for a token
+        (``"run"``: ids follow the order words were first seen, so runs share only tokens)."""
         return self.name
 
     def vocabulary(self) -> list[str] | None:
@@ -113,22 +103,15 @@ class WhitespaceTokenizer(Tokenizer):
         out = []
         for piece in _pieces(text):
             for word, _ in self._pre.pre_tokenize_str(piece):
-                idx = vocab.get(word)
-                if idx is None:
-                    idx = vocab[word] = len(vocab)
-                out.append(idx)
+                out.append(vocab.setdefault(word, len(vocab)))
         return out
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self._ids(t) for t in texts]
 
     def encode_batch_model(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
-        pad = [0] * max_len
-        out = []
-        for t in texts:
-            ids = [1, *self._ids(t)[: max(max_len - 2, 0)], 2][:max_len]
-            out.append(ids + pad[: max_len - len(ids)])
-        return out
+        body = max(max_len - 2, 0)
+        return _padded(([1, *self._ids(t)[:body], 2][:max_len] for t in texts), 0, max_len)
 
     def eot_id(self) -> int:
         return 2
@@ -144,6 +127,11 @@ class WhitespaceTokenizer(Tokenizer):
         return list(self._vocab)
 
 
+def _padded(seqs: Iterable[list[int]], pad: int, max_len: int) -> list[list[int]]:
+    """Each sequence (at most ``max_len`` ids) padded with ``pad`` to ``max_len``."""
+    return [ids + [pad] * (max_len - len(ids)) for ids in seqs]
+
+
 # Longer texts are pre-tokenized in pieces of about this many characters: the pre-tokenizer's
 # (word, offsets) list costs ~700 bytes a word, 2.1 GB for one 20 MB line.
 _PIECE = 1 << 20
@@ -151,11 +139,9 @@ _SPACE = re.compile(r"[ \t\n\r]")
 
 
 def _pieces(text: str) -> Iterator[str]:
-    """``text`` cut at whitespace into pieces of about :data:`_PIECE` characters.
+    """``text`` cut at whitespace into pieces of about :data:`_PIECE` characters (so the
+    ``Whitespace`` pre-tokenizer finds the same words)."""
 
-    The ``Whitespace`` pre-tokenizer's words never contain whitespace, so the words of the
-    pieces are exactly the words of the text.
-    """
     start, size = 0, len(text)
     while start < size:
         end = start + _PIECE
@@ -203,12 +189,7 @@ class BytesTokenizer(Tokenizer):
                 "tokenizer bytes: has no pad token; the model view pads to max_len: "
                 "name a byte with --pad-token (e.g. --pad-token 0)"
             )
-        pad = [self._pad] * max_len
-        out = []
-        for t in texts:
-            ids = list(t.encode("utf-8")[:max_len])
-            out.append(ids + pad[: max_len - len(ids)])
-        return out
+        return _padded((list(t.encode("utf-8")[:max_len]) for t in texts), self._pad, max_len)
 
     def pad_id(self) -> int | None:
         return self._pad
@@ -238,8 +219,7 @@ class FileTokenizer(Tokenizer):
             try:
                 loaded = HFTokenizer.from_file(str(p))
             except Exception as exc:  # tokenizers raises bare Exception subclasses
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+                raise _not_a_tokenizer(path, exc) from None
         self._tok = loaded
         self.name = path
         self._pad_token = pad_token
@@ -320,6 +300,11 @@ class FileTokenizer(Tokenizer):
         return found[1]
 
 
+def _not_a_tokenizer(path: str, exc: Exception) -> PosdiagError:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PosdiagError(f"{path}: not a valid tokenizer.json ({first})")
+
+
 def _largest_id(doc: object) -> int:
     """The largest token id a parsed ``tokenizer.json`` declares (model vocab, added tokens)."""
     if not isinstance(doc, dict):
@@ -338,18 +323,14 @@ def _largest_id(doc: object) -> int:
 
 
 def _check_tokenizer_file(p: Path, path: str) -> None:
-    """Refuse a ``tokenizer.json`` whose ids would make the tokenizers library allocate too much.
-
-    The library keeps a table indexed by id: one id of 4,294,967,294 in a 281-byte file costs
-    ~17 GB (and then a crash). The file is parsed once here, bounded by its size on disk.
-    """
+    """Refuse a ``tokenizer.json`` whose ids would make the tokenizers library allocate too much
+    (it keeps a table indexed by id: one huge id in a tiny file costs gigabytes)."""
     size = p.stat().st_size
     require(f"{path}: parsing a {size:,}-byte tokenizer.json", 20 * size)
     try:
         doc = json.loads(p.read_bytes())
     except (ValueError, RecursionError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PosdiagError(f"{path}: not a valid tokenizer.json ({first})") from None
+        raise _not_a_tokenizer(path, exc) from None
     largest = _largest_id(doc)
     if largest >= 2**31 - 1:
         raise PosdiagError(
@@ -392,7 +373,7 @@ def _from_hub(name: str) -> HFTokenizer:
         with offline_mode() if why else contextlib.nullcontext():
             return HFTokenizer.from_pretrained(name)
     except Exception as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _first_line(exc)
         if why is not None or "connection" in text.lower():
             raise HubUnavailable(
                 f"tokenizer {name!r}: not a file, and the Hugging Face Hub is out of reach "
@@ -410,23 +391,11 @@ _CHECK_CHARS = 1 << 22
 
 
 def _batches(texts: Iterable[str], size: int, per_char: int = 0) -> Iterator[list[str]]:
-    """Batches of ``size`` texts; a batch with a huge text is checked against the memory budget.
-
-    Hub tokenizers hold ~100 bytes per character of a text while encoding it (offsets, tokens),
-    so one 20 MB line costs ~2 GB: refused up front when that does not fit.
-    """
-    batch: list[str] = []
-    chars = 0
-    for t in texts:
-        batch.append(t)
-        chars += len(t)
-        if len(batch) == size:
-            if per_char and chars > _CHECK_CHARS:
-                require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
-            yield batch
-            batch = []
-            chars = 0
-    if batch:
+    """Batches of ``size`` texts; one whose encoding would hold ``per_char`` bytes a character
+    (a hub tokenizer's offsets and tokens) past the memory budget is refused up front."""
+    it = iter(texts)
+    while batch := list(itertools.islice(it, size)):
+        chars = sum(map(len, batch))
         if per_char and chars > _CHECK_CHARS:
             require(f"tokenizing a batch of {chars:,} characters", per_char * chars)
         yield batch
@@ -453,7 +422,7 @@ def view(
     batch_size = check_int("batch_size", batch_size, 1)
     if view == "text":
         for batch in _batches(texts, batch_size, tokenizer.bytes_per_char):
-            # Cut only what is too long: copying every list costs ~2% of counting throughput.
+            # Cut only what is too long: copying every list costs throughput.
             seqs = [
                 ids if len(ids) <= max_len else ids[:max_len]
                 for ids in tokenizer.encode_batch(batch)

@@ -1,26 +1,14 @@
 """Sampling units: which sequences are independent, and so which shard each one goes to.
 
-The cross-fit and the bootstrap are right only when their halves are independent samples
-(docs/geometry.md section 2b, "The sampling unit"). A sequence's shard is therefore a function of
-its *content* and the seed, never of where it sits in the corpus:
-
-- the **content hash** of a sequence is a 64-bit hash of its token ids after the view (for a
-  tokenizer that numbers words per run, ``whitespace``, of its tokens' text, so the hash does
-  not depend on the order in which words were first seen);
-- its **unit key** is the content hash of its first ``prefix`` tokens (the whole sequence when
-  it is shorter, or when ``prefix`` is 0), or, with ``--group-by FIELD``, a hash of that field's
-  value; in the packed view the key belongs to the document and every window takes the key of
-  the document it starts in;
-- its **shard** is ``mix(key xor mix(seed)) mod K`` (SplitMix64's finaliser, :func:`mix`).
-
-Identical sequences, sequences sharing their first ``prefix`` tokens and records of one group
-therefore always share a shard, whatever the file order, format, pieces, batch size or engine.
-The same pass tallies exact duplicates, shared-prefix groups and, per position, how many distinct
-units reach it (:class:`UnitTally`), and drops exact duplicates with ``dedup``.
+A sequence's shard is a function of its content (its first ``prefix`` tokens, or its
+``--group-by`` value) and the seed, never of where it sits in the corpus (docs/geometry.md
+section 2b, "The sampling unit", gives the hashes). The same pass tallies duplicates and the
+units reaching each position (:class:`UnitTally`) and drops exact duplicates with ``dedup``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
@@ -45,11 +33,9 @@ __all__ = [
     "shard_of_keys",
 ]
 
-# Sequences sharing their first 6 tokens are one unit: the shortest prefix that independent
-# sentences rarely share (bundled corpus, 5,780 sentences: 4.3% share their first 4 words with
-# another, 1.1% 5, 0.2% 6, none 8), while it catches most prefix families (on the synthetic
-# corpus of sentences plus their prefixes, benchmarks/units.py, docs/geometry.md section 2b).
+# The shortest prefix independent sentences rarely share (docs/geometry.md 2b, "Why 6 tokens").
 DEFAULT_GROUP_PREFIX = 6
+
 # Above this share of exact duplicate sequences the reports warn (docs/geometry.md section 2b).
 DUPLICATE_WARN_SHARE = 0.01
 
@@ -70,6 +56,19 @@ def mix(x: np.ndarray) -> np.ndarray:
         x = x ^ (x >> np.uint64(27))
         x = x * _M2
         return x ^ (x >> np.uint64(31))
+
+
+def flatten(
+    seqs: Sequence[Sequence[int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, position of each id in its sequence, lengths, starts) of ragged ``seqs``: int64 of
+    shapes (total,), (total,), (m,), (m,)."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    total = int(lengths.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+    return flat, pos, lengths, starts
 
 
 def _blake(data: bytes) -> int:
@@ -127,15 +126,6 @@ class UnitState:
     items: int = 0
     dropped: int = 0
 
-    @staticmethod
-    def empty() -> UnitState:
-        return UnitState(
-            np.empty((0, 2), np.uint64),
-            np.empty(0, np.int64),
-            np.empty(0, np.uint64),
-            np.empty(0, np.int64),
-        )
-
     def __add__(self, other: UnitState) -> UnitState:
         return _compact(
             [self.pairs, other.pairs],
@@ -155,14 +145,12 @@ def _compact(
     items: int,
     dropped: int,
 ) -> UnitState:
-    p = np.concatenate(pairs) if pairs else np.empty((0, 2), np.uint64)
-    c = np.concatenate(counts) if counts else np.empty(0, np.int64)
+    p, c = np.concatenate(pairs), np.concatenate(counts)
     if p.shape[0]:
         uniq, inv = np.unique(p, axis=0, return_inverse=True)
         c = np.bincount(inv.reshape(-1), weights=c, minlength=uniq.shape[0]).astype(np.int64)
         p = uniq
-    u = np.concatenate(units) if units else np.empty(0, np.uint64)
-    r = np.concatenate(reach) if reach else np.empty(0, np.int64)
+    u, r = np.concatenate(units), np.concatenate(reach)
     if u.size:
         order = np.lexsort((r, u))
         u, r = u[order], r[order]
@@ -179,28 +167,19 @@ class UnitTally:
     ----------
     item : str
         What was hashed: ``"sequences"`` (text and model views) or ``"documents"`` (packed).
-    items : int
-        Items read, duplicates included (before ``--dedup``).
-    distinct : int
-        Distinct items (by content hash).
+    items, distinct, units : int
+        Items read (before ``--dedup``), distinct items (by content hash), distinct unit keys.
     prefix : int
         Shared-prefix length in tokens (0: off).
-    prefix_groups : int
-        Groups of >= 2 distinct items sharing their first ``prefix`` tokens.
-    prefix_grouped : int
-        Items in those groups (copies included).
-    largest_group : int
-        Items in the largest shared-prefix group.
-    units : int
-        Distinct sampling units (unit keys).
+    prefix_groups, prefix_grouped, largest_group : int
+        Groups of >= 2 distinct items sharing their first ``prefix`` tokens, the items in them
+        (copies included) and in the largest.
     group_by : str or None
-        The ``--group-by`` field, if any.
     dropped : int
-        Exact duplicates dropped by ``--dedup`` (0 without it).
+        Exact duplicates dropped by ``--dedup``.
     unit_supports : tuple of int
         Distinct units reaching each position (``max_len`` entries).
     dedup : bool
-        Whether exact duplicates were dropped before counting.
     """
 
     item: str
@@ -228,22 +207,11 @@ class UnitTally:
 
     def to_meta(self) -> dict[str, Any]:
         """JSON-ready fields, as stored in a counts file's metadata (``units``)."""
-        return {
-            "item": self.item,
-            "items": self.items,
-            "distinct": self.distinct,
-            "duplicates": self.duplicates,
-            "duplicate_share": self.share,
-            "prefix": self.prefix,
-            "prefix_groups": self.prefix_groups,
-            "prefix_grouped": self.prefix_grouped,
-            "largest_group": self.largest_group,
-            "units": self.units,
-            "group_by": self.group_by,
-            "dropped": self.dropped,
-            "dedup": self.dedup,
-            "unit_supports": list(self.unit_supports),
-        }
+        meta = dataclasses.asdict(self)
+        head = {k: meta.pop(k) for k in ("item", "items", "distinct")}
+        supports = list(meta.pop("unit_supports"))
+        derived = {"duplicates": self.duplicates, "duplicate_share": self.share}
+        return {**head, **derived, **meta, "unit_supports": supports}
 
     @staticmethod
     def from_meta(meta: Mapping[str, Any] | None) -> UnitTally | None:
@@ -290,22 +258,15 @@ def duplicate_warning(tally: UnitTally | None, *, sharded: bool = True) -> str |
 
 
 class UnitKeyer:
-    """Unit keys, shards, duplicate tally and ``--dedup`` of one counting pass (or piece).
+    """Unit keys, duplicate tally and ``--dedup`` of one counting pass (or piece).
 
     Parameters
     ----------
     tokenizer
         The tokenizer whose ids are hashed (per-run vocabularies hash the tokens' text).
-    seed : int
-        Shard seed.
-    prefix : int
-        Sequences sharing their first ``prefix`` tokens are one unit (0: exact content only).
-    group_by : str or None
-        Records carry :class:`Grouped` texts; their value is the unit.
-    dedup : bool
-        Drop exact duplicates (the first copy is kept).
-    item : str
-        ``"sequences"`` or ``"documents"`` (packed view).
+    prefix, group_by, dedup
+        The shared-prefix length (0: exact content only), the ``--group-by`` field (the texts
+        are then :class:`Grouped`) and whether exact duplicates are dropped.
     pad_id : int or None
         Model view: the pad id, not counted in the positions a unit reaches.
     seen : ndarray or None
@@ -316,19 +277,15 @@ class UnitKeyer:
         self,
         tokenizer: Any,
         *,
-        seed: int = 0,
         prefix: int = DEFAULT_GROUP_PREFIX,
         group_by: str | None = None,
         dedup: bool = False,
-        item: str = "sequences",
         pad_id: int | None = None,
         seen: np.ndarray | None = None,
     ) -> None:
-        self.seed = seed
         self.prefix = check_int("group_prefix", prefix, 0)
         self.group_by = group_by
         self.dedup = dedup
-        self.item = item
         self.pad_id = pad_id
         self._run = getattr(tokenizer, "fingerprint", "") == "run"
         self._tok = tokenizer
@@ -339,11 +296,10 @@ class UnitKeyer:
         self._units: list[np.ndarray] = []
         self._reach: list[np.ndarray] = []
         self._rows = 0
-        self._state = UnitState.empty()
+        empty = np.empty(0, np.int64)
+        self._state = UnitState(np.empty((0, 2), np.uint64), empty, empty.astype(np.uint64), empty)
         self._items = 0
         self._dropped = 0
-
-    # -- hashing --------------------------------------------------------------------------------
 
     def _token_hashes(self, ids: np.ndarray) -> np.ndarray:
         if not self._run:
@@ -361,11 +317,7 @@ class UnitKeyer:
         (sums wrap mod 2**64; ``h`` the token hash); the prefix key is the same over
         ``p < prefix`` with ``min(L, prefix)``, so it equals the content hash when ``L <= prefix``.
         """
-        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        total = int(lengths.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
-        starts = np.cumsum(lengths) - lengths
-        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        flat, pos, lengths, starts = flatten(seqs)
         x = mix(self._token_hashes(flat) ^ mix(pos.astype(np.uint64) + np.uint64(1)))
         full = self._segment_hash(x, starts, lengths)
         if self.prefix <= 0:
@@ -385,16 +337,11 @@ class UnitKeyer:
             seg = csum[starts + spans] - csum[starts]
             return mix(seg + counted.astype(np.uint64) * _LEN)
 
-    # -- one batch ------------------------------------------------------------------------------
-
     def keys(
         self, seqs: Sequence[Sequence[int]], texts: Sequence[str] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Unit key of each item and which to keep (all but exact duplicates with ``dedup``).
-
-        ``texts``: the items' texts, when ``group_by`` is set (:class:`Grouped`). Records the
-        tally of every item read.
-        """
+        """Unit key of each item and which to keep (all but exact duplicates with ``dedup``),
+        recording the tally; ``texts`` (:class:`Grouped`) when ``group_by`` is set."""
         full, pkey, _ = self.hashes(seqs)
         if self.group_by is not None:
             if texts is None or not all(isinstance(t, Grouped) for t in texts):
@@ -412,10 +359,8 @@ class UnitKeyer:
         keep = np.ones(full.size, dtype=bool)
         if self.dedup:
             for j, h in enumerate(full.tolist()):
-                if h in self._seen:
-                    keep[j] = False
-                else:
-                    self._seen.add(h)
+                keep[j] = h not in self._seen  # the first copy is kept
+                self._seen.add(h)
             self._dropped += int(full.size - np.count_nonzero(keep))
         self._items += int(full.size)
         self._pairs.append(np.stack([pkey, full], axis=1))
@@ -438,10 +383,6 @@ class UnitKeyer:
         if self._rows >= _COMPACT_AT:
             self._flush()
 
-    def shards(self, ukeys: np.ndarray, k: int) -> np.ndarray:
-        """Shard of each unit key (:func:`shard_of_keys`)."""
-        return shard_of_keys(ukeys, self.seed, k)
-
     def _flush(self) -> None:
         self._state = _compact(
             [self._state.pairs, *self._pairs],
@@ -458,11 +399,6 @@ class UnitKeyer:
         self._flush()
         s = self._state
         return UnitState(s.pairs, s.pair_counts, s.units, s.reach, self._items, self._dropped)
-
-    def tally(self, max_len: int) -> UnitTally:
-        return tally_of(
-            self.state(), max_len, self.item, self.prefix, self.group_by, dedup=self.dedup
-        )
 
 
 def tally_of(

@@ -1,10 +1,8 @@
 """The Dask client of a run: a running scheduler or a quiet ``LocalCluster`` (imported with dask
 only), and a worker plugin that keeps one race of Dask's shutdown off stderr.
 
-A worker whose heartbeat meets a scheduler that has just removed it logs a ``CommClosedError``
-traceback (dask/distributed#7192) after a run that succeeded. Losing a heartbeat is harmless: a
-worker that is really lost is rerun by Dask, and a failing piece reaches the client as its
-exception. Only that record is dropped.
+That race (dask/distributed#7192) logs a harmless ``CommClosedError`` traceback after a run that
+succeeded: a lost worker is rerun by Dask and a failing piece still raises. Only it is dropped.
 """
 
 from __future__ import annotations
@@ -84,13 +82,9 @@ def local_cluster(workers: int) -> Iterator[Any]:
 
 
 def _direct(client: Any) -> bool | None:
-    """Whether to fetch results straight from the workers rather than through the scheduler.
+    """Fetch results straight from the workers (not twice over the network, through the
+    scheduler) when the scheduler is on this machine; else Dask's ``direct-to-workers``."""
 
-    Through the scheduler every result crosses the network twice; straight needs the client to
-    reach the workers, which a scheduler on this machine (a ``LocalCluster``) guarantees.
-    Elsewhere Dask's own setting ``distributed.client.direct-to-workers`` decides (None: Dask's
-    default, through the scheduler).
-    """
     import dask
     from distributed.comm import get_address_host
 

@@ -1,14 +1,9 @@
 """Bounded, validated reading of counts ``.npz`` archives made by other people.
 
-Nothing an archive declares is trusted: each member's ``.npy`` header is read first (with a
-bounded header size), its declared size must match the bytes the zip entry holds, the shapes of
-``data``, ``indices``, ``indptr`` and ``shape`` must agree, and the total must fit the memory
-budget (:mod:`posdiag._util.memory`) -- all before a byte of array data is decompressed. Reads are
-then bounded by the declared (and checked) sizes, so a deflate bomb or a header claiming
-billions of elements is refused up front. After reading, the CSR structure is validated
-completely (``indptr`` monotone from 0 to nnz, ``indices`` in range, counts finite,
-non-negative and integral; metadata a JSON object with the right types, consistent with the
-matrix), so no crafted file reaches scipy's unchecked sparse kernels.
+Before a byte of array data is decompressed, each member's (bounded) ``.npy`` header must
+declare the size its zip entry holds, the CSR shapes must agree and the total must fit the
+memory budget; reads are then bounded by those sizes (no deflate bomb). The CSR structure and
+the metadata are then validated completely, so no crafted file reaches scipy's sparse kernels.
 """
 
 from __future__ import annotations
@@ -71,14 +66,14 @@ def _header(fh: BinaryIO, path: str, name: str) -> tuple[tuple[int, ...], np.dty
     return tuple(int(s) for s in shape), dtype, fh.tell()
 
 
-def read_counts_arrays(path: str | Path) -> tuple[dict[str, np.ndarray], int]:
-    """The members of a counts archive as arrays, after the size checks; and the estimate.
+def read_counts_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """The members of a counts archive as arrays, after the size checks.
 
     Returns
     -------
-    (dict of str -> ndarray, int)
+    dict of str -> ndarray
         ``format``, ``shape``, ``data``, ``indices``, ``indptr``, ``posdiag_meta`` and, when
-        present, ``vocab``; and the bytes the arrays take.
+        present, ``vocab``.
 
     Raises
     ------
@@ -133,7 +128,7 @@ def read_counts_arrays(path: str | Path) -> tuple[dict[str, np.ndarray], int]:
             if len(raw) != nbytes:
                 raise _bad(name, f"member {m!r} is truncated")
             arrays[m] = np.frombuffer(raw, dtype=dtype).reshape(shape)
-    return arrays, total
+    return arrays
 
 
 def _check_declared(
@@ -217,12 +212,8 @@ def validate_csr(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, int, di
     for key, types in _META_TYPES.items():
         if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool)):
             want = " or ".join(t.__name__ for t in types)
-            raise _bad(
-                name,
-                f"metadata {key!r} must be {want}; got {type(meta[key]).__name__} {meta[key]!r}"[
-                    :200
-                ],
-            )
+            got = f"{type(meta[key]).__name__} {meta[key]!r}"
+            raise _bad(name, f"metadata {key!r} must be {want}; got {got}"[:200])
     if "vocab_size" in meta and meta["vocab_size"] != cols:
         raise _bad(
             name, f"metadata vocab_size={meta['vocab_size']} but the matrix has {cols} columns"

@@ -1,9 +1,6 @@
 """The pieces of a corpus for counting on Dask (:mod:`posdiag.counts.distributed`): how a source
-is cut (:func:`plan_pieces`) and how a worker reads the texts of one piece (:func:`piece_texts`).
-
-One size, :data:`PIECE_BYTES`, sets every cut; the id layout's other rules are ratios stated in
-:func:`_id_pieces`. Text pieces do not depend on the cluster (their ranges are sampling units);
-id pieces may, since ids carry no shards.
+is cut (:func:`plan_pieces`, one size :data:`PIECE_BYTES`) and how a worker reads the texts of
+one piece (:func:`piece_texts`). Only id pieces depend on the cluster (ids carry no shards).
 """
 
 from __future__ import annotations
@@ -47,11 +44,10 @@ class Piece:
     path : str
         Absolute file path (``file``, ``rowgroup``, ``ids``); the data set otherwise.
     start, stop : int
-        Row group (``rowgroup``: ``start``), shard ``start`` of ``stop`` (``stream``), rows
-        ``[start, stop)`` (``rows``), byte offsets ``[start, stop)`` (``lines``), token offsets
-        ``[start, stop)`` (``ids``).
+        Row group ``start`` (``rowgroup``), shard ``start`` of ``stop`` (``stream``), else the
+        range ``[start, stop)`` of rows, bytes (``lines``) or tokens (``ids``).
     format : str
-        The file's format (``txt``, ``jsonl``, ..., ``parquet``, ``arrow``, ``bin``, ``npy``).
+        The file's format (:data:`~posdiag.corpus.sources.FORMATS`).
     offset : int
         ``rowgroup``: byte offset of the row group in the file (for error messages).
     positions : (int, int)
@@ -69,22 +65,15 @@ class Piece:
 
     def describe(self) -> str:
         """Where the piece is, as error messages name it."""
-        if self.kind == "rowgroup":
-            return f"{self.path}: row group {self.start} (byte offset {self.offset:,})"
-        if self.kind == "stream":
-            return f"{self.path}: stream shard {self.start} of {self.stop}"
-        if self.kind == "rows":
-            return f"{self.path}: rows {self.start:,} to {self.stop:,}"
-        if self.kind == "lines":
-            return f"{self.path}: bytes {self.start:,} to {self.stop:,}"
-        if self.kind == "ids":
-            lo, hi = self.positions
-            return f"{self.path}: tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}"
-        return self.path
-
-
-# ---------------------------------------------------------------------------------------------
-# Planning: the pieces of a source
+        lo, hi = self.positions
+        where = {
+            "rowgroup": f"row group {self.start} (byte offset {self.offset:,})",
+            "stream": f"stream shard {self.start} of {self.stop}",
+            "rows": f"rows {self.start:,} to {self.stop:,}",
+            "lines": f"bytes {self.start:,} to {self.stop:,}",
+            "ids": f"tokens {self.start:,} to {self.stop:,}, positions {lo} to {hi}",
+        }.get(self.kind)
+        return self.path if where is None else f"{self.path}: {where}"
 
 
 def plan_pieces(
@@ -159,10 +148,7 @@ def _id_pieces(source: Source, n: int, v: int, workers: int, size: int) -> list[
 
 
 def _dataset_pieces(source: Source, step: int) -> list[Piece]:
-    if source.format == "disk":
-        ds = H._load_disk(source.name, str(source.dataset), source.split)
-    else:
-        ds = H._load_hf(source)
+    ds = H._load(source)
     name = str(source.dataset)
     shards = getattr(ds, "n_shards", None) if not hasattr(ds, "__len__") else None
     if shards is not None:
@@ -171,10 +157,6 @@ def _dataset_pieces(source: Source, step: int) -> list[Piece]:
     return [
         Piece(i, "rows", name, r, min(r + step, rows)) for i, r in enumerate(range(0, rows, step))
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading one piece
 
 
 def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
@@ -197,10 +179,7 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
         try:
             pf = pq.ParquetFile(piece.path)
             if group is not None and group not in pf.schema_arrow.names:
-                raise PosdiagError(
-                    f"{piece.path}: no field {group!r} (--group-by); "
-                    f"columns: {', '.join(pf.schema_arrow.names)}"
-                )
+                raise T._no_field(piece.path, group, pf.schema_arrow.names)
             table = pf.read_row_group(piece.start, columns=cols)
             values = {c: table.column(c).to_pylist() for c in cols}
         except PosdiagError:
@@ -218,29 +197,15 @@ def piece_texts(piece: Piece, source: Source) -> Iterator[str]:
 
         yield from H._streamed_texts(ds, column, source.name, unreadable, group)
     elif piece.kind == "rows":
-        if source.format == "disk":
-            ds = H._load_disk(source.name, str(source.dataset), source.split)
-        else:
-            ds = H._load_hf(source)
-        cols = [column] if group is None else [column, group]
-        if group is not None and group not in ds.column_names:
-            raise PosdiagError(
-                f"{source.name}: no field {group!r} (--group-by); "
-                f"columns: {', '.join(ds.column_names)}"
-            )
-        part = ds.select(range(piece.start, piece.stop)).select_columns(cols)
-        yield from H._column_texts(part.iter(batch_size=H._HF_BATCH), column, source.name, group)
+        yield from H._disk_texts(source, range(piece.start, piece.stop))
     else:
         raise PosdiagError(f"{piece.describe()}: holds token ids, not text")
 
 
 def _range_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
-    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``.
+    """``(byte offset, line)`` of the lines that start in ``[piece.start, piece.stop)``: a line
+    belongs to the range where it starts, so every line is read by exactly one range."""
 
-    A range that starts inside a line skips to the next line start: that line belongs to the
-    range where it starts, which reads it to its end past its own stop. So every line of the
-    file is read by exactly one range, whatever the cut.
-    """
     with T._open_binary(piece.path) as fh:
         at = piece.start
         if at > 0:

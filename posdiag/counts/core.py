@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,6 +29,8 @@ from ..corpus.units import (
     UnitKeyer,
     UnitState,
     UnitTally,
+    flatten,
+    shard_of_keys,
     tally_of,
 )
 from ..errors import PosdiagError
@@ -126,12 +127,8 @@ class Counts:
 
     @property
     def real_supports(self) -> np.ndarray:
-        """Real (non-pad) tokens at each position, of shape (n_positions,).
-
-        In the model view every sequence reaches every position, padded to ``max_len``, so
-        :attr:`supports` is the number of sequences everywhere; this counts the tokens other than
-        the pad token. Equal to :attr:`supports` when nothing was padded.
-        """
+        """Tokens other than the pad token at each position, of shape (n_positions,): in the
+        model view every sequence reaches every position, so :attr:`supports` is flat there."""
         sup = self.supports
         pad = self.pad_id
         if pad is None or pad >= self.vocab_size:
@@ -153,26 +150,30 @@ class Counts:
         return int(np.count_nonzero(seen))
 
     def __add__(self, other: Counts) -> Counts:
-        """Counts are additive: the counts of two shards sum to the counts of their union.
-
-        Same rules as :func:`merge_counts`: per-run (``whitespace``) ids are aligned through
-        the stored vocabularies, and counts of another tokenizer, view or max_len are refused.
-        """
+        """Counts are additive: the counts of two shards sum to the counts of their union
+        (:func:`merge_counts`)."""
         return merge_counts([self, other], ["left operand", "right operand"])
+
+
+def columns(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``block`` (windows, m) transposed to contiguous columns (m, windows), reusing ``out``."""
+    w, m = block.shape
+    if out is None or out.dtype != block.dtype or out.size < w * m:
+        out = np.empty(w * m, dtype=block.dtype)
+    cols = out.reshape(-1)[: w * m].reshape(m, w)
+    rows = max(1, (1 << 18) // max(m, 1))  # tiles of whole rows: 512 KB of uint16, L2-sized
+    for r0 in range(0, w, rows):
+        np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
+    return cols
 
 
 class CountAccumulator:
     """Streaming counter of (position, id) pairs.
 
-    Sparse by default: memory O(distinct pairs + one batch), and ids may grow while streaming
-    (the built-in whitespace tokenizer assigns ids as words appear); pairs are keyed
-    ``id * n + pos``. With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
-    ``dense_limit`` bytes, counts go into that dense block instead, without sorting, with
-    ``np.add.at`` (blocks of id windows: one contiguous column per position, see
-    :meth:`columns` and :meth:`add_columns`). Each count grows by at
-    most one per sequence, so int32 cannot overflow before 2**31 - 1 sequences; past that the
-    block is spilled into an int64 total. Memory: the block plus one batch, independent of the
-    corpus length.
+    Sparse by default, keyed ``id * n + pos`` (ids may grow while streaming, as whitespace's
+    do). With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
+    ``dense_limit`` bytes, counts go into that block with ``np.add.at``; a count grows by at
+    most one per sequence, so the block is spilled into an int64 total every 2**31 - 1 sequences.
     """
 
     _INT32_MAX = np.iinfo(np.int32).max
@@ -183,7 +184,6 @@ class CountAccumulator:
         *,
         vocab_size: int | None = None,
         dense_limit: int = DENSE_LIMIT,
-        threads: int | None = None,
         compact_at: int = 1 << 22,
     ) -> None:
         self.n = check_max_len(n)
@@ -195,7 +195,6 @@ class CountAccumulator:
             f"counting {self.n:,} positions (--max-len)",
             16 * (self.n + 1) + (dense_bytes if dense_bytes <= dense_limit else 0),
         )
-        self.threads = max(1, min(os.cpu_count() or 1, 4) if threads is None else threads)
         self._keys = np.empty(0, dtype=np.int64)
         self._vals = np.empty(0, dtype=np.int64)
         self._buf_keys: list[np.ndarray] = []
@@ -204,8 +203,7 @@ class CountAccumulator:
         self._dense: np.ndarray | None = None
         self._spill: np.ndarray | None = None
         self._since_spill = 0
-        self._cols: np.ndarray | None = None
-        if self.vocab_size is not None and self.n * self.vocab_size * 4 <= dense_limit:
+        if self.vocab_size is not None and dense_bytes <= dense_limit:
             self._dense = np.zeros((self.n, self.vocab_size), dtype=np.int32)
 
     @property
@@ -226,15 +224,11 @@ class CountAccumulator:
 
     def add_sequences(self, seqs: Sequence[Sequence[int]]) -> int:
         """Count a batch of id sequences (each of length <= n); return the tokens added."""
-        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        total = int(lengths.sum())
-        if total == 0:
+        ids, pos, lengths, _ = flatten(seqs)
+        if ids.size == 0:
             return 0
         if lengths.max() > self.n:
             raise ValueError(f"a sequence of length {lengths.max()} exceeds max_len {self.n}")
-        ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
-        starts = np.cumsum(lengths) - lengths
-        pos = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         if self._dense is not None:
             v = self._dense.shape[1]
             if ids.min() < 0 or ids.max() >= v:
@@ -244,21 +238,23 @@ class CountAccumulator:
             pos *= v
             pos += ids
             np.add.at(self._dense.reshape(-1), pos, np.int32(1))
-            return total
-        keys, vals = np.unique(ids * self.n + pos, return_counts=True)
+        else:
+            self._buffer(ids * self.n + pos)
+        return int(ids.size)
+
+    def _buffer(self, keys: np.ndarray) -> None:
+        """Buffer pair keys ``id * n + pos`` (any shape), merged into the totals past
+        ``compact_at``."""
+        keys, vals = np.unique(keys, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
         self._buffered += keys.size
         if self._buffered >= self._compact_at:
             self._compact()
-        return total
 
     def add_block(self, block: np.ndarray) -> int:
-        """Count a 2-D block of id windows, of shape (windows, m) with m <= n; return tokens.
-
-        Position ``i`` of every window is column ``i``. The ids must already be checked against
-        ``vocab_size`` (dense mode does not check them again).
-        """
+        """Count a block of id windows of shape (windows, m), m <= n, whose ids were checked
+        against ``vocab_size``; return the tokens added."""
         w, m = block.shape
         if m > self.n:
             raise ValueError(f"windows of length {m} exceed max_len {self.n}")
@@ -268,36 +264,13 @@ class CountAccumulator:
             ids = block.astype(np.int64)
             ids *= self.n
             ids += np.arange(m, dtype=np.int64)
-            keys, vals = np.unique(ids, return_counts=True)
-            self._buf_keys.append(keys)
-            self._buf_vals.append(vals.astype(np.int64))
-            self._buffered += keys.size
-            if self._buffered >= self._compact_at:
-                self._compact()
+            self._buffer(ids)
             return w * m
-        return self.add_columns(self.columns(block))
-
-    def columns(self, block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``block`` (windows x m) transposed to contiguous columns (m x windows).
-
-        Copied in tiles of whole rows (contiguous reads, a cache-sized working set): about
-        twice as fast as numpy's plain transposed copy. ``out``, if given, is reused.
-        """
-        w, m = block.shape
-        if out is None or out.dtype != block.dtype or out.size < w * m:
-            out = np.empty(w * m, dtype=block.dtype)
-        cols = out.reshape(-1)[: w * m].reshape(m, w)
-        rows = max(1, (1 << 18) // max(m, 1))  # 512 KB tiles of uint16: L2-sized
-        for r0 in range(0, w, rows):
-            np.copyto(cols[:, r0 : r0 + rows], block[r0 : r0 + rows].T)
-        return cols
+        return self.add_columns(columns(block))
 
     def add_columns(self, cols: np.ndarray) -> int:
-        """Count a transposed block of windows: ``cols[i]`` holds the ids at position ``i``.
-
-        Dense mode only; one ``np.add.at`` per position on a contiguous column (numpy's
-        unbuffered fast path: no O(V) work and no temporary per call). Ids must be checked.
-        """
+        """Count a transposed block of windows (m, windows): ``cols[i]`` holds position ``i``'s
+        checked ids; one ``np.add.at`` per contiguous column (numpy's unbuffered fast path)."""
         if self._dense is None:
             return self.add_block(np.ascontiguousarray(cols.T))
         m, w = cols.shape
@@ -332,9 +305,7 @@ class CountAccumulator:
         return sp.csr_matrix((self._vals, (pos, ids)), shape=(self.n, vocab_size), dtype=np.int64)
 
     def _dense_matrix(self, vocab_size: int) -> sp.csr_matrix:
-        # Built by hand, a few rows at a time, straight into the output arrays: scipy's dense ->
-        # csr conversion and whole-block temporaries cost several times more on an n x V block
-        # of tens of millions of entries (fresh memory is what is slow here).
+        # A few rows at a time into the output arrays: fresh n x V temporaries are what is slow.
         assert self._dense is not None
         dense = self._dense if self._spill is None else self._spill + self._dense
         v = dense.shape[1]
@@ -358,29 +329,23 @@ class CountAccumulator:
         return sp.csr_matrix((data, indices, indptr), shape=(self.n, vocab_size), copy=False)
 
 
-def _meta(
-    source: str,
-    tokenizer_name: str,
-    fingerprint: str,
-    view_name: str,
-    max_len: int,
-    vocab_size: int,
-    docs: int,
-    seqs: int,
-    toks: int,
-) -> dict[str, Any]:
-    return {
-        "source": source,
-        "tokenizer": tokenizer_name,
-        "tokenizer_fingerprint": fingerprint,
-        "view": view_name,
-        "max_len": max_len,
-        "vocab_size": vocab_size,
-        "documents": docs,
-        "sequences": seqs,
-        "tokens": toks,
-        "posdiag_version": __version__,
-    }
+# What every count records, in the order _meta takes them.
+_META_KEYS = (
+    "source",
+    "tokenizer",
+    "tokenizer_fingerprint",
+    "view",
+    "max_len",
+    "vocab_size",
+    "documents",
+    "sequences",
+    "tokens",
+)
+
+
+def _meta(*values: Any) -> dict[str, Any]:
+    """The metadata of a count: the :data:`_META_KEYS` values, then ``posdiag_version``."""
+    return {**dict(zip(_META_KEYS, values, strict=True)), "posdiag_version": __version__}
 
 
 def count_texts(
@@ -401,14 +366,11 @@ def count_texts(
 ) -> Counts:
     """Tokenize, apply a view and count.
 
-    Counts go into a dense ``max_len x V`` block when the tokenizer's vocabulary is fixed and
-    the block takes at most ``dense_limit`` bytes, else into the sparse accumulator. With
-    ``shards=K >= 2`` each sequence (after the view) also goes to one of ``K`` shards, in the
-    same single pass: the shard of its sampling unit (:mod:`posdiag.corpus.units`: a hash of its
-    content, or of its first ``group_prefix`` tokens, or of its ``group_by`` value, and the
-    seed), so copies of a sequence share a shard wherever they sit. ``dedup`` drops exact
-    duplicates before counting. The metadata's ``units`` holds the duplicate tally and the
-    units reaching each position (:class:`~posdiag.corpus.units.UnitTally`).
+    Counts go into a dense ``max_len x V`` block when the vocabulary is fixed and the block
+    takes at most ``dense_limit`` bytes, else into the sparse accumulator. With ``shards=K >= 2``
+    each sequence also goes, in the same pass, to the shard of its sampling unit
+    (:mod:`posdiag.corpus.units`); ``dedup`` drops exact duplicates first. The metadata's
+    ``units`` holds the :class:`~posdiag.corpus.units.UnitTally`.
 
     Returns
     -------
@@ -418,7 +380,7 @@ def count_texts(
         shard counts.
     """
     k = 0 if shards == 0 else check_int("shards", shards, 2)
-    mats, docs, seqs, toks, state = _count_texts(
+    total, shard_counts, docs, seqs, toks, state = _count_texts(
         texts,
         tokenizer,
         view_name=view_name,
@@ -442,12 +404,10 @@ def count_texts(
     if view_name == "model":
         # Which id is padding, so supports can count real tokens (Counts.real_supports).
         meta["pad_id"] = tokenizer.pad_id()
+    if k:
+        meta.update(shards=k, shard_seed=shard_seed)
     vocab = tokenizer.vocabulary()
-    if not k:
-        return Counts(mats[0], meta, None if vocab is None else tuple(vocab))
-    meta.update(shards=k, shard_seed=shard_seed)
-    total = sp.csr_matrix(sum(mats[1:], mats[0]))
-    return Counts(total, meta, None if vocab is None else tuple(vocab), mats)
+    return Counts(total, meta, None if vocab is None else tuple(vocab), shard_counts)
 
 
 def units_meta(
@@ -478,46 +438,32 @@ def _count_texts(
     group_prefix: int = DEFAULT_GROUP_PREFIX,
     dedup: bool = False,
     skip: np.ndarray | None = None,
-) -> tuple[tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
+) -> tuple[sp.csr_matrix, tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
     """Count ``texts`` (a corpus, or one piece of it) into one total (or ``shards`` shards).
 
-    The shard of a sequence is a function of its content (or its ``group_by`` value) and the
-    seed alone (:mod:`posdiag.corpus.units`), so counting the pieces of a corpus anywhere, in any
-    order, gives the same shards. The packed view carries windows across the texts given.
+    Shards depend on content and seed alone, so pieces counted anywhere give the same shards;
+    ``skip``: with ``dedup``, content hashes whose first copy was counted in another piece.
 
     Returns
     -------
-    (matrices, documents, sequences, tokens, units)
-        ``matrices``: one csr matrix of shape (max_len, tokenizer.vocab_size), or ``shards``;
-        ``units``: what the pass saw of its sampling units
-        (:class:`~posdiag.corpus.units.UnitState`).
-        ``skip``: with ``dedup``, content hashes whose first copy was counted elsewhere (a Dask
-        piece after the one holding it).
+    (total, shards, documents, sequences, tokens, units)
+        csr matrices of shape (max_len, tokenizer.vocab_size): the total and its ``shards``
+        parts (none without shards); the pass's :class:`~posdiag.corpus.units.UnitState`.
     """
     k = shards
     if k:
-        # One sparse accumulator per shard, each with its own row pointers when built.
+        # One sparse accumulator per shard (K dense blocks would not fit), with its row pointers.
         n = check_max_len(max_len)
         require(f"{k:,} shards of {n:,} positions (--shards, --max-len)", k * (16 * (n + 1) + 4096))
-    run_ids = tokenizer.fingerprint == "run"
-    if k:
-        # One sparse accumulator per shard: K dense max_len x V blocks would not fit.
         accs = [CountAccumulator(max_len) for _ in range(k)]
     else:
-        accs = [
-            CountAccumulator(
-                max_len,
-                vocab_size=None if run_ids else tokenizer.vocab_size,
-                dense_limit=dense_limit,
-            )
-        ]
+        v = None if tokenizer.fingerprint == "run" else tokenizer.vocab_size
+        accs = [CountAccumulator(max_len, vocab_size=v, dense_limit=dense_limit)]
     keyer = UnitKeyer(
         tokenizer,
-        seed=shard_seed,
         prefix=group_prefix,
         group_by=group_by,
         dedup=dedup,
-        item="documents" if view_name == "packed" else "sequences",
         pad_id=tokenizer.pad_id() if view_name == "model" else None,
         seen=skip,
     )
@@ -526,7 +472,7 @@ def _count_texts(
         texts, tokenizer, view_name, max_len, batch_size, keyer
     ):
         if k:
-            which = keyer.shards(keys, k)
+            which = shard_of_keys(keys, shard_seed, k)
             for s, acc in enumerate(accs):
                 idx = np.flatnonzero(which == s)
                 if idx.size:
@@ -537,8 +483,9 @@ def _count_texts(
         docs += consumed
         if progress is not None:
             progress(docs, seqs, toks)
-    v = tokenizer.vocab_size
-    return tuple(acc.matrix(v) for acc in accs), docs, seqs, toks, keyer.state()
+    mats = tuple(acc.matrix(tokenizer.vocab_size) for acc in accs)
+    total = sp.csr_matrix(sum(mats[1:], mats[0])) if k else mats[0]
+    return total, mats if k else (), docs, seqs, toks, keyer.state()
 
 
 def _keyed_view(
@@ -579,52 +526,26 @@ def _keyed_view(
 
 
 def _selection_meta(source: Source) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if source.column is not None:
-        out["column"] = source.column
-    if source.limit is not None:
-        out["limit"] = source.limit
+    fields = ("column", "limit", "sample")
+    out = {k: getattr(source, k) for k in fields if getattr(source, k) is not None}
     if source.sample is not None:
-        out["sample"] = source.sample
         out["seed"] = source.seed
     return out
 
 
 def count_source(
-    source: Source,
-    tokenizer: Tokenizer,
-    *,
-    view_name: str = "text",
-    max_len: int = 512,
-    batch_size: int = 1024,
-    progress: ProgressFn | None = None,
-    dense_limit: int = DENSE_LIMIT,
-    shards: int = 0,
-    shard_seed: int = 0,
-    group_prefix: int = DEFAULT_GROUP_PREFIX,
-    dedup: bool = False,
+    source: Source, tokenizer: Tokenizer, *, progress: ProgressFn | None = None, **options: Any
 ) -> Counts:
-    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name.
-
-    A sequence's shard is a function of its content (or of the source's ``group_by`` field)
-    and the seed, so the file order, the pieces and counting on a Dask cluster do not change
-    the shards.
-    """
+    """:func:`count_texts` over a :class:`~posdiag.corpus.sources.Source`, recording its name,
+    ``group_by`` and selection; ``options``: :func:`count_texts`'s other keyword arguments."""
     _start(progress, source.expected, "documents")
     counts = count_texts(
         source.texts(),
         tokenizer,
-        view_name=view_name,
-        max_len=max_len,
-        batch_size=batch_size,
         progress=progress,
         source=source.name,
-        dense_limit=dense_limit,
-        shards=shards,
-        shard_seed=shard_seed,
         group_by=source.group_by,
-        group_prefix=group_prefix,
-        dedup=dedup,
+        **options,
     )
     extra = _selection_meta(source)
     if extra:
@@ -653,11 +574,8 @@ def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
 
 
 def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -> Counts:
-    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity).
-
-    Counts whose tokenizer assigns ids per run (``whitespace``) are aligned through their
-    stored vocabularies: ids are remapped onto the union vocabulary, in order of first
-    appearance across the inputs (so merging one file is the identity).
+    """Sum counts of the same tokenizer, view, ``max_len`` and vocabulary (additivity); per-run
+    (``whitespace``) ids are first aligned (:func:`align_vocabularies`).
 
     Raises
     ------
@@ -679,17 +597,12 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
     # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
     meta.pop("units", None)
-    if meta.get("tokenizer_fingerprint") != "run":
-        total = counts[0].matrix.copy()
-        for c in counts[1:]:
-            total = total + c.matrix
-        return Counts(sp.csr_matrix(total, dtype=np.int64), meta)
     aligned = align_vocabularies(counts, labels)
-    total = aligned[0].matrix
-    for c in aligned[1:]:
-        total = total + c.matrix
-    meta["vocab_size"] = aligned[0].vocab_size
-    return Counts(sp.csr_matrix(total), meta, aligned[0].vocab)
+    total = sum((c.matrix for c in aligned[1:]), aligned[0].matrix.copy())
+    run = meta.get("tokenizer_fingerprint") == "run"
+    if run:
+        meta["vocab_size"] = aligned[0].vocab_size
+    return Counts(sp.csr_matrix(total, dtype=np.int64), meta, aligned[0].vocab if run else None)
 
 
 def _renumber(x: sp.csr_matrix, remap: np.ndarray, v: int) -> sp.csr_matrix:
@@ -714,26 +627,39 @@ def align_vocabularies(
     if not counts or counts[0].meta.get("tokenizer_fingerprint") != "run":
         return list(counts)
     labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
-    index: dict[str, int] = {}
     for c, name in zip(counts, labels, strict=True):
         if c.vocab is None:
             raise PosdiagError(
                 f"{name}: counted with a per-run vocabulary (whitespace) but it is not stored; "
                 "count the corpus again with this version to align it"
             )
-        for tok in c.vocab:
-            index.setdefault(tok, len(index))
-    v = len(index)
-    vocab = tuple(index)
-    out = []
-    for c in counts:
-        remap = np.fromiter((index[t] for t in c.vocab or ()), dtype=np.int64)
-        # The shards too: a diff's cross-fit splits each side by sequence, as stress does.
-        shards = tuple(_renumber(x, remap, v) for x in c.shards)
-        out.append(
-            Counts(_renumber(c.matrix, remap, v), {**c.meta, "vocab_size": v}, vocab, shards)
+    vocab, remaps = union_vocabulary([c.vocab or () for c in counts])
+    v = len(vocab)
+    # The shards too: a diff's cross-fit splits each side by sequence, as stress does.
+    return [
+        Counts(
+            _renumber(c.matrix, remap, v),
+            {**c.meta, "vocab_size": v},
+            vocab,
+            tuple(_renumber(x, remap, v) for x in c.shards),
         )
-    return out
+        for c, remap in zip(counts, remaps, strict=True)
+    ]
+
+
+def union_vocabulary(
+    vocabs: Sequence[Sequence[str]],
+) -> tuple[tuple[str, ...], list[np.ndarray]]:
+    """The union of per-run vocabularies in order of first appearance, and each one's ids in
+    it: int64 arrays of shape (len(vocabs[k]),)."""
+    index: dict[str, int] = {}
+    for vocab in vocabs:
+        for tok in vocab:
+            index.setdefault(tok, len(index))
+    remaps = [
+        np.fromiter((index[t] for t in vocab), np.int64, count=len(vocab)) for vocab in vocabs
+    ]
+    return tuple(index), remaps
 
 
 def save_counts(counts: Counts, path: str | Path, *, force: bool = False) -> Path:
@@ -763,10 +689,8 @@ def is_counts_file(path: str | Path) -> bool:
 
 
 def load_counts(path: str | Path) -> Counts:
-    """Read a counts file written by :func:`save_counts`, validating all of it first.
-
-    Member sizes are checked against the memory budget before anything is decompressed, and the
-    CSR structure and metadata are checked before any computation (see :mod:`posdiag.counts._npz`).
+    """Read a counts file written by :func:`save_counts`, validating all of it first
+    (:mod:`posdiag.counts._npz`).
 
     Raises
     ------
@@ -781,7 +705,7 @@ def load_counts(path: str | Path) -> Counts:
     if not p.is_file():
         raise PosdiagError(f"{path}: not a regular file")
     try:
-        arrays, _ = read_counts_arrays(p)
+        arrays = read_counts_arrays(p)
     except PermissionError:
         raise PosdiagError(f"{path}: cannot read the file (permission denied)") from None
     rows, cols, meta = validate_csr(str(path), arrays)

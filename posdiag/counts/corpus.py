@@ -1,9 +1,7 @@
 """Counting a corpus named on the command line: the one entry point every command calls.
 
-:func:`corpus_counts` reads a counts ``.npz`` (checking that the options agree with how it was
-counted), or opens the source and counts it in this process (:mod:`posdiag.counts.core`) or on
-a Dask cluster (:mod:`posdiag.counts.distributed`), with the same result either way. It sits
-above both, so neither imports the other's caller.
+:func:`corpus_counts` reads a counts ``.npz`` (checked against the options), or counts the
+source here (:mod:`posdiag.counts.core`) or on Dask (:mod:`posdiag.counts.distributed`).
 """
 
 from __future__ import annotations
@@ -68,27 +66,13 @@ def corpus_counts(
 ) -> Counts:
     """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
 
-    ``group_by`` (a field of the records), ``group_prefix`` (tokens; default
-    :data:`~posdiag.corpus.units.DEFAULT_GROUP_PREFIX`) and ``dedup`` say what a sampling unit is
-    and whether exact duplicates are dropped (:mod:`posdiag.corpus.units`, docs/geometry.md section
-    2b).
-
-    ``engine``: where to count, ``local`` (default) or ``dask``: the pieces of the corpus on
-    the Dask cluster at ``scheduler``, or on a ``LocalCluster`` of ``workers`` processes, with
-    the same result as this process (:mod:`posdiag.counts.distributed`, docs/scale.md); or an
-    :class:`~posdiag.counts.distributed.Engine` (its own piece size).
-
-    ``shards=K`` also keeps the counts of ``K`` random shards of a text corpus (see
-    :func:`count_texts`); counts files and token id files are read without shards.
-
-    For a counts file, options given explicitly (not None) must match how it was counted;
-    for a corpus, None means the default (whitespace tokenizer, text view, max_len 512).
-    A token id file (``.npy``, ``.bin``) is counted in the packed view with ``vocab_size``
-    (default: the vocabulary size of ``tokenizer`` when one is given).
-    See :func:`posdiag.corpus.sources.open_source` for ``limit``, ``sample``, ``seed``, ``data_dir``
-    and ``dtype``.
+    The options are :class:`~posdiag.corpus.reading.Reading`'s (``group_by``, ``group_prefix``
+    and ``dedup``: :mod:`posdiag.corpus.units`); ``engine`` may also be an
+    :class:`~posdiag.counts.distributed.Engine` (its own piece size). ``shards=K`` keeps the
+    counts of ``K`` shards of a text corpus (:func:`count_texts`). For a counts file, options
+    given (not None) must match how it was counted; for a corpus, None means the default. A
+    token id file is counted in the packed view with ``vocab_size`` (default the tokenizer's).
     """
-
     if isinstance(engine, Engine):
         where = engine
     else:
@@ -150,10 +134,6 @@ def _on_dask(
     progress: ProgressFn | None,
     **job: Any,
 ) -> Counts:
-    if not source.is_ids:
-        job.setdefault("view_name", "text")
-    else:
-        job["view_name"] = "packed"
     return count_on_dask(
         source,
         job_for(source, tok, **job),
@@ -169,17 +149,15 @@ def _checked_counts_file(corpus: str, asked: dict[str, Any], units: dict[str, An
     counts = load_counts(corpus)
     tally = counts.meta.get("units")
     tally = tally if isinstance(tally, dict) else {}
-    units_counted = {
-        "group_by": tally.get("group_by"),
-        "group_prefix": tally.get("prefix"),
-        "dedup": bool(tally.get("dedup", False)) if tally else None,
-    }
-    for key, value in asked.items():
-        if value is not None and counts.meta.get(key) != value:
-            raise PosdiagError(_counted_otherwise(corpus, key, counts.meta.get(key), value))
-    for key, value in units.items():
-        if value is not None and units_counted[key] != value:
-            raise PosdiagError(_counted_otherwise(corpus, key, units_counted[key], value))
+    counted = {key: counts.meta.get(key) for key in asked}
+    counted.update(
+        group_by=tally.get("group_by"),
+        group_prefix=tally.get("prefix"),
+        dedup=bool(tally.get("dedup", False)) if tally else None,
+    )
+    for key, value in {**asked, **units}.items():
+        if value is not None and counted[key] != value:
+            raise PosdiagError(_counted_otherwise(corpus, key, counted[key], value))
     return counts
 
 
@@ -207,7 +185,9 @@ def _count_id_file(
         )
     v = vocab_size if vocab_size is not None else tok.vocab_size  # type: ignore[union-attr]
     if where.is_dask:
-        return _on_dask(source, tok, where, progress, max_len=max_len, vocab_size=v)
+        return _on_dask(
+            source, tok, where, progress, view_name="packed", max_len=max_len, vocab_size=v
+        )
     return count_ids(
         source,
         max_len=max_len,

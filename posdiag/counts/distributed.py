@@ -1,12 +1,9 @@
 """Counting on a Dask cluster: a map over the pieces of a corpus and a tree sum of their counts.
 
-Counts are additive, so every piece (:mod:`posdiag.counts._pieces`: a path and a range, never
-the data) is counted on a ``dask.distributed`` worker and the partial counts are summed in
-reading order; Dask schedules, retries and moves the results. The result is bit-identical to
-one process: shards are hashes of content (:mod:`posdiag.corpus.units`), per-run vocabularies
-are aligned in reading order, and id pieces' position ranges are stacked as they arrive
-(:class:`_RowStack`). The packed view and ``--limit``/``--sample`` of a text corpus cross
-pieces and are refused. Pieces, memory per worker, failures: docs/scale.md.
+Every piece (:mod:`posdiag.counts._pieces`: a path and a range, never the data) is counted on a
+worker and the partial counts are summed in reading order, bit-identical to one process: shards
+hash content, per-run vocabularies are aligned in reading order. The packed view and
+``--limit``/``--sample`` of a text corpus cross pieces and are refused (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -36,11 +33,14 @@ from .core import (
     ProgressFn,
     _count_texts,
     _meta,
+    _renumber,
     _selection_meta,
     _start,
+    columns,
+    union_vocabulary,
     units_meta,
 )
-from .ids import BLOCK_TOKENS, _bad_id_error, _first_bad_id, _select_windows
+from .ids import BLOCK_TOKENS, _check_ids, _id_blocks, _select_windows
 
 __all__ = [
     "ENGINES",
@@ -64,20 +64,9 @@ ENGINES = ("local", "dask")
 
 @dataclass(frozen=True)
 class Engine:
-    """Where counting runs.
-
-    Attributes
-    ----------
-    name : str
-        ``local`` (this process) or ``dask``.
-    scheduler : str or None
-        Address of a running Dask scheduler (``tcp://host:8786``); None starts a
-        ``LocalCluster`` for the run.
-    workers : int or None
-        Worker processes of that ``LocalCluster`` (one thread each); None: the CPU count.
-    piece_bytes : int
-        The size of a piece (:data:`~posdiag.counts._pieces.PIECE_BYTES`, :func:`plan_pieces`).
-    """
+    """Where counting runs: ``local`` (this process) or ``dask``, on the scheduler at
+    ``scheduler`` (``tcp://host:8786``) or else a ``LocalCluster`` of ``workers``
+    single-threaded processes (None: the CPU count), in pieces of ``piece_bytes``."""
 
     name: str = "local"
     scheduler: str | None = None
@@ -118,27 +107,19 @@ class Job:
     source : Source
         The corpus as opened on the client (paths made absolute).
     tokenizer : str or None
-        Tokenizer spec as ``load_tokenizer`` takes it (a ``tokenizer.json`` path made
-        absolute); None for id files counted without one.
+        Tokenizer spec as ``load_tokenizer`` takes it (paths made absolute); None for id files
+        counted without one.
     fingerprint : str or None
         The client's tokenizer fingerprint: a worker whose copy differs refuses to count.
-    pad_token : str or None
-    view_name : str
-    max_len : int
+    pad_token, view_name, max_len, batch_size, dense_limit, group_prefix, dedup
+        As ``load_tokenizer`` (``pad_token``) and :func:`~posdiag.counts.core.count_texts` take
+        them.
     vocab_size : int or None
         Id files: the vocabulary size.
     shards, seed : int
         Bootstrap / cross-fit shards (0: none) and their seed.
-    batch_size : int
-    dense_limit : int
-    group_prefix : int
-        Sequences sharing their first ``group_prefix`` tokens are one sampling unit
-        (:mod:`posdiag.corpus.units`).
-    dedup : bool
-        Drop exact duplicates (the first copy in reading order is kept).
     skip : ndarray or None
-        ``dedup``, one piece's job: content hashes whose first copy is in an earlier piece
-        (:func:`dedup_skips`).
+        ``dedup``: this piece's content hashes whose first copy is in an earlier piece.
     """
 
     source: Source
@@ -184,20 +165,10 @@ class Partial:
     units: UnitState | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # As plain arrays: Dask then sends them as out-of-band buffers without copies (a pickled
-        # scipy matrix is slower to move between processes).
-        return (
-            _partial_from,
-            (
-                _csr_parts(self.matrix),
-                tuple(_csr_parts(s) for s in self.shards),
-                self.documents,
-                self.sequences,
-                self.tokens,
-                self.vocab,
-                self.units,
-            ),
-        )
+        # As plain arrays, which Dask sends as out-of-band buffers without copies.
+        shards = tuple(_csr_parts(s) for s in self.shards)
+        rest = (self.documents, self.sequences, self.tokens, self.vocab, self.units)
+        return (_partial_from, (_csr_parts(self.matrix), shards, *rest))
 
 
 _CsrParts = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
@@ -212,9 +183,7 @@ def _narrow(a: np.ndarray, top: int) -> np.ndarray:
 
 
 def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
-    # On the wire, counts and column ids travel in the smallest unsigned type that holds them
-    # (counts of a piece are mostly below 65,536, and so are most vocabularies): half the bytes
-    # of int32, and moving bytes is what a cluster adds to counting.
+    # Counts and column ids travel narrowed: moving bytes is what a cluster adds to counting.
     data, indices = m.data, m.indices
     if data.size:
         data = _narrow(data, int(data.max()))
@@ -223,34 +192,14 @@ def _csr_parts(m: sp.csr_matrix) -> _CsrParts:
 
 
 def _csr_from(parts: _CsrParts) -> sp.csr_matrix:
-    # Arrived counts stay in their wire type (the one that holds them) until they are added or
-    # stacked: the sums widen them to int64 once, into their own output.
+    # Kept in the wire type: the sums widen them to int64 once, into their own output.
     data, indices, indptr, shape = parts
     return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
-def _partial_from(
-    matrix: _CsrParts,
-    shards: tuple[_CsrParts, ...],
-    documents: int,
-    sequences: int,
-    tokens: int,
-    vocab: tuple[str, ...] | None,
-    units: UnitState | None = None,
-) -> Partial:
-    return Partial(
-        _csr_from(matrix),
-        tuple(_csr_from(s) for s in shards),
-        documents,
-        sequences,
-        tokens,
-        vocab,
-        units,
-    )
+def _partial_from(matrix: _CsrParts, shards: tuple[_CsrParts, ...], *rest: Any) -> Partial:
+    return Partial(_csr_from(matrix), tuple(_csr_from(s) for s in shards), *rest)
 
-
-# ---------------------------------------------------------------------------------------------
-# On the worker
 
 _LOCAL = threading.local()
 
@@ -279,7 +228,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
     if piece.kind == "ids":
         return _count_id_piece(piece, job)
     tok = _tokenizer(job)
-    mats, docs, seqs, toks, units = _count_texts(
+    total, shards, docs, seqs, toks, units = _count_texts(
         piece_texts(piece, job.source),
         tok,
         view_name=job.view_name,
@@ -295,16 +244,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         skip=job.skip,
     )
     vocab = tok.vocabulary()
-    total = mats[0] if not job.shards else sp.csr_matrix(sum(mats[1:], mats[0]))
-    return Partial(
-        total,
-        mats if job.shards else (),
-        docs,
-        seqs,
-        toks,
-        None if vocab is None else tuple(vocab),
-        units,
-    )
+    return Partial(total, shards, docs, seqs, toks, None if vocab is None else tuple(vocab), units)
 
 
 def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
@@ -341,49 +281,26 @@ def dedup_skips(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [h[later & (o == j)] for j in range(len(hashes))]
 
 
-def _id_array(piece: Piece, source: Source) -> np.ndarray:
-    if piece.format == "npy":
-        return np.load(piece.path, mmap_mode="r", allow_pickle=False).reshape(-1)
-    return np.memmap(piece.path, dtype=np.dtype(source.dtype or "uint16"), mode="r")
-
-
 def _count_id_piece(piece: Piece, job: Job) -> Partial:
     """Count positions ``piece.positions`` of the windows in ``[piece.start, piece.stop)``."""
     n, v = job.max_len, int(job.vocab_size or 0)
     lo, hi = piece.positions
     src = job.source
-    arr = _id_array(piece, src)
-    total = int(arr.size)
-    n_full = total // n
-    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit, threads=1)
+    arr = dataclasses.replace(src, files=(piece.path,)).token_ids()
+    # The windows count_ids selects, restricted to this piece.
+    sel = _select_windows(int(arr.size), n, src)
     w0, w1 = piece.start // n, -(-piece.stop // n)
-    # The same windows as count_ids selects, restricted to this piece.
-    chosen = _select_windows(total, n, src).chosen
-    if chosen is not None:
-        rows = chosen[(chosen >= w0) & (chosen < w1)]
-    else:
-        rows = np.arange(w0, w1, dtype=np.int64)
+    if sel.chosen is not None:
+        sel = dataclasses.replace(sel, chosen=sel.chosen[(sel.chosen >= w0) & (sel.chosen < w1)])
+    sel = dataclasses.replace(sel, windows=w1)
+    acc = CountAccumulator(hi - lo, vocab_size=v, dense_limit=job.dense_limit)
     seqs = toks = 0
-    per_block = max(1, BLOCK_TOKENS // n)
     buf: np.ndarray | None = None
-    grid = arr[: n_full * n].reshape(n_full, n)
-    for b0 in range(0, rows.size, per_block):
-        part = rows[b0 : b0 + per_block]
-        full = part[part < n_full]
-        if full.size and full[-1] - full[0] + 1 == full.size:
-            block = grid[full[0] : full[-1] + 1, lo:hi]  # a view: read once, while transposing
-        else:
-            block = np.asarray(grid[full, lo:hi])
-        if block.size:
-            buf = acc.columns(block, buf)
-            _check_cols(buf, full * n + lo, v, src.name)
-            toks += acc.add_columns(buf)
-        seqs += full.size
-        if full.size < part.size:  # the last, shorter window
-            tail = np.asarray(arr[n_full * n + lo : n_full * n + hi]).reshape(1, -1)
-            _check_cols(tail.T, np.array([n_full * n + lo]), v, src.name)
-            toks += acc.add_block(tail)
-            seqs += 1
+    for block, offsets in _id_blocks(arr, sel, max(1, BLOCK_TOKENS // n), w0, (lo, hi)):
+        _check_ids(block, offsets, v, src.name)
+        buf = columns(block, buf)
+        toks += acc.add_columns(buf)
+        seqs += block.shape[0]
     m = acc.matrix(v)
     # Rows lo..hi of the full (n x V) matrix: pad the row pointer, the counts stay in place.
     indptr = np.concatenate(
@@ -392,15 +309,6 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
     matrix = sp.csr_matrix((m.data, m.indices, indptr), shape=(n, v))
     # Windows are counted once, by the pieces holding their first position.
     return Partial(matrix, (), seqs if lo == 0 else 0, seqs if lo == 0 else 0, toks)
-
-
-def _check_cols(cols: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
-    """Refuse ids outside [0, v) in ``cols`` (positions x windows) of windows at ``offsets``:
-    the first in file order (windows in order, each in position order)."""
-    bad = _first_bad_id(cols.T, v)
-    if bad is not None:
-        r, c = bad
-        raise _bad_id_error(name, int(cols[c, r]), int(offsets[r]) + c, v)
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
@@ -417,24 +325,14 @@ def add_partials(a: Partial, b: Partial) -> Partial:
     ones) and ``b``'s ids renumbered; this concatenation is associative, so any tree over the
     pieces in reading order gives the vocabulary one process assigns.
     """
-    if a.vocab is None or b.vocab is None:
-        width = max(a.matrix.shape[1], b.matrix.shape[1])
-        remap = None
-        vocab = None
-    else:
-        index = {tok: i for i, tok in enumerate(a.vocab)}
-        for tok in b.vocab:
-            index.setdefault(tok, len(index))
-        vocab = tuple(index)
+    vocab, remap = None, None
+    width = max(a.matrix.shape[1], b.matrix.shape[1])
+    if a.vocab is not None and b.vocab is not None:
+        vocab, (_, remap) = union_vocabulary([a.vocab, b.vocab])
         width = len(vocab)
-        remap = np.fromiter((index[t] for t in b.vocab), dtype=np.int64, count=len(b.vocab))
 
     def move(m: sp.csr_matrix) -> sp.csr_matrix:
-        if remap is None:
-            return _widen(m, width)
-        coo = m.tocoo()
-        data = coo.data.astype(np.int64, copy=False)
-        return sp.csr_matrix((data, (coo.row, remap[coo.col])), shape=(m.shape[0], width))
+        return _widen(m, width) if remap is None else _renumber(m, remap, width)
 
     def add(x: sp.csr_matrix, y: sp.csr_matrix) -> sp.csr_matrix:
         return sp.csr_matrix(_widen(x, width) + move(y), dtype=np.int64)
@@ -452,10 +350,6 @@ def add_partials(a: Partial, b: Partial) -> Partial:
 
 def _stats(p: Partial) -> tuple[int, int, int]:
     return p.documents, p.sequences, p.tokens
-
-
-# ---------------------------------------------------------------------------------------------
-# On the client
 
 
 def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
@@ -483,18 +377,10 @@ def run_pieces(
 ) -> Partial:
     """Count ``pieces`` on the cluster of ``client`` and return their sum.
 
-    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``: each with its own
-    hashes to drop).
-
-    Text pieces are added in one tree. Id pieces are added in one tree per position range (the
-    pieces of the same positions in successive window ranges); the client appends those sums,
-    which hold disjoint rows, in position order (:class:`_RowStack`), so no partial moves
-    between workers only to be copied next to another. Each sum is fetched as soon as it is
-    complete, while the other pieces are still counted (``direct``: straight from its worker,
-    as ``Client.gather`` takes it).
-    Progress is reported as Dask marks each piece's task finished. A failing piece cancels the
-    run and its error is raised here (a worker's death is not a failure: Dask reruns the
-    pieces it held, up to ``distributed.scheduler.allowed-failures`` times).
+    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``). Text pieces are added
+    in one tree; id pieces in one tree per position range, whose sums (disjoint rows) the
+    client stacks as each completes (:class:`_RowStack`; ``direct`` as ``Client.gather``
+    takes it). A failing piece cancels the run and its error is raised here.
     """
     from distributed import as_completed
 
@@ -531,15 +417,9 @@ def run_pieces(
 
 
 class _RowStack:
-    """The sum of partials whose non-empty rows are disjoint and come in order (the sums of
-    successive id position ranges), built as they arrive.
-
-    A sum is appended as soon as those before it are: the output arrays grow in place
-    (``ndarray.resize``: ``realloc``, which remaps large blocks without copying) and each part
-    is widened to int64 once, straight into them, then dropped. So the client holds the output
-    and the parts still out of order, and little copying is left once the last part arrives.
-    A single partial (text pieces: one tree) is returned as it came.
-    """
+    """The sum of partials with disjoint rows in order (successive id position ranges), each
+    appended, widened to int64, as soon as those before it arrived; the output grows in place
+    (``ndarray.resize``: ``realloc``). A single partial is returned as it came."""
 
     def __init__(self, count: int) -> None:
         self.parts: list[Partial | None] = [None] * count
@@ -607,9 +487,8 @@ def count_on_dask(
 ) -> Counts:
     """Count ``source`` piece by piece on Dask; the same :class:`Counts` as one process.
 
-    ``client``: an already connected ``distributed.Client`` (else one is made from
-    ``engine``). ``task_fn`` replaces :func:`count_piece` (tests kill a worker through it).
-    """
+    ``client``: a connected ``distributed.Client`` (else one from ``engine``); ``task_fn``
+    replaces :func:`count_piece` (tests kill a worker through it)."""
     if not source.is_ids:
         if job.view_name == "packed":
             raise PosdiagError(
@@ -656,59 +535,39 @@ def count_on_dask(
 
 def _counts_of(part: Partial, source: Source, job: Job, tokenizer_name: str) -> Counts:
     """The :class:`Counts` of the summed ``part``, with the metadata one process records."""
+    ids = source.is_ids
     if part.tokens == 0:
-        if source.is_ids:
+        if ids:
             raise PosdiagError(f"{source.name}: no tokens to count")
         raise PosdiagError(f"{source.name}: the corpus is empty (no tokens after tokenization)")
     n = job.max_len
-    if source.is_ids:
-        v = int(job.vocab_size or 0)
-        fp = job.fingerprint or tokenizer_name
-        meta = _meta(
-            source.name, tokenizer_name, fp, "packed", n, v, part.sequences, part.sequences,
-            part.tokens,
-        )  # fmt: skip
-        meta.update(_selection_meta(source))
-        return Counts(_widen(part.matrix, v), meta)
-    v = len(part.vocab) if part.vocab is not None else int(part.matrix.shape[1])
+    if ids:  # id windows are the documents; the fingerprint defaults to the tokenizer's name
+        v, fp, docs = int(job.vocab_size or 0), job.fingerprint or tokenizer_name, part.sequences
+    else:
+        v = len(part.vocab) if part.vocab is not None else int(part.matrix.shape[1])
+        fp, docs = str(job.fingerprint), part.documents
+    view_name = "packed" if ids else job.view_name
     meta = _meta(
-        source.name, tokenizer_name, str(job.fingerprint), job.view_name, n, v,
-        part.documents, part.sequences, part.tokens,
-    )  # fmt: skip
+        source.name, tokenizer_name, fp, view_name, n, v, docs, part.sequences, part.tokens
+    )
     meta.update(_selection_meta(source))
     if part.units is not None:
         meta.update(
             units_meta(part.units, n, job.view_name, job.group_prefix, source.group_by, job.dedup)
         )
-    if job.view_name == "model":
+    if view_name == "model":
         # Which id is padding, as count_texts records it (Counts.real_supports).
-        from ..corpus.tokenizers import load_tokenizer
-
-        meta["pad_id"] = load_tokenizer(
-            job.tokenizer or "whitespace", pad_token=job.pad_token
-        ).pad_id()
-    if not job.shards:
-        return Counts(_widen(part.matrix, v), meta, part.vocab)
-    meta.update(shards=job.shards, shard_seed=job.seed)
-    shards = tuple(_widen(s, v) for s in part.shards)
+        tok = load_tokenizer(job.tokenizer or "whitespace", pad_token=job.pad_token)
+        meta["pad_id"] = tok.pad_id()
+    if job.shards:
+        meta.update(shards=job.shards, shard_seed=job.seed)
+    shards = tuple(_widen(s, v) for s in part.shards)  # empty without shards
     return Counts(_widen(part.matrix, v), meta, part.vocab, shards)
 
 
-def job_for(
-    source: Source,
-    tokenizer: Tokenizer | None,
-    *,
-    view_name: str,
-    max_len: int,
-    pad_token: str | None = None,
-    vocab_size: int | None = None,
-    shards: int = 0,
-    seed: int = 0,
-    batch_size: int = 1024,
-    group_prefix: int = DEFAULT_GROUP_PREFIX,
-    dedup: bool = False,
-) -> Job:
-    """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec."""
+def job_for(source: Source, tokenizer: Tokenizer | None, **options: Any) -> Job:
+    """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec, and
+    the other :class:`Job` fields (``view_name``, ``max_len``, ...) as ``options``."""
     spec = None
     if tokenizer is not None:
         spec = tokenizer.name
@@ -719,17 +578,4 @@ def job_for(
         dataset = os.path.abspath(dataset)
     # Pieces carry their own paths: the file list would be sent again with every piece.
     src = dataclasses.replace(source, files=(), dataset=dataset)
-    return Job(
-        src,
-        spec,
-        None if tokenizer is None else tokenizer.fingerprint,
-        pad_token=pad_token,
-        view_name=view_name,
-        max_len=max_len,
-        vocab_size=vocab_size,
-        shards=shards,
-        seed=seed,
-        batch_size=batch_size,
-        group_prefix=group_prefix,
-        dedup=dedup,
-    )
+    return Job(src, spec, None if tokenizer is None else tokenizer.fingerprint, **options)

@@ -28,6 +28,7 @@ from .core import (
     _selection_meta,
     _start,
     check_max_len,
+    columns,
 )
 
 __all__ = ["BLOCK_TOKENS", "count_ids"]
@@ -70,24 +71,33 @@ def _select_windows(total: int, n: int, source: Source) -> _Windows:
 
 
 def _id_blocks(
-    arr: np.ndarray, sel: _Windows, per_block: int
+    arr: np.ndarray,
+    sel: _Windows,
+    per_block: int,
+    first: int = 0,
+    positions: tuple[int, int] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(block of windows, file offset of each window), in file order, ``per_block`` at a time."""
+    """(block of windows, file offset of each block row), in file order, ``per_block`` windows
+    at a time from window ``first``; ``positions``: only the columns ``[lo, hi)`` (views where
+    the windows are consecutive)."""
     n, n_full = sel.n, sel.n_full
+    lo, hi = positions or (0, n)
     full = arr[: n_full * n].reshape(n_full, n)
-    tail = (np.asarray(arr[n_full * n :]).reshape(1, -1), np.array([n_full * n]))
+    end = n_full * n
+    tail = (np.asarray(arr[end + lo : end + hi]).reshape(1, -1), np.array([end + lo]))
     if sel.chosen is None:
         last_full = min(n_full, sel.windows)
-        for w0 in range(0, last_full, per_block):
+        for w0 in range(first, last_full, per_block):
             w1 = min(w0 + per_block, last_full)
-            yield np.asarray(full[w0:w1]), np.arange(w0, w1, dtype=np.int64) * n
+            yield np.asarray(full[w0:w1, lo:hi]), np.arange(w0, w1, dtype=np.int64) * n + lo
         if sel.windows > n_full:
             yield tail
     else:
         for c0 in range(0, sel.chosen.size, per_block):
             part = sel.chosen[c0 : c0 + per_block]
             rows = part[part < n_full]
-            yield np.asarray(full[rows]), rows * n
+            if rows.size:
+                yield np.asarray(full[rows, lo:hi]), rows * n + lo
             if rows.size < part.size:
                 yield tail
 
@@ -108,6 +118,14 @@ def _bad_id_error(name: str, token: int, offset: int, v: int) -> PosdiagError:
     )
 
 
+def _check_ids(block: np.ndarray, offsets: np.ndarray, v: int, name: str) -> None:
+    """Refuse the first id of ``block`` (windows at file ``offsets``) outside ``[0, v)``."""
+    bad = _first_bad_id(block, v)
+    if bad is not None:
+        r, c = bad
+        raise _bad_id_error(name, int(block[r, c]), int(offsets[r]) + c, v)
+
+
 def _pipelined_count(
     blocks: Iterator[tuple[np.ndarray, np.ndarray]],
     acc: CountAccumulator,
@@ -115,21 +133,14 @@ def _pipelined_count(
     name: str,
     progress: ProgressFn | None,
 ) -> tuple[int, int]:
-    """Count ``blocks`` into the dense ``acc``; returns (windows, tokens) counted.
-
-    Two stages: a helper thread reads, checks and transposes block k+1 while this thread counts
-    block k (``np.add.at`` holds the GIL; the copies release it).
-    """
+    """Count ``blocks`` into ``acc``; returns (windows, tokens). A helper thread reads, checks
+    and transposes block k+1 while this one counts block k (``np.add.at`` holds the GIL)."""
     buffers: list[np.ndarray | None] = [None, None]
 
     def prepare(item: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
         block, offsets = item
-        bad = _first_bad_id(block, v)
-        if bad is not None:
-            r, c = bad
-            raise _bad_id_error(name, int(block[r, c]), int(offsets[r]) + c, v)
-        cols = acc.columns(block, buffers[k])
-        buffers[k] = cols
+        _check_ids(block, offsets, v, name)
+        cols = buffers[k] = columns(block, buffers[k])
         return cols
 
     seqs = toks = 0
@@ -164,14 +175,10 @@ def count_ids(
     """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
 
     The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
-    window may be shorter. ``source.limit`` / ``source.sample``
-    select windows; ``documents`` in the metadata counts windows (documents are not delimited).
-
-    With a dense count block, at least one full block of ids and ``workers > 1`` (default: the
-    CPU count, at most 4) on a system with ``fork``, the positions are split between forked
-    worker processes that share the block (``np.add.at`` holds the GIL, so threads cannot run
-    it in parallel; below one block, starting them costs more than they save); otherwise one
-    process counts, with a helper thread.
+    window may be shorter. ``source.limit`` / ``source.sample`` select windows; ``documents``
+    in the metadata counts windows. With a dense count block, at least one full block of ids
+    and ``workers > 1`` (default: the CPU count, at most 4) on a system with ``fork``, forked
+    workers share the block, each counting some positions (``np.add.at`` holds the GIL).
 
     Raises
     ------
@@ -229,15 +236,10 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def _die_with_parent(parent: int) -> None:
-    """In a forked worker: die when the parent does, and leave signals to the parent.
-
-    SIGTERM gets its default action back (the parent's handler would turn it into an exception
-    in the worker) and SIGINT is ignored (Ctrl-C reaches the whole process group; the parent
-    stops its workers). On Linux the kernel also sends SIGKILL when the parent dies, however
-    it dies, so no worker outlives an interrupted ``count``.
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """In a forked worker: die when the parent does (Linux: PR_SET_PDEATHSIG), and leave
+    signals to the parent, which stops its workers."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler's exception
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while forking
     try:
         import ctypes
@@ -259,13 +261,8 @@ def _forked_count(
     name: str,
     progress: ProgressFn | None,
 ) -> np.ndarray:
-    """Count ``blocks()`` into a shared dense (n, v) block, positions split over processes.
-
-    Worker ``k`` reads every block but only its positions ``[lo_k, hi_k)``: it checks them,
-    copies them to contiguous columns and runs one ``np.add.at`` per position. Each worker
-    stops at its first id outside ``[0, v)``; the smallest offset over workers is the first
-    in the file.
-    """
+    """Count ``blocks()`` into a shared dense (n, v) block, worker ``k`` at positions
+    ``[lo_k, hi_k)``; of the workers' first ids outside ``[0, v)`` the smallest offset wins."""
     dense = _shared((n, v), dtype)
     status = _shared((workers, 3), np.int64)  # (state, offset, id); state 1 = bad id, 2 = crash
     done = _shared((workers,), np.int64)
@@ -289,14 +286,9 @@ def _forked_count(
                     r, c = bad
                     status[k] = (1, int(offsets[r]) + lo + c, int(part[r, c]))
                     return
-                if buf is None or buf.dtype != part.dtype or buf.size < w * m:
-                    buf = np.empty(w * m, dtype=part.dtype)
-                cols = buf[: w * m].reshape(m, w)
-                rows = max(1, (1 << 18) // m)
-                for r0 in range(0, w, rows):
-                    np.copyto(cols[:, r0 : r0 + rows], part[r0 : r0 + rows].T)
+                buf = columns(part, buf)
                 for i in range(m):
-                    np.add.at(dense[lo + i], cols[i], one)
+                    np.add.at(dense[lo + i], buf[i], one)
                 done[k] += w * m
         except BaseException:  # reported to the parent, which raises
             status[k, 0] = 2

@@ -163,7 +163,7 @@ def test_dedup_counts_what_the_deduplicated_corpus_counts() -> None:
 def test_packed_windows_take_the_key_of_the_document_they_start_in() -> None:
     tok = load_tokenizer("bytes")
     docs = ["abcdefg", "hi", "jklmnopqrstu", "vw"]
-    keyer = UnitKeyer(tok, prefix=0, item="documents")
+    keyer = UnitKeyer(tok, prefix=0)
     got = list(packed_windows(docs, tok, 4, batch_size=2, keyer=keyer))
     plain = list(view(docs, tok, "packed", 4, batch_size=2))
     assert [w for w, _, _ in got] == [w for w, _ in plain]

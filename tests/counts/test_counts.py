@@ -60,7 +60,7 @@ def test_dense_block_spills_to_int64_before_int32_could_overflow() -> None:
     rng = np.random.default_rng(2)
     seqs = [rng.integers(0, 5, size=rng.integers(0, 5)).tolist() for _ in range(40)]
     block = rng.integers(0, 5, size=(30, 4))
-    acc = CountAccumulator(4, vocab_size=5, threads=1)
+    acc = CountAccumulator(4, vocab_size=5)
     acc._INT32_MAX = 7  # type: ignore[misc]  # spill every few batches
     for k in range(0, 40, 6):
         acc.add_sequences(seqs[k : k + 6])
