@@ -112,8 +112,9 @@ def stress_columns(report: StressReport, *, verbose: bool = False) -> list[Colum
 COLUMNS_LEGEND = (
     "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the distances "
     "(one value for every encoding whose distance only grows with |i-j|: they order the pairs "
-    "alike); params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors "
-    "A and B of P = A B^T)"
+    "alike; n/a where an encoding's distances are all equal, as nope's); params: trained "
+    "parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors A and B of P = A B^T; "
+    "every family's count: posdiag encodings)"
 )
 # The raw column (--verbose, the HTML report): a number far above 1 must not look like an error.
 RAW_LEGEND = (

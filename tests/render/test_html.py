@@ -136,9 +136,10 @@ def test_stress_table_columns_are_explained_and_intervals_do_not_wrap(synth_corp
         "follows the encoding&#x27;s absolute size and can far exceed 1 (the paper&#x27;s "
         "figures are of this kind); stress is the same with the best scale; kruskal: Kruskal "
         "stress-1 of the distances; spearman: rank correlation of the distances (one value for "
-        "every encoding whose distance only grows with |i-j|: they order the pairs alike); "
-        "params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors A "
-        "and B of P = A B^T)"
+        "every encoding whose distance only grows with |i-j|: they order the pairs alike; n/a "
+        "where an encoding&#x27;s distances are all equal, as nope&#x27;s); params: trained "
+        "parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors A and B of P = A "
+        "B^T; every family&#x27;s count: posdiag encodings)"
     )
     # Every interval cell is a numeric cell, and numeric cells never wrap.
     assert '<td class="num">[0.2500, 0.5000]</td>' in page

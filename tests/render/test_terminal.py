@@ -80,8 +80,9 @@ def test_every_column_of_the_stress_report_is_explained(report) -> None:  # type
     assert (
         "kruskal: Kruskal stress-1 of the distances; spearman: rank correlation of the "
         "distances (one value for every encoding whose distance only grows with |i-j|: they "
-        "order the pairs alike); params: trained parameters (0: a fixed formula; mds-r: r x "
-        "(n_eff + d), the factors A and B of P = A B^T)" in flat
+        "order the pairs alike; n/a where an encoding's distances are all equal, as nope's); "
+        "params: trained parameters (0: a fixed formula; mds-r: r x (n_eff + d), the factors A "
+        "and B of P = A B^T; every family's count: posdiag encodings)" in flat
     )
     # The spectrum's tail is in-sample; the table's mds-r rows are held-out: two names, one
     # sentence on why they differ (the same label on both read as a contradiction).
