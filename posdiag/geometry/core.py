@@ -155,8 +155,8 @@ class MDS:
     eigenvalues : ndarray of shape (n,)
         Eigenvalues of ``B = -1/2 J D^2 J``, descending; may hold rounding-size negatives.
     vectors : ndarray of shape (n, m)
-        Matching unit eigenvectors of the top ``m`` eigenvalues (``m = n`` up to
-        :data:`~posdiag.geometry.spectral.FULL_EIGH_MAX`), each column's largest entry positive.
+        Matching unit eigenvectors of the top ``m`` eigenvalues (``m = n`` below
+        :data:`~posdiag.geometry.spectral.PARTIAL_FROM`), each column's largest entry positive.
     gram : ndarray of shape (n, n)
         ``B`` itself.
     total : float or None
@@ -264,23 +264,23 @@ def mds_of_gram(
     """Classical MDS of a Gram matrix ``B`` (n, n): every eigenpair, or the top ones at long
     contexts. No warning.
 
-    Up to ``full_max`` positions (default :data:`~posdiag.geometry.spectral.FULL_EIGH_MAX`) the
-    full ``eigh``; up to ``eigvalsh_max`` (default :data:`~posdiag.geometry.spectral.EIGVALSH_MAX`
-    without ``full_max``, else ``full_max``) every eigenvalue with the top ``start_rank``
-    eigenvectors; beyond, :func:`~posdiag.geometry.spectral.partial_spectrum` grown for
-    ``tolerances``, with the exact ``total`` and the smallest eigenvalue by Lanczos when
-    ``bottom`` (else NaN).
+    Up to ``full_max`` positions (default below :data:`~posdiag.geometry.spectral.PARTIAL_FROM`)
+    the full ``eigh``; up to ``eigvalsh_max`` (default
+    :data:`~posdiag.geometry.spectral.EIGVALSH_MAX` without ``full_max``, else ``full_max``) every
+    eigenvalue with the top ``start_rank`` eigenvectors; beyond,
+    :func:`~posdiag.geometry.spectral.partial_spectrum` grown for ``tolerances``, with the exact
+    ``total`` and the smallest eigenvalue by Lanczos when ``bottom`` (else NaN).
     """
     from .spectral import (
         EIGVALSH_MAX,
-        FULL_EIGH_MAX,
+        PARTIAL_FROM,
         START_RANK,
         partial_spectrum,
         smallest_eigenvalue,
         top_vectors,
     )
 
-    limit = FULL_EIGH_MAX if full_max is None else full_max
+    limit = PARTIAL_FROM - 1 if full_max is None else full_max
     first = START_RANK if start_rank is None else start_rank
     if eigvalsh_max is None:
         eigvalsh_max = EIGVALSH_MAX if full_max is None else limit

@@ -2,7 +2,7 @@
 
 The stress of the rank-r MDS encoding is ``sqrt(sum_{k>r} l_k^2 / ||B||_F^2)``, so the tail after
 the top ``K`` eigenvalues is ``||B||_F^2 - sum_{k<=K} l_k^2`` exactly and a report needs only the
-top eigenpairs: the full ``eigh`` up to :data:`FULL_EIGH_MAX`, else block Lanczos with full
+top eigenpairs: the full ``eigh`` below :data:`PARTIAL_FROM`, else block Lanczos with full
 reorthogonalisation (:class:`_BlockLanczos`, one BLAS-3 pass ``Q B`` per block of :data:`BLOCK`
 vectors), whose basis only grows as the pairs grow (16, 32, 64, ...) until every requested
 tolerance is reached, shown unreachable (the positive eigenvalues are exhausted: the tail is the
@@ -27,7 +27,6 @@ from .._util.validate import check_int
 
 __all__ = [
     "EIGVALSH_MAX",
-    "FULL_EIGH_MAX",
     "GramOperator",
     "PARTIAL_FROM",
     "PartialSpectrum",
@@ -39,14 +38,13 @@ __all__ = [
     "top_vectors",
 ]
 
-# Up to this n a full eigh costs about as much as the partial solver with its growth steps.
-FULL_EIGH_MAX = 1024
-# Up to this n every eigenvalue is computed (eigvalsh, no vectors, growing as n^3), beyond it only
+# From this n no full eigh: fits that use only their top eigenpairs (held-out mds-r, bootstrap
+# replicates) compute only those by block Lanczos, the headline every eigenvalue without vectors
+# (docs/performance.md).
+PARTIAL_FROM = 512
+# Up to this n the headline computes every eigenvalue (eigvalsh, growing as n^3), beyond it only
 # the top ones: the bottom of an estimated B_H is a dense cluster that Lanczos resolves slowly.
 EIGVALSH_MAX = 2048
-# From this n, fits that use only their top eigenpairs (held-out mds-r, bootstrap replicates)
-# compute only those, by block Lanczos (docs/performance.md).
-PARTIAL_FROM = 512
 # Eigenpairs computed at first (the default set needs mds-1..3; tolerances often need more).
 START_RANK = 16
 # Growth stops here: past ~100 pairs a partial solver on a slowly decaying (noise) spectrum costs
@@ -523,7 +521,7 @@ def partial_spectrum(
     max_rank: int | None = None,
     tol: float = DEFAULT_TOL,
     start: np.ndarray | None = None,
-    full_max: int = FULL_EIGH_MAX,
+    full_max: int = PARTIAL_FROM - 1,
     seed: int = 0,
     until_below: float | None = None,
     start_rank: int = START_RANK,

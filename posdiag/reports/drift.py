@@ -328,7 +328,7 @@ def _with_pairs(geo: CorpusGeometry, rank: int) -> CorpusGeometry:
     mds = geo.mds
     if mds.total is None or mds.eigenvalues.size >= rank:
         return geo
-    full_max = spectral.FULL_EIGH_MAX  # read when called, as mds_of_gram does
+    full_max = spectral.PARTIAL_FROM - 1  # read when called, as mds_of_gram does
     spec = spectral.partial_spectrum(
         mds.gram, (), min_rank=rank, max_rank=rank, start=mds.vectors, full_max=full_max
     )

@@ -402,7 +402,7 @@ def _partial_facts(
             tuple(config.max_rank_for_stress),
             max_rank=max(cap, k),
             start=mds.vectors,
-            full_max=spectral.FULL_EIGH_MAX,  # read when called, as mds_of_gram does
+            full_max=spectral.PARTIAL_FROM - 1,  # read when called, as mds_of_gram does
         )
         lam, by_rank, floor = spec.eigenvalues, spec.stress_by_rank(), spec.floor()
     return GateFacts(summary, scores, _floats(lam), bits, _floats(by_rank), floor)

@@ -142,7 +142,7 @@ def plugin_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _partial(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spectral, "FULL_EIGH_MAX", 64)
+    monkeypatch.setattr(spectral, "PARTIAL_FROM", 65)
     monkeypatch.setattr(spectral, "EIGVALSH_MAX", 64)
 
 

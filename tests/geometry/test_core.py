@@ -852,7 +852,7 @@ def test_mds_of_gram_full_and_partial_against_numpy_eigh() -> None:
     from posdiag.geometry.core import mds_of_gram
 
     b, lam, u = _non_euclidean_gram()
-    # Up to full_max positions (default 1,024, and at n = full_max): every eigenpair.
+    # Up to full_max positions (default below 512, and at n = full_max): every eigenpair.
     for full in (mds_of_gram(b), mds_of_gram(b, full_max=40)):
         np.testing.assert_allclose(full.eigenvalues, lam, atol=1e-12)
         assert full.total is None and full.bottom is None and full.gram is b
@@ -1035,13 +1035,13 @@ def test_mds_of_gram_grows_past_the_bottom_from_a_small_start() -> None:
     np.testing.assert_allclose(first.eigenvalues, lam[:5], atol=1e-8)
 
 
-def test_mds_of_gram_default_band_computes_every_eigenvalue_above_full_eigh_max() -> None:
-    """Without ``full_max``, ``FULL_EIGH_MAX < n <= EIGVALSH_MAX`` is the eigenvalues-only band:
+def test_mds_of_gram_default_band_computes_every_eigenvalue_from_partial_from() -> None:
+    """Without ``full_max``, ``PARTIAL_FROM <= n <= EIGVALSH_MAX`` is the eigenvalues-only band:
     every eigenvalue (no total, no bottom), the top ``START_RANK`` vectors."""
     from posdiag.geometry.core import mds_of_gram
-    from posdiag.geometry.spectral import FULL_EIGH_MAX, START_RANK
+    from posdiag.geometry.spectral import PARTIAL_FROM, START_RANK
 
-    n = FULL_EIGH_MAX + 1
+    n = PARTIAL_FROM
     x = np.random.default_rng(0).standard_normal((n, 3)) * [3.0, 2.0, 1.0]
     b = gram_from_vectors(x)
     got = mds_of_gram(b)
