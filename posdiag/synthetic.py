@@ -1,8 +1,5 @@
-"""Deterministic synthetic corpora whose positional geometry is known in advance.
-
-Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``,
-whose two generators, ``drift`` (:func:`low_rank_distributions`) and ``shift``
-(:func:`shift_distributions`), docs/theory.md defines ("Synthetic corpora").
+"""Deterministic synthetic corpora whose positional geometry is known in advance: ``posdiag
+synth``'s generators ``drift`` and ``shift`` (docs/theory.md, "Synthetic corpora").
 """
 
 from __future__ import annotations

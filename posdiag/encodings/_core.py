@@ -49,11 +49,8 @@ DIM_PARAMS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Encoding:
-    """One encoding evaluated on ``n`` positions.
-
-    ``delta_E`` is kept in the cheapest exact form: a lag profile, position vectors, or an
-    explicit matrix; :attr:`delta` builds the ``n x n`` matrix on first use only (scoring,
-    :mod:`posdiag.scoring.scores`, never needs it).
+    """One encoding evaluated on ``n`` positions; :attr:`delta` builds the ``n x n`` matrix
+    from the cheapest exact form given on first use only.
 
     Attributes
     ----------

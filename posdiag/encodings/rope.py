@@ -1,13 +1,7 @@
 """Rotary encodings (RoPE), their context-extension variants, and xPos (docs/encodings.md
-section 2).
-
-RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{j-i} k``. The
-position geometry scored is that of the rotation operators:
-``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))``, with the variant's
-frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin). Unrotated
-dimensions (``partial_rotary_factor < 1``) add nothing. Parameter names follow Hugging Face
-``rope_scaling`` (``base`` is HF ``rope_theta``). Factories are registered by a call, not a
-decorator: mutmut (``make mutate``) does not mutate decorated functions.
+section 2): ``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))`` with the
+variant's frequencies ``theta'_k`` and attention factor ``m``. Parameter names follow Hugging
+Face ``rope_scaling``. Factories are registered by a call: mutmut skips decorated functions.
 """
 
 from __future__ import annotations
