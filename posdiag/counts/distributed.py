@@ -96,27 +96,10 @@ def engine_from_options(
 
 @dataclass(frozen=True)
 class Job:
-    """What every piece of one run shares: how to read, tokenize and count.
-
-    Attributes
-    ----------
-    source : Source
-        The corpus as opened on the client (paths made absolute).
-    tokenizer : str or None
-        Tokenizer spec as ``load_tokenizer`` takes it (paths made absolute); None for id files
-        counted without one.
-    fingerprint : str or None
-        The client's tokenizer fingerprint: a worker whose copy differs refuses to count.
-    pad_token, view_name, max_len, batch_size, dense_limit, group_prefix, dedup
-        As ``load_tokenizer`` (``pad_token``) and :func:`~posdiag.counts.core.count_texts` take
-        them.
-    vocab_size : int or None
-        Id files: the vocabulary size.
-    shards, seed : int
-        Bootstrap / cross-fit shards (0: none) and their seed.
-    skip : ndarray or None
-        ``dedup``: this piece's content hashes whose first copy is in an earlier piece.
-    """
+    """What every piece of one run shares: the source and tokenizer spec (paths absolute), the
+    client's tokenizer ``fingerprint`` (a worker's copy must match) and the counting options of
+    :func:`~posdiag.counts.core.count_texts`; ``skip``: with ``dedup``, this piece's content
+    hashes whose first copy is in an earlier piece."""
 
     source: Source
     tokenizer: str | None

@@ -1,9 +1,5 @@
-"""How an encoding file was built, and reading a corpus the same way for ``posdiag inspect``.
-
-``posdiag build-encoding`` writes how it read the corpus (tokenizer, view, ``max_len``,
-``min_count``, ...) into the file's metadata (``.safetensors`` header, or a ``.json`` beside a
-``.npy``). A corpus read another way has another geometry, so the file's values are the
-defaults, options override them and every conflict is stated.
+"""How an encoding file was built (its metadata: tokenizer, view, ``max_len``, ...), and reading
+a corpus the same way for ``posdiag inspect``: options override the file, conflicts are stated.
 """
 
 from __future__ import annotations
