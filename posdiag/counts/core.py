@@ -519,10 +519,7 @@ def count_source(
         group_by=source.group_by,
         **options,
     )
-    extra = _selection_meta(source)
-    if extra:
-        return dataclasses.replace(counts, meta={**counts.meta, **extra})
-    return counts
+    return dataclasses.replace(counts, meta={**counts.meta, **_selection_meta(source)})
 
 
 def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
