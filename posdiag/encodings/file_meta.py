@@ -77,11 +77,8 @@ def inspect_reading(
     *,
     counts_file: bool = False,
 ) -> InspectReading:
-    """Fill ``reading`` from the metadata of the encoding file ``path``; options win.
-
-    With ``counts_file`` (the corpus is a counts ``.npz``, already counted one way) only
-    ``min_count`` is taken from the file; :func:`row_notes` then states any difference.
-    """
+    """Fill ``reading`` from the metadata of the encoding file ``path``; options win. With
+    ``counts_file`` (a counts ``.npz``) only ``min_count`` is taken from the file."""
     given: dict[str, Any] = {**dataclasses.asdict(reading), "min_count": min_count}
     fill: dict[str, Any] = {}
     notes: list[str] = []
