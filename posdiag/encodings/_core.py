@@ -177,9 +177,6 @@ def register(
     return deco
 
 
-# --- helpers shared by the family modules -------------------------------------------------------
-
-
 def lag_profile(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
     """``g[lag] = f(lag)`` for lag = 0..n-1, of shape (n,): a Toeplitz encoding's whole delta."""
     return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)
@@ -215,8 +212,6 @@ def even(name: str, value: Any) -> int:
 def positive(name: str, value: Any) -> float:
     return check_float(name, value, 0.0, lo_open=True)
 
-
-# --- parsing and construction -------------------------------------------------------------------
 
 _MDS_ALIAS = re.compile(r"^mds-(\d+)$")
 _BOOLS = {"true": True, "1": True, "yes": True, "on": True}
