@@ -4,6 +4,8 @@ The public API, in pipeline order: corpus -> counts -> geometry -> scoring / enc
 uncertainty -> reports -> render. The CLI (``posdiag.cli``) is a thin layer over these names.
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports are what __all__, built from _EXPORTS, lists)
+
 __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
@@ -82,50 +84,4 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__all__ = [
-    "Analysis",
-    "HellingerEstimate",
-    "estimate_hellinger",
-    "Diagnosis",
-    "Drift",
-    "GateReport",
-    "Inspection",
-    "bootstrap_stress",
-    "build_config",
-    "corpus_counts_sharded",
-    "corpus_drift",
-    "diagnose",
-    "inspect_table",
-    "merge_counts",
-    "run_gate",
-    "DEFAULT_MIN_COUNT",
-    "MDS",
-    "REGISTRY",
-    "CorpusGeometry",
-    "Counts",
-    "Encoding",
-    "EncodingScore",
-    "LowRankEncoding",
-    "PosdiagError",
-    "PosdiagWarning",
-    "StressReport",
-    "__version__",
-    "classical_mds",
-    "corpus_counts",
-    "corpus_geometry",
-    "count_texts",
-    "effective_rank",
-    "hellinger_distances",
-    "load_counts",
-    "load_tokenizer",
-    "low_rank_encoding",
-    "make_encoding",
-    "open_source",
-    "parse_encoding",
-    "save_counts",
-    "score_encodings",
-    "stress",
-    "stress_by_rank",
-    "stress_report",
-    "write_encoding",
-]
+__all__ = ["__version__", *_LAZY]

@@ -1,8 +1,5 @@
-"""Deterministic synthetic corpora whose positional geometry is known in advance.
-
-Used by the tests (exact distributions give exact Hellinger distances) and by ``posdiag synth``,
-whose two generators, ``drift`` (:func:`low_rank_distributions`) and ``shift``
-(:func:`shift_distributions`), docs/theory.md defines ("Synthetic corpora").
+"""Deterministic synthetic corpora whose positional geometry is known in advance: ``posdiag
+synth``'s generators ``drift`` and ``shift`` (docs/theory.md, "Synthetic corpora").
 """
 
 from __future__ import annotations
@@ -18,40 +15,13 @@ from ._util.validate import check_choice, check_float, check_int
 __all__ = [
     "MODES",
     "SynthSpec",
-    "drift_distributions",
-    "expected_counts",
     "low_rank_distributions",
-    "sample_sharded_counts",
-    "sample_texts",
     "shift_distributions",
     "synth_distributions",
     "synth_texts",
-    "zipf_drift_distributions",
 ]
 
 MODES = ("drift", "shift")
-
-
-def drift_distributions(
-    n_positions: int = 32, vocab: int = 200, rank: int = 3, *, sharpness: float = 2.0, seed: int = 0
-) -> np.ndarray:
-    """Positional token distributions that drift smoothly (softmax of low-rank logits).
-
-    ``mu_i = softmax(sharpness * sum_{k=1..rank} cos(pi k t_i) g_k)`` with ``t_i = i/(n-1)`` and
-    seeded Gaussian directions ``g_k`` over the vocabulary. The logits have rank ``rank``; the
-    Hellinger geometry does not (the softmax bends it). For an exactly low-rank geometry use
-    :func:`low_rank_distributions`.
-
-    Returns
-    -------
-    ndarray of shape (n_positions, vocab)
-        Rows are probability distributions.
-    """
-    n = check_int("n_positions", n_positions, 2)
-    v = check_int("vocab", vocab, 2)
-    r = check_int("rank", rank, 1)
-    g = np.random.default_rng(seed).standard_normal((r, v))
-    return _softmax_rows(sharpness * _cosines(n, r) @ g)
 
 
 def _cosines(n: int, k: int) -> np.ndarray:
@@ -156,25 +126,6 @@ def synth_distributions(spec: SynthSpec) -> np.ndarray:
     return shift_distributions(spec.positions, spec.vocab, width=spec.width)
 
 
-def expected_counts(mu: np.ndarray, sequences: int) -> np.ndarray:
-    """Integer counts ``round(sequences * mu)``, of the same shape as ``mu``."""
-    return np.rint(np.asarray(mu) * sequences).astype(np.int64)
-
-
-def sample_texts(mu: np.ndarray, sequences: int, *, seed: int = 0) -> Iterator[str]:
-    """Seeded sequences of length ``n`` whose token at position ``i`` is drawn from ``mu[i]``.
-
-    Token ``v`` is the word ``t{v}``, so the whitespace tokenizer reads it back as one token.
-    """
-    rng = np.random.default_rng(seed)
-    cdf = np.cumsum(np.asarray(mu, dtype=np.float64), axis=1)
-    cdf[:, -1] = 1.0
-    for _ in range(check_int("sequences", sequences, 1)):
-        u = np.asarray(rng.random(cdf.shape[0]))
-        ids = (cdf < u[:, None]).sum(axis=1)
-        yield " ".join(f"t{v}" for v in ids)
-
-
 # Sequences drawn per vectorised chunk by synth_texts.
 _CHUNK = 4096
 
@@ -207,59 +158,3 @@ def _synth_lines(spec: SynthSpec, mu: np.ndarray, total: int) -> Iterator[str]:
         for row in words[ids]:
             yield " ".join(row)
         done += m
-
-
-def zipf_drift_distributions(
-    n_positions: int = 64,
-    vocab: int = 20_000,
-    rank: int = 3,
-    *,
-    sharpness: float = 2.0,
-    exponent: float = 1.1,
-    seed: int = 0,
-) -> np.ndarray:
-    """Word-like distributions: ``rank + 1`` Zipf "topics" mixed with smoothly drifting weights.
-
-    Topic ``k`` is a Zipf law ``p(v) ∝ rank_k(v)^-exponent`` over its own seeded permutation of
-    the vocabulary; position ``i`` mixes the topics with weights
-    ``softmax(sharpness * cos(pi k t_i))``, ``k = 1..rank+1``, ``t_i = i/(n-1)``: the long tail
-    that makes the plug-in geometry noisy on real text, with an exact ``B_H``.
-
-    Returns
-    -------
-    ndarray of shape (n_positions, vocab)
-        Rows are probability distributions.
-    """
-    n = check_int("positions", n_positions, 2)
-    r = check_int("rank", rank, 1)
-    v = check_int("vocab", vocab, 2)
-    sharpness = check_float("sharpness", sharpness, 0.0, lo_open=True)
-    exponent = check_float("exponent", exponent, 0.0, lo_open=True)
-    rng = np.random.default_rng(seed)
-    w = _softmax_rows(sharpness * _cosines(n, r + 1))
-    zipf = np.arange(1, v + 1, dtype=np.float64) ** -exponent
-    zipf /= zipf.sum()
-    topics = np.stack([zipf[np.argsort(rng.permutation(v))] for _ in range(r + 1)])
-    return np.asarray(w @ topics)
-
-
-def sample_sharded_counts(
-    mu: np.ndarray, sequences: int, *, shards: int = 20, seed: int = 0
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Counts of ``sequences`` seeded sequences drawn from ``mu`` (position ``i`` from
-    ``mu[i]``, independently), each in one of ``shards`` uniformly chosen shards.
-
-    Returns
-    -------
-    (ndarray, tuple of ndarray)
-        The total counts and each shard's counts, all of shape (n_positions, vocab), int64.
-    """
-    mu = np.asarray(mu, dtype=np.float64)
-    total = check_int("sequences", sequences, 1)
-    k = check_int("shards", shards, 1)
-    rng = np.random.default_rng(seed)
-    sizes = rng.multinomial(total, np.full(k, 1.0 / k))
-    parts = tuple(
-        np.stack([rng.multinomial(int(m), row) for row in mu]).astype(np.int64) for m in sizes
-    )
-    return np.sum(parts, axis=0), parts

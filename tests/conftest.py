@@ -24,7 +24,7 @@ from hypothesis import settings
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.synthetic import drift_distributions, sample_texts
+from tests._data import drift_distributions, sample_texts
 
 # CI runs the same examples every time (a red CI must mean a regression, not a new random draw);
 # local runs keep exploring. CI sets CI=true.

@@ -19,13 +19,12 @@ from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
 from posdiag.synthetic import (
     SynthSpec,
-    drift_distributions,
-    expected_counts,
     low_rank_distributions,
     shift_distributions,
     synth_distributions,
     synth_texts,
 )
+from tests._data import drift_distributions
 
 
 def _scores(spec: SynthSpec) -> dict[str, float]:
@@ -122,7 +121,7 @@ def test_cli_synth_writes_refuses_overwrite_and_validates(
 
 def test_synthetic_expected_counts_give_exact_geometry() -> None:
     mu = drift_distributions(10, 40, rank=2, seed=3)
-    c = Counts(sp.csr_matrix(expected_counts(mu, 10**9)))
+    c = Counts(sp.csr_matrix(np.rint(mu * 10**9).astype(np.int64)))
     from posdiag.geometry.core import hellinger_distances
 
     s = np.sqrt(mu) / np.sqrt(2)

@@ -37,11 +37,11 @@ def set_max_memory(limit: int | str | None) -> None:
 
 def format_bytes(n: float) -> str:
     """``1.5 GiB``-style text of a byte count."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover - the loop always returns
+    return f"{n:.1f} PiB"
 
 
 def _proc_bytes(path: str, field: str) -> int | None:
@@ -91,15 +91,11 @@ def available_memory() -> tuple[int, str]:
 
 
 def require(what: str, nbytes: float) -> None:
-    """Refuse a request of about ``nbytes`` that does not fit in :func:`available_memory`.
-
-    ``what`` names the request and the input size behind it, e.g.
-    ``"stress: 1,000,000,000 bootstrap replicates x 20 encodings"``.
-    """
+    """Refuse a request of about ``nbytes`` that does not fit in :func:`available_memory`;
+    ``what`` names it and the input size behind it (``"stress: 1,000 replicates x 20 ..."``)."""
     budget, source = available_memory()
     if nbytes > budget:
         raise PosdiagError(
             f"{what} needs about {format_bytes(nbytes)} of memory; {format_bytes(budget)} "
-            f"{source} (raise it with --max-memory if the estimate is too high)",
-            exit_code=2,
+            f"{source} (raise it with --max-memory if the estimate is too high)"
         )

@@ -49,9 +49,7 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 @contextmanager
 def deferred_signals() -> Iterator[None]:
     """Within the block, a handled signal (SIGINT, SIGTERM, SIGHUP) waits until the block ends,
-    then raises as usual: the few file operations that make an output appear whole, or remove
-    every temporary, are never cut in half. An exception already leaving the block keeps its
-    way (the run ends either way)."""
+    then raises (unless an exception is already leaving it): file operations are never cut."""
     global _depth
     _depth += 1
     failed = True
@@ -86,9 +84,8 @@ def signals_as_interrupts() -> Iterator[None]:
 
 
 def _exit_at_shutdown(signum: int, frame: FrameType | None) -> None:
-    """A signal after the command returned, while the interpreter shuts down (atexit
-    callbacks, e.g. matplotlib's): every output is already whole; exit at once with the
-    signal's code rather than 0 and a traceback from the callback it interrupted."""
+    """A signal while the interpreter shuts down after the command (atexit callbacks): exit at
+    once with the signal's code, not 0 and a traceback."""
     name = signal.Signals(signum).name
     try:
         line = f"Error: interrupted by {name} while exiting, after the command had finished\n"

@@ -1,7 +1,5 @@
-"""The documentation pages installed with the package, for ``posdiag docs [TOPIC]``.
-
-The repository's ``docs/*.md`` ship as the package data ``posdiag._docs``; output points to a
-page by :func:`doc_ref`, the command that prints it, never a repository path.
+"""The documentation pages installed with the package (``docs/*.md`` as ``posdiag._docs``), for
+``posdiag docs [TOPIC]``; output points to a page by :func:`doc_ref`, never a repository path.
 """
 
 from __future__ import annotations

@@ -64,13 +64,8 @@ PRESETS: dict[str, Preset] = {
 
 
 class HubUnavailable(PosdiagError):
-    """A hub data set or tokenizer cannot be reached and is not in the local cache.
-
-    For a data set, ``corpus`` is the corpus as the user gave it, ``local`` the file name the
-    message suggests for a local copy and ``column`` its text column; :meth:`message_for` then
-    rewrites the user's own command line to read that copy (``str(exc)`` says
-    ``posdiag <command>``).
-    """
+    """A hub data set or tokenizer cannot be reached and is not in the local cache; for a data
+    set, :meth:`message_for` rewrites the user's command to read the suggested local copy."""
 
     def __init__(
         self,

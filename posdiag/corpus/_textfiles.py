@@ -199,13 +199,8 @@ def _chain_lines(head: bytes, fh: IO[bytes]) -> Iterator[bytes]:
 def _csv_texts(
     lines: Iterator[tuple[str, str]], name: str, column: str, tab: bool, group: str | None = None
 ) -> Iterator[str]:
-    """The ``column`` of a CSV (quoted fields, strict) or TSV (no quoting) file.
-
-    TSV fields are read literally, as ``datasets``/pandas read GLUE's TSVs with
-    ``quoting=QUOTE_NONE``: a field that starts with ``"`` is text, not the start of a quoted
-    field that would swallow the next lines. In CSV, a quote that is never closed (or text after
-    a closing quote) is an error naming the line where the record starts.
-    """
+    """The ``column`` of a CSV (quoted fields, strict) or TSV file (fields read literally,
+    ``QUOTE_NONE``, as ``datasets``/pandas read GLUE's TSVs)."""
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ","}
     reader = csv.reader((line for _, line in lines), strict=True, **dialect)
     start = 1

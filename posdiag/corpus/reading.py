@@ -15,11 +15,8 @@ __all__ = ["READING_FIELDS", "Reading"]
 
 @dataclass(frozen=True)
 class Reading:
-    """Which part of a corpus is read, and how it is tokenized and cut into sequences.
-
-    Each field is the command-line option of the same name (docs/cli.md, "Options shared by
-    the commands that read a corpus"); None means its default.
-    """
+    """Which part of a corpus is read and how: each field is the command-line option of the
+    same name (docs/cli.md); None means its default."""
 
     column: str | None = None
     tokenizer: str | None = None

@@ -199,12 +199,8 @@ class BytesTokenizer(Tokenizer):
 
 
 class FileTokenizer(Tokenizer):
-    """A Hugging Face tokenizer loaded with the ``tokenizers`` library (any model type).
-
-    From a ``tokenizer.json`` path, or from an ``HFTokenizer`` already loaded (hub names). The
-    pad token is, in order: ``pad_token``, the padding configured in the tokenizer itself,
-    the first of :data:`PAD_CANDIDATES` in its vocabulary.
-    """
+    """A Hugging Face tokenizer (a ``tokenizer.json`` path, or ``loaded`` from the hub); its pad
+    token: ``pad_token``, else its own padding, else the first of :data:`PAD_CANDIDATES`."""
 
     def __init__(
         self, path: str, pad_token: str | None = None, *, loaded: HFTokenizer | None = None
@@ -341,12 +337,8 @@ def _check_tokenizer_file(p: Path, path: str) -> None:
 
 
 def load_tokenizer(spec: str = "whitespace", *, pad_token: str | None = None) -> Tokenizer:
-    """A tokenizer by name or path.
-
-    ``whitespace`` and ``bytes`` are built in; an existing path is a ``tokenizer.json``; any
-    other name (e.g. ``bert-base-uncased``) is a Hugging Face Hub model loaded with
-    ``tokenizers.Tokenizer.from_pretrained``, from the local cache when the Hub is out of reach.
-    """
+    """A tokenizer by name or path: ``whitespace``, ``bytes``, a ``tokenizer.json`` path, or a
+    Hugging Face Hub name (from the local cache when the Hub is out of reach)."""
     if spec == "whitespace":
         return WhitespaceTokenizer()
     if spec == "bytes":

@@ -28,7 +28,6 @@ __all__ = [
     "UnitState",
     "UnitTally",
     "duplicate_warning",
-    "group_hash",
     "mix",
     "shard_of_keys",
 ]
@@ -73,11 +72,6 @@ def flatten(
 
 def _blake(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-def group_hash(value: str) -> int:
-    """Unit key of a ``--group-by`` value (its UTF-8 text, blake2b, 64 bits)."""
-    return _blake(b"group\x00" + value.encode("utf-8", "surrogatepass"))
 
 
 def shard_of_keys(keys: np.ndarray, seed: int, k: int) -> np.ndarray:
@@ -349,11 +343,9 @@ class UnitKeyer:
                     f"--group-by {self.group_by}: the texts carry no group values (read them "
                     "with posdiag.corpus.sources.open_source(..., group_by=FIELD))"
                 )
-            ukey = np.fromiter(
-                (group_hash(t.group) for t in texts),  # type: ignore[attr-defined]
-                dtype=np.uint64,
-                count=len(texts),
-            )
+            # A group's key: blake2b (64 bits) of its UTF-8 text.
+            groups = (t.group.encode("utf-8", "surrogatepass") for t in texts)  # type: ignore[attr-defined]
+            ukey = np.fromiter((_blake(b"group\x00" + g) for g in groups), np.uint64, len(texts))
         else:
             ukey = pkey
         keep = np.ones(full.size, dtype=bool)

@@ -1,8 +1,5 @@
-"""The Dask client of a run: a running scheduler or a quiet ``LocalCluster`` (imported with dask
-only), and a worker plugin that keeps one race of Dask's shutdown off stderr.
-
-That race (dask/distributed#7192) logs a harmless ``CommClosedError`` traceback after a run that
-succeeded: a lost worker is rerun by Dask and a failing piece still raises. Only it is dropped.
+"""The Dask client of a run: a running scheduler or a quiet ``LocalCluster``, whose workers drop
+the harmless heartbeat-race traceback of Dask's shutdown (dask/distributed#7192).
 """
 
 from __future__ import annotations

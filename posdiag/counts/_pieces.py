@@ -83,10 +83,8 @@ def plan_pieces(
     workers: int = 2,
     piece_bytes: int = PIECE_BYTES,
 ) -> list[Piece]:
-    """The pieces of ``source`` in reading order (see :mod:`posdiag.counts.distributed`).
-
-    ``piece_bytes`` sizes every piece; ``vocab_size`` and ``workers`` (worker threads of the
-    cluster) also size the pieces of an id file; text pieces follow the files alone.
+    """The pieces of ``source`` in reading order; ``vocab_size`` and ``workers`` (the cluster's
+    threads) also size the pieces of an id file.
 
     Raises
     ------

@@ -47,12 +47,8 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[int, int, int], None]
-"""Called after each batch with (documents, sequences, tokens) so far.
-
-If the callable also has a ``start(total, unit)`` method, it is called once before counting
-with the expected number of ``unit`` (``"documents"`` or ``"tokens"``), or None when unknown,
-so a progress bar can show an ETA.
-"""
+"""Called after each batch with (documents, sequences, tokens) so far; its optional
+``start(total, unit)`` method is called first with the expected total (or None)."""
 
 # Dense (n x V) accumulation is used when the count block takes at most this many bytes.
 DENSE_LIMIT = 1 << 30
@@ -150,8 +146,7 @@ class Counts:
         return int(np.count_nonzero(seen))
 
     def __add__(self, other: Counts) -> Counts:
-        """Counts are additive: the counts of two shards sum to the counts of their union
-        (:func:`merge_counts`)."""
+        """The counts of the union (:func:`merge_counts`)."""
         return merge_counts([self, other], ["left operand", "right operand"])
 
 
@@ -168,13 +163,9 @@ def columns(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 class CountAccumulator:
-    """Streaming counter of (position, id) pairs.
-
-    Sparse by default, keyed ``id * n + pos`` (ids may grow while streaming, as whitespace's
-    do). With ``vocab_size`` given and an ``n x vocab_size`` int32 block of at most
-    ``dense_limit`` bytes, counts go into that block with ``np.add.at``; a count grows by at
-    most one per sequence, so the block is spilled into an int64 total every 2**31 - 1 sequences.
-    """
+    """Streaming counter of (position, id) pairs: sparse keys ``id * n + pos``, or with
+    ``vocab_size`` an int32 ``n x vocab_size`` block of at most ``dense_limit`` bytes, spilled
+    into an int64 total every 2**31 - 1 sequences."""
 
     _INT32_MAX = np.iinfo(np.int32).max
 
@@ -252,30 +243,18 @@ class CountAccumulator:
         if self._buffered >= self._compact_at:
             self._compact()
 
-    def add_block(self, block: np.ndarray) -> int:
-        """Count a block of id windows of shape (windows, m), m <= n, whose ids were checked
-        against ``vocab_size``; return the tokens added."""
-        w, m = block.shape
-        if m > self.n:
-            raise ValueError(f"windows of length {m} exceed max_len {self.n}")
-        if w == 0 or m == 0:
-            return 0
-        if self._dense is None:
-            ids = block.astype(np.int64)
-            ids *= self.n
-            ids += np.arange(m, dtype=np.int64)
-            self._buffer(ids)
-            return w * m
-        return self.add_columns(columns(block))
-
     def add_columns(self, cols: np.ndarray) -> int:
         """Count a transposed block of windows (m, windows): ``cols[i]`` holds position ``i``'s
         checked ids; one ``np.add.at`` per contiguous column (numpy's unbuffered fast path)."""
-        if self._dense is None:
-            return self.add_block(np.ascontiguousarray(cols.T))
         m, w = cols.shape
         if m > self.n:
             raise ValueError(f"windows of length {m} exceed max_len {self.n}")
+        if self._dense is None:
+            keys = cols.astype(np.int64)
+            keys *= self.n
+            keys += np.arange(m, dtype=np.int64)[:, None]
+            self._buffer(keys)
+            return w * m
         self._room(w)
         one = np.int32(1)
         for i in range(m):
@@ -364,13 +343,8 @@ def count_texts(
     group_prefix: int = DEFAULT_GROUP_PREFIX,
     dedup: bool = False,
 ) -> Counts:
-    """Tokenize, apply a view and count.
-
-    Counts go into a dense ``max_len x V`` block when the vocabulary is fixed and the block
-    takes at most ``dense_limit`` bytes, else into the sparse accumulator. With ``shards=K >= 2``
-    each sequence also goes, in the same pass, to the shard of its sampling unit
-    (:mod:`posdiag.corpus.units`); ``dedup`` drops exact duplicates first. The metadata's
-    ``units`` holds the :class:`~posdiag.corpus.units.UnitTally`.
+    """Tokenize, apply a view and count; with ``shards=K >= 2`` each sequence also goes to the
+    shard of its sampling unit (:mod:`posdiag.corpus.units`), after ``dedup`` drops duplicates.
 
     Returns
     -------
@@ -439,9 +413,7 @@ def _count_texts(
     dedup: bool = False,
     skip: np.ndarray | None = None,
 ) -> tuple[sp.csr_matrix, tuple[sp.csr_matrix, ...], int, int, int, UnitState]:
-    """Count ``texts`` (a corpus, or one piece of it) into one total (or ``shards`` shards).
-
-    Shards depend on content and seed alone, so pieces counted anywhere give the same shards;
+    """Count ``texts`` (a corpus, or one piece of it) into one total and ``shards`` shards;
     ``skip``: with ``dedup``, content hashes whose first copy was counted in another piece.
 
     Returns
@@ -547,10 +519,7 @@ def count_source(
         group_by=source.group_by,
         **options,
     )
-    extra = _selection_meta(source)
-    if extra:
-        return dataclasses.replace(counts, meta={**counts.meta, **extra})
-    return counts
+    return dataclasses.replace(counts, meta={**counts.meta, **_selection_meta(source)})
 
 
 def _check_same(counts: Sequence[Counts], names: Sequence[str]) -> None:
@@ -614,10 +583,8 @@ def _renumber(x: sp.csr_matrix, remap: np.ndarray, v: int) -> sp.csr_matrix:
 def align_vocabularies(
     counts: Sequence[Counts], names: Sequence[str] | None = None
 ) -> list[Counts]:
-    """Renumber per-run (``whitespace``) ids onto one shared vocabulary.
-
-    The union vocabulary lists tokens in order of first appearance across ``counts`` (so one
-    input keeps its ids). Counts of a fixed vocabulary are returned unchanged.
+    """Renumber per-run (``whitespace``) ids onto their union vocabulary (tokens in order of
+    first appearance); counts of a fixed vocabulary are returned unchanged.
 
     Raises
     ------

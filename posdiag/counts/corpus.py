@@ -64,14 +64,10 @@ def corpus_counts(
     group_prefix: int | None = None,
     dedup: bool | None = None,
 ) -> Counts:
-    """Counts of ``corpus``: read from a counts ``.npz``, or streamed from a corpus.
-
-    The options are :class:`~posdiag.corpus.reading.Reading`'s (``group_by``, ``group_prefix``
-    and ``dedup``: :mod:`posdiag.corpus.units`); ``engine`` may also be an
-    :class:`~posdiag.counts.distributed.Engine` (its own piece size). ``shards=K`` keeps the
-    counts of ``K`` shards of a text corpus (:func:`count_texts`). For a counts file, options
-    given (not None) must match how it was counted; for a corpus, None means the default. A
-    token id file is counted in the packed view with ``vocab_size`` (default the tokenizer's).
+    """Counts of ``corpus``: read from a counts ``.npz`` (options given, not None, must match
+    how it was counted), or streamed from a corpus (None: the default). The options are
+    :class:`~posdiag.corpus.reading.Reading`'s; ``engine`` may be an
+    :class:`~posdiag.counts.distributed.Engine`; ``shards=K`` keeps ``K`` shards' counts.
     """
     if isinstance(engine, Engine):
         where = engine

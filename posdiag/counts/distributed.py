@@ -1,9 +1,5 @@
-"""Counting on a Dask cluster: a map over the pieces of a corpus and a tree sum of their counts.
-
-Every piece (:mod:`posdiag.counts._pieces`: a path and a range, never the data) is counted on a
-worker and the partial counts are summed in reading order, bit-identical to one process: shards
-hash content, per-run vocabularies are aligned in reading order. The packed view and
-``--limit``/``--sample`` of a text corpus cross pieces and are refused (docs/scale.md).
+"""Counting on a Dask cluster: each piece (:mod:`posdiag.counts._pieces`) counted on a worker,
+the partial counts tree-summed in reading order, bit-identical to one process (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -100,27 +96,10 @@ def engine_from_options(
 
 @dataclass(frozen=True)
 class Job:
-    """What every piece of one run shares: how to read, tokenize and count.
-
-    Attributes
-    ----------
-    source : Source
-        The corpus as opened on the client (paths made absolute).
-    tokenizer : str or None
-        Tokenizer spec as ``load_tokenizer`` takes it (paths made absolute); None for id files
-        counted without one.
-    fingerprint : str or None
-        The client's tokenizer fingerprint: a worker whose copy differs refuses to count.
-    pad_token, view_name, max_len, batch_size, dense_limit, group_prefix, dedup
-        As ``load_tokenizer`` (``pad_token``) and :func:`~posdiag.counts.core.count_texts` take
-        them.
-    vocab_size : int or None
-        Id files: the vocabulary size.
-    shards, seed : int
-        Bootstrap / cross-fit shards (0: none) and their seed.
-    skip : ndarray or None
-        ``dedup``: this piece's content hashes whose first copy is in an earlier piece.
-    """
+    """What every piece of one run shares: the source and tokenizer spec (paths absolute), the
+    client's tokenizer ``fingerprint`` (a worker's copy must match) and the counting options of
+    :func:`~posdiag.counts.core.count_texts`; ``skip``: with ``dedup``, this piece's content
+    hashes whose first copy is in an earlier piece."""
 
     source: Source
     tokenizer: str | None
@@ -260,17 +239,8 @@ def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
 
 
 def dedup_skips(hashes: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """For each piece (in reading order), the hashes of ``hashes[j]`` that an earlier piece
-    holds too: their first copy is there, so piece ``j`` drops every copy of them.
-
-    Parameters
-    ----------
-    hashes : sequence of ndarray, each of shape (m_j,), uint64, distinct within a piece
-
-    Returns
-    -------
-    list of ndarray, uint64
-    """
+    """For each piece ``j`` (in reading order), the hashes of ``hashes[j]`` (uint64, distinct
+    within a piece) an earlier piece holds too: piece ``j`` drops every copy of them."""
     if not hashes:
         return []
     allh = np.concatenate(hashes)
@@ -319,12 +289,8 @@ def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
 
 
 def add_partials(a: Partial, b: Partial) -> Partial:
-    """``a + b`` for consecutive pieces (``a`` read first): a node of the tree sum.
-
-    Per-run vocabularies are merged in first-appearance order (``a``'s tokens, then ``b``'s new
-    ones) and ``b``'s ids renumbered; this concatenation is associative, so any tree over the
-    pieces in reading order gives the vocabulary one process assigns.
-    """
+    """``a + b`` for consecutive pieces (``a`` read first): a node of the tree sum; per-run
+    vocabularies concatenate in first-appearance order (associative, so any tree agrees)."""
     vocab, remap = None, None
     width = max(a.matrix.shape[1], b.matrix.shape[1])
     if a.vocab is not None and b.vocab is not None:
@@ -375,13 +341,9 @@ def run_pieces(
     direct: bool | None = None,
     jobs: Sequence[Job] | None = None,
 ) -> Partial:
-    """Count ``pieces`` on the cluster of ``client`` and return their sum.
-
-    ``jobs``: one job per piece instead of ``job`` for all (``--dedup``). Text pieces are added
-    in one tree; id pieces in one tree per position range, whose sums (disjoint rows) the
-    client stacks as each completes (:class:`_RowStack`; ``direct`` as ``Client.gather``
-    takes it). A failing piece cancels the run and its error is raised here.
-    """
+    """Count ``pieces`` on the cluster of ``client`` and return their sum; ``jobs``: one job
+    per piece instead of ``job`` (``--dedup``). Id pieces sum in one tree per position range,
+    stacked by :class:`_RowStack`; a failing piece cancels the run and its error is raised."""
     from distributed import as_completed
 
     if jobs is None:
@@ -417,9 +379,8 @@ def run_pieces(
 
 
 class _RowStack:
-    """The sum of partials with disjoint rows in order (successive id position ranges), each
-    appended, widened to int64, as soon as those before it arrived; the output grows in place
-    (``ndarray.resize``: ``realloc``). A single partial is returned as it came."""
+    """The sum of partials with disjoint rows (successive id position ranges), each appended
+    as int64 once those before it arrived; a single partial is returned as it came."""
 
     def __init__(self, count: int) -> None:
         self.parts: list[Partial | None] = [None] * count
@@ -485,10 +446,8 @@ def count_on_dask(
     client: Any = None,
     task_fn: Callable[[Piece, Job], Partial] = count_piece,
 ) -> Counts:
-    """Count ``source`` piece by piece on Dask; the same :class:`Counts` as one process.
-
-    ``client``: a connected ``distributed.Client`` (else one from ``engine``); ``task_fn``
-    replaces :func:`count_piece` (tests kill a worker through it)."""
+    """Count ``source`` piece by piece on Dask (``client``, else one from ``engine``); the same
+    :class:`Counts` as one process. ``task_fn`` replaces :func:`count_piece` (tests)."""
     if not source.is_ids:
         if job.view_name == "packed":
             raise PosdiagError(

@@ -172,13 +172,9 @@ def count_ids(
     dense_limit: int = DENSE_LIMIT,
     workers: int | None = None,
 ) -> Counts:
-    """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``.
-
-    The file is memory-mapped and read in blocks of about ``block_tokens`` tokens; the last
-    window may be shorter. ``source.limit`` / ``source.sample`` select windows; ``documents``
-    in the metadata counts windows. With a dense count block, at least one full block of ids
-    and ``workers > 1`` (default: the CPU count, at most 4) on a system with ``fork``, forked
-    workers share the block, each counting some positions (``np.add.at`` holds the GIL).
+    """Count a pre-tokenized id file in the ``packed`` view: consecutive windows of ``max_len``
+    (the last may be shorter), read in blocks of ``block_tokens``; with a dense block and
+    ``workers > 1`` (default: the CPU count, at most 4) forked workers count position ranges.
 
     Raises
     ------

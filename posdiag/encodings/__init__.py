@@ -15,20 +15,16 @@ from . import absolute, bias, optimal, rope  # noqa: F401  (they register their 
 from ._core import (
     DEFAULT_DIM,
     DEFAULT_SET,
-    DIM_PARAMS,
     REGISTRY,
-    Context,
     Encoding,
-    EncodingSpec,
     make_encoding,
     parse_encoding,
     unknown_encoding,
     with_dim,
 )
-from .bias import alibi_slopes, t5_bucket
-from .checkpoint import PositionTable, read_position_table
+from .checkpoint import read_position_table
 from .families import family
-from .presets import MODEL_PRESETS, ModelPreset, expand_preset, preset_specs
+from .presets import MODEL_PRESETS, preset_specs
 
 # List by family (absolute, relative, bias, optimal), registration order within a family: the
 # order `posdiag encodings` shows.
@@ -65,21 +61,13 @@ def describe(name: str | None = None) -> list[dict[str, Any]]:
 __all__ = [
     "DEFAULT_DIM",
     "DEFAULT_SET",
-    "DIM_PARAMS",
     "MODEL_PRESETS",
     "REGISTRY",
-    "Context",
     "Encoding",
-    "EncodingSpec",
-    "ModelPreset",
-    "PositionTable",
-    "alibi_slopes",
     "describe",
-    "expand_preset",
     "make_encoding",
     "parse_encoding",
     "preset_specs",
     "read_position_table",
-    "t5_bucket",
     "with_dim",
 ]

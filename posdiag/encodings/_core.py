@@ -49,11 +49,8 @@ DIM_PARAMS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Encoding:
-    """One encoding evaluated on ``n`` positions.
-
-    ``delta_E`` is kept in the cheapest exact form: a lag profile, position vectors, or an
-    explicit matrix; :attr:`delta` builds the ``n x n`` matrix on first use only (scoring,
-    :mod:`posdiag.scoring.scores`, never needs it).
+    """One encoding evaluated on ``n`` positions; :attr:`delta` builds the ``n x n`` matrix
+    from the cheapest exact form given on first use only.
 
     Attributes
     ----------
@@ -180,9 +177,6 @@ def register(
     return deco
 
 
-# --- helpers shared by the family modules -------------------------------------------------------
-
-
 def lag_profile(f: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
     """``g[lag] = f(lag)`` for lag = 0..n-1, of shape (n,): a Toeplitz encoding's whole delta."""
     return np.asarray(f(np.arange(n, dtype=np.float64)), dtype=np.float64)
@@ -218,8 +212,6 @@ def even(name: str, value: Any) -> int:
 def positive(name: str, value: Any) -> float:
     return check_float(name, value, 0.0, lo_open=True)
 
-
-# --- parsing and construction -------------------------------------------------------------------
 
 _MDS_ALIAS = re.compile(r"^mds-(\d+)$")
 _BOOLS = {"true": True, "1": True, "yes": True, "on": True}

@@ -19,15 +19,11 @@ from ._core import (
     register,
 )
 from .checkpoint import read_position_table
+from .rope import rope_frequencies
 
-__all__ = ["sinusoidal_frequencies"]
+__all__: list[str] = []
 
 _BASE = (float, 10000.0, "frequency base b: w_k = b^(-2k/d)")
-
-
-def sinusoidal_frequencies(d: int, base: float) -> np.ndarray:
-    """``w_k = base^(-2k/d)``, k = 0..d/2-1, of shape (d/2,)."""
-    return np.asarray(base ** (-2.0 * np.arange(d // 2) / d), dtype=np.float64)
 
 
 @register("nope", params={}, summary="no positional signal (delta = 0)", n_params="0")
@@ -44,7 +40,7 @@ def _nope(n: int, ctx: Context) -> Encoding:
 def _sinusoidal(n: int, ctx: Context, *, d: int, base: float) -> Encoding:
     d = even("d", d)
     base = check_float("base", base, 1.0, lo_open=True)
-    w = sinusoidal_frequencies(d, base)
+    w = rope_frequencies(d, base)  # w_k = base^(-2k/d)
     ang = np.outer(np.arange(n), w)
     p = np.empty((n, d))
     p[:, 0::2], p[:, 1::2] = np.sin(ang), np.cos(ang)
@@ -67,7 +63,7 @@ def _scaled_sinusoidal(n: int, ctx: Context, *, d: int, base: float, scale: floa
     base = check_float("base", base, 1.0, lo_open=True)
     scale = check_float("scale", scale, 0.0)
     s = scale if scale > 0 else d**-0.5
-    w = sinusoidal_frequencies(d, base)
+    w = rope_frequencies(d, base)
     ang = np.outer(np.arange(n), w)
     # Concatenated [sin | cos] layout: a coordinate permutation of the interleaved one.
     p = s * np.concatenate([np.sin(ang), np.cos(ang)], axis=1)

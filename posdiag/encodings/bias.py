@@ -1,10 +1,6 @@
-"""Attention-bias encodings: ``logit_h(i, j) += b_h(i, j)`` (docs/encodings.md section 3).
-
-A bias is not a position vector, so each encoding states the dissimilarity it is scored by:
-Schoenberg's exact reading where ``-b`` is conditionally negative definite (CND: ``sqrt(-b)``
-is a Euclidean distance; ALiBi, KERPLE, heads sharing a shape scored by it), else for learned
-T5 buckets and Shaw's clipped positions the step function of ``|i-j|`` their indices resolve.
-Factories are registered by a call, not a decorator: mutmut does not mutate decorated functions.
+"""Attention-bias encodings ``logit_h(i, j) += b_h(i, j)``, each scored by the dissimilarity
+docs/encodings.md section 3 gives it (``sqrt(-b)`` where ``-b`` is CND, else the step function
+of ``|i-j|``). Factories are registered by a call: mutmut skips decorated functions.
 """
 
 from __future__ import annotations

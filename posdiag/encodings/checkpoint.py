@@ -1,8 +1,5 @@
-"""Learned position tables from real checkpoints: ``.npy``, ``.safetensors``, sharded indexes.
-
-A checkpoint stores its absolute position table under a model-specific name; some models look
-rows up at ``position + offset`` (OPT and BART add 2, RoBERTa starts after its padding index, 2).
-Scoring positions ``0..n-1`` therefore reads rows ``offset..offset+n-1``.
+"""Learned position tables from real checkpoints: ``.npy``, ``.safetensors``, sharded indexes;
+positions ``0..n-1`` are rows ``offset..offset+n-1`` (OPT, BART and RoBERTa: offset 2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""How an encoding file was built, and reading a corpus the same way for ``posdiag inspect``.
-
-``posdiag build-encoding`` writes how it read the corpus (tokenizer, view, ``max_len``,
-``min_count``, ...) into the file's metadata (``.safetensors`` header, or a ``.json`` beside a
-``.npy``). A corpus read another way has another geometry, so the file's values are the
-defaults, options override them and every conflict is stated.
+"""How an encoding file was built (its metadata: tokenizer, view, ``max_len``, ...), and reading
+a corpus the same way for ``posdiag inspect``: options override the file, conflicts are stated.
 """
 
 from __future__ import annotations
@@ -81,11 +77,8 @@ def inspect_reading(
     *,
     counts_file: bool = False,
 ) -> InspectReading:
-    """Fill ``reading`` from the metadata of the encoding file ``path``; options win.
-
-    With ``counts_file`` (the corpus is a counts ``.npz``, already counted one way) only
-    ``min_count`` is taken from the file; :func:`row_notes` then states any difference.
-    """
+    """Fill ``reading`` from the metadata of the encoding file ``path``; options win. With
+    ``counts_file`` (a counts ``.npz``) only ``min_count`` is taken from the file."""
     given: dict[str, Any] = {**dataclasses.asdict(reading), "min_count": min_count}
     fill: dict[str, Any] = {}
     notes: list[str] = []

@@ -1,8 +1,5 @@
-"""Real models' positional encodings with their published parameters (``--model-preset``).
-
-Each preset expands to registered encodings with the values from the model's Hugging Face
-``config.json`` (head_dim = hidden_size / num_attention_heads). Models with learned tables score
-their initialisation: pass the real weights with ``learned:path=model.safetensors``.
+"""Real models' positional encodings with the values of their Hugging Face ``config.json``
+(``--model-preset``); learned tables score their initialisation (real weights: ``learned``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Rotary encodings (RoPE), their context-extension variants, and xPos (docs/encodings.md
-section 2).
-
-RoPE rotates pair k of a head by the angle ``i theta_k``; the logit is ``q^T R_{j-i} k``. The
-position geometry scored is that of the rotation operators:
-``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))``, with the variant's
-frequencies ``theta'_k`` and attention factor ``m`` (it multiplies cos and sin). Unrotated
-dimensions (``partial_rotary_factor < 1``) add nothing. Parameter names follow Hugging Face
-``rope_scaling`` (``base`` is HF ``rope_theta``). Factories are registered by a call, not a
-decorator: mutmut (``make mutate``) does not mutate decorated functions.
+section 2): ``delta^2 = ||m R_i - m R_j||_F^2 = 4 m^2 sum_k (1 - cos((i-j) theta'_k))`` with the
+variant's frequencies ``theta'_k`` and attention factor ``m``. Parameter names follow Hugging
+Face ``rope_scaling``. Factories are registered by a call: mutmut skips decorated functions.
 """
 
 from __future__ import annotations
@@ -50,10 +44,8 @@ __all__ = [
 
 
 def rotated_dim(head_dim: int, partial_rotary_factor: float) -> int:
-    """``int(head_dim * partial_rotary_factor)`` (HF), which must be >= 1.
-
-    An odd ``d`` rotates ``ceil(d/2)`` pairs, as in Hugging Face (``arange(0, d, 2) / d``).
-    """
+    """``int(head_dim * partial_rotary_factor)`` (HF), which must be >= 1; an odd ``d`` rotates
+    ``ceil(d/2)`` pairs, as in Hugging Face."""
     head_dim = even("head_dim", head_dim)
     prf = check_float("partial_rotary_factor", partial_rotary_factor, 0.0, 1.0, lo_open=True)
     d = int(head_dim * prf)
@@ -71,10 +63,8 @@ def rope_frequencies(d: int, base: float) -> np.ndarray:
 
 
 def dynamic_ntk_base(base: float, d: int, factor: float, max_positions: int, seq_len: int) -> float:
-    """Dynamic NTK base ``b * (s l / L - (s - 1))^(d/(d-2))``, ``l = max(seq_len, L)``.
-
-    For ``seq_len <= L`` it is ``b``: the model rotates as plain RoPE until it runs longer.
-    """
+    """Dynamic NTK base ``b * (s l / L - (s - 1))^(d/(d-2))``, ``l = max(seq_len, L)`` (``b``
+    for ``seq_len <= L``)."""
     length = max(seq_len, max_positions)
     return float(base * (factor * length / max_positions - (factor - 1.0)) ** (d / (d - 2)))
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from posdiag.synthetic import drift_distributions, sample_texts
+from tests._data import drift_distributions, sample_texts
 
 
 def _corpus(kind: str, tmp_path: Path, bundled: Path) -> tuple[str, list[str]]:

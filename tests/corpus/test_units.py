@@ -508,7 +508,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     position has the same distribution, so the same geometry: +40% exact copies plus one copy of
     every sentence with its first token redrawn (a dependent record of the same document), and
     the sentences plus their prefixes of 3, 6, 9, 12 and 15 tokens (SST-2's sub-phrases)."""
-    from posdiag.synthetic import sample_texts, zipf_drift_distributions
+    from tests._data import sample_texts, zipf_drift_distributions
 
     d = tmp_path_factory.mktemp("synthetic")
     mu = zipf_drift_distributions(16, 500, 3, sharpness=2.0, seed=0)

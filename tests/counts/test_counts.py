@@ -19,6 +19,7 @@ from posdiag.corpus.tokenizers import WhitespaceTokenizer, load_tokenizer, view
 from posdiag.counts.core import (
     CountAccumulator,
     Counts,
+    columns,
     count_texts,
     load_counts,
     merge_counts,
@@ -65,7 +66,7 @@ def test_dense_block_spills_to_int64_before_int32_could_overflow() -> None:
     for k in range(0, 40, 6):
         acc.add_sequences(seqs[k : k + 6])
     for k in range(0, 30, 4):
-        acc.add_block(block[k : k + 4])
+        acc.add_columns(columns(block[k : k + 4]))
     assert acc._spill is not None
     expect = _brute(seqs, 4, 5) + _brute(block.tolist(), 4, 5)
     assert (acc.matrix(5).toarray() == expect).all()

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from posdiag.cli.app import app
-from posdiag.encodings import DEFAULT_DIM, DIM_PARAMS, REGISTRY
+from posdiag.encodings import DEFAULT_DIM, REGISTRY
+from posdiag.encodings._core import DIM_PARAMS
 
 runner = CliRunner()
 

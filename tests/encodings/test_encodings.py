@@ -17,14 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import pdist, squareform
 
-from posdiag.encodings import (
-    DEFAULT_SET,
-    REGISTRY,
-    alibi_slopes,
-    make_encoding,
-    parse_encoding,
-    t5_bucket,
-)
+from posdiag.encodings import DEFAULT_SET, REGISTRY, make_encoding, parse_encoding
+from posdiag.encodings.bias import alibi_slopes, t5_bucket
 from posdiag.encodings.rope import (
     LongRopeConfig,
     dynamic_ntk_base,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from posdiag.encodings import MODEL_PRESETS, REGISTRY, expand_preset, make_encoding
+from posdiag.encodings import MODEL_PRESETS, REGISTRY, make_encoding
+from posdiag.encodings.presets import expand_preset
 
 
 def test_encodings_json_is_the_registry(cli: Callable[..., Result]) -> None:

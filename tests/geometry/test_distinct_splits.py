@@ -21,9 +21,9 @@ from posdiag.geometry.estimator import (
     gram_from_bc,
     split_picks,
 )
-from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty import bootstrap
 from posdiag.uncertainty.bootstrap import bootstrap_stress
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 from tests.uncertainty.oracle import reference_grams
 
 

@@ -53,8 +53,8 @@ from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
 from posdiag.reports.stress import stress_report
-from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import bootstrap_stress, corpus_counts_sharded
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 from tests.geometry._oracles import heldout_mds_stress, noise_energy, split_half_grams
 
 N_POS, VOCAB = 32, 5000

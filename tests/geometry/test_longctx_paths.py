@@ -274,7 +274,7 @@ def test_report_with_intervals_and_without_details_skips_the_noise_floor(
 ) -> None:
     """With shards (intervals) too: a cross-fit's unstable positions come from its split-half
     grams, so the per-position floor, shown only by --verbose and the JSON, is not drawn."""
-    from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
+    from tests._data import sample_sharded_counts, zipf_drift_distributions
 
     mu = zipf_drift_distributions(24, 400, 3, sharpness=2.0, seed=3)
     total, parts = sample_sharded_counts(mu, 300, shards=8, seed=4)

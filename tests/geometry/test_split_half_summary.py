@@ -23,9 +23,8 @@ from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
-from posdiag.synthetic import drift_distributions
 from posdiag.uncertainty.bootstrap import NO_SHARDS
-from tests._data import whole_mask, whole_split_half
+from tests._data import drift_distributions, whole_mask, whole_split_half
 from tests.geometry._oracles import heldout_mds_stress, split_half_grams
 
 

@@ -28,7 +28,8 @@ from posdiag.geometry.core import (
 )
 from posdiag.reports.diagnosis import diagnose
 from posdiag.reports.options import Analysis
-from posdiag.synthetic import SynthSpec, sample_texts, synth_texts
+from posdiag.synthetic import SynthSpec, synth_texts
+from tests._data import sample_texts
 
 
 def _iid_counts(sequences: int, positions: int = 10, vocab: int = 30, seed: int = 0) -> Counts:

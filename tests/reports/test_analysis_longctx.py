@@ -17,8 +17,7 @@ from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.scores import score_encodings
 from posdiag.scoring import scores as fastscore
-from posdiag.synthetic import drift_distributions, sample_texts
-from tests._data import whole_mask, whole_split_half
+from tests._data import drift_distributions, sample_texts, whole_mask, whole_split_half
 from tests.geometry._oracles import double_center
 
 

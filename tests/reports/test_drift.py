@@ -21,7 +21,7 @@ from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.drift import corpus_drift, count_pair, fitted_stress
 from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
-from posdiag.synthetic import drift_distributions, sample_texts
+from tests._data import drift_distributions, sample_texts
 from tests.render.test_plots import PIXELS, png_size
 
 

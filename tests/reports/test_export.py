@@ -16,7 +16,7 @@ from posdiag.errors import PosdiagError
 from posdiag.geometry.core import stress_by_rank
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.export import N_LEADING, low_rank_encoding, write_encoding
-from posdiag.synthetic import drift_distributions, sample_texts
+from tests._data import drift_distributions, sample_texts
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,7 @@ from posdiag.scoring.scores import (
     score_vectors,
     upper_distances,
 )
-from posdiag.synthetic import drift_distributions
-from tests._data import toeplitz
+from tests._data import drift_distributions, toeplitz
 
 
 def corpus(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -139,7 +139,7 @@ def test_score_encodings_scores_the_mds_family_in_one_pass(
     from posdiag.reports import scores as scores_module
     from posdiag.reports.analysis import corpus_geometry
     from posdiag.reports.scores import score_encodings
-    from posdiag.synthetic import drift_distributions, sample_texts
+    from tests._data import drift_distributions, sample_texts
 
     mu = drift_distributions(40, 60, rank=3, seed=4)
     counts = count_texts(sample_texts(mu, 400, seed=5), load_tokenizer(), max_len=40)

@@ -14,9 +14,9 @@ from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
 from posdiag.geometry.core import gram_from_distances, stress_by_rank
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.scoring import scores as fastscore
-from posdiag.synthetic import drift_distributions, sample_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import bootstrap_stress
+from tests._data import drift_distributions, sample_texts
 
 
 def dense_hellinger(c: np.ndarray) -> np.ndarray:

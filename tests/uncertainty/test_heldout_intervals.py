@@ -26,14 +26,10 @@ from posdiag.geometry.estimator import (
 )
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
-from posdiag.synthetic import (
-    SynthSpec,
-    sample_sharded_counts,
-    synth_texts,
-    zipf_drift_distributions,
-)
+from posdiag.synthetic import SynthSpec, synth_texts
 from posdiag.uncertainty import bootstrap as uncertainty
 from posdiag.uncertainty.bootstrap import bootstrap_stress, paired_halves
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 from tests.geometry._oracles import heldout_mds_stress, split_half_grams
 
 

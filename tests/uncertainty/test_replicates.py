@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from posdiag.counts.core import Counts
 from posdiag.encodings import DEFAULT_SET, make_encoding, parse_encoding
 from posdiag.geometry.estimator import estimate_hellinger
-from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty import bootstrap
 from posdiag.uncertainty._replicates import PatternTooLarge, ShardPattern, replicate_grams
 from posdiag.uncertainty.bootstrap import bootstrap_stress
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 
 from .oracle import reference_grams
 

@@ -12,7 +12,7 @@ from posdiag._util import threads as _threads
 from posdiag.counts.core import Counts
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.scores import score_encodings
-from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 
 
 def _blas_threads() -> set[int]:
