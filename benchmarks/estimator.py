@@ -34,12 +34,12 @@ from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
 from posdiag.reports.scores import score_encodings
 from posdiag.reports.stress import stress_report
-from posdiag.synthetic import sample_sharded_counts, zipf_drift_distributions
 from posdiag.uncertainty.bootstrap import (
     BALANCED_FROM,
     corpus_counts_sharded,
     default_replicates,
 )
+from tests._data import sample_sharded_counts, zipf_drift_distributions
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "corpus_en.txt"

@@ -22,7 +22,7 @@ from posdiag.encodings import make_encoding
 from posdiag.geometry.core import mds_from_gram, stress, stress_floor
 from posdiag.geometry.estimator import gram_from_bc
 from posdiag.reports.analysis import corpus_geometry
-from posdiag.synthetic import sample_texts, zipf_drift_distributions
+from tests._data import sample_texts, zipf_drift_distributions
 
 N, V, SENTENCES = 24, 2_000, 1_500
 

@@ -139,3 +139,11 @@ def test_every_package_is_installed() -> None:
         ".".join(init.parent.relative_to(ROOT).parts) for init in PACKAGE.rglob("__init__.py")
     }
     assert on_disk <= listed
+
+
+def test_every_benchmark_module_imports() -> None:
+    # A name moved out of posdiag/ (e.g. a test-only generator) must not break `make bench*`.
+    import importlib
+
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        importlib.import_module(f"benchmarks.{path.stem}")
