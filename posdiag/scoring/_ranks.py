@@ -179,7 +179,7 @@ def square_buckets(
     to ``idx`` at the next free place of its bucket (``pos`` from :func:`bucket_offsets`)."""
     parts = pos.shape[0]
     for t in numba.prange(parts):
-        _square_part(d, t, parts, vmin, scale, pos[t], start, keys, idx)
+        _square_part(d, np.int64(t), parts, vmin, scale, pos[t], start, keys, idx)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -232,7 +232,7 @@ def vector_scan(
     parts = hist.shape[0]
     nans = np.zeros(parts, np.int64)
     for t in numba.prange(parts):
-        nans[t] = _vector_scan_part(p, d_h, b_h, rows, scale, hist[t], t, parts)
+        nans[t] = _vector_scan_part(p, d_h, b_h, rows, scale, hist[t], np.int64(t), parts)
     return int(nans.sum())
 
 
@@ -315,7 +315,7 @@ def nested_scan(
     parts = hist.shape[1]
     nans = np.zeros((parts, 3), np.int64)
     for t in numba.prange(parts):
-        _nested_scan_part(p, dims, d_h, b_h, rows, scales, hist, nans, t, parts)
+        _nested_scan_part(p, dims, d_h, b_h, rows, scales, hist, nans, np.int64(t), parts)
     return nans.sum(axis=0)
 
 
@@ -347,7 +347,7 @@ def vector_scatter(
     """Scatter ``(d_E, rank2[pair])`` of every pair to its bucket (as :func:`vector_scan`)."""
     parts = pos.shape[0]
     for t in numba.prange(parts):
-        _vector_scatter_part(p, rank2, start, scale, pos[t], keys, vals, t, parts)
+        _vector_scatter_part(p, rank2, start, scale, pos[t], keys, vals, np.int64(t), parts)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

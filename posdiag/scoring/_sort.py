@@ -129,7 +129,7 @@ def _sort_bucket(src, vals, lo, hi, bk, bv, hist, bits):
     if crowded <= SMALL:
         _insertion(bk, bv, 0, size)
         return True
-    s = 0
+    s = np.int64(0)
     for b in range(count):
         e = hist[b]  # the end of sub-bucket b now
         if e - s > 1:
@@ -276,10 +276,10 @@ def sort_buckets(
     out = np.zeros((threads, 4), np.int64)
     equal = np.empty(0, np.uint64)  # "all keys equal" for the walks
     for t in numba.prange(threads):
-        hi = 0
-        lo = 0
-        th = 0
-        tl = 0
+        hi = np.int64(0)  # typed once (a literal 0 compiles the walks twice)
+        lo = np.int64(0)
+        th = np.int64(0)
+        tl = np.int64(0)
         bk0 = np.empty(cap, np.uint64)
         bv0 = np.empty(cap, np.uint32)
         hist0 = np.empty(cap << SUB_BITS, np.int64)

@@ -119,7 +119,7 @@ def _kernels() -> dict[str, Callable[..., None]]:
             seen = np.full(v, -1, dtype=np.int32)
             nowhere = idx[:0]  # count only
             for i in range(c * n // chunks, (c + 1) * n // chunks):
-                counts[i] = _first_seen(ptr, idx, n, k, i, seen, nowhere, 0)
+                counts[i] = _first_seen(ptr, idx, n, k, i, seen, nowhere, np.int64(0))
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def union_fill(ptr, idx, n, k, v, chunks, u_ptr, u_idx, at):  # pragma: no cover - compiled
