@@ -56,7 +56,7 @@ class Tokenizer:
         (``"run"``: ids follow the order words were first seen, so runs share only tokens)."""
         return self.name
 
-    def vocabulary(self) -> list[str] | None:
+    def vocabulary(self) -> tuple[str, ...] | None:
         """Tokens in id order when ids are assigned per run (``whitespace``), else None."""
         return None
 
@@ -123,8 +123,8 @@ class WhitespaceTokenizer(Tokenizer):
     def fingerprint(self) -> str:
         return "run"
 
-    def vocabulary(self) -> list[str] | None:
-        return list(self._vocab)
+    def vocabulary(self) -> tuple[str, ...] | None:
+        return tuple(self._vocab)
 
 
 def _padded(seqs: Iterable[list[int]], pad: int, max_len: int) -> list[list[int]]:

@@ -299,7 +299,7 @@ class UnitKeyer:
         if not self._run:
             return mix(ids.astype(np.uint64) * _GOLDEN + np.uint64(7))
         if ids.size and int(ids.max()) >= self._table.size:
-            vocab = self._tok.vocabulary() or []
+            vocab = self._tok.vocabulary() or ()
             new = [_blake(w.encode("utf-8", "surrogatepass")) for w in vocab[self._table.size :]]
             self._table = np.concatenate([self._table, np.array(new, dtype=np.uint64)])
         return self._table[ids]

@@ -116,8 +116,7 @@ class Counts:
 
     @property
     def pad_id(self) -> int | None:
-        """The id the model view padded with (from the metadata; None for other views and for
-        counts files of older versions)."""
+        """The model view's pad id (from the metadata); None for other views and older files."""
         pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
         return None if pad is None else int(pad)
 
@@ -234,8 +233,7 @@ class CountAccumulator:
         return int(ids.size)
 
     def _buffer(self, keys: np.ndarray) -> None:
-        """Buffer pair keys ``id * n + pos`` (any shape), merged into the totals past
-        ``compact_at``."""
+        """Buffer pair keys ``id * n + pos`` (any shape), compacted past ``compact_at`` keys."""
         keys, vals = np.unique(keys, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
@@ -380,8 +378,7 @@ def count_texts(
         meta["pad_id"] = tokenizer.pad_id()
     if k:
         meta.update(shards=k, shard_seed=shard_seed)
-    vocab = tokenizer.vocabulary()
-    return Counts(total, meta, None if vocab is None else tuple(vocab), shard_counts)
+    return Counts(total, meta, tokenizer.vocabulary(), shard_counts)
 
 
 def units_meta(
@@ -556,7 +553,8 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
         raise PosdiagError("merge: no counts given")
     labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
     _check_same(counts, labels)
-    meta = dict(counts[0].meta)
+    aligned = align_vocabularies(counts, labels)
+    meta = dict(aligned[0].meta)  # per-run ids: the union vocabulary's size
     for key in ("documents", "sequences", "tokens"):
         meta[key] = sum(int(c.meta.get(key, 0)) for c in counts)
     meta["source"] = " + ".join(str(c.meta.get("source", "?")) for c in counts)
@@ -566,11 +564,8 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
     # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
     meta.pop("units", None)
-    aligned = align_vocabularies(counts, labels)
     total = sum((c.matrix for c in aligned[1:]), aligned[0].matrix.copy())
     run = meta.get("tokenizer_fingerprint") == "run"
-    if run:
-        meta["vocab_size"] = aligned[0].vocab_size
     return Counts(sp.csr_matrix(total, dtype=np.int64), meta, aligned[0].vocab if run else None)
 
 

@@ -74,13 +74,8 @@ def corpus_counts(
     else:
         where = engine_from_options(engine or "local", scheduler, workers)
     if is_counts_file(corpus):
-        asked: dict[str, Any] = {
-            "column": column,
-            "tokenizer": tokenizer,
-            "view": view_name,
-            "max_len": max_len,
-        }
-        asked.update(vocab_size=vocab_size, limit=limit, sample=sample)
+        asked: dict[str, Any] = dict(column=column, tokenizer=tokenizer, view=view_name)
+        asked.update(max_len=max_len, vocab_size=vocab_size, limit=limit, sample=sample)
         units = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
         return _checked_counts_file(corpus, asked, units)
 
