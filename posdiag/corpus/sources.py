@@ -240,9 +240,7 @@ def open_source(
         check_choice("dtype", dtype, DTYPES)
     if format is not None:
         check_choice("format", format, FORMATS)
-    common: dict[str, Any] = {"limit": limit, "sample": sample, "seed": seed}
-    if group_by is not None:
-        common["group_by"] = group_by
+    common: dict[str, Any] = {"limit": limit, "sample": sample, "seed": seed, "group_by": group_by}
 
     if name == "-":
         fmt = format or "txt"

@@ -213,19 +213,14 @@ class UnitTally:
         if not isinstance(meta, Mapping):
             return None
         try:
+            ints = [f.name for f in dataclasses.fields(UnitTally) if f.type == "int"]
+            counts: dict[str, Any] = {name: int(meta[name]) for name in ints}
             return UnitTally(
                 item=str(meta["item"]),
-                items=int(meta["items"]),
-                distinct=int(meta["distinct"]),
-                prefix=int(meta["prefix"]),
-                prefix_groups=int(meta["prefix_groups"]),
-                prefix_grouped=int(meta["prefix_grouped"]),
-                largest_group=int(meta["largest_group"]),
-                units=int(meta["units"]),
                 group_by=None if meta.get("group_by") is None else str(meta["group_by"]),
-                dropped=int(meta["dropped"]),
                 unit_supports=tuple(int(x) for x in meta["unit_supports"]),
                 dedup=bool(meta.get("dedup", False)),
+                **counts,
             )
         except (KeyError, TypeError, ValueError):
             return None

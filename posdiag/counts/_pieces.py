@@ -124,11 +124,9 @@ def plan_pieces(
 
 
 def _id_pieces(source: Source, n: int, v: int, workers: int, size: int) -> list[Piece]:
-    """Window ranges, each cut into position ranges: a piece ends by scanning its whole dense
-    (positions x V) block into a sparse matrix, so a range holds at least 8 x (n x V) tokens
-    (and 2 x ``size``) for that scan to stay small against the counting; it is cut into
-    position ranges for memory (a block at most 8 x ``size`` bytes) and parallelism (at least
-    8 pieces, so results stream while others are counted, and 2 per worker thread)."""
+    """Window ranges of at least 8 x (n x V) tokens and 2 x ``size``, each cut into position
+    ranges: dense blocks of at most 8 x ``size`` bytes, 8 pieces or more and 2 per worker
+    thread (docs/scale.md)."""
     total = int(source.length if source.length is not None else source.token_ids().size)
     if source.limit is not None and source.sample is None:
         total = min(total, source.limit * n)

@@ -281,8 +281,7 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
-    """``m`` as int64 with columns appended up to ``width`` (ids past its vocabulary: no
-    counts)."""
+    """``m`` as int64, ``width`` columns wide (ids past its vocabulary: no counts)."""
     data = m.data.astype(np.int64, copy=False)
     return sp.csr_matrix((data, m.indices, m.indptr), shape=(m.shape[0], width), copy=False)
 
