@@ -553,8 +553,7 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
         raise PosdiagError("merge: no counts given")
     labels = list(names) if names is not None else [f"counts #{k}" for k in range(len(counts))]
     _check_same(counts, labels)
-    aligned = align_vocabularies(counts, labels)
-    meta = dict(aligned[0].meta)  # per-run ids: the union vocabulary's size
+    meta = dict(counts[0].meta)
     for key in ("documents", "sequences", "tokens"):
         meta[key] = sum(int(c.meta.get(key, 0)) for c in counts)
     meta["source"] = " + ".join(str(c.meta.get("source", "?")) for c in counts)
@@ -564,8 +563,11 @@ def merge_counts(counts: Sequence[Counts], names: Sequence[str] | None = None) -
     # A copy in one input of a sequence in another is invisible to the inputs' tallies: the
     # merged counts have none (min_count then counts sequences; docs/geometry.md section 2b).
     meta.pop("units", None)
+    aligned = align_vocabularies(counts, labels)
     total = sum((c.matrix for c in aligned[1:]), aligned[0].matrix.copy())
     run = meta.get("tokenizer_fingerprint") == "run"
+    if run:
+        meta["vocab_size"] = aligned[0].vocab_size
     return Counts(sp.csr_matrix(total, dtype=np.int64), meta, aligned[0].vocab if run else None)
 
 
