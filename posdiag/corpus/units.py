@@ -404,8 +404,7 @@ def tally_of(
     distinct = int(pairs.shape[0])
     groups = grouped = largest = 0
     if prefix > 0 and distinct:
-        pk = pairs[:, 0]
-        uniq, inv, per = np.unique(pk, return_inverse=True, return_counts=True)
+        uniq, inv, per = np.unique(pairs[:, 0], return_inverse=True, return_counts=True)
         members = np.bincount(inv.reshape(-1), weights=counts, minlength=uniq.size)
         shared = per >= 2
         groups = int(np.count_nonzero(shared))

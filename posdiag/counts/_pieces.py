@@ -102,6 +102,7 @@ def plan_pieces(
     for f in source.files:
         path = os.path.abspath(f)
         fmt = _format_of(f)
+        by_lines = fmt in LINE_FORMATS and not path.lower().endswith(".gz")
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -110,14 +111,9 @@ def plan_pieces(
                 col = meta.row_group(g).column(0)
                 offset = col.dictionary_page_offset or col.data_page_offset
                 pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
-        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
-            size = os.path.getsize(path)
-            if size <= piece_bytes:
-                pieces.append(Piece(len(pieces), "file", path, format=fmt))
-                continue
+        elif by_lines and (size := os.path.getsize(path)) > piece_bytes:
             for a in range(0, size, piece_bytes):
-                b = min(a + piece_bytes, size)
-                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
+                pieces.append(Piece(len(pieces), "lines", path, a, min(a + piece_bytes, size), fmt))
         else:
             pieces.append(Piece(len(pieces), "file", path, format=fmt))
     return pieces
