@@ -89,8 +89,7 @@ def _place_exclusive(tmp: Path, target: Path) -> None:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
             raise
         # A file system without hard links: claim the name with O_EXCL, then move onto it.
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.close(fd)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         os.replace(tmp, target)
 
 

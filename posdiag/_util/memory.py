@@ -85,9 +85,7 @@ def available_memory() -> tuple[int, str]:
     room = _cgroup_room()
     if room is not None:
         found.append((max(0, room), "left in this cgroup"))
-    if not found:
-        return 1 << 62, "assumed available"
-    return min(found)
+    return min(found, default=(1 << 62, "assumed available"))
 
 
 def require(what: str, nbytes: float) -> None:

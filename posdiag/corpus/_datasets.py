@@ -305,8 +305,7 @@ def hub_offline() -> str | None:
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").upper() in ("1", "ON", "YES", "TRUE"):
             return f"{var}={os.environ[var]}"
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    url = urlparse(endpoint)
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host = url.hostname or "huggingface.co"
     port = url.port or (80 if url.scheme == "http" else 443)
     if host not in _PROBE:

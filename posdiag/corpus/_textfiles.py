@@ -84,12 +84,7 @@ def _line_cap() -> int:
 def _bounded_lines(fh: Any, name: str) -> Iterator[bytes]:
     """Lines of ``fh``, refusing one too long for memory (a .gz of zeros has no newline)."""
     cap = _line_cap()
-    lineno = 0
-    while True:
-        raw = fh.readline(cap)
-        if not raw:
-            return
-        lineno += 1
+    for lineno, raw in enumerate(iter(lambda: fh.readline(cap), b""), start=1):
         if len(raw) == cap and not raw.endswith(b"\n"):
             require(
                 f"{name or 'input'}: line {lineno} of more than {cap:,} bytes",

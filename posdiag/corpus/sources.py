@@ -142,8 +142,7 @@ class Source:
             raise PosdiagError(f"{self.name}: holds text, not token ids")
         path = self.files[0]
         if self.format == "npy":
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-            return arr.reshape(-1)
+            return np.load(path, mmap_mode="r", allow_pickle=False).reshape(-1)
         return np.memmap(path, dtype=np.dtype(self.dtype or "uint16"), mode="r")
 
 
@@ -160,11 +159,9 @@ def _select(
 def _format_of(name: str) -> str:
     base = name[:-3] if name.lower().endswith(".gz") else name
     suffix = Path(base).suffix.lower().lstrip(".")
-    if suffix in ("jsonl", "ndjson"):
+    if suffix == "ndjson":
         return "jsonl"
-    if suffix in FORMATS:
-        return suffix
-    return "txt"
+    return suffix if suffix in FORMATS else "txt"
 
 
 def _is_glob(name: str) -> bool:
@@ -243,9 +240,7 @@ def open_source(
         check_choice("dtype", dtype, DTYPES)
     if format is not None:
         check_choice("format", format, FORMATS)
-    common: dict[str, Any] = {"limit": limit, "sample": sample, "seed": seed}
-    if group_by is not None:
-        common["group_by"] = group_by
+    common: dict[str, Any] = {"limit": limit, "sample": sample, "seed": seed, "group_by": group_by}
 
     if name == "-":
         fmt = format or "txt"

@@ -56,7 +56,7 @@ class Tokenizer:
         (``"run"``: ids follow the order words were first seen, so runs share only tokens)."""
         return self.name
 
-    def vocabulary(self) -> list[str] | None:
+    def vocabulary(self) -> tuple[str, ...] | None:
         """Tokens in id order when ids are assigned per run (``whitespace``), else None."""
         return None
 
@@ -123,8 +123,8 @@ class WhitespaceTokenizer(Tokenizer):
     def fingerprint(self) -> str:
         return "run"
 
-    def vocabulary(self) -> list[str] | None:
-        return list(self._vocab)
+    def vocabulary(self) -> tuple[str, ...] | None:
+        return tuple(self._vocab)
 
 
 def _padded(seqs: Iterable[list[int]], pad: int, max_len: int) -> list[list[int]]:
@@ -240,12 +240,15 @@ class FileTokenizer(Tokenizer):
         encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
-    def _find(self, candidates: Sequence[str]) -> tuple[str, int] | None:
+    def _find(self, candidates: Sequence[str], what: str, why: str) -> tuple[str, int]:
+        """The first of ``candidates`` in the vocabulary, with its id; else an error."""
         for tok in candidates:
             idx = self._tok.token_to_id(tok)
             if idx is not None:
                 return tok, idx
-        return None
+        raise PosdiagError(
+            f"tokenizer {self.name}: has no {what} (looked for {', '.join(candidates)}); {why}"
+        )
 
     def _pad(self) -> tuple[str, int]:
         if self._pad_token is not None:
@@ -257,14 +260,8 @@ class FileTokenizer(Tokenizer):
             return self._pad_token, idx
         if self._own_pad is not None:
             return self._own_pad
-        found = self._find(PAD_CANDIDATES)
-        if found is None:
-            raise PosdiagError(
-                f"tokenizer {self.name}: has no pad token "
-                f"(looked for {', '.join(PAD_CANDIDATES)}); the model view pads to max_len: "
-                "name one with --pad-token"
-            )
-        return found
+        why = "the model view pads to max_len: name one with --pad-token"
+        return self._find(PAD_CANDIDATES, "pad token", why)
 
     def pad_id(self) -> int | None:
         return self._pad()[1]
@@ -287,13 +284,8 @@ class FileTokenizer(Tokenizer):
             self._tok.no_padding()
 
     def eot_id(self) -> int:
-        found = self._find(EOT_CANDIDATES)
-        if found is None:
-            raise PosdiagError(
-                f"tokenizer {self.name}: has no end-of-text token "
-                f"(looked for {', '.join(EOT_CANDIDATES)}); the packed view joins documents with it"
-            )
-        return found[1]
+        why = "the packed view joins documents with it"
+        return self._find(EOT_CANDIDATES, "end-of-text token", why)[1]
 
 
 def _not_a_tokenizer(path: str, exc: Exception) -> PosdiagError:

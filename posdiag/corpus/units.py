@@ -213,19 +213,14 @@ class UnitTally:
         if not isinstance(meta, Mapping):
             return None
         try:
+            ints = [f.name for f in dataclasses.fields(UnitTally) if f.type == "int"]
+            counts: dict[str, Any] = {name: int(meta[name]) for name in ints}
             return UnitTally(
                 item=str(meta["item"]),
-                items=int(meta["items"]),
-                distinct=int(meta["distinct"]),
-                prefix=int(meta["prefix"]),
-                prefix_groups=int(meta["prefix_groups"]),
-                prefix_grouped=int(meta["prefix_grouped"]),
-                largest_group=int(meta["largest_group"]),
-                units=int(meta["units"]),
                 group_by=None if meta.get("group_by") is None else str(meta["group_by"]),
-                dropped=int(meta["dropped"]),
                 unit_supports=tuple(int(x) for x in meta["unit_supports"]),
                 dedup=bool(meta.get("dedup", False)),
+                **counts,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -299,7 +294,7 @@ class UnitKeyer:
         if not self._run:
             return mix(ids.astype(np.uint64) * _GOLDEN + np.uint64(7))
         if ids.size and int(ids.max()) >= self._table.size:
-            vocab = self._tok.vocabulary() or []
+            vocab = self._tok.vocabulary() or ()
             new = [_blake(w.encode("utf-8", "surrogatepass")) for w in vocab[self._table.size :]]
             self._table = np.concatenate([self._table, np.array(new, dtype=np.uint64)])
         return self._table[ids]
@@ -409,8 +404,7 @@ def tally_of(
     distinct = int(pairs.shape[0])
     groups = grouped = largest = 0
     if prefix > 0 and distinct:
-        pk = pairs[:, 0]
-        uniq, inv, per = np.unique(pk, return_inverse=True, return_counts=True)
+        uniq, inv, per = np.unique(pairs[:, 0], return_inverse=True, return_counts=True)
         members = np.bincount(inv.reshape(-1), weights=counts, minlength=uniq.size)
         shared = per >= 2
         groups = int(np.count_nonzero(shared))

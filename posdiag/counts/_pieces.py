@@ -102,6 +102,7 @@ def plan_pieces(
     for f in source.files:
         path = os.path.abspath(f)
         fmt = _format_of(f)
+        by_lines = fmt in LINE_FORMATS and not path.lower().endswith(".gz")
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -110,25 +111,18 @@ def plan_pieces(
                 col = meta.row_group(g).column(0)
                 offset = col.dictionary_page_offset or col.data_page_offset
                 pieces.append(Piece(len(pieces), "rowgroup", path, g, g + 1, fmt, int(offset or 0)))
-        elif fmt in LINE_FORMATS and not path.lower().endswith(".gz"):
-            size = os.path.getsize(path)
-            if size <= piece_bytes:
-                pieces.append(Piece(len(pieces), "file", path, format=fmt))
-                continue
+        elif by_lines and (size := os.path.getsize(path)) > piece_bytes:
             for a in range(0, size, piece_bytes):
-                b = min(a + piece_bytes, size)
-                pieces.append(Piece(len(pieces), "lines", path, a, b, fmt))
+                pieces.append(Piece(len(pieces), "lines", path, a, min(a + piece_bytes, size), fmt))
         else:
             pieces.append(Piece(len(pieces), "file", path, format=fmt))
     return pieces
 
 
 def _id_pieces(source: Source, n: int, v: int, workers: int, size: int) -> list[Piece]:
-    """Window ranges, each cut into position ranges: a piece ends by scanning its whole dense
-    (positions x V) block into a sparse matrix, so a range holds at least 8 x (n x V) tokens
-    (and 2 x ``size``) for that scan to stay small against the counting; it is cut into
-    position ranges for memory (a block at most 8 x ``size`` bytes) and parallelism (at least
-    8 pieces, so results stream while others are counted, and 2 per worker thread)."""
+    """Window ranges of at least 8 x (n x V) tokens and 2 x ``size``, each cut into position
+    ranges: dense blocks of at most 8 x ``size`` bytes, 8 pieces or more and 2 per worker
+    thread (docs/scale.md)."""
     total = int(source.length if source.length is not None else source.token_ids().size)
     if source.limit is not None and source.sample is None:
         total = min(total, source.limit * n)

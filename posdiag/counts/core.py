@@ -116,8 +116,7 @@ class Counts:
 
     @property
     def pad_id(self) -> int | None:
-        """The id the model view padded with (from the metadata; None for other views and for
-        counts files of older versions)."""
+        """The model view's pad id (from the metadata); None for other views and older files."""
         pad = self.meta.get("pad_id") if self.meta.get("view") == "model" else None
         return None if pad is None else int(pad)
 
@@ -234,8 +233,7 @@ class CountAccumulator:
         return int(ids.size)
 
     def _buffer(self, keys: np.ndarray) -> None:
-        """Buffer pair keys ``id * n + pos`` (any shape), merged into the totals past
-        ``compact_at``."""
+        """Buffer pair keys ``id * n + pos`` (any shape), compacted past ``compact_at`` keys."""
         keys, vals = np.unique(keys, return_counts=True)
         self._buf_keys.append(keys)
         self._buf_vals.append(vals.astype(np.int64))
@@ -380,8 +378,7 @@ def count_texts(
         meta["pad_id"] = tokenizer.pad_id()
     if k:
         meta.update(shards=k, shard_seed=shard_seed)
-    vocab = tokenizer.vocabulary()
-    return Counts(total, meta, None if vocab is None else tuple(vocab), shard_counts)
+    return Counts(total, meta, tokenizer.vocabulary(), shard_counts)
 
 
 def units_meta(

@@ -29,9 +29,7 @@ __all__ = ["corpus_counts"]
 def _counted_otherwise(corpus: str, key: str, counted: Any, asked: Any) -> str:
     """What to do when an option asks a counts file for another reading than it was counted
     with: drop the option, or count the corpus again with it."""
-    flag = "--" + {"view": "view", "max_len": "max-len", "vocab_size": "vocab-size"}.get(
-        key, key.replace("_", "-")
-    )
+    flag = "--" + key.replace("_", "-")
     was = f"{key}={counted!r}" if counted is not None else f"the default {key}"
     fix = f"drop {flag} to use {corpus} as counted, or count the corpus again with {flag} {asked}"
     if key == "column":
@@ -74,13 +72,8 @@ def corpus_counts(
     else:
         where = engine_from_options(engine or "local", scheduler, workers)
     if is_counts_file(corpus):
-        asked: dict[str, Any] = {
-            "column": column,
-            "tokenizer": tokenizer,
-            "view": view_name,
-            "max_len": max_len,
-        }
-        asked.update(vocab_size=vocab_size, limit=limit, sample=sample)
+        asked: dict[str, Any] = dict(column=column, tokenizer=tokenizer, view=view_name)
+        asked.update(max_len=max_len, vocab_size=vocab_size, limit=limit, sample=sample)
         units = {"group_by": group_by, "group_prefix": group_prefix, "dedup": dedup}
         return _checked_counts_file(corpus, asked, units)
 

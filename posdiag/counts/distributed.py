@@ -222,8 +222,7 @@ def count_piece(piece: Piece, job: Job) -> Partial:
         dedup=job.dedup,
         skip=job.skip,
     )
-    vocab = tok.vocabulary()
-    return Partial(total, shards, docs, seqs, toks, None if vocab is None else tuple(vocab), units)
+    return Partial(total, shards, docs, seqs, toks, tok.vocabulary(), units)
 
 
 def piece_hashes(piece: Piece, job: Job) -> np.ndarray:
@@ -282,8 +281,7 @@ def _count_id_piece(piece: Piece, job: Job) -> Partial:
 
 
 def _widen(m: sp.csr_matrix, width: int) -> sp.csr_matrix:
-    """``m`` as int64 with columns appended up to ``width`` (ids past its vocabulary: no
-    counts)."""
+    """``m`` as int64, ``width`` columns wide (ids past its vocabulary: no counts)."""
     data = m.data.astype(np.int64, copy=False)
     return sp.csr_matrix((data, m.indices, m.indptr), shape=(m.shape[0], width), copy=False)
 
@@ -322,12 +320,9 @@ def _tree_sum(client: Any, futures: Sequence[Any]) -> Any:
     """One future for the sum of ``futures``, added pairwise in order (left before right)."""
     level = list(futures)
     while len(level) > 1:
-        nxt = []
-        for i in range(0, len(level) - 1, 2):
-            nxt.append(client.submit(add_partials, level[i], level[i + 1], pure=False))
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
+        pairs = zip(level[0::2], level[1::2], strict=False)  # an odd last one moves up as it is
+        sums = [client.submit(add_partials, a, b, pure=False) for a, b in pairs]
+        level = sums + level[2 * len(sums) :]
     return level[0]
 
 
@@ -527,14 +522,11 @@ def _counts_of(part: Partial, source: Source, job: Job, tokenizer_name: str) -> 
 def job_for(source: Source, tokenizer: Tokenizer | None, **options: Any) -> Job:
     """The :class:`Job` of a run: ``source`` with absolute paths, the tokenizer by spec, and
     the other :class:`Job` fields (``view_name``, ``max_len``, ...) as ``options``."""
-    spec = None
-    if tokenizer is not None:
-        spec = tokenizer.name
-        if Path(spec).exists():
-            spec = os.path.abspath(spec)
-    dataset = source.dataset
-    if dataset is not None and Path(dataset).exists():
-        dataset = os.path.abspath(dataset)
+
+    def absolute(path: str | None) -> str | None:
+        return os.path.abspath(path) if path is not None and Path(path).exists() else path
+
     # Pieces carry their own paths: the file list would be sent again with every piece.
-    src = dataclasses.replace(source, files=(), dataset=dataset)
+    src = dataclasses.replace(source, files=(), dataset=absolute(source.dataset))
+    spec = None if tokenizer is None else absolute(tokenizer.name)
     return Job(src, spec, None if tokenizer is None else tokenizer.fingerprint, **options)

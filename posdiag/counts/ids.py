@@ -108,8 +108,7 @@ def _first_bad_id(block: np.ndarray, v: int) -> tuple[int, int] | None:
     if not block.size or (block.max() < v and not (signed and block.min() < 0)):
         return None
     bad = (block >= v) | (block < 0) if signed else block >= v
-    r, c = divmod(int(np.argmax(bad)), block.shape[1])
-    return r, c
+    return divmod(int(np.argmax(bad)), block.shape[1])
 
 
 def _bad_id_error(name: str, token: int, offset: int, v: int) -> PosdiagError:
