@@ -139,11 +139,6 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
-def debug() -> bool:
-    """Whether unexpected errors should keep their traceback (``POSDIAG_DEBUG=1``)."""
-    return os.environ.get("POSDIAG_DEBUG", "") not in ("", "0")
-
-
 def silence_stdout() -> None:
     """Point a broken standard output at /dev/null, so the exit does not print a second error."""
     try:
@@ -192,7 +187,8 @@ class CommandGroup(TyperGroup):
             raise  # typer's own exits and usage errors keep their codes
         except BaseException as exc:
             found = error_message(exc)
-            if found is None or (debug() and not isinstance(exc, PosdiagError)):
+            debug = os.environ.get("POSDIAG_DEBUG", "") not in ("", "0")  # keep the traceback
+            if found is None or (debug and not isinstance(exc, PosdiagError)):
                 raise
             run_error_hooks(found[0])  # e.g. check --junit's error report, written first
             message, code = error_message(exc) or found  # so an interruption names it
