@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -270,8 +271,6 @@ PIPED_WIDTH = 160
 
 def stdout() -> Console:
     """Standard output: a terminal's own width; piped, $COLUMNS if set, else :data:`PIPED_WIDTH`."""
-    import os
-
     console = Console(highlight=False)
     if console.is_terminal:
         return console

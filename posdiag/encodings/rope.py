@@ -271,7 +271,9 @@ def _rotary(name: str, variant: Callable[..., _Variant], n: int, kw: dict[str, A
     return Encoding(name, {"head_dim": head_dim, "base": base, **params}, 0, profile=g)
 
 
-def _register(name: str, variant: Callable[..., _Variant], summary: str, **params: Any) -> None:
+def _register(
+    name: str, variant: Callable[..., _Variant], summary: str, **params: tuple[Any, ...]
+) -> None:
     """Register a rotary encoding: no trained parameters, relative; head_dim, base and
     partial_rotary_factor first (``params`` may override their defaults)."""
     common = {"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF}
