@@ -35,10 +35,7 @@ __all__ = ["CommandGroup", "check_stdout", "error_message", "on_error", "run_err
 # Called with the error message when the command fails (exit 2 or a signal), before it is
 # printed: e.g. ``check --junit`` replaces its report by one that records the error.
 _error_hooks: list[Callable[[str], object]] = []
-
-
-def on_error(hook: Callable[[str], object]) -> None:
-    _error_hooks.append(hook)
+on_error = _error_hooks.append
 
 
 def run_error_hooks(message: str | None) -> None:
