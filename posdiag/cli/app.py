@@ -554,8 +554,7 @@ def synth(
     check_int("sequences", sequences, 1)
     check_output(output, force)
     with atomic_outputs([output], force) as (tmp,), open(tmp, "w", encoding="utf-8") as fh:
-        for line in synth_texts(spec):
-            fh.write(line + "\n")
+        fh.writelines(line + "\n" for line in synth_texts(spec))
     emit(
         as_json,
         {"output": str(output), **{k: getattr(spec, k) for k in spec.__dataclass_fields__}},
