@@ -120,10 +120,8 @@ def synth_distributions(spec: SynthSpec) -> np.ndarray:
         # The distributions, their cumulative sums and the sampler's work arrays: (p, v) floats.
         require(f"synth: {p:,} positions x {v:,} words", 8 * 4 * p * v)
     if mode == "drift":
-        return low_rank_distributions(
-            spec.positions, spec.vocab, spec.rank, sharpness=spec.sharpness, seed=spec.seed
-        )
-    return shift_distributions(spec.positions, spec.vocab, width=spec.width)
+        return low_rank_distributions(p, v, spec.rank, sharpness=spec.sharpness, seed=spec.seed)
+    return shift_distributions(p, v, width=spec.width)
 
 
 # Sequences drawn per vectorised chunk by synth_texts.

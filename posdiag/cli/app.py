@@ -13,11 +13,16 @@ import typer
 
 # Only names without numpy/scipy at import: `posdiag --version` and `--help` stay fast; each
 # command imports the library it calls.
+from .._util.atomic import atomic_outputs, check_output
 from .._util.defaults import DEFAULT_DIM, DEFAULT_ESTIMATOR, DEFAULT_MIN_COUNT, DEFAULT_SHARDS
+from .._util.memory import set_max_memory
+from .._util.signals import exit_on_signals_at_shutdown
+from .._util.userdocs import listing, page, pages
+from .._util.validate import check_float, check_int
 from ..corpus.reading import Reading
 from ..errors import PosdiagError
 from . import command_options as own
-from .faults import CommandGroup
+from .faults import CommandGroup, on_error
 from .options import (
     ESTIMATION,
     CorpusArg,
@@ -69,8 +74,6 @@ def _specs(encoding: list[str] | None) -> list[tuple[str, dict[str, Any]]] | Non
 
 
 def _npz_output(output: Path, force: bool) -> None:
-    from .._util.atomic import check_output
-
     if not str(output).endswith(".npz"):
         raise PosdiagError(f"'output' must end with .npz; got {str(output)!r}")
     check_output(output, force)  # refuse before a long pass, not after
@@ -165,7 +168,6 @@ def build_encoding(
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Write the rank-r MDS encoding P = A B^T (n x d) with its metadata."""
-    from .._util.atomic import check_output
     from ..render.stress import encoding_json, print_encoding
     from ..reports.export import FILE_SUFFIXES, write_encoding
     from ..reports.longctx import build_encoding as encoding_of  # dense, or implicit at long n
@@ -238,8 +240,6 @@ def check(
     from ..reports.gate import READING_KEYS, build_config, find_config, run_gate
 
     if junit is not None:
-        from .faults import on_error
-
         # Exit 2 (bad rules or data, a signal) replaces the report too: never a stale pass.
         on_error(
             lambda message: verdict.write_junit(verdict.junit_error_xml(corpus, message), junit)
@@ -300,7 +300,6 @@ def diff(
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
 ) -> None:
     """Geometry drift from corpus A to corpus B (same tokenizer, view and max_len)."""
-    from .._util.validate import check_float
     from ..render.drift import drift_json, print_drift
     from ..reports.drift import check_draws, corpus_drift, count_pair
 
@@ -389,7 +388,6 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page (inline plots, no network) to attach to a PR: what
     'posdiag diagnose' says (intervals, recommendation, spectrum, every warning) and plots."""
-    from .._util.atomic import check_output
     from ..render.html import build_report, write_html
     from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
 
@@ -439,7 +437,6 @@ def diagnose(
     force: PlotForceOpt = False,
 ) -> None:
     """The theory's checks on a corpus: information, noise floor, shift, rank, recommendation."""
-    from .._util.validate import check_float, check_int
     from ..render.diagnosis import diagnosis_json, print_diagnosis
     from ..reports.analysis import spectrum
     from ..reports.longctx import diagnose as run_diagnose  # dense, or implicit at long n
@@ -550,8 +547,6 @@ def synth(
     as_json: JsonOpt = False,
 ) -> None:
     """Write the paper's synthetic corpus: smooth low-rank drift, or a shift-equivariant one."""
-    from .._util.atomic import atomic_outputs, check_output
-    from .._util.validate import check_int
     from ..synthetic import SynthSpec, synth_distributions, synth_texts
 
     spec = SynthSpec(mode, positions, vocab, rank, sequences, seed, sharpness, width)
@@ -559,8 +554,7 @@ def synth(
     check_int("sequences", sequences, 1)
     check_output(output, force)
     with atomic_outputs([output], force) as (tmp,), open(tmp, "w", encoding="utf-8") as fh:
-        for line in synth_texts(spec):
-            fh.write(line + "\n")
+        fh.writelines(line + "\n" for line in synth_texts(spec))
     emit(
         as_json,
         {"output": str(output), **{k: getattr(spec, k) for k in spec.__dataclass_fields__}},
@@ -601,8 +595,6 @@ def docs(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a documentation page installed with posdiag (Markdown), or list them."""
-    from .._util.userdocs import listing, page, pages
-
     if topic is not None:
         found = page(topic)
         text = str(found.path) if path else found.text().rstrip("\n")
@@ -619,14 +611,10 @@ def _root(
     max_memory: Annotated[str | None, own.ROOT_MAX_MEMORY] = None,
 ) -> None:
     """posdiag: corpus geometry diagnostics for positional encodings."""
-    from .._util.memory import set_max_memory
-
     set_max_memory(max_memory)
 
 
 def main() -> None:
-    from .._util.signals import exit_on_signals_at_shutdown
-
     exit_on_signals_at_shutdown()  # a signal during the interpreter's shutdown: its exit code
     app(prog_name="posdiag")
 

@@ -35,10 +35,7 @@ __all__ = ["CommandGroup", "check_stdout", "error_message", "on_error", "run_err
 # Called with the error message when the command fails (exit 2 or a signal), before it is
 # printed: e.g. ``check --junit`` replaces its report by one that records the error.
 _error_hooks: list[Callable[[str], object]] = []
-
-
-def on_error(hook: Callable[[str], object]) -> None:
-    _error_hooks.append(hook)
+on_error = _error_hooks.append
 
 
 def run_error_hooks(message: str | None) -> None:
@@ -55,20 +52,14 @@ def run_error_hooks(message: str | None) -> None:
 
 def check_stdout() -> None:
     """Refuse to start when standard output is closed: the report would be lost (exit 0)."""
-    out = sys.stdout
-    closed = out is None
-    if not closed:
-        try:
-            fd = out.fileno()
-        except (OSError, ValueError, AttributeError):
-            fd = None  # an in-process stream (test runners) has no descriptor
-        if fd is not None:
-            try:
-                os.fstat(fd)
-            except OSError:
-                closed = True
-    if closed:
-        raise PosdiagError("standard output is closed; nothing could be reported")
+    try:
+        fd = -1 if sys.stdout is None else sys.stdout.fileno()  # -1: fstat fails, as closed
+    except (OSError, ValueError, AttributeError):
+        return  # an in-process stream (test runners) has no descriptor
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise PosdiagError("standard output is closed; nothing could be reported") from None
 
 
 _OS_MESSAGES = {
@@ -139,11 +130,6 @@ def error_message(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
-def debug() -> bool:
-    """Whether unexpected errors should keep their traceback (``POSDIAG_DEBUG=1``)."""
-    return os.environ.get("POSDIAG_DEBUG", "") not in ("", "0")
-
-
 def silence_stdout() -> None:
     """Point a broken standard output at /dev/null, so the exit does not print a second error."""
     try:
@@ -192,7 +178,8 @@ class CommandGroup(TyperGroup):
             raise  # typer's own exits and usage errors keep their codes
         except BaseException as exc:
             found = error_message(exc)
-            if found is None or (debug() and not isinstance(exc, PosdiagError)):
+            debug = os.environ.get("POSDIAG_DEBUG", "") not in ("", "0")  # keep the traceback
+            if found is None or (debug and not isinstance(exc, PosdiagError)):
                 raise
             run_error_hooks(found[0])  # e.g. check --junit's error report, written first
             message, code = error_message(exc) or found  # so an interruption names it

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -104,6 +105,14 @@ assert tuple(_READING_OPTIONS) == READING_FIELDS
 # Commands with bootstrap intervals use @estimates: one --seed for sample, shards and bootstrap.
 SampleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
 
+
+def _estimator_choice(value: str) -> str:
+    """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
+    from ..geometry.estimator import ESTIMATORS
+
+    return check_choice("estimator", value, ESTIMATORS)
+
+
 # ---- uncertainty: the fields of Estimation, added to a command by @estimates ---------------
 _ESTIMATION_OPTIONS = {
     "shards": typer.Option(
@@ -127,23 +136,14 @@ _ESTIMATION_OPTIONS = {
         help="Seed of --sample, shards, bootstrap and splits.",
         rich_help_panel=UNCERTAINTY,
     ),
+    "estimator": typer.Option(
+        "--estimator",
+        callback=_estimator_choice,
+        help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
+        f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
+        rich_help_panel=UNCERTAINTY,
+    ),
 }
-
-
-def _estimator_choice(value: str) -> str:
-    """Refuse a wrong --estimator while parsing, before a pass over the corpus."""
-    from ..geometry.estimator import ESTIMATORS
-
-    return check_choice("estimator", value, ESTIMATORS)
-
-
-_ESTIMATION_OPTIONS["estimator"] = typer.Option(
-    "--estimator",
-    callback=_estimator_choice,
-    help="Geometry estimator: crossfit (corrects the sampling-noise bias) or plugin "
-    f"(the biased plug-in of earlier versions); see {doc_ref('geometry')}.",
-    rich_help_panel=UNCERTAINTY,
-)
 EstimatorOpt = Annotated[str, _ESTIMATION_OPTIONS["estimator"]]
 
 # ---- output -----------------------------------------------------------------------------------
@@ -271,8 +271,6 @@ PIPED_WIDTH = 160
 
 def stdout() -> Console:
     """Standard output: a terminal's own width; piped, $COLUMNS if set, else :data:`PIPED_WIDTH`."""
-    import os
-
     console = Console(highlight=False)
     if console.is_terminal:
         return console

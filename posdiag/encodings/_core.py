@@ -10,6 +10,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -83,27 +84,20 @@ class Encoding:
     @property
     def n(self) -> int:
         """Number of positions."""
-        for a in (self.profile, self.vectors, self.matrix):
-            if a is not None:
-                return int(a.shape[0])
-        raise AssertionError("unreachable: checked in __post_init__")
+        return int(
+            next(a for a in (self.profile, self.vectors, self.matrix) if a is not None).shape[0]
+        )
 
-    @property
+    @cached_property  # a frozen dataclass may still cache on its instance dict (not a field)
     def delta(self) -> np.ndarray:
         """Induced dissimilarity between positions, (n, n), symmetric, zero diagonal."""
-        cached = self.__dict__.get("_delta")
-        if cached is None:
-            if self.matrix is not None:
-                cached = self.matrix
-            elif self.profile is not None:
-                g = np.asarray(self.profile, dtype=np.float64)
-                cached = g[np.abs(np.subtract.outer(np.arange(g.size), np.arange(g.size)))]
-            else:
-                assert self.vectors is not None
-                cached = distances(self.vectors)
-            # A frozen dataclass may still cache on its instance dict (not a field).
-            object.__setattr__(self, "_delta", cached)
-        return np.asarray(cached)
+        if self.matrix is not None:
+            return np.asarray(self.matrix)
+        if self.profile is not None:
+            g = np.asarray(self.profile, dtype=np.float64)
+            return g[np.abs(np.subtract.outer(np.arange(g.size), np.arange(g.size)))]
+        assert self.vectors is not None
+        return distances(self.vectors)
 
     def gram(self) -> np.ndarray:
         """``B_E = -1/2 J (delta o delta) J``, of shape (n, n)."""
@@ -231,8 +225,7 @@ def _coerce(enc: str, key: str, kind: type, raw: str) -> Any:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"did you mean 'x'? "`` for the closest of ``choices`` (case-insensitive), else ``""``."""
-    names = list(choices)
-    lower = {c.lower(): c for c in names}
+    lower = {c.lower(): c for c in choices}
     if word.lower() in lower:
         return f"did you mean {lower[word.lower()]!r}? "
     close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)

@@ -55,14 +55,11 @@ class PositionTable:
         The tensor it came from ("" for ``.npy``).
     offset : int
         Row of position 0.
-    file : str
-        The file holding the tensor (the shard, for a sharded checkpoint).
     """
 
     rows: np.ndarray
     tensor: str
     offset: int
-    file: str
 
 
 def _list_names(names: Sequence[str], limit: int = 20) -> str:
@@ -139,11 +136,11 @@ def _read_safetensor(file: Path, name: str) -> np.ndarray:
         return np.asarray(fh.get_tensor(name))
 
 
-def _from_safetensors(path: str, file: Path, tensor: str) -> tuple[np.ndarray, str, int, Path]:
+def _from_safetensors(path: str, file: Path, tensor: str) -> tuple[np.ndarray, str, int]:
     try:
         header, _ = _safetensors_header(file)
         name, offset = _choose(path, list(header), tensor)
-        return _read_safetensor(file, name), name, offset, file
+        return _read_safetensor(file, name), name, offset
     except PosdiagError:
         raise
     except Exception as exc:  # a damaged file: struct, json, safetensors errors alike
@@ -151,7 +148,7 @@ def _from_safetensors(path: str, file: Path, tensor: str) -> tuple[np.ndarray, s
         raise PosdiagError(f"learned: {path}: not a readable .safetensors file ({why})") from None
 
 
-def _from_index(path: str, index: Path, tensor: str) -> tuple[np.ndarray, str, int, Path]:
+def _from_index(path: str, index: Path, tensor: str) -> tuple[np.ndarray, str, int]:
     """Follow a sharded checkpoint's ``weight_map`` to the shard holding the table."""
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
@@ -165,8 +162,7 @@ def _from_index(path: str, index: Path, tensor: str) -> tuple[np.ndarray, str, i
     shard = index.parent / str(weight_map[name])
     if not shard.is_file():
         raise PosdiagError(f"learned: {path}: shard {shard.name!r} holding {name!r} is missing")
-    table, _, _, _ = _from_safetensors(str(shard), shard, name)
-    return table, name, offset, shard
+    return _from_safetensors(str(shard), shard, name)[0], name, offset
 
 
 def read_position_table(path: str, tensor: str = "", offset: int = -1) -> PositionTable:
@@ -190,18 +186,17 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
     offset = check_int("offset", offset, -1)
     p = Path(path)
     if p.is_dir():
-        for candidate in ("model.safetensors", "model.safetensors.index.json"):
-            if (p / candidate).is_file():
-                p = p / candidate
-                break
-        else:
+        found = [p / c for c in ("model.safetensors", "model.safetensors.index.json")]
+        found = [f for f in found if f.is_file()]
+        if not found:
             raise PosdiagError(
                 f"learned: {path}: directory holds neither model.safetensors nor "
                 "model.safetensors.index.json"
             )
+        p = found[0]
     if not p.is_file():
         raise PosdiagError(f"learned: path {path!r}: no such file")
-    name, auto, file = "", 0, p
+    name, auto = "", 0
     if p.suffix == ".npy":
         if tensor:
             raise PosdiagError(
@@ -213,9 +208,9 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
         except (ValueError, OSError) as exc:
             raise PosdiagError(f"learned: {path}: not a readable .npy file ({exc})") from None
     elif p.suffix == ".safetensors":
-        table, name, auto, file = _from_safetensors(path, p, tensor)
+        table, name, auto = _from_safetensors(path, p, tensor)
     elif p.name.endswith(".index.json"):
-        table, name, auto, file = _from_index(path, p, tensor)
+        table, name, auto = _from_index(path, p, tensor)
     else:
         raise PosdiagError(
             "learned: path must be a .npy, .safetensors, .safetensors.index.json or a checkpoint "
@@ -237,4 +232,4 @@ def read_position_table(path: str, tensor: str = "", offset: int = -1) -> Positi
             f"learned: {path}: table must be finite; got {table[row, col]} at row {row}, "
             f"column {col} ({int(bad.sum())} non-finite values)"
         )
-    return PositionTable(table, name, auto if offset < 0 else offset, str(file))
+    return PositionTable(table, name, auto if offset < 0 else offset)

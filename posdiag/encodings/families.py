@@ -5,6 +5,8 @@ legend, ``posdiag encodings``, ``--json``): the five families of :data:`FAMILY_L
 
 from __future__ import annotations
 
+from ._core import REGISTRY
+
 __all__ = ["FAMILIES", "FAMILY_LEGEND", "NONE", "family", "is_relative"]
 
 NONE = "none"
@@ -26,9 +28,6 @@ FAMILY_LEGEND = (
 
 def family(name: str) -> str:
     """The family of encoding ``name`` (a registry name, or ``mds-r``); ``other`` if unknown."""
-    # Importing this module ran the package's __init__, so every encoding is registered.
-    from ._core import REGISTRY
-
     if name == "nope":
         return NONE
     spec = REGISTRY.get("mds" if name.startswith("mds-") else name)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PosdiagError
+from ._core import did_you_mean
 
 __all__ = ["MODEL_PRESETS", "ModelPreset", "expand_preset", "preset_specs"]
 
@@ -120,8 +121,6 @@ def expand_preset(name: str) -> list[tuple[str, dict[str, Any]]]:
     """The ``(encoding, params)`` pairs of the model preset ``name``."""
     preset = MODEL_PRESETS.get(name)
     if preset is None:
-        from ._core import did_you_mean
-
         hint = did_you_mean(name, MODEL_PRESETS)
         raise PosdiagError(
             f"unknown model preset {name!r}; {hint}presets: {', '.join(MODEL_PRESETS)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from ..errors import PosdiagError
 from ._core import (
     Context,
     Encoding,
-    Factory,
     cosine_sum_distance,
     even,
     lag_profile,
@@ -238,14 +237,6 @@ def longrope_config(path: str, pairs: int) -> LongRopeConfig:
     return LongRopeConfig(out[0], out[1], **found)
 
 
-def _rope_encoding(
-    name: str, n: int, theta: np.ndarray, m: float, params: dict[str, Any]
-) -> Encoding:
-    """Rotations by ``theta`` (pairs,) scaled by the attention factor ``m``."""
-    g = m * lag_profile(cosine_sum_distance(theta, 4.0), n)
-    return Encoding(name, params, 0, profile=g)
-
-
 _HEAD = (int, 64, "head dimension (even)")
 _BASE = (float, 10000.0, "rotary base b (HF rope_theta): theta_k = b^(-2k/d)")
 _PRF = (float, 1.0, "fraction of head_dim rotated (HF partial_rotary_factor)")
@@ -254,11 +245,41 @@ _ORIG = (int, 4096, "original context length L (HF original_max_position_embeddi
 _SEQ = (int, 0, "current sequence length l; 0 = n, the positions scored")
 
 
-def _register(name: str, fn: Factory, summary: str, **params: tuple[Any, ...]) -> None:
+@dataclass(frozen=True)
+class _Rotary:
+    """What a rotary variant is given: ``n`` positions, the rotated dimension ``d``, the checked
+    ``base``, and ``head_dim`` and ``prf`` (partial_rotary_factor) as given."""
+
+    n: int
+    d: int
+    base: float
+    head_dim: int
+    prf: float
+
+
+# A variant's result: frequencies theta' (pairs,), attention factor m, params after head_dim, base.
+_Variant = tuple[np.ndarray, float, dict[str, Any]]
+
+
+def _rotary(name: str, variant: Callable[..., _Variant], n: int, kw: dict[str, Any]) -> Encoding:
+    """Rotations by the variant's ``theta'`` scaled by its attention factor ``m``; ``kw``: the
+    encoding's parameters."""
+    head_dim, base, prf = (kw.pop(k) for k in ("head_dim", "base", "partial_rotary_factor"))
+    d, base = _common(head_dim, base, prf)
+    theta, m, params = variant(_Rotary(n, d, base, head_dim, prf), **kw)
+    g = m * lag_profile(cosine_sum_distance(theta, 4.0), n)
+    return Encoding(name, {"head_dim": head_dim, "base": base, **params}, 0, profile=g)
+
+
+def _register(
+    name: str, variant: Callable[..., _Variant], summary: str, **params: tuple[Any, ...]
+) -> None:
     """Register a rotary encoding: no trained parameters, relative; head_dim, base and
     partial_rotary_factor first (``params`` may override their defaults)."""
     common = {"head_dim": _HEAD, "base": _BASE, "partial_rotary_factor": _PRF}
-    register(name, params={**common, **params}, summary=summary, n_params="0", kind="relative")(fn)
+    register(name, params={**common, **params}, summary=summary, n_params="0", kind="relative")(
+        lambda n, ctx, **kw: _rotary(name, variant, n, kw)
+    )
 
 
 def _common(head_dim: int, base: float, prf: float) -> tuple[int, float]:
@@ -270,32 +291,23 @@ def _factor(factor: float) -> float:
     return check_float("factor", factor, 1.0)
 
 
-def _base_rescaled(d: int, partial_rotary_factor: float) -> None:
+def _base_rescaled(r: _Rotary) -> None:
     # b' = b * (...)^(d/(d-2)) needs d > 2 (HF computes it for any such d, odd included).
-    if d < 3:
+    if r.d < 3:
         raise PosdiagError(
-            f"base rescaling needs a rotated dimension >= 3; got {d} "
-            f"(head_dim * partial_rotary_factor={partial_rotary_factor:g})"
+            f"base rescaling needs a rotated dimension >= 3; got {r.d} "
+            f"(head_dim * partial_rotary_factor={r.prf:g})"
         )
 
 
-def _rope(
-    n: int,
-    ctx: Context,
-    *,
-    head_dim: int,
-    base: float,
-    partial_rotary_factor: float,
-    attention_factor: float,
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
+def _rope(r: _Rotary, *, attention_factor: float) -> _Variant:
     m = positive("attention_factor", attention_factor)
-    params = {"head_dim": head_dim, "base": base}
-    if partial_rotary_factor != 1.0:
-        params["partial_rotary_factor"] = partial_rotary_factor
+    params: dict[str, Any] = {}
+    if r.prf != 1.0:
+        params["partial_rotary_factor"] = r.prf
     if m != 1.0:
         params["attention_factor"] = m
-    return _rope_encoding("rope", n, rope_frequencies(d, base), m, params)
+    return rope_frequencies(r.d, r.base), m, params
 
 
 _register(
@@ -306,13 +318,9 @@ _register(
 )
 
 
-def _rope_linear(
-    n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
+def _rope_linear(r: _Rotary, *, factor: float) -> _Variant:
     s = _factor(factor)
-    params = {"head_dim": head_dim, "base": base, "factor": s}
-    return _rope_encoding("rope-linear", n, rope_frequencies(d, base) / s, 1.0, params)
+    return rope_frequencies(r.d, r.base) / s, 1.0, {"factor": s}
 
 
 _register(
@@ -323,15 +331,11 @@ _register(
 )
 
 
-def _rope_ntk(
-    n: int, ctx: Context, *, head_dim: int, base: float, partial_rotary_factor: float, factor: float
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
-    _base_rescaled(d, partial_rotary_factor)
+def _rope_ntk(r: _Rotary, *, factor: float) -> _Variant:
+    _base_rescaled(r)
     s = _factor(factor)
-    new_base = base * s ** (d / (d - 2))
-    params = {"head_dim": head_dim, "base": base, "factor": s, "scaled_base": new_base}
-    return _rope_encoding("rope-ntk", n, rope_frequencies(d, new_base), 1.0, params)
+    new_base = r.base * s ** (r.d / (r.d - 2))
+    return rope_frequencies(r.d, new_base), 1.0, {"factor": s, "scaled_base": new_base}
 
 
 _register(
@@ -343,31 +347,20 @@ _register(
 
 
 def _rope_dynamic(
-    n: int,
-    ctx: Context,
-    *,
-    head_dim: int,
-    base: float,
-    partial_rotary_factor: float,
-    factor: float,
-    max_position_embeddings: int,
-    seq_len: int,
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
-    _base_rescaled(d, partial_rotary_factor)
+    r: _Rotary, *, factor: float, max_position_embeddings: int, seq_len: int
+) -> _Variant:
+    _base_rescaled(r)
     s = _factor(factor)
     big_l = check_int("max_position_embeddings", max_position_embeddings, 1)
-    seq = check_int("seq_len", seq_len, 0) or n
-    new_base = dynamic_ntk_base(base, d, s, big_l, seq)
+    seq = check_int("seq_len", seq_len, 0) or r.n
+    new_base = dynamic_ntk_base(r.base, r.d, s, big_l, seq)
     params = {
-        "head_dim": head_dim,
-        "base": base,
         "factor": s,
         "max_position_embeddings": big_l,
         "seq_len": seq,
         "scaled_base": new_base,
     }
-    return _rope_encoding("rope-dynamic", n, rope_frequencies(d, new_base), 1.0, params)
+    return rope_frequencies(r.d, new_base), 1.0, params
 
 
 _register(
@@ -381,12 +374,8 @@ _register(
 
 
 def _rope_yarn(
-    n: int,
-    ctx: Context,
+    r: _Rotary,
     *,
-    head_dim: int,
-    base: float,
-    partial_rotary_factor: float,
     factor: float,
     original_max_position_embeddings: int,
     beta_fast: float,
@@ -395,13 +384,12 @@ def _rope_yarn(
     mscale: float,
     mscale_all_dim: float,
     truncate: bool,
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
-    if d % 2:
+) -> _Variant:
+    if r.d % 2:
         # HF's YaRN ramp has d//2 entries against ceil(d/2) frequencies and fails on odd d.
         raise PosdiagError(
             f"rope-yarn needs an even rotated dimension (Hugging Face's ramp has d//2 entries); "
-            f"got head_dim={head_dim} * {partial_rotary_factor:g} = {d}"
+            f"got head_dim={r.head_dim} * {r.prf:g} = {r.d}"
         )
     s = _factor(factor)
     big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
@@ -410,17 +398,15 @@ def _rope_yarn(
     m = check_float("attention_factor", attention_factor, 0.0) or yarn_attention_factor(
         s, check_float("mscale", mscale, 0.0), check_float("mscale_all_dim", mscale_all_dim, 0.0)
     )
-    theta = yarn_frequencies(d, base, s, big_l, fast, slow, truncate)
+    theta = yarn_frequencies(r.d, r.base, s, big_l, fast, slow, truncate)
     params = {
-        "head_dim": head_dim,
-        "base": base,
         "factor": s,
         "original_max_position_embeddings": big_l,
         "beta_fast": fast,
         "beta_slow": slow,
         "attention_factor": m,
     }
-    return _rope_encoding("rope-yarn", n, theta, m, params)
+    return theta, m, params
 
 
 _register(
@@ -445,32 +431,25 @@ _register(
 
 
 def _rope_llama3(
-    n: int,
-    ctx: Context,
+    r: _Rotary,
     *,
-    head_dim: int,
-    base: float,
-    partial_rotary_factor: float,
     factor: float,
     low_freq_factor: float,
     high_freq_factor: float,
     original_max_position_embeddings: int,
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
+) -> _Variant:
     s = _factor(factor)
     lf = positive("low_freq_factor", low_freq_factor)
     hf = check_float("high_freq_factor", high_freq_factor, lf, lo_open=True)
     big_l = check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
-    theta = llama3_frequencies(d, base, s, lf, hf, big_l)
+    theta = llama3_frequencies(r.d, r.base, s, lf, hf, big_l)
     params = {
-        "head_dim": head_dim,
-        "base": base,
         "factor": s,
         "low_freq_factor": lf,
         "high_freq_factor": hf,
         "original_max_position_embeddings": big_l,
     }
-    return _rope_encoding("rope-llama3", n, theta, 1.0, params)
+    return theta, 1.0, params
 
 
 _register(
@@ -487,20 +466,15 @@ _register(
 
 
 def _rope_longrope(
-    n: int,
-    ctx: Context,
+    r: _Rotary,
     *,
-    head_dim: int,
-    base: float,
-    partial_rotary_factor: float,
     factors: str,
     factor: float,
     original_max_position_embeddings: int,
     attention_factor: float,
     seq_len: int,
-) -> Encoding:
-    d, base = _common(head_dim, base, partial_rotary_factor)
-    pairs = (d + 1) // 2
+) -> _Variant:
+    pairs = (r.d + 1) // 2
     if factors:
         cfg = longrope_config(factors, pairs)
     else:
@@ -515,16 +489,14 @@ def _rope_longrope(
         2,
     )
     short, long = cfg.short_factor, cfg.long_factor
-    seq = check_int("seq_len", seq_len, 0) or n
+    seq = check_int("seq_len", seq_len, 0) or r.n
     use_long = seq > big_l
     lam = long if use_long else short
     m = check_float("attention_factor", attention_factor, 0.0) or (
         1.0 if s <= 1.0 else math.sqrt(1.0 + math.log(s) / math.log(big_l))
     )
-    theta = rope_frequencies(d, base) / lam
-    params: dict[str, Any] = {"head_dim": head_dim, "base": base}
-    if factors:
-        params["factors"] = factors
+    theta = rope_frequencies(r.d, r.base) / lam
+    params: dict[str, Any] = {"factors": factors} if factors else {}
     params.update(
         factor=s,
         original_max_position_embeddings=big_l,
@@ -532,7 +504,7 @@ def _rope_longrope(
         seq_len=seq,
         lists="long" if use_long else "short",
     )
-    return _rope_encoding("rope-longrope", n, theta, m, params)
+    return theta, m, params
 
 
 _register(

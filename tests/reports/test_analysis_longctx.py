@@ -44,7 +44,7 @@ def test_default_scores_never_build_dense_encoding_matrices(
     for spec in DEFAULT_SET:
         name, params = parse_encoding(spec)
         enc = make_encoding(name, geo.n_eff, params, mds=geo.mds)
-        assert "_delta" not in enc.__dict__  # nothing dense was built by the factory
+        assert "delta" not in enc.__dict__  # nothing dense was built by the factory
         want = compare(geo.distances, b_h, enc.delta, enc.gram())
         got = fast[enc.name]
         # mds-r's headline is held out (docs/geometry.md); its in-sample figure is compare's.
