@@ -6,6 +6,7 @@ products for sampled pairs, sparse gathers ``M x``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 import scipy.sparse as sp
@@ -14,12 +15,9 @@ from .._util.jit import load_numba
 
 __all__ = ["gather_product", "pair_products", "rare_lag_sums"]
 
-_KERNELS: dict[str, Callable[..., object]] = {}
 
-
+@cache
 def _kernels() -> dict[str, Callable[..., object]]:
-    if _KERNELS:
-        return _KERNELS
     numba = load_numba()
 
     @numba.njit(cache=True, nogil=True)
@@ -81,8 +79,7 @@ def _kernels() -> dict[str, Callable[..., object]]:
                 for c in range(k):
                     out[i, c] += w * row[c]
 
-    _KERNELS.update(lags=lags, self_lags=self_lags, pairs=pairs, gather=gather)
-    return _KERNELS
+    return {"lags": lags, "self_lags": self_lags, "pairs": pairs, "gather": gather}
 
 
 def _csr(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

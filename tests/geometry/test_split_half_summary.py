@@ -320,7 +320,7 @@ def test_the_compiled_passes_built_afresh_equal_the_formulas() -> None:
     two halves: each element is numpy's arithmetic in numpy's order (bit for bit)."""
     from posdiag.geometry import _summary
 
-    _summary._KERNELS.clear()  # the first call of a process builds them (numba's disk cache)
+    _summary.kernels.cache_clear()  # the first call of a process builds them (numba's disk cache)
     kern = _summary.kernels()
     assert set(kern) == {"differences", "within"} and _summary.kernels() is kern
     rng = np.random.default_rng(7)
