@@ -8,6 +8,7 @@ built on first use and cached on disk.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -22,15 +23,11 @@ __all__ = ["COMPILED_FROM", "rare_kernels", "split_kernels"]
 COMPILED_FROM = 128
 
 
-_SPLIT: dict[str, Callable[..., None]] = {}
-
-
+@cache
 def split_kernels() -> dict[str, Callable[..., None]]:
     """Compiled passes of :func:`~._gram._split` and ``_split_gram``: rows (or ranges of rows)
     in parallel, each writing only its own block rows and slices; the transposed split is one
     serial pass (its writes interleave across columns)."""
-    if _SPLIT:
-        return _SPLIT
     numba = load_numba()
 
     @numba.njit(parallel=True, cache=True, nogil=True)
@@ -108,25 +105,20 @@ def split_kernels() -> dict[str, Callable[..., None]]:
                         nxt[t, j] = q + 1
                 r_ptr[i + 1] = c
 
-    _SPLIT.update(
-        split_gram=split_gram,
-        count_rows=count_rows,
-        split_rows=split_rows,
-        split_columns=split_columns,
-    )
-    return _SPLIT
+    return {
+        "split_gram": split_gram,
+        "count_rows": count_rows,
+        "split_rows": split_rows,
+        "split_columns": split_columns,
+    }
 
 
-_KERNEL: list[object] = []
-
-
+@cache
 def rare_kernels() -> list[Any]:
     """``[rare, upper, upper32]``: the rare tokens' part of a product
     (:func:`~._gram.cross_product`, prefetching the list of the token after next) and of a
     Gram's upper triangle in float64 and float32 (:func:`~._gram._run_upper`)."""
-    if not _KERNEL:
-        _KERNEL.extend(_build_rare(load_numba()))
-    return _KERNEL
+    return _build_rare(load_numba())
 
 
 # Tokens ahead whose list the rare kernels prefetch (1 and 2 were fastest; benchmarks/NOTES.md).

@@ -197,14 +197,15 @@ def cross_product(
         mu = _level((ad,) if same else (ad, bd), dense)
         sa = _centre(a, ad, mu, dense)
         shift = (sa, sa if same else _centre(b, bd, mu, dense), float(mu @ mu))
+    from scipy.linalg.blas import dgemm  # here: importing scipy.linalg costs the small paths
+
     kernel = rare_kernels()[0]
-    gemm = _gemm(ad.dtype)
     for lo in range(0, a.shape[0], plan.block_rows):
         hi = min(lo + plan.block_rows, a.shape[0])
         block = out[lo:hi]
-        if add and gemm is not None:
+        if add and ad.dtype == np.float64:
             # block^T += bd ad^T by BLAS gemm (beta = 1) on transposed views: nothing copied.
-            gemm(1.0, bd.T, ad[lo:hi].T, beta=1.0, c=block.T, trans_a=True, overwrite_c=True)
+            dgemm(1.0, bd.T, ad[lo:hi].T, beta=1.0, c=block.T, trans_a=True, overwrite_c=True)
         elif add:
             block += ad[lo:hi] @ bd.T
         else:
@@ -445,15 +446,6 @@ def _split_gram(
         fix = (rare[1:] > 0) & (before >= 0)
         t_gap[first[fix]] -= before[fix].astype(gap)
     return block, (r_ptr, slot, stop, t_gap, t_val)
-
-
-def _gemm(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
-    """BLAS dgemm (adds into its output) for a float64 dense block, else None."""
-    if dtype != np.float64:
-        return None
-    from scipy.linalg.blas import dgemm
-
-    return dgemm
 
 
 def _split(

@@ -6,6 +6,7 @@ products for sampled pairs, sparse gathers ``M x``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 import scipy.sparse as sp
@@ -14,12 +15,9 @@ from .._util.jit import load_numba
 
 __all__ = ["gather_product", "pair_products", "rare_lag_sums"]
 
-_KERNELS: dict[str, Callable[..., object]] = {}
 
-
+@cache
 def _kernels() -> dict[str, Callable[..., object]]:
-    if _KERNELS:
-        return _KERNELS
     numba = load_numba()
 
     @numba.njit(cache=True, nogil=True)
@@ -81,8 +79,16 @@ def _kernels() -> dict[str, Callable[..., object]]:
                 for c in range(k):
                     out[i, c] += w * row[c]
 
-    _KERNELS.update(lags=lags, self_lags=self_lags, pairs=pairs, gather=gather)
-    return _KERNELS
+    return {"lags": lags, "self_lags": self_lags, "pairs": pairs, "gather": gather}
+
+
+def _csr(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A csr matrix as the kernels take it: ``(indptr, indices, data)``."""
+    return m.indptr, m.indices, m.data
+
+
+def _int64(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
 
 
 def rare_lag_sums(
@@ -96,19 +102,9 @@ def rare_lag_sums(
     """
     if a_csc is b_csc:
         # One matrix: the pairs of A A^T once each (sorted rows), half the work.
-        k = _kernels()["self_lags"]
-        k(a_csc.indptr, a_csc.indices, a_csc.data, np.ascontiguousarray(tokens, np.int64), out)
-        return
-    _kernels()["lags"](
-        a_csc.indptr,
-        a_csc.indices,
-        a_csc.data,
-        b_csc.indptr,
-        b_csc.indices,
-        b_csc.data,
-        np.ascontiguousarray(tokens, dtype=np.int64),
-        out,
-    )
+        _kernels()["self_lags"](*_csr(a_csc), _int64(tokens), out)
+    else:
+        _kernels()["lags"](*_csr(a_csc), *_csr(b_csc), _int64(tokens), out)
 
 
 def pair_products(
@@ -116,20 +112,10 @@ def pair_products(
 ) -> np.ndarray:
     """``<A_i, B_j>`` for each pair ``(rows[k], cols[k])``; shape (m,). Canonical csr inputs."""
     out = np.empty(rows.size)
-    _kernels()["pairs"](
-        a_csr.indptr,
-        a_csr.indices,
-        a_csr.data,
-        b_csr.indptr,
-        b_csr.indices,
-        b_csr.data,
-        np.ascontiguousarray(rows, dtype=np.int64),
-        np.ascontiguousarray(cols, dtype=np.int64),
-        out,
-    )
+    _kernels()["pairs"](*_csr(a_csr), *_csr(b_csr), _int64(rows), _int64(cols), out)
     return out
 
 
 def gather_product(m_csr: sp.csr_matrix, x: np.ndarray, out: np.ndarray) -> None:
     """``out += M @ x`` for csr ``M`` (r, c) and a C-contiguous float64 ``x`` (c, k)."""
-    _kernels()["gather"](m_csr.indptr, m_csr.indices, m_csr.data, x, out)
+    _kernels()["gather"](*_csr(m_csr), x, out)

@@ -6,6 +6,7 @@ with numpy's operations in numpy's order (the same numbers).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
@@ -190,12 +191,8 @@ def _distances_to_first_numpy(
     return out
 
 
-_SQUARE: dict[str, Callable[..., None]] = {}
-
-
+@cache
 def _square_kernels() -> dict[str, Callable[..., None]]:
-    if _SQUARE:
-        return _SQUARE
     import math
 
     numba = load_numba()
@@ -276,5 +273,4 @@ def _square_kernels() -> dict[str, Callable[..., None]]:
                 acc += d * d
             out[i] = math.sqrt(min(1.0, max(0.0, acc / 2.0)))
 
-    _SQUARE.update(pairs=pairs, to_first=to_first)
-    return _SQUARE
+    return {"pairs": pairs, "to_first": to_first}

@@ -8,18 +8,16 @@ Imported only from :data:`~._compiled.COMPILED_FROM` positions on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from .._util.jit import load_numba
 
 __all__ = ["kernels"]
 
-_KERNELS: dict[str, Callable[..., None]] = {}
 
-
+@cache
 def kernels() -> dict[str, Callable[..., None]]:
     """``differences`` and ``within``, compiled on first use (cached on disk by numba)."""
-    if _KERNELS:
-        return _KERNELS
     import math
 
     numba = load_numba()
@@ -68,5 +66,4 @@ def kernels() -> dict[str, Callable[..., None]]:
             partners[r] = count
             above[r] = right
 
-    _KERNELS.update(differences=differences, within=within)
-    return _KERNELS
+    return {"differences": differences, "within": within}

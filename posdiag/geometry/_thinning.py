@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,6 @@ from .._util.jit import load_numba
 
 __all__ = ["draw_half", "expected_halves"]
 
-_KERNELS: dict[str, Callable[..., None]] = {}
 # Counts below this have their moments computed once per distinct row total (a table).
 _MEMO = 256
 
@@ -37,14 +37,13 @@ _moments: Any = None
 _scaled: Any = None
 
 
+@cache
 def _kernels() -> dict[str, Callable[..., None]]:
     global _moments, _scaled
-    if not _KERNELS:
-        numba = load_numba()
-        _moments = _build_moments(numba)
-        _scaled = _build_scaled(numba)
-        _KERNELS.update(expected=_build_expected(numba), draw=_build_draw(numba))
-    return _KERNELS
+    numba = load_numba()
+    _moments = _build_moments(numba)
+    _scaled = _build_scaled(numba)
+    return {"expected": _build_expected(numba), "draw": _build_draw(numba)}
 
 
 def _build_moments(numba: Any) -> Callable[..., tuple[float, float, float]]:

@@ -382,11 +382,9 @@ def reached_rank(eigenvalues: np.ndarray, eps: float) -> int | None:
 
 
 def effective_rank(eigenvalues: np.ndarray, eps: float) -> int:
-    """Smallest rank r with ``stress(MDS_r) <= eps``."""
-    eps = check_float("eps", eps, 0.0, 1.0)
-    by_rank = stress_by_rank(eigenvalues)
-    hits = np.flatnonzero(by_rank <= eps)
-    return int(hits[0] + 1) if hits.size else len(by_rank)
+    """Smallest rank r with ``stress(MDS_r) <= eps``, else ``n-1``."""
+    rank = reached_rank(eigenvalues, eps)
+    return len(stress_by_rank(eigenvalues)) if rank is None else rank
 
 
 @dataclass(frozen=True)

@@ -58,11 +58,17 @@ def distances_to_first(counts: Matrix, n: int) -> np.ndarray:
     -------
     ndarray of shape (n,), in [0, 1]
     """
-    c = sp.csr_matrix(counts)
+    c = canonical_csr(counts)
+    return csr_distances_to_first(c.indptr[: n + 1], c.indices, c.data)
+
+
+def canonical_csr(m: Matrix, dtype: type[np.floating] | None = None) -> sp.csr_matrix:
+    """``m`` as csr (of ``dtype``) with sorted, summed indices: a copy only when it is not."""
+    c = sp.csr_matrix(m, dtype=dtype)
     if not c.has_canonical_format:
         c = c.copy()
         c.sum_duplicates()
-    return csr_distances_to_first(c.indptr[: n + 1], c.indices, c.data)
+    return c
 
 
 def plugin_bc(counts: Matrix) -> np.ndarray:

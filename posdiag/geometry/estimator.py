@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -135,28 +135,17 @@ def _estimate(
     float64): two n x n arrays at the end, not three."""
     bc = np.ascontiguousarray(bc, dtype=np.float64)
     distances = implied_distances(bc)
-    return _from_gram(
-        estimator, method, splits, seed, gram_from_bc(bc, overwrite=True), distances, spectrum
-    )
+    gram = gram_from_bc(bc, overwrite=True)
+    mds = _headline_mds(gram, spectrum)
+    return HellingerEstimate(estimator, method, splits, seed, gram, distances, mds)
 
 
-def _from_gram(
-    estimator: str,
-    method: str,
-    splits: int,
-    seed: int,
-    gram: np.ndarray,
-    distances: np.ndarray,
-    spectrum: bool = True,
-) -> HellingerEstimate:
+def _headline_mds(gram: np.ndarray, spectrum: bool = True) -> MDS:
     # Beyond EIGVALSH_MAX no Lanczos for the smallest eigenvalue: it converges slowly on the
     # noise cluster at the bottom of B_H (the report says so).
-    mds = (
-        mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False)
-        if spectrum
-        else no_spectrum(gram)
-    )
-    return HellingerEstimate(estimator, method, splits, seed, gram, distances, mds)
+    if spectrum:
+        return mds_of_gram(gram, tolerances=HEADLINE_TOLERANCES, bottom=False)
+    return no_spectrum(gram)
 
 
 def no_spectrum(gram: np.ndarray) -> MDS:
@@ -242,9 +231,7 @@ def restrict(estimate: HellingerEstimate, n: int) -> HellingerEstimate:
         return estimate
     gram = gram_from_bc(estimate.gram[:n, :n] * 2.0, overwrite=True)
     distances = np.ascontiguousarray(estimate.distances[:n, :n])
-    return _from_gram(
-        estimate.estimator, estimate.method, estimate.splits, estimate.seed, gram, distances
-    )
+    return replace(estimate, gram=gram, distances=distances, mds=_headline_mds(gram))
 
 
 def negative_eigenvalue_note(eigenvalues: np.ndarray, *, partial: bool = False) -> str | None:

@@ -205,20 +205,11 @@ def _top_mds(
 def noise_energy_rows(halves: SplitHalf, block_bytes: int = 64 << 20) -> np.ndarray:
     """Row sums of the noise energy, of shape (n,), without its ``n x n`` array.
 
-    Row blocks of ``block_bytes``; each row's sum is bit for bit the whole array's.
+    Row blocks of ``block_bytes`` (:func:`_summary_pass`); each row's sum is bit for bit the
+    whole array's.
     """
-    n = halves.grams[0][0].shape[0]
-    out = np.empty(n)
-    for lo, hi in _row_spans(n, block_bytes):
-        rows = slice(lo, hi)
-        acc = np.zeros((hi - lo, n))
-        for g_p, g_q in halves.grams:
-            d = np.subtract(g_p[rows], g_q[rows])
-            d *= d
-            acc += d
-        acc /= 4.0 * len(halves.grams)
-        out[rows] = acc.sum(axis=1)
-    return out
+    split: list[_Half] = [(_Rows(g_p), g_q, None, None) for g_p, g_q in halves.grams]
+    return _summary_pass(split, split[0][0], False, 0, block_bytes)[0]
 
 
 # Rows per block of split_half_summary's pass: a few (rows, n) float64 arrays of this size.

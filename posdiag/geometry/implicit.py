@@ -24,7 +24,7 @@ from ..errors import PosdiagError
 from . import _pairs
 from ._gram import cross_product as fast_cross_product
 from ._gram import sqrt_rows
-from .crossfit import thinning_halves
+from .crossfit import canonical_csr, thinning_halves
 from .spectral import GramOperator, PartialSpectrum, operator_spectrum
 
 __all__ = [
@@ -97,20 +97,12 @@ class ImplicitBC:
         return int(self.diagonal.shape[0])
 
 
-def _canonical(m: sp.spmatrix) -> sp.csr_matrix:
-    m = sp.csr_matrix(m, dtype=np.float64)
-    if not m.has_canonical_format:
-        m = m.copy()
-        m.sum_duplicates()
-    return m
-
-
 def _build(
     pairs: Sequence[tuple[sp.csr_matrix, sp.csr_matrix]], diag: np.ndarray | None
 ) -> ImplicitBC:
     if not pairs:
         raise PosdiagError("'splits' must be an int in [1, inf]; got 0")
-    halves = tuple((_canonical(a), _canonical(b)) for a, b in pairs)
+    halves = tuple((canonical_csr(a, np.float64), canonical_csr(b, np.float64)) for a, b in pairs)
     same = tuple(_identical(a, b) for a, b in halves)
     # Equal halves are kept once (the second copy would be O(nnz) memory for nothing).
     halves = tuple((a, a if one else b) for (a, b), one in zip(halves, same, strict=True))
@@ -118,8 +110,8 @@ def _build(
     n = halves[0][0].shape[0]
     own = np.zeros(n)
     for (a, b), one in zip(halves, same, strict=True):
-        at = _canonical(a.T.tocsr())
-        transposes.append((at, at if one else _canonical(b.T.tocsr())))
+        at = canonical_csr(a.T.tocsr(), np.float64)
+        transposes.append((at, at if one else canonical_csr(b.T.tocsr(), np.float64)))
         prod = sp.csr_matrix((a.data * a.data, a.indices, a.indptr)) if one else a.multiply(b)
         own += np.asarray(prod.sum(axis=1)).ravel()
     own /= len(halves)
@@ -155,7 +147,7 @@ def from_halves(
 def from_rows(s: sp.spmatrix) -> ImplicitBC:
     """The plug-in ``BC = S S^T`` of square-root rows ``S`` (n, V), diagonal exactly 1
     (:func:`~.crossfit.plugin_bc` without its clip to [0, 1], which only rounding reaches)."""
-    s = _canonical(s)
+    s = canonical_csr(s, np.float64)
     return _build([(s, s)], np.ones(s.shape[0]))
 
 
@@ -421,10 +413,6 @@ class ImplicitGeometry:
     total_var: float
     pairs: PairSample
     residual: np.ndarray
-
-    @property
-    def exact(self) -> bool:
-        return self.total_var == 0.0
 
     @property
     def total_se(self) -> float:

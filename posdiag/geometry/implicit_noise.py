@@ -1,8 +1,5 @@
-"""What ``diagnose`` estimates at long contexts from an
-:class:`~posdiag.geometry.implicit.ImplicitGeometry` (docs/geometry.md, "Long contexts: the
-implicit path"): the pairs within the sampling noise and the noise's share from its pair sample
-(:func:`split_noise`, :func:`floor_noise`), and the shift-equivariance ``R^2`` from a sample at
-every lag (:func:`shift_estimate`), each with its standard error.
+"""What ``diagnose`` estimates at long contexts from an :class:`~.implicit.ImplicitGeometry`,
+each with its standard error (docs/geometry.md, "Long contexts: the implicit path").
 """
 
 from __future__ import annotations

@@ -288,7 +288,6 @@ class _BlockLanczos:
         self.q, self.c = _next_block(q, self.v[:0], first, self.scale, self.rng)
         self.passes = 0
         self.columns = 0  # vectors multiplied by B in all (restarts do not reset it)
-        self.restarts = 0
         self.keep = 0  # Ritz vectors a restart keeps at least (the pairs wanted)
         self.theta = np.zeros(0)
         self.s = np.zeros((0, 0))
@@ -358,7 +357,6 @@ class _BlockLanczos:
         self.c = self.c @ self.s[m - j : m, :keep]
         self.m = keep
         self.last = keep  # every kept vector's image has a part along the next block
-        self.restarts += 1
 
     def ritz(self) -> None:
         """Ritz values (descending), their coefficients and residual estimates / ``||B||_F``."""

@@ -100,7 +100,7 @@ def test_spectrum_and_scores_exact_norm(thin) -> None:
     k = geom.spectrum.eigenvalues.size
     np.testing.assert_allclose(geom.spectrum.eigenvalues, lam[:k], rtol=0, atol=1e-9)
     assert geom.total == pytest.approx(float(lam @ lam), rel=1e-12)
-    assert geom.exact and geom.total_se == 0.0
+    assert geom.total_var == 0.0 and geom.total_se == 0.0
     side = scores.corpus_side(implied_distances(ref.copy()), b)
     for name in ("sinusoidal", "rope", "alibi", "t5", "alibi-kernel", "learned-random"):
         enc = make_encoding(name, 160)

@@ -15,17 +15,14 @@ import scipy.sparse as sp
 from posdiag._util.threads import small_blas
 from posdiag.counts.core import Counts
 from posdiag.geometry import estimator, heldout
-from posdiag.geometry.estimator import (
-    noise_energy_rows,
-    split_half_summary,
-)
+from posdiag.geometry.estimator import split_half_summary
 from posdiag.reports import analysis, intervals
 from posdiag.reports.analysis import corpus_geometry
 from posdiag.reports.options import Analysis
 from posdiag.reports.stress import stress_report
 from posdiag.uncertainty.bootstrap import NO_SHARDS
 from tests._data import drift_distributions, whole_mask, whole_split_half
-from tests.geometry._oracles import heldout_mds_stress, split_half_grams
+from tests.geometry._oracles import heldout_mds_stress, noise_energy, split_half_grams
 
 
 def noisy_counts(n: int, v: int = 60, seed: int = 5) -> sp.csr_matrix:
@@ -89,7 +86,7 @@ def test_summary_equals_the_whole_grams(
     # 0.3.31 splits these float32 products across threads, which reorders their additions.
     with small_blas(n):
         half = split_half_grams(counts, n, repeats=repeats)
-        want_rows = noise_energy_rows(half)
+        want_rows = noise_energy(half).sum(axis=1)
         want = heldout_mds_stress(half, [1, 2, 3])
     np.testing.assert_array_equal(got.energy_rows, want_rows)
     assert set(got.heldout) == {1, 2, 3}
@@ -118,7 +115,7 @@ def test_summary_by_shards_equals_the_whole_grams() -> None:
         total, n, geo.mds.gram, shards=shards, ranks=[2], seed=4, repeats=1, stash=geo.distances
     )
     half = split_half_grams(total, n, shards=shards, seed=4, repeats=1)
-    np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(half))
+    np.testing.assert_array_equal(got.energy_rows, noise_energy(half).sum(axis=1))
     assert got.heldout[2] == pytest.approx(heldout_mds_stress(half, [2])[2], rel=1e-13)
     np.testing.assert_array_equal(got.partners, whole_mask(half.grams, geo.mds.gram).sum(axis=1))
 
@@ -128,7 +125,8 @@ def test_without_ranks_or_noise_only_the_energy() -> None:
     geo = corpus_geometry(Counts(counts, {}), min_count=1, plain=False)
     got = split_half_summary(counts, 20, geo.mds.gram, noise=False)
     assert got.heldout == {} and got.partners is None and got.within == 0
-    np.testing.assert_array_equal(got.energy_rows, noise_energy_rows(split_half_grams(counts, 20)))
+    want_rows = noise_energy(split_half_grams(counts, 20)).sum(axis=1)
+    np.testing.assert_array_equal(got.energy_rows, want_rows)
 
 
 def test_a_failure_while_stashed_restores_the_distances(
@@ -320,7 +318,7 @@ def test_the_compiled_passes_built_afresh_equal_the_formulas() -> None:
     two halves: each element is numpy's arithmetic in numpy's order (bit for bit)."""
     from posdiag.geometry import _summary
 
-    _summary._KERNELS.clear()  # the first call of a process builds them (numba's disk cache)
+    _summary.kernels.cache_clear()  # the first call of a process builds them (numba's disk cache)
     kern = _summary.kernels()
     assert set(kern) == {"differences", "within"} and _summary.kernels() is kern
     rng = np.random.default_rng(7)
