@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..reports.analysis import CorpusSummary, Spectrum, rank_text
+from ..reports.padding import ranges
 from ..reports.scores import EncodingScore
 
 __all__ = [
@@ -53,21 +54,6 @@ def params(p: Mapping[str, Any]) -> str:
 def ci_text(lo: float, hi: float) -> str:
     """``[lo, hi]`` or ``n/a`` when no interval was computed."""
     return "n/a" if math.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
-
-
-def ranges(positions: tuple[int, ...]) -> str:
-    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
-    if not positions:
-        return "none"
-    parts, start, prev = [], positions[0], positions[0]
-    for p in (*positions[1:], None):
-        if p is not None and p == prev + 1:
-            prev = p
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if p is not None:
-            start = prev = p
-    return ", ".join(parts)
 
 
 def spectrum_rows(sp: Spectrum) -> list[tuple[str, str, str]]:

@@ -16,11 +16,7 @@ from ._fit import Column, print_fitted
 from ._format import ci_text, corpus_json, fmt, jsonable, params, ranges, score_json, spectrum_rows
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_json, spectrum_line
 
-__all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
-
-
-def uncertainty_json(u: Uncertainty) -> dict[str, Any]:
-    return jsonable(asdict(u))
+__all__ = ["diagnosis_json", "print_diagnosis"]
 
 
 def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
@@ -36,7 +32,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
             "rank": rank,
             "encodings": [score_json(e) for e in d.encodings],
             "recommendation": asdict(d.recommendation),
-            "uncertainty": uncertainty_json(d.uncertainty),
+            "uncertainty": asdict(d.uncertainty),
             "warnings": d.warnings,
         }
     )

@@ -51,6 +51,19 @@ class EncodingScore:
         """The row's name: ``learned-random (gpt2)`` for a row from a model preset."""
         return f"{self.name} ({self.preset})" if self.preset else self.name
 
+    @property
+    def ci_brief(self) -> str:
+        """`` [lo, hi]`` at 3 decimals, as the readings quote it; "" without an interval."""
+        return "" if math.isnan(self.ci_low) else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
+    def overlaps(self, other: EncodingScore) -> bool:
+        """Whether both rows have intervals and the two overlap."""
+        return (
+            not math.isnan(self.ci_high)
+            and other.ci_low <= self.ci_high
+            and self.ci_low <= other.ci_high
+        )
+
 
 # An encoding as asked for: "NAME[:k=v,...]", (name, params), or (name, params, preset) for the
 # rows of a model preset (see posdiag.encodings.preset_specs).
