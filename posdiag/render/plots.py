@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +83,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _figure(**kw: Any) -> Any:
-    plt = _pyplot()
-    return plt.figure(figsize=FIGSIZE, dpi=DPI, layout="constrained", **kw)
+def _figure() -> Any:
+    return _pyplot().figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
 
 
 def _title(fig: Any, what: str, c: CorpusSummary) -> None:
@@ -357,24 +357,20 @@ def figures(
     out: dict[str, FigureMaker] = {}
     summary = report.corpus if report is not None else None
     if geometry is not None:
-        g = geometry
-        summary = g.summary
-        out["hellinger.png"] = lambda: plot_hellinger(g)
-        out["spectrum.png"] = lambda: plot_spectrum(g)
-        if g.n_eff >= 3:
-            out["trajectory_2d.png"] = lambda: plot_trajectory(g, 2)
-        if g.n_eff >= 4:
-            out["trajectory_3d.png"] = lambda: plot_trajectory(g, 3)
+        summary = geometry.summary
+        out["hellinger.png"] = partial(plot_hellinger, geometry)
+        out["spectrum.png"] = partial(plot_spectrum, geometry)
+        if geometry.n_eff >= 3:
+            out["trajectory_2d.png"] = partial(plot_trajectory, geometry, 2)
+        if geometry.n_eff >= 4:
+            out["trajectory_3d.png"] = partial(plot_trajectory, geometry, 3)
     if report is not None:
-        r = report
-        out["stress.png"] = lambda: plot_stress(r)
+        out["stress.png"] = partial(plot_stress, report)
     if summary is not None:
-        s = summary
-        out["support.png"] = lambda: plot_support(s)
+        out["support.png"] = partial(plot_support, summary)
     if drift is not None:
-        dr = drift
-        out["drift_hellinger.png"] = lambda: plot_drift_positions(dr)
-        out["drift_stress.png"] = lambda: plot_drift_stress(dr)
+        out["drift_hellinger.png"] = partial(plot_drift_positions, drift)
+        out["drift_stress.png"] = partial(plot_drift_stress, drift)
     return out
 
 

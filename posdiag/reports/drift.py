@@ -457,12 +457,12 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
+def _default_rank(mds: MDS, tolerance: float) -> int:
     """Effective rank at ``tolerance``, else the signal rank (the eigenvalues above the
     magnitude of the most negative one), else for a partial spectrum whose smallest eigenvalue
-    is unknown its top rank. An array is a complete spectrum (descending eigenvalues)."""
-    lam = np.asarray(mds.eigenvalues if isinstance(mds, MDS) else mds)
-    if not isinstance(mds, MDS) or mds.total is None:
+    is unknown its top rank."""
+    lam = np.asarray(mds.eigenvalues)
+    if mds.total is None:
         hit = reached_rank(lam, tolerance)
         low = float(lam[-1])
     else:
@@ -471,7 +471,7 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
         low = mds.min_eigenvalue
     if hit is not None:
         return hit
-    top = min(lam.size, (mds.n if isinstance(mds, MDS) else lam.size) - 1)
+    top = min(lam.size, mds.n - 1)
     if math.isnan(low):
         return top
     signal = int(np.sum(lam > abs(min(0.0, low))))
@@ -552,8 +552,6 @@ def corpus_drift(
         for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b))
         if not ok and rank is None
     ]
-    a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
-    b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     return Drift(
         a=ga.summary,
         b=gb.summary,
@@ -561,11 +559,11 @@ def corpus_drift(
         rank_a=ra,
         rank_b=rb,
         tolerance=tolerance,
-        a_on_b=a_on_b,
+        a_on_b=fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra))),
         # The MDS's own tail: exact for a partial spectrum too (from ||B_H||_F^2).
-        b_optimum=float(pb.mds.stress_by_rank()[ra - 1]),
-        b_on_a=b_on_a,
-        a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
+        b_optimum=float(by_b[ra - 1]),
+        b_on_a=fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb))),
+        a_optimum=float(by_a[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=_rankings(pa, pb, encodings),

@@ -316,11 +316,11 @@ def measure(
         n = summary.n_eff
         total = positional_information(counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
+    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     if takes_implicit(counts, min_count):
-        return implicit_facts(counts, config, analysis, scores or {})
+        return implicit_facts(counts, config, analysis, given)
     # plain=False: no verdict and no output uses the plug-in figure.
     geo = analysed_geometry(counts, analysis, plain=False)
-    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
     fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
     if fresh and not why_no_intervals(counts):
@@ -346,12 +346,11 @@ def measure(
 
 
 def implicit_facts(
-    counts: Counts, config: GateConfig, analysis: Analysis, scores: Mapping[str, Any]
+    counts: Counts, config: GateConfig, analysis: Analysis, given: Mapping[str, Any]
 ) -> GateFacts:
     """Facts at long contexts: ``stress``'s implicit figures (with standard errors, no
-    intervals); the top eigenpairs grown by one more implicit pass when they do not settle a
-    rank rule."""
-    given = {_encoding_key(k): v for k, v in scores.items()}
+    intervals; ``given``: precomputed scores by canonical spec); the top eigenpairs grown by one
+    more implicit pass when they do not settle a rank rule."""
     # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
     run = implicit_analysis(counts, analysis)
     summary, geom = run.summary, run.geometry
