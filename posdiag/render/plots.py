@@ -58,8 +58,7 @@ PIXELS = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
 # Blue, orange, bluish green, reddish purple, sky blue, vermillion, yellow, black.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CMAP = "viridis"
-# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come
-# in (legend order too).
+# One colour per encoding family, in legend order, whatever order the encodings come in.
 FAMILY_COLOURS = {
     "absolute": OKABE_ITO[0],
     "relative: rotary": OKABE_ITO[1],

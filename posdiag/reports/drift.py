@@ -509,7 +509,6 @@ def corpus_drift(
     rank: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
-    draws: int = DEFAULT_DRAWS,
     geometry_draws: int = GEOMETRY_DRAWS,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
@@ -525,9 +524,8 @@ def corpus_drift(
         min_count, estimator and seed (also of the re-splits); no intervals.
     encodings : sequence, optional
         Encodings to rank (default set when None).
-    draws, geometry_draws : int
-        Re-splits behind the per-position and the geometry stress's no-drift references
-        (``geometry_draws`` 0: no verdict).
+    geometry_draws : int
+        Re-splits behind the geometry stress's no-drift reference (0: no verdict).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
@@ -567,9 +565,7 @@ def corpus_drift(
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=_rankings(pa, pb, encodings),
-        position_reference=tuple(
-            float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
-        ),
+        position_reference=tuple(float(x) for x in no_drift_reference(a, b, n, seed=seed)),
         seed=seed,
         warnings=tuple(
             dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))

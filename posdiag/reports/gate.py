@@ -446,11 +446,6 @@ class GateReport:
         return sum(not r.passed for r in self.results)
 
 
-def _support_figure(supports: Sequence[int]) -> tuple[int, int]:
-    i = min(range(len(supports)), key=lambda k: (supports[k], k))
-    return int(supports[i]), i
-
-
 def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
     """Judge every rule of ``config`` on ``facts``, in a fixed order."""
     out: list[RuleResult] = []
@@ -482,8 +477,7 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         else:
             hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
             if hit is None:
-                # Below the floor the negative eigenvalues of the estimate leave: no rank
-                # reaches it.
+                # Below the floor the estimate's negative eigenvalues leave, no rank reaches it.
                 note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
             r = math.inf if hit is None else float(hit)
         out.append(
@@ -515,7 +509,9 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         )
     if config.min_support is not None:
         # Model view: real (non-pad) tokens, since every sequence is padded to every position.
-        low, pos = _support_figure(facts.corpus.counted_supports)
+        supports = facts.corpus.counted_supports
+        pos = int(np.argmin(supports))  # the first of the smallest
+        low = int(supports[pos])
         out.append(
             RuleResult(
                 "min-support",
