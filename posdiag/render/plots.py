@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._util.atomic import atomic_outputs, check_output
+from ..encodings.families import family
 from ..errors import PosdiagError
 from ..reports.analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary
 from ..reports.analysis import spectrum as spectrum_of
@@ -178,13 +179,6 @@ def plot_trajectory(geometry: CorpusGeometry, dims: int = 2) -> Figure:
     return fig
 
 
-def _family(name: str) -> str:
-    from ..encodings.families import family
-
-    found = family(name)
-    return found if found in FAMILY_COLOURS else "other"
-
-
 def plot_stress(report: StressReport) -> Figure:
     """Horizontal bars of each encoding's stress, best on top, with confidence intervals
     where they were computed (``ci_low``/``ci_high`` on the scores)."""
@@ -193,7 +187,7 @@ def plot_stress(report: StressReport) -> Figure:
     values = np.array([s.stress for s in scores])
     lo_hi = np.array([(s.ci_low, s.ci_high) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
-    kinds = [_family(s.name) for s in scores]
+    kinds = [k if (k := family(s.name)) in FAMILY_COLOURS else "other" for s in scores]
     palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
     fig = _figure()
     ax = fig.add_subplot()
@@ -289,14 +283,13 @@ def plot_drift_positions(drift: Drift) -> Figure:
     ax = fig.add_subplot()
     pos = np.arange(len(d))
     ax.plot(pos, d, marker="o", markersize=3, color=OKABE_ITO[0], label="A vs B")
-    if len(drift.position_reference) == len(d):
-        ax.plot(
-            pos,
-            drift.position_reference,
-            linestyle="--",
-            color=OKABE_ITO[1],
-            label="expected without drift (random re-splits of A+B)",
-        )
+    ax.plot(
+        pos,
+        drift.position_reference,
+        linestyle="--",
+        color=OKABE_ITO[1],
+        label="expected without drift (random re-splits of A+B)",
+    )
     ax.legend(fontsize=8)
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("position i")
