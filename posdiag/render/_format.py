@@ -71,9 +71,7 @@ def effective_ranks(sp: Spectrum, sep: str = " at stress <= ") -> str:
 
 def span(positions: tuple[int, ...]) -> str:
     """``first..last (count)`` of sorted positions (``none`` when empty)."""
-    if not positions:
-        return "none"
-    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
+    return f"{positions[0]}..{positions[-1]} ({len(positions)})" if positions else "none"
 
 
 def corpus_json(c: CorpusSummary) -> dict[str, Any]:

@@ -67,9 +67,7 @@ def search_dirs(start: str | Path = ".") -> list[Path]:
 
 def _shown(path: Path, start: Path) -> Path:
     """``path`` relative to ``start`` when ``start`` is relative (``./x`` reads as ``x``)."""
-    if start.is_absolute():
-        return path
-    return Path(os.path.relpath(path, Path.cwd()))
+    return path if start.is_absolute() else Path(os.path.relpath(path, Path.cwd()))
 
 
 def find_config(start: str | Path = ".") -> Path | None:

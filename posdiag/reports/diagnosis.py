@@ -317,9 +317,7 @@ def shift_diagnosis(
 def noise_share_text(share: float) -> str:
     """``'~45%'``; from 100% on, what it is: the cross-fit's sampling error bound exceeding the
     geometry, ``'all of it (error bound 1.9 x the geometry)'``: a share cannot pass 100%."""
-    if share <= 1.0:
-        return f"~{share:.0%}"
-    return f"~100% (error bound {share:.2g} x the geometry)"
+    return f"~{share:.0%}" if share <= 1.0 else f"~100% (error bound {share:.2g} x the geometry)"
 
 
 def saving_phrase(saving: float, digits: int = 0) -> str:

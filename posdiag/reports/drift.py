@@ -432,9 +432,7 @@ class Drift:
     @property
     def drifted(self) -> bool | None:
         """True: drift; False: no drift beyond sampling; None: no reference was computed."""
-        if not self.geometry_reference:
-            return None
-        return self.geometry_stress > self.drift_threshold
+        return self.geometry_stress > self.drift_threshold if self.geometry_reference else None
 
     @property
     def verdict(self) -> str:
