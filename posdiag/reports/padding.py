@@ -5,25 +5,15 @@ would shape their geometry), and the warning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # analysis imports this module
+    from .analysis import CorpusSummary
 
 __all__ = ["NEARLY_PAD_SHARE", "mostly_padding", "padding_warnings", "ranges"]
 
 # A position whose real-token share is below this is "nearly pad-only".
 NEARLY_PAD_SHARE = 0.05
-
-
-class CorpusSummary(Protocol):
-    """What the padding check reads of :class:`posdiag.reports.analysis.CorpusSummary`."""
-
-    @property
-    def source(self) -> str: ...
-    @property
-    def n_eff(self) -> int: ...
-    @property
-    def supports(self) -> Sequence[int]: ...
-    @property
-    def real_supports(self) -> Sequence[int]: ...
 
 
 def ranges(positions: Sequence[int]) -> str:
