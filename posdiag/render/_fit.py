@@ -48,18 +48,14 @@ class Column:
         return max(len(t) for t in texts)
 
 
-def _width(cols: Sequence[Column]) -> int:
-    # rich's default box: one border per column plus one, one space of padding on each side.
-    return sum(c.min_width for c in cols) + 3 * len(cols) + 1
-
-
 def print_fitted(title: str, columns: Sequence[Column], console: Console, indent: str = "") -> None:
     """Print a table of ``columns`` that fits ``console.width``, then name the columns left out
     (on a line starting with ``indent``). ``title`` is rich markup; headers and cells plain text.
     """
     cols = list(columns)
     dropped: list[str] = []
-    while _width(cols) > console.width:
+    # rich's default box: one border per column plus one, one space of padding on each side.
+    while sum(c.min_width for c in cols) + 3 * len(cols) + 1 > console.width:
         optional = [c for c in cols if c.keep is not None]
         if not optional:
             break  # only uncuttable columns left: let the terminal wrap the lines

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..reports.analysis import CorpusSummary, Spectrum, rank_text
+from ..reports.padding import ranges
 from ..reports.scores import EncodingScore
 
 __all__ = [
@@ -55,21 +56,6 @@ def ci_text(lo: float, hi: float) -> str:
     return "n/a" if math.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
 
 
-def ranges(positions: tuple[int, ...]) -> str:
-    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
-    if not positions:
-        return "none"
-    parts, start, prev = [], positions[0], positions[0]
-    for p in (*positions[1:], None):
-        if p is not None and p == prev + 1:
-            prev = p
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if p is not None:
-            start = prev = p
-    return ", ".join(parts)
-
-
 def spectrum_rows(sp: Spectrum) -> list[tuple[str, str, str]]:
     """Rank, eigenvalue and in-sample stress of the first :data:`SHOWN_RANKS` ranks."""
     shown = range(1, min(SHOWN_RANKS, len(sp.stress_by_rank)) + 1)
@@ -85,9 +71,7 @@ def effective_ranks(sp: Spectrum, sep: str = " at stress <= ") -> str:
 
 def span(positions: tuple[int, ...]) -> str:
     """``first..last (count)`` of sorted positions (``none`` when empty)."""
-    if not positions:
-        return "none"
-    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
+    return f"{positions[0]}..{positions[-1]} ({len(positions)})" if positions else "none"
 
 
 def corpus_json(c: CorpusSummary) -> dict[str, Any]:

@@ -11,16 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..reports.diagnosis import Diagnosis, noise_share_text
-from ..reports.intervals import Uncertainty
 from ._fit import Column, print_fitted
 from ._format import ci_text, corpus_json, fmt, jsonable, params, ranges, score_json, spectrum_rows
 from .stress import SPECTRUM_STRESS, print_summary, spectrum_json, spectrum_line
 
-__all__ = ["diagnosis_json", "print_diagnosis", "uncertainty_json"]
-
-
-def uncertainty_json(u: Uncertainty) -> dict[str, Any]:
-    return jsonable(asdict(u))
+__all__ = ["diagnosis_json", "print_diagnosis"]
 
 
 def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
@@ -36,7 +31,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
             "rank": rank,
             "encodings": [score_json(e) for e in d.encodings],
             "recommendation": asdict(d.recommendation),
-            "uncertainty": uncertainty_json(d.uncertainty),
+            "uncertainty": asdict(d.uncertainty),
             "warnings": d.warnings,
         }
     )
@@ -58,12 +53,6 @@ def per_position_title(n: int, step: int) -> str:
         return f"Per position (all {n})"
     nth = {2: "2nd", 3: "3rd"}.get(step, f"{step}th")
     return f"Per position (every {nth} of 0..{n - 1}, and the last; --json has all {n})"
-
-
-def _uncertainty_line(u: Uncertainty) -> str:
-    if u.shards == 0:
-        return u.note
-    return f"intervals: {u.describe()}, centred on the full-data estimate"
 
 
 def print_diagnosis(d: Diagnosis, console: Console) -> None:
@@ -150,5 +139,7 @@ def print_diagnosis(d: Diagnosis, console: Console) -> None:
         console,
         "  ",
     )
-    console.print(f"  {_uncertainty_line(d.uncertainty)}")
+    u = d.uncertainty
+    how = f"intervals: {u.describe()}, centred on the full-data estimate" if u.shards else u.note
+    console.print(f"  {how}")
     console.print(f"\n[bold]Recommendation:[/bold] {d.recommendation.text}")

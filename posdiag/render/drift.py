@@ -64,18 +64,16 @@ def _num(x: float) -> str:
 
 def _rank_note(drift: Drift) -> str:
     """How the cross-stress ranks were chosen, saying where the tolerance is not reached."""
-    parts = []
-    for side, r, ok, floor in (
-        ("A", drift.rank_a, drift.rank_reached_a, drift.floor_a),
-        ("B", drift.rank_b, drift.rank_reached_b, drift.floor_b),
-    ):
-        if ok:
-            parts.append(f"{side} {r} (stress <= {drift.tolerance:g})")
-        else:
-            parts.append(
-                f"{side} {r} (signal rank: stress <= {drift.tolerance:g} not reached, "
-                f"floor {floor:.3f})"
-            )
+    tol = f"stress <= {drift.tolerance:g}"
+    parts = [
+        f"{side} {r} ({tol})"
+        if ok
+        else f"{side} {r} (signal rank: {tol} not reached, floor {fl:.3f})"
+        for side, r, ok, fl in (
+            ("A", drift.rank_a, drift.rank_reached_a, drift.floor_a),
+            ("B", drift.rank_b, drift.rank_reached_b, drift.floor_b),
+        )
+    ]
     return "ranks " + ", ".join(parts)
 
 

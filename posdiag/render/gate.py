@@ -117,18 +117,17 @@ def gate_json(report: GateReport) -> dict[str, Any]:
     )
 
 
+def _suites(corpus: str, tests: int, failures: int, errors: int) -> tuple[ET.Element, ET.Element]:
+    """The ``testsuites`` root of a JUnit report and its one ``testsuite``."""
+    suites = ET.Element("testsuites", name="posdiag check")
+    numbers = {"tests": tests, "failures": failures, "errors": errors, "skipped": 0}
+    attrs = {"name": f"posdiag check {corpus}", **{k: str(v) for k, v in numbers.items()}}
+    return suites, ET.SubElement(suites, "testsuite", attrs)
+
+
 def junit_xml(report: GateReport) -> bytes:
     """A JUnit XML report: one ``testcase`` per rule, ``failure`` on the failing ones."""
-    suites = ET.Element("testsuites", name="posdiag check")
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=f"posdiag check {report.corpus.source}",
-        tests=str(len(report.results)),
-        failures=str(report.failures),
-        errors="0",
-        skipped="0",
-    )
+    suites, suite = _suites(report.corpus.source, len(report.results), report.failures, 0)
     props = ET.SubElement(suite, "properties")
     c = report.corpus
     for k, v in (
@@ -155,16 +154,7 @@ def junit_xml(report: GateReport) -> bytes:
 def junit_error_xml(corpus: str, message: str) -> bytes:
     """A JUnit XML report of a check that could not run (exit 2): one ``testcase`` with an
     ``error``, as pytest's ``--junitxml`` records an error outside the tests."""
-    suites = ET.Element("testsuites", name="posdiag check")
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=f"posdiag check {corpus}",
-        tests="1",
-        failures="0",
-        errors="1",
-        skipped="0",
-    )
+    suites, suite = _suites(corpus, 1, 0, 1)
     case = ET.SubElement(suite, "testcase", classname="posdiag.check", name="check")
     err = ET.SubElement(case, "error", message=message, type="error")
     err.text = f"posdiag check exited with code 2 or was interrupted: {message}"

@@ -223,8 +223,7 @@ def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
         from .plots import figures, png_bytes
 
         makers = figures(geo, report)
-        order = [k for k in _CAPTIONS if k in makers]
-        pngs = {_CAPTIONS[k]: png_bytes(makers[k]()) for k in order}
+        pngs = {_CAPTIONS[k]: png_bytes(makers[k]()) for k in _CAPTIONS if k in makers}
     readings = {
         "information": d.information.reading,
         "noise": d.noise.reading,
@@ -242,9 +241,8 @@ def build_report(d: Diagnosis, *, plots: bool = True) -> HtmlReport:
     return HtmlReport(page, tuple(pngs), omitted, d.warnings)
 
 
-def write_html(page: HtmlReport | str, path: str | Path, *, force: bool = False) -> Path:
+def write_html(page: HtmlReport, path: str | Path, *, force: bool = False) -> Path:
     """Write the page atomically (UTF-8); an existing file needs ``force``."""
-    text = page.html if isinstance(page, HtmlReport) else page
     with atomic_outputs([path], force) as (tmp,):
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(page.html, encoding="utf-8")
     return Path(path)

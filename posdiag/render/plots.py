@@ -12,12 +12,14 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._util.atomic import atomic_outputs, check_output
+from ..encodings.families import family
 from ..errors import PosdiagError
 from ..reports.analysis import EFFECTIVE_RANK_TOLERANCES, CorpusGeometry, CorpusSummary
 from ..reports.analysis import spectrum as spectrum_of
@@ -57,8 +59,7 @@ PIXELS = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
 # Blue, orange, bluish green, reddish purple, sky blue, vermillion, yellow, black.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CMAP = "viridis"
-# One colour per encoding family (posdiag.encodings.families), whatever order the encodings come
-# in (legend order too).
+# One colour per encoding family, in legend order, whatever order the encodings come in.
 FAMILY_COLOURS = {
     "absolute": OKABE_ITO[0],
     "relative: rotary": OKABE_ITO[1],
@@ -82,9 +83,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _figure(**kw: Any) -> Any:
-    plt = _pyplot()
-    return plt.figure(figsize=FIGSIZE, dpi=DPI, layout="constrained", **kw)
+def _figure() -> Any:
+    return _pyplot().figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
 
 
 def _title(fig: Any, what: str, c: CorpusSummary) -> None:
@@ -179,13 +179,6 @@ def plot_trajectory(geometry: CorpusGeometry, dims: int = 2) -> Figure:
     return fig
 
 
-def _family(name: str) -> str:
-    from ..encodings.families import family
-
-    found = family(name)
-    return found if found in FAMILY_COLOURS else "other"
-
-
 def plot_stress(report: StressReport) -> Figure:
     """Horizontal bars of each encoding's stress, best on top, with confidence intervals
     where they were computed (``ci_low``/``ci_high`` on the scores)."""
@@ -194,7 +187,7 @@ def plot_stress(report: StressReport) -> Figure:
     values = np.array([s.stress for s in scores])
     lo_hi = np.array([(s.ci_low, s.ci_high) for s in scores]).reshape(len(scores), 2)
     has_ci = np.isfinite(lo_hi).all(axis=1)
-    kinds = [_family(s.name) for s in scores]
+    kinds = [k if (k := family(s.name)) in FAMILY_COLOURS else "other" for s in scores]
     palette = {k: c for k, c in FAMILY_COLOURS.items() if k in kinds}
     fig = _figure()
     ax = fig.add_subplot()
@@ -290,14 +283,13 @@ def plot_drift_positions(drift: Drift) -> Figure:
     ax = fig.add_subplot()
     pos = np.arange(len(d))
     ax.plot(pos, d, marker="o", markersize=3, color=OKABE_ITO[0], label="A vs B")
-    if len(drift.position_reference) == len(d):
-        ax.plot(
-            pos,
-            drift.position_reference,
-            linestyle="--",
-            color=OKABE_ITO[1],
-            label="expected without drift (random re-splits of A+B)",
-        )
+    ax.plot(
+        pos,
+        drift.position_reference,
+        linestyle="--",
+        color=OKABE_ITO[1],
+        label="expected without drift (random re-splits of A+B)",
+    )
     ax.legend(fontsize=8)
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("position i")
@@ -357,24 +349,20 @@ def figures(
     out: dict[str, FigureMaker] = {}
     summary = report.corpus if report is not None else None
     if geometry is not None:
-        g = geometry
-        summary = g.summary
-        out["hellinger.png"] = lambda: plot_hellinger(g)
-        out["spectrum.png"] = lambda: plot_spectrum(g)
-        if g.n_eff >= 3:
-            out["trajectory_2d.png"] = lambda: plot_trajectory(g, 2)
-        if g.n_eff >= 4:
-            out["trajectory_3d.png"] = lambda: plot_trajectory(g, 3)
+        summary = geometry.summary
+        out["hellinger.png"] = partial(plot_hellinger, geometry)
+        out["spectrum.png"] = partial(plot_spectrum, geometry)
+        if geometry.n_eff >= 3:
+            out["trajectory_2d.png"] = partial(plot_trajectory, geometry, 2)
+        if geometry.n_eff >= 4:
+            out["trajectory_3d.png"] = partial(plot_trajectory, geometry, 3)
     if report is not None:
-        r = report
-        out["stress.png"] = lambda: plot_stress(r)
+        out["stress.png"] = partial(plot_stress, report)
     if summary is not None:
-        s = summary
-        out["support.png"] = lambda: plot_support(s)
+        out["support.png"] = partial(plot_support, summary)
     if drift is not None:
-        dr = drift
-        out["drift_hellinger.png"] = lambda: plot_drift_positions(dr)
-        out["drift_stress.png"] = lambda: plot_drift_stress(dr)
+        out["drift_hellinger.png"] = partial(plot_drift_positions, drift)
+        out["drift_stress.png"] = partial(plot_drift_stress, drift)
     return out
 
 

@@ -5,26 +5,16 @@ first-time user, and where to go next; computed from the
 
 from __future__ import annotations
 
-import math
 import shlex
 
 from .._util.userdocs import doc_ref
 from ..encodings.families import family
-from ..reports.scores import EncodingScore
 from ..reports.stress import StressReport
 
 __all__ = ["IN_SHORT", "takeaway"]
 
 # The line that reads the table starts with this (printed in bold).
 IN_SHORT = "In short: "
-
-
-def _ci(s: EncodingScore) -> str:
-    return "" if math.isnan(s.ci_low) else f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-
-
-def _overlap(a: EncodingScore, b: EncodingScore) -> bool:
-    return not math.isnan(a.ci_high) and b.ci_low <= a.ci_high and a.ci_low <= b.ci_high
 
 
 def takeaway(report: StressReport) -> list[str]:
@@ -47,7 +37,7 @@ def takeaway(report: StressReport) -> list[str]:
         why = " (a random table: mostly noise)" if best.name == "learned-random" else ""
         parts.append(
             f"of the standard encodings {best.label} fits best, stress {best.stress:.3f}"
-            f"{_ci(best)} (family {family(best.name)}){why}"
+            f"{best.ci_brief} (family {family(best.name)}){why}"
         )
     if sp.effective_rank:
         eps, r = next(iter(sp.effective_rank.items()))
@@ -67,7 +57,7 @@ def takeaway(report: StressReport) -> list[str]:
         parts.append(
             f"sampling noise matters: {len(unc.unstable)} of {c.n_eff} positions are mostly noise"
         )
-    elif len(standard) >= 2 and _overlap(standard[0], standard[1]):
+    elif len(standard) >= 2 and standard[0].overlaps(standard[1]):
         parts.append(
             f"sampling noise matters: the intervals of {standard[0].label} and "
             f"{standard[1].label} overlap"

@@ -237,9 +237,7 @@ class CorpusGeometry:
         if not ranks:
             return {}  # before split_half: its grams cost four Gram products
         summary = self.split_half_summary(ranks, noise=noise)
-        if summary is None:
-            return {}
-        return {int(r): summary.heldout[int(r)] for r in ranks}
+        return {} if summary is None else {int(r): summary.heldout[int(r)] for r in ranks}
 
 
 def corpus_summary(counts: Counts, min_count: int = DEFAULT_MIN_COUNT) -> CorpusSummary:
@@ -586,9 +584,7 @@ def mds_floor(mds: MDS) -> float:
     if mds.total is None:
         return stress_floor(mds.eigenvalues)
     low, total = mds.min_eigenvalue, float(mds.total or 0.0)
-    if math.isnan(low) or total <= 0:
-        return 0.0
-    return math.sqrt(min(0.0, low) ** 2 / total)
+    return 0.0 if math.isnan(low) or total <= 0 else math.sqrt(min(0.0, low) ** 2 / total)
 
 
 def rank_text(rank: int | None, floor: float, computed: int = 0) -> str:

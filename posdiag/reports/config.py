@@ -25,8 +25,6 @@ CONFIG_FILES = ("posdiag.toml", "pyproject.toml")
 # tomllib reports positions only in its message: "Cannot overwrite a value (at line 3, column 4)".
 _WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _END = re.compile(r"\s*\(at end of document\)\s*$")
-# A broken pyproject.toml is ours to refuse only if it mentions posdiag.
-_MENTIONS_POSDIAG = re.compile(r"posdiag")
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -55,10 +53,6 @@ def _position(message: str, text: str) -> tuple[int, int, str]:
     return len(lines), len(lines[-1]) + 1, reason
 
 
-def _is_repo_root(d: Path) -> bool:
-    return (d / ".git").exists() or (d / ".hg").exists()
-
-
 def search_dirs(start: str | Path = ".") -> list[Path]:
     """``start`` and its parents up to the repository root (the first folder holding ``.git``
     or ``.hg``), or up to the file-system root outside a repository; nearest first."""
@@ -66,16 +60,14 @@ def search_dirs(start: str | Path = ".") -> list[Path]:
     out = []
     for d in (here, *here.parents):
         out.append(d)
-        if _is_repo_root(d):
+        if (d / ".git").exists() or (d / ".hg").exists():
             break
     return out
 
 
 def _shown(path: Path, start: Path) -> Path:
     """``path`` relative to ``start`` when ``start`` is relative (``./x`` reads as ``x``)."""
-    if start.is_absolute():
-        return path
-    return Path(os.path.relpath(path, Path.cwd()))
+    return path if start.is_absolute() else Path(os.path.relpath(path, Path.cwd()))
 
 
 def find_config(start: str | Path = ".") -> Path | None:
@@ -93,8 +85,8 @@ def find_config(start: str | Path = ".") -> Path | None:
         try:
             data = read_toml(_shown(py, start_p))
         except PosdiagError:
-            try:
-                mentions = bool(_MENTIONS_POSDIAG.search(py.read_text(encoding="utf-8")))
+            try:  # a broken pyproject.toml is ours to refuse only if it mentions posdiag
+                mentions = "posdiag" in py.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 mentions = True
             if mentions:

@@ -52,7 +52,6 @@ __all__ = [
     "Recommendation",
     "ShiftDiagnosis",
     "diagnose",
-    "noise_reading",
     "noise_share_text",
     "saving_phrase",
     "shift_diagnosis",
@@ -239,13 +238,25 @@ def noise_diagnosis(
     sampled: bool = False,
 ) -> NoiseDiagnosis:
     """The noise block of the floor (n,) and the pairs ``within`` the noise (a count, or an
-    estimate when ``sampled``), with its reading."""
+    estimate from a sample when ``sampled``, at long contexts: its count then reads ``~N``),
+    with its reading."""
     n = floor.size
     n_pairs = n * (n - 1) // 2
     count, frac = int(round(within)), within / n_pairs
-    reading = noise_reading(
-        floor, supports, share, frac, count, len(unstable), plugin=plugin, sampled=sampled
+    last = n - 1
+    what = "variance" if plugin else "squared norm (sampling error bound)"
+    near = "within the floor" if plugin else "within their own sampling error"
+    about = "~" if sampled else ""
+    reading = (
+        f"{_share_of(share, what)}; floor {floor[0]:.2f} at "
+        f"position 0 (N={supports[0]:,}), {floor[last]:.2f} at position {last} "
+        f"(N={supports[last]:,}); {frac:.1%} of position pairs ({about}{count:,} of "
+        f"{n_pairs:,}) are {near}"
     )
+    if unstable:
+        reading += f"; {len(unstable)} of {n} positions unstable (mostly noise)"
+    if frac >= NOISY_FRACTION or share >= NOISY_SHARE:
+        reading += ": much of this geometry is sampling noise"
     return NoiseDiagnosis(
         tuple(float(x) for x in floor),
         tuple(int(s) for s in supports[:n]),
@@ -260,38 +271,6 @@ def noise_diagnosis(
         reading,
         estimator,
     )
-
-
-def noise_reading(
-    floor: np.ndarray,
-    supports: Sequence[int],
-    share: float,
-    fraction: float,
-    count: int,
-    unstable: int,
-    *,
-    plugin: bool,
-    sampled: bool = False,
-) -> str:
-    """The noise block's reading (``unstable``: how many positions are); ``sampled``: the pairs
-    were estimated from a sample (long contexts), so their count reads ``~N``."""
-    n = floor.size
-    n_pairs = n * (n - 1) // 2
-    last = n - 1
-    what = "variance" if plugin else "squared norm (sampling error bound)"
-    within = "within the floor" if plugin else "within their own sampling error"
-    about = "~" if sampled else ""
-    reading = (
-        f"{_share_of(share, what)}; floor {floor[0]:.2f} at "
-        f"position 0 (N={supports[0]:,}), {floor[last]:.2f} at position {last} "
-        f"(N={supports[last]:,}); {fraction:.1%} of position pairs ({about}{count:,} of "
-        f"{n_pairs:,}) are {within}"
-    )
-    if unstable:
-        reading += f"; {unstable} of {n} positions unstable (mostly noise)"
-    if fraction >= NOISY_FRACTION or share >= NOISY_SHARE:
-        reading += ": much of this geometry is sampling noise"
-    return reading
 
 
 def _share_of(share: float, what: str) -> str:
@@ -338,9 +317,7 @@ def shift_diagnosis(
 def noise_share_text(share: float) -> str:
     """``'~45%'``; from 100% on, what it is: the cross-fit's sampling error bound exceeding the
     geometry, ``'all of it (error bound 1.9 x the geometry)'``: a share cannot pass 100%."""
-    if share <= 1.0:
-        return f"~{share:.0%}"
-    return f"~100% (error bound {share:.2g} x the geometry)"
+    return f"~{share:.0%}" if share <= 1.0 else f"~100% (error bound {share:.2g} x the geometry)"
 
 
 def saving_phrase(saving: float, digits: int = 0) -> str:
@@ -397,18 +374,6 @@ def _rank(geo: CorpusGeometry, unc: Uncertainty, target: float, dim: int) -> Ran
     return rank_diagnosis(sp_, target, r, geo.n_eff, dim, missed, iv)
 
 
-def _ci(s: EncodingScore) -> str:
-    if math.isnan(s.ci_low):
-        return ""
-    return f" [{s.ci_low:.3f}, {s.ci_high:.3f}]"
-
-
-def _mds_rank(rank: RankDiagnosis) -> int | None:
-    """The recommended MDS rank: None when no rank reaches the target (``rank.rank`` is then
-    the signal rank, a fallback, not a recommendation)."""
-    return rank.rank if rank.reached else None
-
-
 def _recommend(
     scores: Sequence[EncodingScore],
     info: InformationDiagnosis,
@@ -418,6 +383,8 @@ def _recommend(
 ) -> Recommendation:
     standard = [s for s in scores if not s.name.startswith("mds") and s.name != "nope"]
     best = standard[0] if standard else scores[0]
+    # Unreached, ``rank.rank`` is the signal rank: a fallback, not a recommendation.
+    mds_rank = rank.rank if rank.reached else None
     if rank.reached:
         mds = f"an MDS encoding reaches stress <= {rank.target:g} at rank {rank.rank}"
     elif math.isnan(rank.spectrum.min_eigenvalue):
@@ -440,7 +407,7 @@ def _recommend(
             nope.stress,
             nope.ci_low,
             nope.ci_high,
-            _mds_rank(rank),
+            mds_rank,
             f"No positional encoding is needed here: I(position; token) = {info.bits:.3g} bits "
             f"is within the noise of independent data ({info.null_mean:.3g} bits), so any "
             "geometry found is sampling noise.",
@@ -465,21 +432,15 @@ def _recommend(
         runner = next((s for s in standard if s is not best), None)
         text = (
             f"{best.name} ({family}) fits best among standard encodings with stress "
-            f"{best.stress:.3f}{_ci(best)}"
+            f"{best.stress:.3f}{best.ci_brief}"
         )
     else:
         # Shift-equivariance favours a relative encoding that does not have the lowest stress.
         runner = top
-        text = f"{best.name} ({family}) is recommended with stress {best.stress:.3f}{_ci(best)}"
+        text = f"{best.name} ({family}) is recommended with stress {best.stress:.3f}{best.ci_brief}"
     if runner is not None:
         text += f" vs {runner.name} {runner.stress:.3f}"
-        close = (
-            not math.isnan(best.ci_high)
-            and not math.isnan(runner.ci_low)
-            and runner.ci_low <= best.ci_high
-            and best.ci_low <= runner.ci_high
-        )
-        if close:
+        if best.overlaps(runner):
             text += " (intervals overlap)"
     # The saving belongs to an MDS encoding that reaches the target; the signal rank does not.
     saving = f" ({saving_phrase(rank.saving)} parameters than a full table)" if rank.reached else ""
@@ -497,9 +458,7 @@ def _recommend(
         text += (
             f" Caution: {fact}, so noise shapes this ranking{bias}: add data or raise --min-count."
         )
-    return Recommendation(
-        family, best.name, best.stress, best.ci_low, best.ci_high, _mds_rank(rank), text
-    )
+    return Recommendation(family, best.name, best.stress, best.ci_low, best.ci_high, mds_rank, text)
 
 
 def diagnose(

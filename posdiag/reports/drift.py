@@ -432,9 +432,7 @@ class Drift:
     @property
     def drifted(self) -> bool | None:
         """True: drift; False: no drift beyond sampling; None: no reference was computed."""
-        if not self.geometry_reference:
-            return None
-        return self.geometry_stress > self.drift_threshold
+        return self.geometry_stress > self.drift_threshold if self.geometry_reference else None
 
     @property
     def verdict(self) -> str:
@@ -457,12 +455,12 @@ def _key(name: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, st
     return name, tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
+def _default_rank(mds: MDS, tolerance: float) -> int:
     """Effective rank at ``tolerance``, else the signal rank (the eigenvalues above the
     magnitude of the most negative one), else for a partial spectrum whose smallest eigenvalue
-    is unknown its top rank. An array is a complete spectrum (descending eigenvalues)."""
-    lam = np.asarray(mds.eigenvalues if isinstance(mds, MDS) else mds)
-    if not isinstance(mds, MDS) or mds.total is None:
+    is unknown its top rank."""
+    lam = np.asarray(mds.eigenvalues)
+    if mds.total is None:
         hit = reached_rank(lam, tolerance)
         low = float(lam[-1])
     else:
@@ -471,7 +469,7 @@ def _default_rank(mds: MDS | np.ndarray, tolerance: float) -> int:
         low = mds.min_eigenvalue
     if hit is not None:
         return hit
-    top = min(lam.size, (mds.n if isinstance(mds, MDS) else lam.size) - 1)
+    top = min(lam.size, mds.n - 1)
     if math.isnan(low):
         return top
     signal = int(np.sum(lam > abs(min(0.0, low))))
@@ -509,7 +507,6 @@ def corpus_drift(
     rank: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     encodings: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
-    draws: int = DEFAULT_DRAWS,
     geometry_draws: int = GEOMETRY_DRAWS,
 ) -> Drift:
     """Compare the positional geometry of two corpora counted with the same tokenizer.
@@ -525,9 +522,8 @@ def corpus_drift(
         min_count, estimator and seed (also of the re-splits); no intervals.
     encodings : sequence, optional
         Encodings to rank (default set when None).
-    draws, geometry_draws : int
-        Re-splits behind the per-position and the geometry stress's no-drift references
-        (``geometry_draws`` 0: no verdict).
+    geometry_draws : int
+        Re-splits behind the geometry stress's no-drift reference (0: no verdict).
     """
     _check_compatible(a, b)
     tolerance = check_float("tolerance", tolerance, 0.0, 1.0)
@@ -552,8 +548,6 @@ def corpus_drift(
         for side, r, ok, fl in (("A", ra, reached_a, floor_a), ("B", rb, reached_b, floor_b))
         if not ok and rank is None
     ]
-    a_on_b = fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra)))
-    b_on_a = fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb)))
     return Drift(
         a=ga.summary,
         b=gb.summary,
@@ -561,17 +555,15 @@ def corpus_drift(
         rank_a=ra,
         rank_b=rb,
         tolerance=tolerance,
-        a_on_b=a_on_b,
+        a_on_b=fitted_stress(pb.mds.gram, gram_from_vectors(pa.mds.coordinates(ra))),
         # The MDS's own tail: exact for a partial spectrum too (from ||B_H||_F^2).
-        b_optimum=float(pb.mds.stress_by_rank()[ra - 1]),
-        b_on_a=b_on_a,
-        a_optimum=float(pa.mds.stress_by_rank()[rb - 1]),
+        b_optimum=float(by_b[ra - 1]),
+        b_on_a=fitted_stress(pa.mds.gram, gram_from_vectors(pb.mds.coordinates(rb))),
+        a_optimum=float(by_a[rb - 1]),
         geometry_stress=fitted_stress(pb.mds.gram, pa.mds.gram),
         position_hellinger=tuple(float(x) for x in position_hellinger(a, b, n)),
         rankings=_rankings(pa, pb, encodings),
-        position_reference=tuple(
-            float(x) for x in no_drift_reference(a, b, n, draws=draws, seed=seed)
-        ),
+        position_reference=tuple(float(x) for x in no_drift_reference(a, b, n, seed=seed)),
         seed=seed,
         warnings=tuple(
             dict.fromkeys((*ga.warnings, *gb.warnings, *pa.warnings, *pb.warnings, *notes))

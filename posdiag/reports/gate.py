@@ -297,14 +297,12 @@ def measure(
     config: GateConfig,
     analysis: Analysis | None = None,
     *,
-    scores: Mapping[str, Any] | None = None,
     progress: Progress = None,
 ) -> GateFacts:
     """Compute exactly the figures ``config``'s rules need, on ``counts``.
 
-    ``analysis.min_count`` None: the config file's ``min-count``, else the default. ``scores``:
-    precomputed :class:`~posdiag.reports.scores.EncodingScore` objects keyed by encoding spec;
-    the others are scored here, with bootstrap intervals when ``counts`` have shards.
+    ``analysis.min_count`` None: the config file's ``min-count``, else the default. Scores carry
+    bootstrap intervals when ``counts`` have shards.
     """
     analysis = analysis or Analysis()
     if analysis.min_count is None:
@@ -317,15 +315,14 @@ def measure(
         total = positional_information(counts.matrix[:n])[0] if n else 0.0
         return GateFacts(summary, {}, (), total)
     if takes_implicit(counts, min_count):
-        return implicit_facts(counts, config, analysis, scores or {})
+        return implicit_facts(counts, config, analysis)
     # plain=False: no verdict and no output uses the plug-in figure.
     geo = analysed_geometry(counts, analysis, plain=False)
-    given = {_encoding_key(k): v for k, v in (scores or {}).items()}
     # One encoding at a time, so each score stays keyed by the spec it was asked as.
-    fresh = {key: score_encodings(geo, [key])[0] for key in config.max_stress if key not in given}
-    if fresh and not why_no_intervals(counts):
+    by_key = {key: score_encodings(geo, [key])[0] for key in config.max_stress}
+    if by_key and not why_no_intervals(counts):
         pairs = []
-        for key, score in fresh.items():
+        for key, score in by_key.items():
             name, params = parse_encoding(key)
             pairs.append((score, make_encoding(name, geo.n_eff, params, mds=geo.mds)))
         with_ci, _ = interval_scores(
@@ -336,8 +333,7 @@ def measure(
             progress,
             full_mds=geo.mds,  # a partial MDS keeps exact tails and warm-starts the replicates
         )
-        fresh = dict(zip(fresh, with_ci, strict=True))
-    by_key = {key: given[key] if key in given else fresh[key] for key in config.max_stress}
+        by_key = dict(zip(by_key, with_ci, strict=True))
     total, _ = positional_information(counts.matrix[: geo.n_eff])
     if geo.mds.total is not None and config.max_rank_for_stress:
         partial = _partial_facts(geo.summary, by_key, geo.mds, config, total)
@@ -345,19 +341,15 @@ def measure(
     return GateFacts(geo.summary, by_key, spectrum(geo).eigenvalues, total, warnings=geo.warnings)
 
 
-def implicit_facts(
-    counts: Counts, config: GateConfig, analysis: Analysis, scores: Mapping[str, Any]
-) -> GateFacts:
+def implicit_facts(counts: Counts, config: GateConfig, analysis: Analysis) -> GateFacts:
     """Facts at long contexts: ``stress``'s implicit figures (with standard errors, no
     intervals); the top eigenpairs grown by one more implicit pass when they do not settle a
     rank rule."""
-    given = {_encoding_key(k): v for k, v in scores.items()}
     # stress's very call: the same pairs and sample, so the same figures (and mds-r ranks).
     run = implicit_analysis(counts, analysis)
     summary, geom = run.summary, run.geometry
-    fresh = [k for k in config.max_stress if k not in given]
-    scored = dict(zip(fresh, (implicit_scores(geom, [k])[0] for k in fresh), strict=True))
-    by_key = {k: given[k] if k in given else scored[k][0] for k in config.max_stress}
+    scored = {k: implicit_scores(geom, [k])[0] for k in config.max_stress}
+    by_key = {k: s for k, (s, _) in scored.items()}
     largest = max((se for _, se in scored.values()), default=0.0)
     bits, _ = positional_information(counts.matrix[: geom.n])
     spec = geom.spectrum
@@ -454,11 +446,6 @@ class GateReport:
         return sum(not r.passed for r in self.results)
 
 
-def _support_figure(supports: Sequence[int]) -> tuple[int, int]:
-    i = min(range(len(supports)), key=lambda k: (supports[k], k))
-    return int(supports[i]), i
-
-
 def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
     """Judge every rule of ``config`` on ``facts``, in a fixed order."""
     out: list[RuleResult] = []
@@ -490,8 +477,7 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         else:
             hit = reached_rank(np.asarray(lam), eps) if len(lam) >= 2 else 0
             if hit is None:
-                # Below the floor the negative eigenvalues of the estimate leave: no rank
-                # reaches it.
+                # Below the floor the estimate's negative eigenvalues leave, no rank reaches it.
                 note += f": not reached (floor {stress_floor(np.asarray(lam)):.3f})"
             r = math.inf if hit is None else float(hit)
         out.append(
@@ -523,7 +509,9 @@ def evaluate(config: GateConfig, facts: GateFacts) -> GateReport:
         )
     if config.min_support is not None:
         # Model view: real (non-pad) tokens, since every sequence is padded to every position.
-        low, pos = _support_figure(facts.corpus.counted_supports)
+        supports = facts.corpus.counted_supports
+        pos = int(np.argmin(supports))  # the first of the smallest
+        low = int(supports[pos])
         out.append(
             RuleResult(
                 "min-support",
@@ -558,8 +546,7 @@ def run_gate(
     config: GateConfig,
     analysis: Analysis | None = None,
     *,
-    scores: Mapping[str, Any] | None = None,
     progress: Progress = None,
 ) -> GateReport:
     """:func:`measure` then :func:`evaluate`."""
-    return evaluate(config, measure(counts, config, analysis, scores=scores, progress=progress))
+    return evaluate(config, measure(counts, config, analysis, progress=progress))

@@ -123,9 +123,7 @@ def _table_eigenvalues(p: np.ndarray) -> np.ndarray:
 def _figures(p: np.ndarray, tol: float) -> TableFigures:
     norms = np.linalg.norm(p, axis=1)
     lam = _table_eigenvalues(p)
-    eff = {}
-    if lam[0] > 0:
-        eff = {t: effective_rank(lam, t) for t in INSPECT_TOLERANCES}
+    eff = {t: effective_rank(lam, t) for t in INSPECT_TOLERANCES} if lam[0] > 0 else {}
     return TableFigures(
         rows=int(p.shape[0]),
         dim=int(p.shape[1]),

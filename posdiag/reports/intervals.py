@@ -25,7 +25,7 @@ from ..uncertainty.bootstrap import (
 )
 from .analysis import MAX_PAIRS_LISTED, CorpusGeometry, CorpusSummary, Progress
 from .options import Analysis
-from .padding import _ranges as position_ranges
+from .padding import ranges
 from .scores import EncodingScore
 
 __all__ = [
@@ -282,6 +282,6 @@ def unstable_warnings(unc: Uncertainty, summary: CorpusSummary) -> list[str]:
     meaning = "the intervals include this noise, and " if unc.replicates else ""
     return [
         f"{len(shown):,} of {summary.n_eff:,} positions are unstable (mostly sampling noise): "
-        f"{position_ranges(shown)} (support {support}); {meaning}only more data reaching these "
+        f"{ranges(shown)} (support {support}); {meaning}only more data reaching these "
         "positions narrows it"
     ]

@@ -84,9 +84,8 @@ def takes_implicit(counts: Counts, min_count: int) -> bool:
     """Whether the reports analyse ``counts`` by the implicit path: from :data:`IMPLICIT_FROM`
     analysed positions at ``min_count``."""
     # Only inputs that long pay for the summary here (it is computed again on the dense path).
-    if counts.matrix.shape[0] < IMPLICIT_FROM:
-        return False
-    return corpus_summary(counts, min_count).n_eff >= IMPLICIT_FROM
+    long = counts.matrix.shape[0] >= IMPLICIT_FROM
+    return long and corpus_summary(counts, min_count).n_eff >= IMPLICIT_FROM
 
 
 def _halves(

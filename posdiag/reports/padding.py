@@ -5,35 +5,26 @@ would shape their geometry), and the warning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-__all__ = ["NEARLY_PAD_SHARE", "mostly_padding", "padding_warnings"]
+if TYPE_CHECKING:  # analysis imports this module
+    from .analysis import CorpusSummary
+
+__all__ = ["NEARLY_PAD_SHARE", "mostly_padding", "padding_warnings", "ranges"]
 
 # A position whose real-token share is below this is "nearly pad-only".
 NEARLY_PAD_SHARE = 0.05
 
 
-class CorpusSummary(Protocol):
-    """What the padding check reads of :class:`posdiag.reports.analysis.CorpusSummary`."""
-
-    @property
-    def source(self) -> str: ...
-    @property
-    def n_eff(self) -> int: ...
-    @property
-    def supports(self) -> Sequence[int]: ...
-    @property
-    def real_supports(self) -> Sequence[int]: ...
-
-
-def _ranges(positions: Sequence[int]) -> str:
+def ranges(positions: Sequence[int]) -> str:
+    """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
     parts: list[str] = []
     for p in positions:
         if parts and p == int(parts[-1].split("-")[-1]) + 1:
             parts[-1] = f"{parts[-1].split('-')[0]}-{p}"
         else:
             parts.append(str(p))
-    return ", ".join(parts)
+    return ", ".join(parts) or "none"
 
 
 def mostly_padding(
@@ -57,12 +48,12 @@ def padding_warnings(summary: CorpusSummary) -> list[str]:
     parts = []
     if pad_only:
         parts.append(
-            f"positions {_ranges(pad_only)} hold only padding in every sequence (not analysed: "
+            f"positions {ranges(pad_only)} hold only padding in every sequence (not analysed: "
             "min_count counts real tokens in the model view)"
         )
     if nearly:
         parts.append(
-            f"positions {_ranges(nearly)} are analysed but over "
+            f"positions {ranges(nearly)} are analysed but over "
             f"{1 - NEARLY_PAD_SHARE:.0%} padding, so the pad token shapes their geometry"
         )
     first = min((*pad_only, *nearly))

@@ -51,6 +51,19 @@ class EncodingScore:
         """The row's name: ``learned-random (gpt2)`` for a row from a model preset."""
         return f"{self.name} ({self.preset})" if self.preset else self.name
 
+    @property
+    def ci_brief(self) -> str:
+        """`` [lo, hi]`` at 3 decimals, as the readings quote it; "" without an interval."""
+        return "" if math.isnan(self.ci_low) else f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
+    def overlaps(self, other: EncodingScore) -> bool:
+        """Whether both rows have intervals and the two overlap."""
+        return (
+            not math.isnan(self.ci_high)
+            and other.ci_low <= self.ci_high
+            and self.ci_low <= other.ci_high
+        )
+
 
 # An encoding as asked for: "NAME[:k=v,...]", (name, params), or (name, params, preset) for the
 # rows of a model preset (see posdiag.encodings.preset_specs).
@@ -89,65 +102,58 @@ def _scored(
     """Every encoding scored, best first; ``noise``: the noise diagnostics' split-half sums
     are made in the same pass as the held-out ones."""
     with small_blas(geometry.n_eff):  # posdiag._util.threads: small dense work, one BLAS thread
-        return _score_each(geometry, specs, dim, noise)
-
-
-def _score_each(
-    geometry: CorpusGeometry, specs: Sequence[EncodingRequest] | None, dim: int | None, noise: bool
-) -> list[tuple[EncodingScore, Encoding]]:
-    resolved = _resolve(specs, geometry.n_eff, dim)
-    encs = [
-        (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)
-        for nm, p, preset in resolved
-    ]
-    b_h = geometry.mds.gram
-    plain = geometry.plain
-    ranks = [r for e, _ in encs if (r := _mds_rank(e)) is not None]
-    heldout = geometry.heldout_stress(ranks, noise=noise)
-    side = corpus_side(geometry.distances, b_h)  # the corpus side of every score, once
-    # The mds-r tables are the leading columns of one another: scored together, in one pass.
-    family = [e for e, _ in encs if _mds_rank(e) and e.profile is None and e.vectors is not None]
-    together = score_vectors_many(side, b_h, [e.vectors for e in family if e.vectors is not None])
-    batched = {id(e): m for e, m in zip(family, together, strict=True)}
-    plain_lags = None
-    out = []
-    for enc, preset in encs:
-        if id(enc) in batched:
-            m = batched[id(enc)]
-        else:
-            m = score_encoding(side, geometry.distances, b_h, enc)
-        headline, in_sample = m.stress, float("nan")
-        rank = _mds_rank(enc)
-        if rank is not None and rank in heldout:
-            # Fitted to the noise of the very estimate it is scored on: show the held-out
-            # figure (docs/geometry.md, "mds-r is scored held-out").
-            headline, in_sample = heldout[rank], m.stress
-        if plain is geometry.estimate or geometry.estimator == "plugin":
-            plain_stress = m.stress
-        elif plain is None:
-            plain_stress = math.nan  # not asked for (corpus_geometry(plain=False))
-        elif rank is not None:
-            plain_stress = float(plain.mds.stress_by_rank()[rank - 1])
-        else:
-            if plain_lags is None:
-                plain_lags = diagonal_sums(plain.gram)
-            plain_norm = float(np.linalg.norm(plain.gram))
-            plain_stress = GramScorer(enc).stress(plain.gram, plain_norm, plain_lags)
-        score = EncodingScore(
-            enc.name,
-            dict(enc.params),
-            headline,
-            m.raw,
-            m.kruskal,
-            m.spearman,
-            enc.n_params,
-            plain=plain_stress,
-            in_sample=in_sample,
-            preset=preset,
-        )
-        out.append((score, enc))
-    # Stable sort: ties keep the order the user asked for.
-    return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
+        encs = [
+            (make_encoding(nm, geometry.n_eff, p, mds=geometry.mds), preset)
+            for nm, p, preset in _resolve(specs, geometry.n_eff, dim)
+        ]
+        b_h = geometry.mds.gram
+        plain = geometry.plain
+        ranks = [r for e, _ in encs if (r := _mds_rank(e)) is not None]
+        heldout = geometry.heldout_stress(ranks, noise=noise)
+        side = corpus_side(geometry.distances, b_h)  # the corpus side of every score, once
+        # The mds-r tables are the leading columns of one another: scored together, in one pass.
+        mds_r = [e for e, _ in encs if _mds_rank(e) and e.profile is None and e.vectors is not None]
+        many = score_vectors_many(side, b_h, [e.vectors for e in mds_r if e.vectors is not None])
+        batched = {id(e): m for e, m in zip(mds_r, many, strict=True)}
+        plain_lags = None
+        out = []
+        for enc, preset in encs:
+            if id(enc) in batched:
+                m = batched[id(enc)]
+            else:
+                m = score_encoding(side, geometry.distances, b_h, enc)
+            headline, in_sample = m.stress, float("nan")
+            rank = _mds_rank(enc)
+            if rank is not None and rank in heldout:
+                # Fitted to the noise of the very estimate it is scored on: show the held-out
+                # figure (docs/geometry.md, "mds-r is scored held-out").
+                headline, in_sample = heldout[rank], m.stress
+            if plain is geometry.estimate or geometry.estimator == "plugin":
+                plain_stress = m.stress
+            elif plain is None:
+                plain_stress = math.nan  # not asked for (corpus_geometry(plain=False))
+            elif rank is not None:
+                plain_stress = float(plain.mds.stress_by_rank()[rank - 1])
+            else:
+                if plain_lags is None:
+                    plain_lags = diagonal_sums(plain.gram)
+                plain_norm = float(np.linalg.norm(plain.gram))
+                plain_stress = GramScorer(enc).stress(plain.gram, plain_norm, plain_lags)
+            score = EncodingScore(
+                enc.name,
+                dict(enc.params),
+                headline,
+                m.raw,
+                m.kruskal,
+                m.spearman,
+                enc.n_params,
+                plain=plain_stress,
+                in_sample=in_sample,
+                preset=preset,
+            )
+            out.append((score, enc))
+        # Stable sort: ties keep the order the user asked for.
+        return sorted(out, key=lambda se: (se[0].stress, math.isnan(se[0].spearman)))
 
 
 def score_encodings(

@@ -19,7 +19,7 @@ from .intervals import Uncertainty, _with_intervals, unstable_warnings
 from .options import Analysis
 from .scores import EncodingRequest, EncodingScore, _scored, score_encodings
 
-__all__ = ["StressReport", "geometry_report", "stress_report"]
+__all__ = ["StressReport", "stress_report"]
 
 
 @dataclass(frozen=True)
@@ -33,20 +33,6 @@ class StressReport:
     warnings: tuple[str, ...] = ()
     uncertainty: Uncertainty | None = None
     geometry: CorpusGeometry | None = field(default=None, repr=False, compare=False)
-
-
-def geometry_report(
-    geometry: CorpusGeometry,
-    encodings: Sequence[EncodingRequest] | None = None,
-    *,
-    dim: int | None = None,
-) -> StressReport:
-    """The stress table of ``encodings`` (default set when None) on a computed geometry, without
-    intervals; ``dim`` as in :func:`score_encodings`."""
-    scores = tuple(score_encodings(geometry, encodings, dim=dim))
-    return StressReport(
-        geometry.summary, spectrum(geometry), scores, geometry.warnings, geometry=geometry
-    )
 
 
 def stress_report(
@@ -67,7 +53,8 @@ def stress_report(
     """
     geo = analysed_geometry(counts, analysis, plain=details)
     if analysis.level is None and not counts.shards and not counts.no_intervals:
-        return geometry_report(geo, encodings, dim=dim)
+        rows = tuple(score_encodings(geo, encodings, dim=dim))
+        return StressReport(geo.summary, spectrum(geo), rows, geo.warnings, geometry=geo)
     scored = _scored(geo, encodings, dim, noise=True)
     scores, unc = _with_intervals(geo, counts, scored, analysis, progress, details=details)
     warned = (*geo.warnings, *unstable_warnings(unc, geo.summary))

@@ -32,7 +32,7 @@ from posdiag.reports.gate import (
     run_gate,
 )
 from posdiag.reports.options import Analysis
-from posdiag.reports.scores import EncodingScore, score_encodings
+from posdiag.reports.scores import score_encodings
 
 
 @pytest.fixture
@@ -337,13 +337,11 @@ def _facts_with_interval(synth_corpus: Path, ci_high: float) -> tuple[GateConfig
     import dataclasses
 
     cfg = build_config(encodings=["rope"], max_stress=[0.9])
-    counts = corpus_counts(str(synth_corpus))
-    s = measure(counts, cfg).scores["rope"]
+    facts = measure(corpus_counts(str(synth_corpus)), cfg)
+    s = facts.scores["rope"]
+    # The interval a bootstrap would give.
     scored = dataclasses.replace(s, ci_low=s.stress - 0.01, ci_high=ci_high)
-    # Precomputed scores (as the bootstrap would give them) are used as they are.
-    facts = measure(counts, cfg, scores={"rope:": scored})
-    assert facts.scores["rope"] is scored
-    return cfg, facts
+    return cfg, dataclasses.replace(facts, scores={"rope": scored})
 
 
 def test_strict_judges_the_upper_bound(synth_corpus: Path) -> None:
@@ -587,15 +585,6 @@ def test_measure_uses_the_config_min_count() -> None:
     with pytest.raises(PosdiagError) as exc:
         measure(counts(), cfg, analysis=Analysis(min_count=0))
     assert str(exc.value) == "'min_count' must be an int in [1, inf]; got 0"
-
-
-def test_given_scores_are_used_under_their_canonical_key() -> None:
-    cfg = build_config(encodings=["rope:"], max_stress=[0.5], reading={"min_count": 10})
-    given = EncodingScore("rope", {}, 0.25, 0.0, 0.0, 0.0, 0)
-    facts = measure(counts(), cfg, scores={"rope": given})
-    assert facts.scores["rope"] is given
-    (r,) = evaluate(cfg, facts).results
-    assert (r.figure, r.passed) == (0.25, True)
 
 
 def test_sharded_counts_give_intervals_and_strict_judges_the_upper_bound() -> None:
@@ -881,11 +870,7 @@ def test_rank_rule_splits_at_the_first_colon() -> None:
     assert str(exc.value) == "'max-rank-for-stress rank' must be an int in [1, inf]; got '3:4'"
 
 
-def test_run_gate_passes_scores_and_seed_on() -> None:
-    cfg = build_config(encodings=["alibi"], max_stress=[0.5], reading={"min_count": 10})
-    given = EncodingScore("alibi", {}, 0.75, 0.0, 0.0, 0.0, 0)
-    (r,) = run_gate(counts(), cfg, scores={"alibi": given}).results
-    assert (r.figure, r.passed) == (0.75, False)
+def test_run_gate_passes_the_seed_on() -> None:
     rng = np.random.default_rng(2)
     shards = tuple(sp.csr_matrix(rng.integers(1, 9, size=(4, 6))) for _ in range(4))
     sharded = dataclasses.replace(counts(sum(s.toarray() for s in shards)), shards=tuple(shards))

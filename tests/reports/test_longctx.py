@@ -92,7 +92,7 @@ def test_mds_rank_beyond_computed_is_refused(counts: Counts) -> None:
     # check accepts the encodings stress scores, no more (one story).
     cfg = gate.build_config(encodings=["mds-60"], max_stress=[0.5])
     with pytest.raises(Exception, match=r"^encoding 'mds-60': at n_eff = 90 the implicit path"):
-        gate.implicit_facts(counts, cfg, Analysis(min_count=1), {})
+        gate.implicit_facts(counts, cfg, Analysis(min_count=1))
 
 
 @pytest.mark.parametrize("rank", [5, 20])
@@ -194,7 +194,7 @@ def test_check_facts_by_the_implicit_path_match_dense_and_stress(counts: Counts)
         min_positional_info=1.0,
     )
     dense = gate.evaluate(cfg, gate.measure(counts, cfg, options))
-    facts = gate.implicit_facts(counts, cfg, options, {})
+    facts = gate.implicit_facts(counts, cfg, options)
     ours = gate.evaluate(cfg, facts)
     table = {e.label: e for e in stress.stress_report(counts, analysis=options).encodings}
     assert [r.id for r in ours.results] == [r.id for r in dense.results]
@@ -220,7 +220,7 @@ def test_check_facts_by_the_implicit_path_match_dense_and_stress(counts: Counts)
     short = dataclasses.replace(cfg, max_rank_for_stress={0.1: 8})
     (settled,) = [
         r
-        for r in gate.evaluate(short, gate.implicit_facts(counts, short, options, {})).results
+        for r in gate.evaluate(short, gate.implicit_facts(counts, short, options)).results
         if r.rule == "max-rank-for-stress"
     ]
     assert (settled.figure, settled.passed) == (33, False)
@@ -363,4 +363,4 @@ def test_long_reports_keep_the_dense_notes_on_what_was_counted(counts: Counts) -
     assert longctx.implicit_diagnose(padded, ["sinusoidal"], options).warnings[0] == note
     assert longctx.implicit_encoding(padded, 3, 8, options).warnings[0] == note
     cfg = gate.build_config(encodings=["sinusoidal"], max_stress=[0.9])
-    assert gate.implicit_facts(padded, cfg, options, {}).warnings[0] == note
+    assert gate.implicit_facts(padded, cfg, options).warnings[0] == note
