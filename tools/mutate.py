@@ -10,6 +10,7 @@ per module and the score with the mutants listed in ``docs/mutation.md`` as equi
     python tools/mutate.py --resume        # skip the mutants an earlier run killed
     python tools/mutate.py --ast [modules] # only the AST pass (tools/astmutate.py)
     python tools/mutate.py --no-ast heldout  # mutmut only
+    python tools/mutate.py --equivalents rope  # the listed equivalents only (after an edit)
 """
 
 from __future__ import annotations
@@ -97,9 +98,12 @@ def mutmut(children: int, names: list[str], generate_only: bool = False) -> None
         raise SystemExit(f"mutmut failed (exit {res.returncode}): {' '.join(names[:3])}")
 
 
-def run(module: str, children: int, resume: bool = False, sample: int = 0) -> None:
+def run(
+    module: str, children: int, resume: bool = False, sample: int = 0, equivalents: bool = False
+) -> None:
     """mutmut on one module; the mutants docs/mutation.md lists as equivalent are not re-run
-    (they survive by construction and would each cost the whole covering test set).
+    (they survive by construction and would each cost the whole covering test set), except
+    with ``equivalents``: then only they run (after an edit, mutmut may have renumbered them).
 
     mutmut re-runs every mutant named on its command line, so once results are stored the
     names are listed one by one: with ``--resume`` only those not caught yet.
@@ -116,7 +120,10 @@ def run(module: str, children: int, resume: bool = False, sample: int = 0) -> No
         mutmut(children, [f"{dotted}.x__no_such_function__*"], generate_only=True)
     codes = stored(MODULES[module])
     skip = equivalent_mutants()
-    names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
+    if equivalents:
+        names = [k for k in codes if k in skip]
+    else:
+        names = [k for k, c in codes.items() if k not in skip and not (resume and c in CAUGHT)]
     if sample:
         # A seeded random sample of the mutants not run yet (plus every earlier survivor): an
         # unbiased estimate when the whole module would take too long on a shared machine
@@ -152,6 +159,15 @@ def report() -> int:
         for name, c in sorted(codes.items()):
             if c not in CAUGHT and c is not None and name not in equivalent:
                 print(f"    survived: {name}")
+        # A listed name mutmut has renumbered onto another mutant (killed) or dropped.
+        dotted = path.removesuffix(".py").replace("/", ".") + "."
+        listed = sorted(k for k in equivalent if k.startswith(dotted) and "__mutmut_" in k)
+        stale = [(k, "killed") for k in listed if codes.get(k) in CAUGHT]
+        stale += [(k, "no such mutant") for k in listed if k not in codes]
+        for name, why in stale:
+            print(f"    listed as equivalent, {why}: {name}")
+        if any(why == "killed" for _, why in stale):
+            worst = 0.0  # the list is wrong: it hides what that name now is
     return 0 if worst >= 95.0 else 1
 
 
@@ -168,6 +184,11 @@ def main() -> int:
         default=0,
         metavar="N",
         help="run only a seeded random sample of N of the mutants not run yet (and survivors)",
+    )
+    ap.add_argument(
+        "--equivalents",
+        action="store_true",
+        help="run only the mutants docs/mutation.md lists as equivalent (after an edit)",
     )
     ap.add_argument(
         "--ast",
@@ -189,8 +210,8 @@ def main() -> int:
     elif not args.report:
         children = int(os.environ.get("MUTATE_CHILDREN", "1"))
         for module in chosen:
-            run(module, children, args.resume, args.sample)
-        if not args.no_ast:
+            run(module, children, args.resume, args.sample, args.equivalents)
+        if not args.no_ast and not args.equivalents:
             astmutate.run({m: MODULES[m] for m in chosen}, args.resume)
     worst = report()
     astmutate.report(MODULES, equivalent_mutants())
