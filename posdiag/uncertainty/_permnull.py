@@ -5,6 +5,7 @@ segments of sizes ``N_0, N_1, ...`` (the law of the row-by-row draw of
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -16,39 +17,36 @@ __all__ = ["PERMUTED_NULL_FROM", "permuted_kl", "shuffle_segments", "shuffled_nu
 # From this many (position, token type) cells the null is drawn by shuffling (another stream).
 PERMUTED_NULL_FROM = 1 << 22
 
-_KERNEL: dict[str, Any] = {}
 
-
+@cache
 def _kernel() -> Any:
-    if "segments" not in _KERNEL:
-        numba = load_numba()
+    numba = load_numba()
 
-        @numba.njit(cache=True, nogil=True)
-        def segments(tokens, starts, log_pooled, scratch):  # pragma: no cover - compiled
-            """For each segment ``[starts[r], starts[r+1])``: sum of ``x log2 x`` over its
-            token counts ``x``, and sum of ``log2 pooled[v]`` over its tokens."""
-            m = starts.size - 1
-            xlogx = np.zeros(m)
-            logp = np.zeros(m)
-            for r in range(m):
-                lo, hi = starts[r], starts[r + 1]
-                for t in range(lo, hi):
-                    scratch[tokens[t]] += 1
-                a = 0.0
-                b = 0.0
-                for t in range(lo, hi):
-                    v = tokens[t]
-                    x = scratch[v]
-                    if x > 0:  # the first occurrence of v in the segment takes its count
-                        a += x * np.log2(x)
-                        b += x * log_pooled[v]
-                        scratch[v] = 0
-                xlogx[r] = a
-                logp[r] = b
-            return xlogx, logp
+    @numba.njit(cache=True, nogil=True)
+    def segments(tokens, starts, log_pooled, scratch):  # pragma: no cover - compiled
+        """For each segment ``[starts[r], starts[r+1])``: sum of ``x log2 x`` over its
+        token counts ``x``, and sum of ``log2 pooled[v]`` over its tokens."""
+        m = starts.size - 1
+        xlogx = np.zeros(m)
+        logp = np.zeros(m)
+        for r in range(m):
+            lo, hi = starts[r], starts[r + 1]
+            for t in range(lo, hi):
+                scratch[tokens[t]] += 1
+            a = 0.0
+            b = 0.0
+            for t in range(lo, hi):
+                v = tokens[t]
+                x = scratch[v]
+                if x > 0:  # the first occurrence of v in the segment takes its count
+                    a += x * np.log2(x)
+                    b += x * log_pooled[v]
+                    scratch[v] = 0
+            xlogx[r] = a
+            logp[r] = b
+        return xlogx, logp
 
-        _KERNEL["segments"] = segments
-    return _KERNEL["segments"]
+    return segments
 
 
 def permuted_kl(tokens: np.ndarray, supports: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -68,31 +66,30 @@ def permuted_kl(tokens: np.ndarray, supports: np.ndarray, totals: np.ndarray) ->
     return np.clip(kl, 0.0, None)
 
 
+@cache
 def _scatter_kernel() -> Any:
-    if "scatter" not in _KERNEL:
-        numba = load_numba()
+    numba = load_numba()
 
-        @numba.njit(cache=True, nogil=True)
-        def scatter(pooled, bucket, n_buckets, out):  # pragma: no cover - compiled
-            """Token types ``0, 0, ..., 1, ...`` (``pooled[v]`` copies of ``v``) into ``out``,
-            grouped by ``bucket`` (stable); returns the bucket offsets (n_buckets + 1,)."""
-            offsets = np.zeros(n_buckets + 1, np.int64)
-            for t in range(bucket.size):
-                offsets[bucket[t] + 1] += 1
-            for b in range(n_buckets):
-                offsets[b + 1] += offsets[b]
-            pos = offsets[:-1].copy()
-            t = 0
-            for v in range(pooled.size):
-                for _ in range(pooled[v]):
-                    b = bucket[t]
-                    out[pos[b]] = v
-                    pos[b] += 1
-                    t += 1
-            return offsets
+    @numba.njit(cache=True, nogil=True)
+    def scatter(pooled, bucket, n_buckets, out):  # pragma: no cover - compiled
+        """Token types ``0, 0, ..., 1, ...`` (``pooled[v]`` copies of ``v``) into ``out``,
+        grouped by ``bucket`` (stable); returns the bucket offsets (n_buckets + 1,)."""
+        offsets = np.zeros(n_buckets + 1, np.int64)
+        for t in range(bucket.size):
+            offsets[bucket[t] + 1] += 1
+        for b in range(n_buckets):
+            offsets[b + 1] += offsets[b]
+        pos = offsets[:-1].copy()
+        t = 0
+        for v in range(pooled.size):
+            for _ in range(pooled[v]):
+                b = bucket[t]
+                out[pos[b]] = v
+                pos[b] += 1
+                t += 1
+        return offsets
 
-        _KERNEL["scatter"] = scatter
-    return _KERNEL["scatter"]
+    return scatter
 
 
 # Many more buckets than positions: most lie inside one segment (their order is irrelevant).

@@ -6,6 +6,7 @@ canonical output (exact: counts are integers).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -83,16 +84,14 @@ class ShardStack:
         return sp.csr_matrix((data, indices, indptr), shape=(self.n, self.v))
 
 
-_KERNELS: dict[str, Callable[..., None]] = {}
 # Module globals: as closure variables they would enter numba's cache key (a recompile a run).
 _first_seen: Any = None
 _accumulate: Any = None
 
 
+@cache
 def _kernels() -> dict[str, Callable[..., None]]:
     global _first_seen, _accumulate
-    if _KERNELS:
-        return _KERNELS
     numba = load_numba()
 
     @numba.njit(cache=True, nogil=True)
@@ -176,7 +175,9 @@ def _kernels() -> dict[str, Callable[..., None]]:
                         o_val[q] = acc[e]
                         q += 1
 
-    _KERNELS.update(
-        union_counts=union_counts, union_fill=union_fill, sum_counts=sum_counts, sum_fill=sum_fill
-    )
-    return _KERNELS
+    return {
+        "union_counts": union_counts,
+        "union_fill": union_fill,
+        "sum_counts": sum_counts,
+        "sum_fill": sum_fill,
+    }

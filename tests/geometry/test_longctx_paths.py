@@ -538,7 +538,7 @@ distances_to_first(c, 160)
 _shardsum.ShardStack(stack_shards([c, c], 160), 160).sum(np.array([1]))
 misses = 0
 tables = (_thinning._kernels(), _compiled.split_kernels(), _square._square_kernels())
-for table in (*tables, _shardsum._KERNELS):
+for table in (*tables, _shardsum._kernels()):
     for k in table.values():
         misses += sum(k.stats.cache_misses.values())
 misses += sum(sum(k.stats.cache_misses.values()) for k in _compiled.rare_kernels())
