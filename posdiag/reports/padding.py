@@ -18,13 +18,13 @@ NEARLY_PAD_SHARE = 0.05
 
 def ranges(positions: Sequence[int]) -> str:
     """``0-3, 7, 9-12`` for sorted positions (``none`` when empty)."""
-    parts: list[str] = []
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive positions
     for p in positions:
-        if parts and p == int(parts[-1].split("-")[-1]) + 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{p}"
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
         else:
-            parts.append(str(p))
-    return ", ".join(parts) or "none"
+            runs.append([p, p])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
 
 
 def mostly_padding(
